@@ -1,0 +1,1 @@
+"""inference-anatomy's analysis: parse raw/, derive theory, reconcile, chart, find."""

@@ -1,0 +1,157 @@
+"""The `collector` command line: parse options, call one library function per command, map errors.
+
+Each command is one call into a library function of the same name (the sqlite-utils way); library
+errors (``AnatomyError`` and parser errors) become a one-line message and exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+from collector import __version__
+from collector.errors import AnatomyError
+
+DEFAULT_RAW = Path("raw")
+
+
+def _one_line_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from analysis.parse.errors import ParseError
+
+        try:
+            return fn(*args, **kwargs)
+        except (AnatomyError, ParseError) as err:
+            raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
+
+    return wrapper
+
+
+raw_option = click.option(
+    "--raw",
+    "raw",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_RAW,
+    show_default=True,
+    help="Root of the raw store.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="collector")
+def main() -> None:
+    """Compute first, then measure, then reconcile (先算，再测，然后对账)."""
+
+
+@main.command()
+@click.option("--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path.")
+@click.option("--gpu", required=True, help="GPU name from the bundled datasheet table (e.g. rtx4090, h200).")
+@click.option("--kv-pool-gib", type=float, default=None, help="KV pool size in GiB (default: estimated).")
+@click.option("--max-model-len", type=int, default=None, help="Context length per request.")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8, q8_0.")
+@click.option("--weight-format", default="bf16", show_default=True, help="bf16, fp16, or a GGUF type (q4_k_m, q8_0, ...).")
+@click.option("--block-size", type=int, default=16, show_default=True, help="KV block size in tokens (vLLM GPU: 16).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON with snake_case keys carrying units.")
+@_one_line_errors
+def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> None:
+    """Print the theory for a model on a GPU: params, KV bytes, FLOPs, decode floor, pool capacity."""
+    from collector.plan import plan as plan_fn
+
+    click.echo(
+        plan_fn(
+            model=model,
+            gpu=gpu,
+            kv_pool_gib=kv_pool_gib,
+            max_model_len=max_model_len,
+            kv_dtype=kv_dtype,
+            weight_format=weight_format,
+            block_size=block_size,
+            as_json=as_json,
+        )
+    )
+
+
+@main.command(name="import")
+@click.argument("src", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--campaign", required=True, help="Campaign name under raw/.")
+@raw_option
+@_one_line_errors
+def import_(src: Path, campaign: str, raw: Path) -> None:
+    """Import an existing results folder into the raw store (byte-identical, with provenance)."""
+    from collector.importer import import_results
+
+    for line in import_results(src, campaign=campaign, raw_root=raw):
+        click.echo(line)
+
+
+@main.command()
+@raw_option
+@_one_line_errors
+def verify(raw: Path) -> None:
+    """Re-hash every run under the raw store; report changed, missing or unexpected files."""
+    from collector.store import verify as verify_fn
+
+    report = verify_fn(raw)
+    for line in report.lines():
+        click.echo(line)
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command()
+@raw_option
+@click.argument("campaign", required=False)
+@_one_line_errors
+def inspect(raw: Path, campaign: str | None) -> None:
+    """Print, per run, what the parsers found in it."""
+    from collector.inspect import inspect as inspect_fn
+
+    for line in inspect_fn(raw, campaign):
+        click.echo(line)
+
+
+@main.command()
+@click.option(
+    "--raw",
+    "raws",
+    type=click.Path(path_type=Path, file_okay=False),
+    multiple=True,
+    default=[DEFAULT_RAW],
+    show_default=True,
+    help="Root of a raw store; repeat to analyze several (e.g. raw/ and an imported reference).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("build/results"),
+    show_default=True,
+    help="Where tables, figure specs and findings.json are written.",
+)
+@click.argument("campaigns", nargs=-1)
+@_one_line_errors
+def analyze(raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...]) -> None:
+    """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign."""
+    from analysis.pipeline import analyze as analyze_fn
+
+    for line in analyze_fn(list(raws), out, list(campaigns) or None):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("plan_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@raw_option
+@_one_line_errors
+def run(plan_file: Path, raw: Path) -> None:
+    """Run a measurement plan against a real server and write a sealed run into the raw store."""
+    from collector.run import execute_run
+
+    result = execute_run(plan_file, raw_root=raw)
+    click.echo(str(result))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,96 @@
+"""Every job a user runs: `nox -s site` (main job, no GPU), `nox -s tests`, `nox -s lint`, `nox -s bench`,
+`nox -s engines` (real llama.cpp + vLLM CPU engines and tiny random models into .engines/), `nox -s serve`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["site"]
+
+ROOT = Path(__file__).parent
+ENGINES = ROOT / ".engines"
+SEED_CAMPAIGN = ROOT.parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b"
+IMPORTED_RAW = ROOT / "build" / "imported-raw"  # reference campaign imported from ../shared, never committed
+RESULTS = ROOT / "build" / "results"
+PUBLIC = ROOT / "public"
+
+
+def _install(session: nox.Session, extras: str = "site,test,lint") -> None:
+    session.install("-e", f".[{extras}]")
+
+
+def _ensure_chromium(session: nox.Session) -> None:
+    """The browser test needs Debian's chromium; install it where we are root and it is missing."""
+    if shutil.which("chromium"):
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "chromium", "fonts-noto-cjk", external=True)
+    else:
+        session.warn("chromium is not installed and cannot be installed here: browser tests will skip")
+
+
+def _import_reference(session: nox.Session) -> list[Path]:
+    roots = [ROOT / "raw"]
+    if SEED_CAMPAIGN.is_dir():
+        session.run(
+            "collector", "import", str(SEED_CAMPAIGN), "--campaign", SEED_CAMPAIGN.name, "--raw", str(IMPORTED_RAW)
+        )
+        roots.append(IMPORTED_RAW)
+    else:
+        session.warn(f"{SEED_CAMPAIGN} not found: the site is built from raw/ alone")
+    return roots
+
+
+@nox.session
+def engines(session: nox.Session) -> None:
+    """Build llama-server from the llama-cpp-python sdist, make the vLLM CPU venv, generate tiny models."""
+    _install(session, "test")
+    session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES), *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole suite: real parsers on real files, real engines, a real browser on the built site."""
+    _install(session)
+    _ensure_chromium(session)
+    session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES))
+    session.run("pytest", "-ra", *session.posargs, env={"ANATOMY_ENGINES": str(ENGINES)})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    _install(session, "lint")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def site(session: nox.Session) -> None:
+    """Main job: import the reference campaign, analyze every raw root, render pages, mkdocs build --strict."""
+    _install(session, "site")
+    roots = _import_reference(session)
+    raw_args = [a for r in roots for a in ("--raw", str(r))]
+    session.run("collector", "analyze", *raw_args, "--out", str(RESULTS))
+    session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS), *raw_args)
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(PUBLIC))
+    session.log(f"site built: open {PUBLIC / 'index.html'} (or `nox -s serve`)")
+
+
+@nox.session
+def serve(session: nox.Session) -> None:
+    """Build the site and serve it on http://127.0.0.1:8000 for a local preview."""
+    site(session)
+    session.run("python", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", str(PUBLIC))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Speed targets, measured (not asserted in tests): analyze, site build, collector client cost."""
+    _install(session)
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        session.run("python", str(script), env={"ANATOMY_ENGINES": str(ENGINES)})
