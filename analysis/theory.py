@@ -1,0 +1,603 @@
+"""Compute first: what a model on a GPU should cost, from its config.json and the GPU's datasheet.
+
+One small function per formula; each docstring states the formula and its units. Symbols used throughout:
+
+    h  hidden_size            I  intermediate_size       L  num_hidden_layers
+    H  num_attention_heads    K  num_key_value_heads     d  head_dim
+    V  vocab_size             b  bytes per element/parameter
+
+Layers are the dense decoder block transformers builds for ``qwen2``/``llama``/``mistral``/``qwen3``:
+RMSNorm -> q/k/v/o projections -> RMSNorm -> SwiGLU MLP (gate, up, down).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from analysis.model_config import ModelConfig
+from collector.errors import PlanError
+
+GIB = 2**30
+
+# ---------------------------------------------------------------------------------------------------------
+# Parameters, per component (counts of scalars; a bias or a norm gain is one scalar per channel)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def embed_tokens_params(cfg: ModelConfig) -> int:
+    """Token embedding table: V × h parameters."""
+    return cfg.vocab_size * cfg.hidden_size
+
+
+def lm_head_params(cfg: ModelConfig) -> int:
+    """Output projection: V × h parameters, or 0 when tied (it *is* the embedding table, stored once)."""
+    return 0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size
+
+
+def q_proj_params(cfg: ModelConfig) -> int:
+    """Query projection per layer: h × (H·d) weights + H·d bias where the architecture has q/k/v bias (Qwen2)."""
+    out = cfg.num_attention_heads * cfg.head_dim
+    return cfg.hidden_size * out + (out if cfg.qkv_bias else 0)
+
+
+def k_proj_params(cfg: ModelConfig) -> int:
+    """Key projection per layer: h × (K·d) weights + K·d bias where the architecture has q/k/v bias."""
+    out = cfg.num_key_value_heads * cfg.head_dim
+    return cfg.hidden_size * out + (out if cfg.qkv_bias else 0)
+
+
+def v_proj_params(cfg: ModelConfig) -> int:
+    """Value projection per layer: h × (K·d) weights + K·d bias where the architecture has q/k/v bias."""
+    out = cfg.num_key_value_heads * cfg.head_dim
+    return cfg.hidden_size * out + (out if cfg.qkv_bias else 0)
+
+
+def o_proj_params(cfg: ModelConfig) -> int:
+    """Attention output projection per layer: (H·d) × h weights (+ h bias only with Llama's attention_bias)."""
+    return cfg.num_attention_heads * cfg.head_dim * cfg.hidden_size + (cfg.hidden_size if cfg.o_bias else 0)
+
+
+def gate_proj_params(cfg: ModelConfig) -> int:
+    """SwiGLU gate projection per layer: h × I weights (+ I bias with mlp_bias)."""
+    return cfg.hidden_size * cfg.intermediate_size + (cfg.intermediate_size if cfg.mlp_bias else 0)
+
+
+def up_proj_params(cfg: ModelConfig) -> int:
+    """SwiGLU up projection per layer: h × I weights (+ I bias with mlp_bias)."""
+    return cfg.hidden_size * cfg.intermediate_size + (cfg.intermediate_size if cfg.mlp_bias else 0)
+
+
+def down_proj_params(cfg: ModelConfig) -> int:
+    """SwiGLU down projection per layer: I × h weights (+ h bias with mlp_bias)."""
+    return cfg.intermediate_size * cfg.hidden_size + (cfg.hidden_size if cfg.mlp_bias else 0)
+
+
+def input_layernorm_params(cfg: ModelConfig) -> int:
+    """RMSNorm before attention, per layer: h gains."""
+    return cfg.hidden_size
+
+
+def post_attention_layernorm_params(cfg: ModelConfig) -> int:
+    """RMSNorm before the MLP, per layer: h gains."""
+    return cfg.hidden_size
+
+
+def qk_norm_params(cfg: ModelConfig) -> int:
+    """Per-head RMSNorm on q and on k (Qwen3), per layer: 2 × d gains (shared across heads); 0 elsewhere."""
+    return 2 * cfg.head_dim if cfg.qk_norm else 0
+
+
+def final_norm_params(cfg: ModelConfig) -> int:
+    """Final RMSNorm after the last layer: h gains."""
+    return cfg.hidden_size
+
+
+def params_per_layer_by_component(cfg: ModelConfig) -> dict[str, int]:
+    """One decoder layer's parameters by component (HF module names), in forward order."""
+    parts = {
+        "input_layernorm": input_layernorm_params(cfg),
+        "q_proj": q_proj_params(cfg),
+        "k_proj": k_proj_params(cfg),
+        "v_proj": v_proj_params(cfg),
+        "o_proj": o_proj_params(cfg),
+        "post_attention_layernorm": post_attention_layernorm_params(cfg),
+        "gate_proj": gate_proj_params(cfg),
+        "up_proj": up_proj_params(cfg),
+        "down_proj": down_proj_params(cfg),
+    }
+    if cfg.qk_norm:
+        parts["qk_norm"] = qk_norm_params(cfg)
+    return parts
+
+
+def params_per_layer(cfg: ModelConfig) -> int:
+    """Parameters in one decoder layer: the sum of its components."""
+    return sum(params_per_layer_by_component(cfg).values())
+
+
+def params_by_component(cfg: ModelConfig) -> dict[str, int]:
+    """Whole-model parameters by component: layer components × L, plus embeddings, final norm, lm_head."""
+    whole = {"embed_tokens": embed_tokens_params(cfg)}
+    for name, count in params_per_layer_by_component(cfg).items():
+        whole[name] = count * cfg.num_hidden_layers
+    whole["norm"] = final_norm_params(cfg)
+    whole["lm_head"] = lm_head_params(cfg)
+    return whole
+
+
+def params_total(cfg: ModelConfig) -> int:
+    """All parameters: V·h (embeddings) + L × per-layer + h (final norm) + V·h unless tied (lm_head)."""
+    return sum(params_by_component(cfg).values())
+
+
+def shares(counts: dict[str, int]) -> dict[str, float]:
+    """Each entry's fraction of the sum (0–1)."""
+    total = sum(counts.values())
+    return {k: (v / total if total else 0.0) for k, v in counts.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# KV cache
+# ---------------------------------------------------------------------------------------------------------
+
+# Bytes per cached element. GGUF q8_0 stores blocks of 32 values as 32 int8 + one fp16 scale = 34 bytes;
+# q4_0 stores 32 4-bit values + one fp16 scale = 18 bytes (ggml-common.h block_q8_0 / block_q4_0).
+KV_BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+}
+_KV_ALIASES = {
+    "auto": "bf16",  # vLLM: auto = the model dtype; every bundled model is bf16
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "f16": "fp16",
+    "f32": "fp32",
+    "float32": "fp32",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+}
+
+
+def kv_bytes_per_element(kv_dtype: str) -> float:
+    """Bytes per cached K or V element for a KV dtype: bf16/fp16 2, fp8 1, q8_0 34/32, q4_0 18/32, fp32 4."""
+    key = kv_dtype.strip().lower()
+    key = _KV_ALIASES.get(key, key)
+    if key not in KV_BYTES_PER_ELEMENT:
+        raise PlanError(f"unknown KV dtype {kv_dtype!r}; known: {', '.join(KV_BYTES_PER_ELEMENT)}")
+    return KV_BYTES_PER_ELEMENT[key]
+
+
+def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
+    """KV cache per token, bytes: 2 (K and V) × L × K × d × b."""
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * kv_bytes_per_element(kv_dtype)
+
+
+def kv_bytes_per_token_mha(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
+    """KV cache per token had every query head its own K/V (full multi-head), bytes: 2 × L × H × d × b."""
+    return 2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim * kv_bytes_per_element(kv_dtype)
+
+
+def gqa_factor(cfg: ModelConfig) -> float:
+    """Grouped-query saving, dimensionless: H / K = MHA KV bytes ÷ GQA KV bytes."""
+    return cfg.num_attention_heads / cfg.num_key_value_heads
+
+
+# ---------------------------------------------------------------------------------------------------------
+# FLOPs (one multiply-add = 2 FLOPs)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def matmul_params_per_layer(cfg: ModelConfig) -> int:
+    """Weights that take part in a matmul, per layer: h·H·d + 2·h·K·d + H·d·h + 3·h·I.
+
+    Biases and norm gains are element-wise (≈ h FLOPs each), not matmuls, and are left out.
+    """
+    attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
+    return attn + 3 * cfg.hidden_size * cfg.intermediate_size
+
+
+def flops_per_token_matmul(cfg: ModelConfig) -> int:
+    """Weight FLOPs per token through the layers, FLOPs: 2 × L × matmul_params_per_layer.
+
+    The embedding lookup is a gather (no FLOPs); the lm_head is counted separately
+    (``flops_per_token_lm_head``) because only positions whose logits are needed pay it.
+    """
+    return 2 * cfg.num_hidden_layers * matmul_params_per_layer(cfg)
+
+
+def flops_per_token_lm_head(cfg: ModelConfig) -> int:
+    """Logits for one position, FLOPs: 2 × V × h (tied or not: the matmul runs either way).
+
+    Paid once per decode step per sequence, and once per prompt in prefill (last position only; vLLM and
+    llama.cpp compute logits only where a token is sampled).
+    """
+    return 2 * cfg.vocab_size * cfg.hidden_size
+
+
+def attention_flops_prefill(cfg: ModelConfig, prompt_tokens: int) -> int:
+    """Attention-kernel FLOPs to prefill S tokens: 4 × S² × L × H × d (QKᵀ 2·S²·d + PV 2·S²·d per head).
+
+    Full S×S square, no causal halving: that is what vLLM's MFU counters (``vllm/v1/metrics/perf.py``,
+    attn_qk + attn_av = 4·H·d·L·Σ tokens×context) count, so theory and the server's own counter agree.
+    The causal mask makes half of it useful work: halve it for "useful" FLOPs.
+    """
+    s = prompt_tokens
+    return 4 * s * s * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+
+
+def attention_flops_decode_per_token(cfg: ModelConfig, context_tokens: int) -> int:
+    """Attention-kernel FLOPs for one new token at context T: 4 × T × L × H × d (scores + weighted sum)."""
+    return 4 * context_tokens * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+
+
+def flops_prefill(cfg: ModelConfig, prompt_tokens: int) -> int:
+    """Prefill FLOPs for one prompt of S tokens: S × 2·L·matmul + 2·V·h (last position) + 4·S²·L·H·d."""
+    return (
+        prompt_tokens * flops_per_token_matmul(cfg)
+        + flops_per_token_lm_head(cfg)
+        + attention_flops_prefill(cfg, prompt_tokens)
+    )
+
+
+def flops_decode_per_token(cfg: ModelConfig, context_tokens: int) -> int:
+    """FLOPs for one decoded token at context T: 2·L·matmul + 2·V·h + 4·T·L·H·d."""
+    return (
+        flops_per_token_matmul(cfg)
+        + flops_per_token_lm_head(cfg)
+        + attention_flops_decode_per_token(cfg, context_tokens)
+    )
+
+
+def attention_overtakes_weights_at_tokens(cfg: ModelConfig) -> int:
+    """Smallest decode context T where attention FLOPs ≥ weight FLOPs per token, tokens:
+    ceil((2·L·matmul + 2·V·h) / (4·L·H·d)). The lm_head is included because every decode step pays it.
+    """
+    weights = flops_per_token_matmul(cfg) + flops_per_token_lm_head(cfg)
+    return math.ceil(weights / (4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim))
+
+
+def attention_overtakes_weights_prefill_at_tokens(cfg: ModelConfig) -> int:
+    """Smallest prompt length S where prefill attention FLOPs ≥ layer weight FLOPs, tokens:
+    4·S²·L·H·d ≥ S·2·L·matmul  ⇔  S ≥ 2·matmul_per_layer / (4·H·d). No causal halving (with it: twice this).
+    """
+    return math.ceil(
+        flops_per_token_matmul(cfg) / (4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim)
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Weight bytes
+# ---------------------------------------------------------------------------------------------------------
+
+# Checkpoint formats that store every parameter at one width (safetensors as vLLM loads it).
+UNIFORM_BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+_WEIGHT_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "f16": "fp16", "half": "fp16", "f32": "fp32", "float32": "fp32"}
+
+# ggml block layouts (ggml-common.h): type -> (values per block, bytes per block).
+GGML_BLOCKS: dict[str, tuple[int, int]] = {
+    "F32": (1, 4),
+    "F16": (1, 2),
+    "BF16": (1, 2),
+    "Q8_0": (32, 34),  # 32 int8 + fp16 scale            = 8.5 bpw
+    "Q4_0": (32, 18),  # 32 × 4 bit + fp16 scale         = 4.5 bpw
+    "Q5_0": (32, 22),  # 32 × 5 bit + fp16 scale         = 5.5 bpw
+    "Q5_1": (32, 24),  # + fp16 min                      = 6.0 bpw
+    "Q4_K": (256, 144),  # 4 bit + 6-bit scales/mins + d, dmin = 4.5 bpw
+    "Q5_K": (256, 176),  # = 5.5 bpw
+    "Q6_K": (256, 210),  # = 6.5625 bpw
+}
+
+# llama-quantize file types -> the default ggml type of their 2-D tensors.
+GGUF_FTYPES: dict[str, str] = {
+    "q4_k_m": "Q4_K",
+    "q5_k_m": "Q5_K",
+    "q6_k": "Q6_K",
+    "q8_0": "Q8_0",
+    "q4_0": "Q4_0",
+}
+
+# Typical whole-file averages, bits per weight, for when only a bpw figure is at hand. Q8_0 and F16 follow from the
+# block layouts above; Q4_K_M is a mix (Q4_K, with Q6_K for half of attn_v/ffn_down and for output) whose
+# average depends on the shapes: ≈4.85 is the usual rule of thumb, 4.91 for Qwen2.5-7B (4.36 GiB, llama-quantize).
+GGUF_TYPICAL_BPW: dict[str, float] = {"f16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q4_k_m": 4.85, "q4_0": 4.5}
+
+
+def weight_bytes_uniform(params: int, bytes_per_param: float) -> float:
+    """Weights stored at one width, bytes: params × bytes/param (bf16/fp16 = 2)."""
+    return params * bytes_per_param
+
+
+def weight_bytes_from_bpw(params: int, bits_per_weight: float) -> float:
+    """Weights at an average bit width, bytes: params × bpw / 8."""
+    return params * bits_per_weight / 8
+
+
+def bits_per_weight_from_file_bytes(file_bytes: int, params: int) -> float:
+    """Average bit width of a real weight file, bits/param: file bytes × 8 / params (metadata included, a few MB)."""
+    return file_bytes * 8 / params
+
+
+def ggml_type_bytes(ggml_type: str, elements: int) -> int:
+    """Bytes of a tensor of n elements in a ggml type: n / values_per_block × bytes_per_block."""
+    per_block, block_bytes = GGML_BLOCKS[ggml_type]
+    if elements % per_block:
+        raise ValueError(f"{elements} elements do not fill {ggml_type} blocks of {per_block}")
+    return elements // per_block * block_bytes
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    """One tensor as llama.cpp names it; ne0 is the row length (the input dimension of a matmul weight)."""
+
+    name: str
+    group: str  # "embedding", "lm_head", "layers", "final_norm"
+    ne0: int
+    ne1: int  # 1 for vectors
+    layer: int | None
+
+    @property
+    def elements(self) -> int:
+        return self.ne0 * self.ne1
+
+
+def gguf_tensors(cfg: ModelConfig) -> list[GgufTensor]:
+    """The tensors of a llama-architecture GGUF (qwen2/llama/qwen3 share the layout), in file order."""
+    h, inner_q, inner_kv = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    out = [GgufTensor("token_embd.weight", "embedding", h, cfg.vocab_size, None)]
+    for i in range(cfg.num_hidden_layers):
+        p = f"blk.{i}."
+        layer = [
+            GgufTensor(p + "attn_norm.weight", "layers", h, 1, i),
+            GgufTensor(p + "attn_q.weight", "layers", h, inner_q, i),
+            GgufTensor(p + "attn_k.weight", "layers", h, inner_kv, i),
+            GgufTensor(p + "attn_v.weight", "layers", h, inner_kv, i),
+            GgufTensor(p + "attn_output.weight", "layers", inner_q, h, i),
+            GgufTensor(p + "ffn_norm.weight", "layers", h, 1, i),
+            GgufTensor(p + "ffn_gate.weight", "layers", h, cfg.intermediate_size, i),
+            GgufTensor(p + "ffn_up.weight", "layers", h, cfg.intermediate_size, i),
+            GgufTensor(p + "ffn_down.weight", "layers", cfg.intermediate_size, h, i),
+        ]
+        if cfg.qkv_bias:
+            layer += [
+                GgufTensor(p + "attn_q.bias", "layers", inner_q, 1, i),
+                GgufTensor(p + "attn_k.bias", "layers", inner_kv, 1, i),
+                GgufTensor(p + "attn_v.bias", "layers", inner_kv, 1, i),
+            ]
+        if cfg.o_bias:
+            layer.append(GgufTensor(p + "attn_output.bias", "layers", h, 1, i))
+        if cfg.mlp_bias:
+            layer += [
+                GgufTensor(p + "ffn_gate.bias", "layers", cfg.intermediate_size, 1, i),
+                GgufTensor(p + "ffn_up.bias", "layers", cfg.intermediate_size, 1, i),
+                GgufTensor(p + "ffn_down.bias", "layers", h, 1, i),
+            ]
+        if cfg.qk_norm:
+            layer += [
+                GgufTensor(p + "attn_q_norm.weight", "layers", cfg.head_dim, 1, i),
+                GgufTensor(p + "attn_k_norm.weight", "layers", cfg.head_dim, 1, i),
+            ]
+        out += layer
+    out.append(GgufTensor("output_norm.weight", "final_norm", h, 1, None))
+    if not cfg.tie_word_embeddings:
+        out.append(GgufTensor("output.weight", "lm_head", h, cfg.vocab_size, None))
+    return out
+
+
+def _use_more_bits(i_layer: int, n_layer: int) -> bool:
+    # llama.cpp (src/llama-quant.cpp): the first and last eighth of the layers, and every third one between.
+    return i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8 or (i_layer - n_layer // 8) % 3 == 2
+
+
+def _fallback_type(ggml_type: str, ne0: int) -> str:
+    # llama.cpp: a row length that does not fill the type's blocks falls back to a 32-wide type, then to F16.
+    if ne0 % GGML_BLOCKS[ggml_type][0] == 0:
+        return ggml_type
+    fallback = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}.get(ggml_type, "F16")
+    return fallback if ne0 % GGML_BLOCKS[fallback][0] == 0 else "F16"
+
+
+def gguf_tensor_type(cfg: ModelConfig, tensor: GgufTensor, ftype: str) -> str:
+    """The ggml type llama-quantize gives a tensor for a file type (q4_k_m, q8_0, ...), following
+    ``llama_tensor_get_type`` in llama.cpp's src/llama-quant.cpp for dense models:
+
+    - vectors (norms, biases) stay F32;
+    - ``output.weight`` (or ``token_embd.weight`` when tied, as it doubles as the output) -> Q6_K, or Q8_0 for
+      the Q8_0 file type or when the row length does not fill the default type's blocks;
+    - Q4_K_M / Q5_K_M: ``attn_v`` and ``ffn_down`` -> Q6_K in the layers where ``use_more_bits`` holds
+      (first and last eighth, every third between);
+    - everything else -> the file type's default; rows that do not fill 256-wide K blocks fall back
+      (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0).
+    """
+    if tensor.ne1 == 1:
+        return "F32"
+    default = GGUF_FTYPES[ftype]
+    is_output = tensor.group == "lm_head" or (tensor.group == "embedding" and cfg.tie_word_embeddings)
+    if is_output:
+        if tensor.ne0 % GGML_BLOCKS[default][0] != 0:
+            return "Q8_0"
+        return default if default == "Q8_0" else "Q6_K"
+    new = default
+    if ftype in ("q4_k_m", "q5_k_m") and tensor.layer is not None:
+        if tensor.name.endswith(("attn_v.weight", "ffn_down.weight")) and _use_more_bits(
+            tensor.layer, cfg.num_hidden_layers
+        ):
+            new = "Q6_K"
+    return _fallback_type(new, tensor.ne0)
+
+
+def gguf_weight_bytes_by_group(cfg: ModelConfig, ftype: str) -> dict[str, int]:
+    """Tensor-data bytes of a GGUF file by group (embedding, layers, final_norm, lm_head), bytes:
+    Σ over tensors of elements / values_per_block × bytes_per_block. Header, vocabulary and 32-byte
+    alignment padding (a few MB) are not included.
+    """
+    groups = {"embedding": 0, "layers": 0, "final_norm": 0, "lm_head": 0}
+    for t in gguf_tensors(cfg):
+        groups[t.group] += ggml_type_bytes(gguf_tensor_type(cfg, t, ftype), t.elements)
+    return groups
+
+
+def normalise_weight_format(weight_format: str) -> str:
+    """Canonical weight-format name: bf16, fp16, fp32, a GGUF file type (q4_k_m, ...), or '<x>bpw'."""
+    key = weight_format.strip().lower().replace("-", "_")
+    key = _WEIGHT_ALIASES.get(key, key)
+    if key in UNIFORM_BYTES_PER_PARAM or key in GGUF_FTYPES:
+        return key
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*bpw", key)
+    if m and float(m.group(1)) > 0:
+        return f"{float(m.group(1)):g}bpw"
+    known = ", ".join([*UNIFORM_BYTES_PER_PARAM, *GGUF_FTYPES, "<x>bpw"])
+    raise PlanError(f"unknown weight format {weight_format!r}; known: {known}")
+
+
+def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, float]:
+    """Weight bytes by group (embedding, layers, final_norm, lm_head) for a weight format, bytes.
+
+    bf16/fp16/fp32: params × 2/2/4. GGUF file types: the per-tensor recipe (``gguf_tensor_type``).
+    '<x>bpw': params × x / 8 for every group (an average, e.g. from a file size).
+    """
+    fmt = normalise_weight_format(weight_format)
+    by = params_by_component(cfg)
+    layer_params = sum(v for k, v in by.items() if k not in ("embed_tokens", "norm", "lm_head"))
+    counts = {"embedding": by["embed_tokens"], "layers": layer_params, "final_norm": by["norm"], "lm_head": by["lm_head"]}
+    if fmt in UNIFORM_BYTES_PER_PARAM:
+        return {k: weight_bytes_uniform(v, UNIFORM_BYTES_PER_PARAM[fmt]) for k, v in counts.items()}
+    if fmt in GGUF_FTYPES:
+        return {k: float(v) for k, v in gguf_weight_bytes_by_group(cfg, fmt).items()}
+    bpw = float(fmt.removesuffix("bpw"))
+    return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}
+
+
+def weight_bytes(cfg: ModelConfig, weight_format: str = "bf16") -> float:
+    """All weights as stored, bytes: Σ weight_bytes_by_group."""
+    return sum(weight_bytes_by_group(cfg, weight_format).values())
+
+
+def weight_bytes_read_per_decode_step(cfg: ModelConfig, weight_format: str = "bf16") -> float:
+    """Weight bytes one decode step streams from memory, bytes: every layer weight + final norm + lm_head.
+
+    The embedding table is not read whole (a step gathers one row per sequence), so it is left out —
+    unless tied: then the same matrix is read whole once, as the lm_head.
+    """
+    groups = weight_bytes_by_group(cfg, weight_format)
+    read = groups["layers"] + groups["final_norm"] + groups["lm_head"]
+    if cfg.tie_word_embeddings:
+        read += groups["embedding"]
+    return read
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decode roofline
+# ---------------------------------------------------------------------------------------------------------
+
+
+def kv_bytes_read_per_step(kv_bytes_per_token_: float, batch: int, context_tokens: int) -> float:
+    """KV bytes one decode step reads, bytes: B sequences × T cached tokens × KV bytes/token."""
+    return batch * context_tokens * kv_bytes_per_token_
+
+
+def decode_step_floor_s(weight_bytes_read: float, kv_bytes_read: float, bandwidth_bytes_per_s: float) -> float:
+    """Memory-bound floor of one decode step, s: (weight bytes read + KV bytes read) ÷ bandwidth (B/s)."""
+    return (weight_bytes_read + kv_bytes_read) / bandwidth_bytes_per_s
+
+
+def decode_compute_floor_s(flops_per_step: float, flops_per_s: float) -> float:
+    """Compute-bound floor of one decode step, s: FLOPs in the step ÷ peak FLOP/s."""
+    return flops_per_step / flops_per_s
+
+
+def tokens_per_s(batch: int, step_s: float) -> float:
+    """Generated tokens per second when each step emits one token per sequence, tokens/s: B ÷ step time."""
+    return batch / step_s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# KV pool capacity
+# ---------------------------------------------------------------------------------------------------------
+
+
+def kv_pool_tokens(pool_bytes: float, kv_bytes_per_token_: float) -> int:
+    """Tokens a KV pool holds, tokens: floor(pool bytes ÷ KV bytes/token)."""
+    return math.floor(pool_bytes / kv_bytes_per_token_)
+
+
+def max_concurrency_plain(pool_tokens: int, max_model_len: int) -> float:
+    """Full-length requests the pool holds at once, requests: pool tokens ÷ max_model_len."""
+    return pool_tokens / max_model_len
+
+
+def vllm_num_gpu_blocks(pool_bytes: float, block_size: int, kv_bytes_per_token_: float) -> int:
+    """vLLM's block count, blocks: floor(pool bytes ÷ (block_size × KV bytes/token))."""
+    return math.floor(pool_bytes / (block_size * kv_bytes_per_token_))
+
+
+def vllm_kv_cache_tokens(num_blocks: int, block_size: int) -> int:
+    """vLLM's 'GPU KV cache size: N tokens', tokens: num_blocks × block_size."""
+    return num_blocks * block_size
+
+
+def vllm_max_concurrency(num_blocks: int, block_size: int, max_model_len: int) -> float:
+    """vLLM's 'Maximum concurrency for N tokens per request', requests:
+    num_blocks ÷ ceil(max_model_len ÷ block_size) (a request reserves whole blocks).
+    """
+    return num_blocks / math.ceil(max_model_len / block_size)
+
+
+def logged_gib_tolerance_tokens(kv_bytes_per_token_: float, decimals: int = 2) -> float:
+    """How many tokens a GiB figure rounded to `decimals` hides, ± tokens: 0.5·10^-decimals · 2^30 ÷ KV bytes/token.
+
+    vLLM logs 'Available KV cache memory: 6.41 GiB' with two decimals, so the pool is known to ±0.005 GiB.
+    """
+    return 0.5 * 10 ** (-decimals) * GIB / kv_bytes_per_token_
+
+
+def vllm_tokens_range_for_logged_gib(
+    logged_gib: float, kv_bytes_per_token_: float, block_size: int = 16, decimals: int = 2
+) -> tuple[int, int]:
+    """The KV cache sizes (tokens) vLLM can report for a pool it logged as `logged_gib` (rounded), tokens:
+    vllm_kv_cache_tokens(vllm_num_gpu_blocks(bytes)) for bytes = (logged ± 0.5·10^-decimals) GiB.
+    """
+    half = 0.5 * 10 ** (-decimals)
+    lo = vllm_num_gpu_blocks((logged_gib - half) * GIB, block_size, kv_bytes_per_token_)
+    hi = vllm_num_gpu_blocks((logged_gib + half) * GIB, block_size, kv_bytes_per_token_)
+    return vllm_kv_cache_tokens(lo, block_size), vllm_kv_cache_tokens(hi, block_size)
+
+
+def llama_cpp_n_ctx_slot(n_ctx: int, n_parallel: int, kv_unified: bool = False) -> int:
+    """llama.cpp's context per slot, tokens: -c total ÷ -np slots (n_ctx_slot); with -kvu every slot sees all of -c.
+
+    The reference log: -c 262144 -np 64 -> n_ctx_slot = 4096.
+    """
+    return n_ctx if kv_unified else n_ctx // n_parallel
+
+
+def llama_cpp_kv_bytes(cfg: ModelConfig, n_ctx: int, kv_dtype: str = "fp16") -> float:
+    """llama.cpp's KV buffer for -c C cells, bytes: C × KV bytes/token (the cache is allocated whole at start)."""
+    return n_ctx * kv_bytes_per_token(cfg, kv_dtype)
+
+
+# vLLM sizes its KV pool as  gpu_memory_utilization × total − (weights + non-torch memory + peak activation).
+# This reserve stands for everything but the weights, on the nvidia-smi total: on the reference RTX 4090 run
+# (Qwen2.5-7B, vLLM 0.27.1) non-torch memory was ≈0.30 GiB (14.49 − 14.19 weights), peak activation 0.26 GiB,
+# and 0.9 × the 0.47 GiB that nvidia-smi counts but CUDA never hands out ≈ 0.42 GiB: ≈ 1 GiB in all.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_KV_RESERVE_BYTES = 1 * GIB
+
+
+def estimated_kv_pool_bytes(
+    gpu_memory_bytes: float,
+    weight_bytes_: float,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    reserve_bytes: float = DEFAULT_KV_RESERVE_BYTES,
+) -> float:
+    """Estimated KV pool the vLLM way, bytes: max(0, utilization × GPU memory − weight bytes − reserve).
+
+    An estimate (label it so): the real pool comes from vLLM's profiling run and is in its log.
+    """
+    return max(0.0, gpu_memory_utilization * gpu_memory_bytes - weight_bytes_ - reserve_bytes)

@@ -1,0 +1,397 @@
+"""`collector plan`: the theory for one model on one GPU, as a readable table or JSON.
+
+``plan_data`` returns the dict (``collector run`` writes it as prediction.json); ``plan`` renders it.
+Every number comes from ``analysis.theory``; this module only gathers and formats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+from analysis import theory as th
+from analysis.gpus import get_gpu
+from analysis.model_config import load_model_config
+from collector.errors import PlanError
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+DEFAULT_DECODE_CONTEXT_TOKENS = 1024
+DEFAULT_PREFILL_TOKENS = 1024  # plus max_model_len
+
+
+def _check_positive(name: str, value: int | float | None) -> None:
+    if value is not None and (isinstance(value, bool) or value <= 0):
+        raise PlanError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def plan_data(
+    model: str,
+    gpu: str,
+    kv_pool_gib: float | None = None,
+    max_model_len: int | None = None,
+    kv_dtype: str = "bf16",
+    weight_format: str = "bf16",
+    block_size: int = 16,
+    *,
+    decode_context_tokens: int = DEFAULT_DECODE_CONTEXT_TOKENS,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    prefill_tokens: Sequence[int] | None = None,
+    llama_cpp_ctx_total: int | None = None,
+    llama_cpp_slots: int | None = None,
+) -> dict:
+    """The prediction for a model (bundled name or config.json path) on a GPU, as a JSON-ready dict.
+
+    Keys are snake_case with units in the name. ``kv_pool_source`` says whether the pool was given
+    (``--kv-pool-gib``) or estimated the vLLM way (``theory.estimated_kv_pool_bytes``).
+    For a llama.cpp server pass its ``-c`` and ``-np`` (``llama_cpp_ctx_total``, ``llama_cpp_slots``) to get
+    its KV buffer and per-slot context as well.
+    """
+    _check_positive("kv_pool_gib", kv_pool_gib)
+    _check_positive("max_model_len", max_model_len)
+    _check_positive("block_size", block_size)
+    if decode_context_tokens < 0:
+        raise PlanError(f"decode context must be >= 0 tokens, got {decode_context_tokens}")
+    cfg = load_model_config(model)
+    spec = get_gpu(gpu)
+    fmt = th.normalise_weight_format(weight_format)
+    kv_elem = th.kv_bytes_per_element(kv_dtype)
+
+    by_component = th.params_by_component(cfg)
+    per_layer = th.params_per_layer_by_component(cfg)
+    total = th.params_total(cfg)
+
+    kv_bpt = th.kv_bytes_per_token(cfg, kv_dtype)
+    w_groups = th.weight_bytes_by_group(cfg, fmt)
+    w_bytes = th.weight_bytes(cfg, fmt)
+    w_read = th.weight_bytes_read_per_decode_step(cfg, fmt)
+
+    if max_model_len is None:
+        if cfg.max_position_embeddings is None:
+            raise PlanError(f"{cfg.source}: no 'max_position_embeddings'; pass --max-model-len")
+        max_model_len, max_len_source = cfg.max_position_embeddings, "config max_position_embeddings"
+    else:
+        max_len_source = "given"
+    # a context or prompt longer than a request may be is not a prediction for this server
+    decode_context_tokens = min(decode_context_tokens, max_model_len)
+    if prefill_tokens is None:
+        prefill_tokens = (DEFAULT_PREFILL_TOKENS, max_model_len)
+    prefill_tokens = sorted({min(s, max_model_len) for s in prefill_tokens})
+
+    if kv_pool_gib is not None:
+        pool_bytes, pool_source = kv_pool_gib * th.GIB, "given"
+    else:
+        pool_bytes, pool_source = th.estimated_kv_pool_bytes(spec.memory_bytes, w_bytes), "estimated"
+    pool_tokens = th.kv_pool_tokens(pool_bytes, kv_bpt)
+    num_blocks = th.vllm_num_gpu_blocks(pool_bytes, block_size, kv_bpt)
+
+    flops_matmul = th.flops_per_token_matmul(cfg)
+    flops_head = th.flops_per_token_lm_head(cfg)
+
+    decode_rows = []
+    for batch in batch_sizes:
+        kv_read = th.kv_bytes_read_per_step(kv_bpt, batch, decode_context_tokens)
+        step_s = th.decode_step_floor_s(w_read, kv_read, spec.bandwidth_bytes_per_s)
+        compute_s = th.decode_compute_floor_s(
+            batch * th.flops_decode_per_token(cfg, decode_context_tokens), spec.bf16_flops_per_s
+        )
+        decode_rows.append(
+            {
+                "batch": batch,
+                "kv_bytes_read_per_step": kv_read,
+                "step_floor_ms": step_s * 1e3,
+                "tokens_per_s": th.tokens_per_s(batch, step_s),
+                "compute_floor_ms": compute_s * 1e3,
+                "fits_kv_pool": batch * decode_context_tokens <= pool_tokens,
+            }
+        )
+    single = th.decode_step_floor_s(
+        w_read, th.kv_bytes_read_per_step(kv_bpt, 1, decode_context_tokens), spec.bandwidth_bytes_per_s
+    )
+
+    prefill_rows = []
+    for s in prefill_tokens:
+        flops = th.flops_prefill(cfg, s)
+        prefill_rows.append(
+            {
+                "prompt_tokens": s,
+                "flops": flops,
+                "attention_flops": th.attention_flops_prefill(cfg, s),
+                "compute_floor_ms": th.decode_compute_floor_s(flops, spec.bf16_flops_per_s) * 1e3,
+            }
+        )
+
+    data = {
+        "model": cfg.name,
+        "model_config_path": cfg.source,
+        "model_type": cfg.model_type,
+        "config": {
+            "hidden_size": cfg.hidden_size,
+            "intermediate_size": cfg.intermediate_size,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "num_attention_heads": cfg.num_attention_heads,
+            "num_key_value_heads": cfg.num_key_value_heads,
+            "head_dim": cfg.head_dim,
+            "vocab_size": cfg.vocab_size,
+            "tie_word_embeddings": cfg.tie_word_embeddings,
+            "qkv_bias": cfg.qkv_bias,
+            "o_bias": cfg.o_bias,
+        },
+        "gpu": spec.name,
+        "gpu_display_name": spec.display_name,
+        "gpu_memory_bytes": spec.memory_bytes,
+        "gpu_bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s,
+        "gpu_bf16_flops_per_s": spec.bf16_flops_per_s,
+        "gpu_source": spec.source,
+        # parameters
+        "params_total": total,
+        "params_by_component": by_component,
+        "params_share_by_component": th.shares(by_component),
+        "params_per_layer": sum(per_layer.values()),
+        "params_per_layer_by_component": per_layer,
+        "params_per_layer_share_by_component": th.shares(per_layer),
+        "params_layers_total": sum(per_layer.values()) * cfg.num_hidden_layers,
+        # KV cache
+        "kv_dtype": kv_dtype,
+        "kv_bytes_per_element": kv_elem,
+        "kv_bytes_per_token": kv_bpt,
+        "kv_bytes_per_token_mha": th.kv_bytes_per_token_mha(cfg, kv_dtype),
+        "gqa_factor": th.gqa_factor(cfg),
+        # FLOPs
+        "matmul_params_per_layer": th.matmul_params_per_layer(cfg),
+        "flops_per_token_matmul": flops_matmul,
+        "flops_per_token_lm_head": flops_head,
+        "attention_flops_per_token_per_context_token": th.attention_flops_decode_per_token(cfg, 1),
+        "flops_per_token_decode_at_context": th.flops_decode_per_token(cfg, decode_context_tokens),
+        "attention_overtakes_weights_at_tokens": th.attention_overtakes_weights_at_tokens(cfg),
+        "attention_overtakes_weights_prefill_at_tokens": th.attention_overtakes_weights_prefill_at_tokens(cfg),
+        "attention_causal_halving": False,
+        "prefill": prefill_rows,
+        # weights
+        "weight_format": fmt,
+        "weight_bytes": w_bytes,
+        "weight_bytes_by_group": w_groups,
+        "weight_bits_per_param": w_bytes * 8 / total,
+        "weight_bytes_read_per_step": w_read,
+        # decode floor
+        "decode_context_tokens": decode_context_tokens,
+        "decode_step_floor_ms": single * 1e3,
+        "decode_tokens_per_s_single_stream": th.tokens_per_s(1, single),
+        "decode_by_batch": decode_rows,
+        # KV pool
+        "kv_pool_source": pool_source,
+        "kv_pool_bytes": pool_bytes,
+        "kv_pool_tokens": pool_tokens,
+        "max_model_len": max_model_len,
+        "max_model_len_source": max_len_source,
+        "max_concurrency": th.max_concurrency_plain(pool_tokens, max_model_len),
+        "block_size": block_size,
+        "vllm_num_gpu_blocks": num_blocks,
+        "vllm_kv_cache_tokens": th.vllm_kv_cache_tokens(num_blocks, block_size),
+        "max_concurrency_vllm": th.vllm_max_concurrency(num_blocks, block_size, max_model_len),
+        "llama_cpp_ctx_total_for_max_model_len_per_slot": max_model_len * max(1, pool_tokens // max_model_len),
+        "llama_cpp_slots_at_max_model_len": pool_tokens // max_model_len,
+    }
+    if llama_cpp_ctx_total is not None or llama_cpp_slots is not None:
+        if not llama_cpp_ctx_total or not llama_cpp_slots or llama_cpp_ctx_total <= 0 or llama_cpp_slots <= 0:
+            raise PlanError("llama.cpp needs both -c (total context) and -np (slots), positive")
+        data["llama_cpp_ctx_total"] = llama_cpp_ctx_total
+        data["llama_cpp_slots"] = llama_cpp_slots
+        data["llama_cpp_n_ctx_slot"] = th.llama_cpp_n_ctx_slot(llama_cpp_ctx_total, llama_cpp_slots)
+        data["llama_cpp_kv_bytes"] = th.llama_cpp_kv_bytes(cfg, llama_cpp_ctx_total, kv_dtype)
+    if pool_source == "estimated":
+        data["kv_pool_estimate"] = {
+            "gpu_memory_utilization": th.DEFAULT_GPU_MEMORY_UTILIZATION,
+            "reserve_bytes": th.DEFAULT_KV_RESERVE_BYTES,
+            "formula": "gpu_memory_utilization * gpu_memory_bytes - weight_bytes - reserve_bytes",
+        }
+    else:
+        lo, hi = th.vllm_tokens_range_for_logged_gib(kv_pool_gib, kv_bpt, block_size)
+        data["kv_pool_gib_rounding_tolerance_tokens"] = th.logged_gib_tolerance_tokens(kv_bpt)
+        data["vllm_kv_cache_tokens_range"] = [lo, hi]
+        data["max_concurrency_vllm_range"] = [
+            th.vllm_max_concurrency(lo // block_size, block_size, max_model_len),
+            th.vllm_max_concurrency(hi // block_size, block_size, max_model_len),
+        ]
+    return data
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _gib(x: float) -> str:
+    return f"{x / th.GIB:,.2f} GiB"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:6.2f}%"
+
+
+def _bytes(x: float) -> str:
+    return _gib(x) if x >= th.GIB else f"{x / 2**20:,.1f} MiB"
+
+
+def _sci(x: float) -> str:
+    return f"{x:.3e}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align, strict=True)]
+        return "  ".join(out).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def render_table(d: dict) -> str:
+    """The plan as plain text, one section per topic."""
+    c = d["config"]
+    L = c["num_hidden_layers"]
+    out: list[str] = []
+    out.append(f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache {d['kv_dtype']}")
+    out.append(f"config: {d['model_config_path']}")
+    out.append(
+        f"shape: h={c['hidden_size']} I={c['intermediate_size']} L={L} H={c['num_attention_heads']} "
+        f"K={c['num_key_value_heads']} d={c['head_dim']} V={c['vocab_size']} tied={c['tie_word_embeddings']}"
+    )
+
+    out += ["", "== Parameters =="]
+    per_layer, per_share = d["params_per_layer_by_component"], d["params_per_layer_share_by_component"]
+    whole, whole_share = d["params_by_component"], d["params_share_by_component"]
+    bias = {"q_proj": c["qkv_bias"], "k_proj": c["qkv_bias"], "v_proj": c["qkv_bias"], "o_proj": c["o_bias"]}
+    rows = [["embed_tokens", "", "", "", _n(whole["embed_tokens"]), _pct(whole_share["embed_tokens"])]]
+    for name, count in per_layer.items():
+        label = name + (" (+bias)" if bias.get(name) else "")
+        rows.append([label, _n(count), _pct(per_share[name]), f"x{L}", _n(whole[name]), _pct(whole_share[name])])
+    rows.append(["norm (final)", "", "", "", _n(whole["norm"]), _pct(whole_share["norm"])])
+    head = "lm_head (tied: 0)" if c["tie_word_embeddings"] else "lm_head"
+    rows.append([head, "", "", "", _n(whole["lm_head"]), _pct(whole_share["lm_head"])])
+    rows.append(["total", _n(d["params_per_layer"]), _pct(1.0), f"x{L}", _n(d["params_total"]), _pct(1.0)])
+    out += _table(["component", "per layer", "of layer", "layers", "whole model", "of model"], rows, "lrrrrr")
+    attn = sum(per_share[k] for k in ("q_proj", "k_proj", "v_proj", "o_proj"))
+    mlp = sum(per_share[k] for k in ("gate_proj", "up_proj", "down_proj"))
+    out.append(
+        f"per layer: attention {100 * attn:.1f}%, MLP {100 * mlp:.1f}%; all layers "
+        f"{_n(d['params_layers_total'])} = {100 * d['params_layers_total'] / d['params_total']:.1f}% of the model"
+    )
+
+    out += ["", "== KV cache =="]
+    out.append(
+        f"KV bytes/token = 2 (K,V) x {L} layers x {c['num_key_value_heads']} kv heads x {c['head_dim']} head_dim "
+        f"x {d['kv_bytes_per_element']:g} B ({d['kv_dtype']}) = {_n(d['kv_bytes_per_token'])} B "
+        f"({d['kv_bytes_per_token'] / 1024:,.1f} KiB)"
+    )
+    out.append(
+        f"full multi-head would need {_n(d['kv_bytes_per_token_mha'])} B/token; GQA saves "
+        f"{d['gqa_factor']:g}x ({c['num_attention_heads']} heads / {c['num_key_value_heads']} kv heads)"
+    )
+    out.append(f"{max(1, d['max_model_len']):,} tokens of context = {_gib(d['kv_bytes_per_token'] * d['max_model_len'])}")
+
+    out += ["", "== FLOPs per token =="]
+    T = d["decode_context_tokens"]
+    out.append(f"layer matmuls   2 x {_n(d['matmul_params_per_layer'] * L)} weights = {_sci(d['flops_per_token_matmul'])}")
+    out.append(f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)")
+    out.append(f"attention       4 x T x L x H x d = {_n(d['attention_flops_per_token_per_context_token'])} x T (decode at context T)")
+    out.append(f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token")
+    out.append(
+        f"attention overtakes weights at T = {d['attention_overtakes_weights_at_tokens']:,} tokens (decode, lm_head included); "
+        f"prefill S = {d['attention_overtakes_weights_prefill_at_tokens']:,} (full SxS, no causal halving)"
+    )
+    for p in d["prefill"]:
+        out.append(
+            f"prefill of {p['prompt_tokens']:,} tokens: {_sci(p['flops'])} FLOPs "
+            f"(attention {_sci(p['attention_flops'])}) -> compute floor {p['compute_floor_ms']:.2f} ms at peak bf16"
+        )
+
+    out += ["", "== Weights =="]
+    g = d["weight_bytes_by_group"]
+    out.append(
+        f"{d['weight_format']}: {_n(d['weight_bytes'])} B ({_gib(d['weight_bytes'])}), "
+        f"{d['weight_bits_per_param']:.3f} bits/param"
+    )
+    out.append(
+        f"  embedding {_gib(g['embedding'])}, layers {_gib(g['layers'])}, lm_head {_gib(g['lm_head'])}, "
+        f"final norm {_n(g['final_norm'])} B"
+    )
+    note = "tied table read once as lm_head" if c["tie_word_embeddings"] else "embedding table gathered, not read"
+    out.append(
+        f"read per decode step: {_n(d['weight_bytes_read_per_step'])} B ({_gib(d['weight_bytes_read_per_step'])}); {note}"
+    )
+
+    out += ["", "== Decode floor =="]
+    out.append(
+        f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {d['gpu_bf16_flops_per_s'] / 1e12:,.1f} TFLOP/s dense bf16; "
+        f"each sequence holds {T:,} tokens of KV"
+    )
+    out.append("step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x FLOPs/token / peak")
+    rows = [
+        [
+            str(r["batch"]),
+            _bytes(r["kv_bytes_read_per_step"]),
+            f"{r['step_floor_ms']:.2f}",
+            f"{r['tokens_per_s']:,.1f}",
+            f"{r['compute_floor_ms']:.2f}",
+            "yes" if r["fits_kv_pool"] else "no",
+        ]
+        for r in d["decode_by_batch"]
+    ]
+    out += _table(["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr")
+    out.append(
+        f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> {d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
+    )
+
+    out += ["", "== KV pool =="]
+    if d["kv_pool_source"] == "given":
+        out.append(f"pool: {_gib(d['kv_pool_bytes'])} = {_n(d['kv_pool_bytes'])} B (given)")
+    else:
+        e = d["kv_pool_estimate"]
+        out.append(
+            f"pool: {_gib(d['kv_pool_bytes'])} (estimated: {e['gpu_memory_utilization']} x {_gib(d['gpu_memory_bytes'])} "
+            f"- weights {_gib(d['weight_bytes'])} - reserve {_gib(e['reserve_bytes'])})"
+        )
+    out.append(f"tokens: floor(pool / {_n(d['kv_bytes_per_token'])} B) = {d['kv_pool_tokens']:,}")
+    out.append(
+        f"max_model_len {d['max_model_len']:,} ({d['max_model_len_source']}): "
+        f"max concurrency {d['max_concurrency']:.2f} (tokens / max_model_len)"
+    )
+    blocks_per_req = math.ceil(d["max_model_len"] / d["block_size"])
+    out.append(
+        f"vLLM: block {d['block_size']} -> {d['vllm_num_gpu_blocks']:,} blocks = {d['vllm_kv_cache_tokens']:,} tokens; "
+        f"max concurrency {d['vllm_num_gpu_blocks']:,} / {blocks_per_req:,} blocks per request = {d['max_concurrency_vllm']:.2f}x"
+    )
+    if d["kv_pool_source"] == "given":
+        lo, hi = d["vllm_kv_cache_tokens_range"]
+        clo, chi = d["max_concurrency_vllm_range"]
+        out.append(
+            f"a GiB figure rounded to 2 decimals hides +/-{d['kv_pool_gib_rounding_tolerance_tokens']:,.1f} tokens: "
+            f"vLLM would report {lo:,}..{hi:,} tokens, {clo:.2f}x..{chi:.2f}x"
+        )
+    out.append(
+        f"llama.cpp: -np N -c C gives each slot C/N tokens; {d['llama_cpp_slots_at_max_model_len']:,} slots of "
+        f"{d['max_model_len']:,} fit (-c {d['llama_cpp_ctx_total_for_max_model_len_per_slot']:,})"
+    )
+    return "\n".join(out)
+
+
+def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> str:
+    """What `collector plan` prints: the table, or JSON with sorted keys."""
+    data = plan_data(
+        model=model,
+        gpu=gpu,
+        kv_pool_gib=kv_pool_gib,
+        max_model_len=max_model_len,
+        kv_dtype=kv_dtype,
+        weight_format=weight_format,
+        block_size=block_size,
+    )
+    if as_json:
+        return json.dumps(data, sort_keys=True, indent=2)
+    return render_table(data)
