@@ -1,0 +1,344 @@
+"""A campaign's runs, read from the raw store and parsed once, as the reconciliations need them.
+
+Every raw file goes through its one parser (``analysis.parse.parser_for``); this module only arranges
+the records: runs by round/engine/test kind, and one ``BenchPoint`` per `vllm bench serve` summary with
+the request parameters found for it in a sweep log, and a citation root so every finding can name the
+file it came from. A campaign of our own collector reads the same way: its bench-schema summary JSON
+files become points; its `requests.jsonl` is parsed when present (``RunData.requests``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from analysis.parse import parser_for
+from analysis.parse.bench_json import BenchResult
+from analysis.windows import naive_as_utc_epoch_s
+from collector.store import RawStore, RunInfo
+
+# Store bookkeeping that no parser covers: never measurement data.
+_STORE_FILES = {"run.json", "journal.jsonl", "manifest.json", "SEALED"}
+REQUESTS_FILE = "requests.jsonl"
+
+
+@dataclass
+class RequestLog:
+    """Our collector's request records of one run (analysis.parse.requests_jsonl.RequestRecord)."""
+
+    records: list[Any]
+BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"
+
+
+@dataclass
+class BenchPoint:
+    """One `vllm bench serve` summary: a benchmark point with what is known about its request shape."""
+
+    run: RunData
+    file: str  # name inside the run (e.g. "vllm_c064.json")
+    result: BenchResult
+    label: str  # file stem ("vllm_c064", "len_1024", "stress", "_warmup")
+    warmup: bool
+    concurrency: int | None
+    input_len_tokens: float | None  # total_input_tokens / completed (fixed-length random prompts)
+    requested_output_len_tokens: int | None
+    protocol_source: str | None  # citation of the requested lengths (a sweep log's Namespace line)
+    protocol_borrowed: bool  # lengths taken from another run's log (this run kept none)
+    sweep_point: Any | None  # the matching analysis.parse.sweep_log.SweepPoint, if the run has a log
+    order: int  # position in the sweep log (ground truth of the order), else by date
+
+    @property
+    def key(self) -> str:
+        """Stable id of the point inside a campaign: `<run>/<label>`."""
+        return f"{self.run.name}/{self.label}"
+
+    def cite(self, field_name: str | None = None) -> str:
+        return self.run.cite(self.file, field_name)
+
+    @property
+    def end_naive_utc_s(self) -> float | None:
+        """The result's `date` (client wall clock at the end, no zone) read as if UTC, epoch s."""
+        return bench_date_naive_utc_s(self.result.date)
+
+    @property
+    def temperature(self) -> float | None:
+        return None if self.sweep_point is None else self.sweep_point.namespace.get("temperature")
+
+
+def bench_date_naive_utc_s(date: str | None) -> float | None:
+    """`20260825-212205` (the client's wall clock, no zone) → epoch seconds as if UTC."""
+    if not date:
+        return None
+    return naive_as_utc_epoch_s(datetime.strptime(date, BENCH_DATE_FORMAT))
+
+
+@dataclass
+class RunData:
+    info: RunInfo
+    round: str | None  # normalised: "round1", "round2"; None for campaigns without rounds
+    engine: str
+    test: str
+    test_kind: str
+    cite_root: str
+    records: dict[str, Any] = field(default_factory=dict)  # file name -> parsed record
+    points: list[BenchPoint] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def cite(self, rel: str, where: int | str | None = None) -> str:
+        """`<original folder>/<file>[:line|:field]`: what a page shows as the source of a number."""
+        base = f"{self.cite_root}/{rel}" if self.cite_root else rel
+        return base if where is None else f"{base}:{where}"
+
+    def first(self, module: str) -> tuple[str, Any] | tuple[None, None]:
+        """The first file (by name) parsed by `analysis.parse.<module>`, and its record."""
+        for rel in sorted(self.records):
+            rec = self.records[rel]
+            if type(rec).__module__ == f"analysis.parse.{module}":
+                return rel, rec
+        return None, None
+
+    @property
+    def sweep(self) -> tuple[str, Any] | tuple[None, None]:
+        return self.first("sweep_log")
+
+    @property
+    def sampler(self) -> tuple[str, Any] | tuple[None, None]:
+        return self.first("sampler_csv")
+
+    @property
+    def server_log(self) -> tuple[str, Any] | tuple[None, None]:
+        rel, rec = self.first("vllm_log")
+        return (rel, rec) if rel else self.first("llamacpp_log")
+
+    @property
+    def scrape(self) -> tuple[str, Any] | tuple[None, None]:
+        return self.first("prometheus")
+
+    @property
+    def fingerprint(self) -> tuple[str, Any] | tuple[None, None]:
+        return self.first("fingerprint_txt")
+
+    @property
+    def requests(self) -> tuple[str, Any] | tuple[None, None]:
+        for rel in sorted(self.records):
+            if isinstance(self.records[rel], RequestLog):
+                return rel, self.records[rel]
+        return None, None
+
+
+@dataclass
+class Campaign:
+    name: str
+    runs: list[RunData]
+
+    @property
+    def rounds(self) -> list[str | None]:
+        return sorted({r.round for r in self.runs}, key=lambda x: (x is None, x or ""))
+
+    def select(self, round: str | None = None, engine: str | None = None, test_kind: str | None = None) -> list[RunData]:
+        out = [
+            r
+            for r in self.runs
+            if (round is None or r.round == round)
+            and (engine is None or r.engine == engine)
+            and (test_kind is None or r.test_kind == test_kind)
+        ]
+        return sorted(out, key=lambda r: r.name)
+
+    def points(self, **kw: Any) -> list[BenchPoint]:
+        return [p for r in self.select(**kw) for p in sorted(r.points, key=lambda p: p.order)]
+
+    def prefix(self, round: str | None) -> str:
+        """Finding-key prefix of a round: `round2.`; empty for a campaign without rounds."""
+        return f"{round}." if round else ""
+
+
+def normalise_round(value: str | None) -> str | None:
+    """`Round2` → `round2` (key-friendly); None stays None."""
+    if not value:
+        return None
+    return re.sub(r"[^a-z0-9]+", "", str(value).lower()) or None
+
+
+def _cite_root(info: RunInfo) -> str:
+    src = info.meta.get("source")
+    if isinstance(src, dict) and src.get("relative_dir"):
+        return str(src["relative_dir"])
+    return info.name
+
+
+def _parse_run(info: RunInfo) -> dict[str, Any]:
+    records: dict[str, Any] = {}
+    for rel in sorted(info.data_files()):
+        if Path(rel).name in _STORE_FILES:
+            continue
+        if Path(rel).name == REQUESTS_FILE:
+            # the registry leaves *.jsonl streams alone; an unsealed run may end in a torn line
+            from analysis.parse.requests_jsonl import parse_requests_jsonl
+
+            records[rel] = RequestLog(parse_requests_jsonl(info.path / rel, allow_torn_tail=not info.sealed))
+            continue
+        parser = parser_for(info.path / rel)
+        if parser is None:
+            continue
+        records[rel] = parser(info.path / rel)
+    return records
+
+
+def load_run(info: RunInfo) -> RunData:
+    meta = info.meta or {}
+    run = RunData(
+        info=info,
+        round=normalise_round(meta.get("round")),
+        engine=str(meta.get("engine") or ""),
+        test=str(meta.get("test") or info.name),
+        test_kind=str(meta.get("test_kind") or info.kind or ""),
+        cite_root=_cite_root(info),
+    )
+    run.records = _parse_run(info)
+    return run
+
+
+def _is_warmup(label: str) -> bool:
+    return "warmup" in label.lower()
+
+
+def _build_points(run: RunData) -> None:
+    sweep_rel, sweep = run.sweep
+    by_file: dict[str, Any] = {}
+    if sweep is not None:
+        for sp in sweep.points:
+            if sp.result_filename:
+                by_file[Path(sp.result_filename).name] = sp
+    pts: list[BenchPoint] = []
+    for rel in sorted(run.records):
+        rec = run.records[rel]
+        if not isinstance(rec, BenchResult):
+            continue
+        label = Path(rel).stem
+        sp = by_file.get(Path(rel).name)
+        inp = rec.total_input_tokens / rec.completed if rec.total_input_tokens and rec.completed else None
+        out_len = None
+        src = None
+        if sp is not None:
+            out_len = sp.namespace.get("random_output_len")
+            src = run.cite(sweep_rel, sp.namespace_line)
+        pts.append(
+            BenchPoint(
+                run=run,
+                file=rel,
+                result=rec,
+                label=label,
+                warmup=_is_warmup(label),
+                concurrency=rec.max_concurrency,
+                input_len_tokens=inp,
+                requested_output_len_tokens=int(out_len) if isinstance(out_len, int | float) else None,
+                protocol_source=src,
+                protocol_borrowed=False,
+                sweep_point=sp,
+                order=sp.index if sp is not None else -1,
+            )
+        )
+    if any(p.sweep_point is None for p in pts):
+        # No log position: order by the client's end time (then name), after any logged points.
+        base = max((p.order for p in pts), default=-1) + 1
+        unlogged = sorted((p for p in pts if p.sweep_point is None), key=lambda p: (p.end_naive_utc_s or 0, p.label))
+        for i, p in enumerate(unlogged):
+            p.order = base + i
+    if not pts:
+        pts = _points_from_requests(run)
+    run.points = sorted(pts, key=lambda p: p.order)
+
+
+def _points_from_requests(run: RunData) -> list[BenchPoint]:
+    """Our own runs: one point per `point` id of requests.jsonl, summarised in the bench schema."""
+    from analysis import metrics
+
+    rel, log = run.requests
+    if log is None or not log.records:
+        return []
+    groups: dict[str, list[Any]] = {}
+    for r in log.records:
+        groups.setdefault(r.point, []).append(r)
+    pts = []
+    for point, recs in groups.items():
+        res = metrics.bench_result(recs, str(run.info.path / rel))
+        first = recs[0]
+        pts.append(BenchPoint(
+            run=run, file=f"{rel}#{point}", result=res, label=point, warmup=first.phase_kind == "warmup",
+            concurrency=first.concurrency, input_len_tokens=res.total_input_tokens / res.completed if res.completed else None,
+            requested_output_len_tokens=first.max_tokens, protocol_source=run.cite(rel, "max_tokens"),
+            protocol_borrowed=False, sweep_point=None, order=first.point_index,
+        ))
+    return pts
+
+
+def _borrow_protocol(campaign: Campaign) -> None:
+    """Fill the requested lengths of points whose run kept no sweep log from a log that ran the same
+    client command: first the same round with the same input length and test kind family, then the
+    same test folder name in another round with the same result file name. Marked as borrowed."""
+    logged = [p for p in campaign.points() if p.sweep_point is not None]
+
+    def family(kind: str) -> str:
+        return "sweep" if kind in ("concurrency_sweep", "engine_comparison") else kind
+
+    for p in campaign.points():
+        if p.requested_output_len_tokens is not None or p.input_len_tokens is None:
+            continue
+        same_round = [
+            q
+            for q in logged
+            if q.run.round == p.run.round
+            and family(q.run.test_kind) == family(p.run.test_kind)
+            and q.sweep_point.namespace.get("random_input_len") == round(p.input_len_tokens)
+        ]
+        other_round = [
+            q
+            for q in logged
+            if q.run.round != p.run.round and q.run.test == p.run.test and Path(q.file).name == Path(p.file).name
+        ]
+        for cand in (same_round, other_round):
+            if cand:
+                q = sorted(cand, key=lambda q: (q.run.name, q.order))[0]
+                out_len = q.sweep_point.namespace.get("random_output_len")
+                if isinstance(out_len, int | float):
+                    p.requested_output_len_tokens = int(out_len)
+                    p.protocol_source = q.protocol_source
+                    p.protocol_borrowed = True
+                    break
+
+
+def load_campaign(raw_roots: Iterable[Path], name: str) -> Campaign:
+    runs: list[RunData] = []
+    for root in raw_roots:
+        store = RawStore(root)
+        for info in store.iter_runs(name):
+            if (info.meta or {}).get("test_kind") == "documents":
+                continue
+            run = load_run(info)
+            _build_points(run)
+            runs.append(run)
+    campaign = Campaign(name=name, runs=sorted(runs, key=lambda r: r.name))
+    _borrow_protocol(campaign)
+    return campaign
+
+
+def campaign_names(raw_roots: Iterable[Path]) -> list[str]:
+    names: set[str] = set()
+    for root in raw_roots:
+        if Path(root).is_dir():
+            names.update(RawStore(root).campaigns())
+    return sorted(names)
+
+
+def iter_points(campaign: Campaign, include_warmup: bool = False, **kw: Any) -> Iterator[BenchPoint]:
+    for p in campaign.points(**kw):
+        if include_warmup or not p.warmup:
+            yield p

@@ -1,0 +1,184 @@
+"""Small numerical methods the reconciliations share: least squares, log–log interpolation, knees,
+Pareto fronts and the crossing of two piecewise log–log curves.
+
+Pure functions on plain sequences (no pandas), so each one is tested on hand-checkable integers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """y ≈ slope · x + intercept, fitted by ordinary least squares over n points."""
+
+    slope: float
+    intercept: float
+    r2: float
+    n: int
+
+    def predict(self, x: float) -> float:
+        """ŷ = slope · x + intercept (units of y)."""
+        return self.slope * x + self.intercept
+
+
+def least_squares(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
+    """Ordinary least squares line through (x, y).
+
+    slope = Σ(x−x̄)(y−ȳ) / Σ(x−x̄)², intercept = ȳ − slope·x̄,
+    r² = 1 − SS_res / SS_tot with SS_res = Σ(y−ŷ)², SS_tot = Σ(y−ȳ)² (r² = 1 when SS_tot = 0 and the fit is exact).
+    Units: slope in [y]/[x], intercept in [y].
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"least_squares: {len(xs)} x values but {len(ys)} y values")
+    n = len(xs)
+    if n < 2:
+        raise ValueError(f"least_squares: need at least 2 points, got {n}")
+    x_mean = math.fsum(xs) / n
+    y_mean = math.fsum(ys) / n
+    sxx = math.fsum((x - x_mean) ** 2 for x in xs)
+    if sxx == 0:
+        raise ValueError("least_squares: all x values are equal; the slope is undefined")
+    sxy = math.fsum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    intercept = y_mean - slope * x_mean
+    ss_res = math.fsum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
+    ss_tot = math.fsum((y - y_mean) ** 2 for y in ys)
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return LinearFit(slope=slope, intercept=intercept, r2=r2, n=n)
+
+
+def error_pct(measured: float, theory: float) -> float:
+    """Relative error of a measurement against theory: (measured − theory) / theory · 100, in %."""
+    if theory == 0:
+        raise ValueError("error_pct: theory is zero; a relative error is undefined")
+    return (measured - theory) / theory * 100.0
+
+
+def loglog_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Value at x of the piecewise-linear curve through (log xᵢ, log yᵢ), i.e. a power law between
+    neighbours: y = y₀ · (x/x₀)^(log(y₁/y₀)/log(x₁/x₀)). xs strictly increasing, all values > 0;
+    x outside [x₀, xₙ] raises (no extrapolation)."""
+    _check_loglog(xs, ys)
+    if x <= 0:
+        raise ValueError(f"loglog_interp: x must be > 0, got {x}")
+    if x < xs[0] or x > xs[-1]:
+        raise ValueError(f"loglog_interp: x = {x} outside [{xs[0]}, {xs[-1]}]")
+    for i in range(len(xs) - 1):
+        x0, x1 = xs[i], xs[i + 1]
+        if x0 <= x <= x1:
+            y0, y1 = ys[i], ys[i + 1]
+            t = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp(math.log(y0) + t * math.log(y1 / y0))
+    return ys[-1]
+
+
+def _check_loglog(xs: Sequence[float], ys: Sequence[float]) -> None:
+    if len(xs) != len(ys) or len(xs) < 1:
+        raise ValueError("log–log curve: need equally many x and y values, at least one")
+    if any(v <= 0 for v in xs) or any(v <= 0 for v in ys):
+        raise ValueError("log–log curve: all values must be > 0")
+    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+        raise ValueError("log–log curve: x values must be strictly increasing")
+
+
+def loglog_crossings(xs: Sequence[float], ya: Sequence[float], yb: Sequence[float]) -> list[float]:
+    """The x values where two curves sampled at the same xs cross, each segment a power law
+    (log–log linear). On a segment where d = log(ya/yb) changes sign from d₀ to d₁, the crossing is
+    log x* = log x₀ + d₀/(d₀ − d₁) · log(x₁/x₀). A point where d = 0 exactly counts once."""
+    _check_loglog(xs, ya)
+    _check_loglog(xs, yb)
+    d = [math.log(a / b) for a, b in zip(ya, yb, strict=True)]
+    out: list[float] = []
+    for i in range(len(xs)):
+        if d[i] == 0 and (not out or out[-1] != xs[i]):
+            out.append(float(xs[i]))
+    for i in range(len(xs) - 1):
+        d0, d1 = d[i], d[i + 1]
+        if d0 * d1 < 0:
+            t = d0 / (d0 - d1)
+            out.append(math.exp(math.log(xs[i]) + t * math.log(xs[i + 1] / xs[i])))
+    return sorted(out)
+
+
+def knee(xs: Sequence[float], p50: Sequence[float], p99: Sequence[float], factor: float = 2.0) -> float | None:
+    """The lowest x whose p99 exceeds factor × its p50 (p99 > factor · p50); None when no point does.
+    xs need not be sorted."""
+    hits = [x for x, a, b in zip(xs, p50, p99, strict=True) if b > factor * a]
+    return min(hits) if hits else None
+
+
+def pareto_front(cost: Sequence[float], gain: Sequence[float]) -> list[int]:
+    """Indices of the points not dominated when cost should be low and gain high, ordered by cost
+    ascending. A point is dominated when another has cost ≤ and gain ≥ with at least one strict.
+    Ties (same cost and gain) keep the first index."""
+    order = sorted(range(len(cost)), key=lambda i: (cost[i], -gain[i], i))
+    front: list[int] = []
+    best_gain = -math.inf
+    for i in order:
+        if gain[i] > best_gain:
+            front.append(i)
+            best_gain = gain[i]
+    return front
+
+
+@dataclass(frozen=True)
+class BudgetPick:
+    """What a cost budget buys on a Pareto curve: the best measured point within budget."""
+
+    budget: float
+    index: int | None  # index into the input points; None when no point fits the budget
+    cost: float | None
+    gain: float | None
+
+
+def best_within_budget(cost: Sequence[float], gain: Sequence[float], budget: float) -> BudgetPick:
+    """The measured point with the highest gain among those with cost < budget (strict: "p99 TTFT < X");
+    budget = inf means no limit. Ties in gain go to the lower cost."""
+    fits = [i for i in range(len(cost)) if cost[i] < budget]
+    if not fits:
+        return BudgetPick(budget=budget, index=None, cost=None, gain=None)
+    i = max(fits, key=lambda j: (gain[j], -cost[j], -j))
+    return BudgetPick(budget=budget, index=i, cost=cost[i], gain=gain[i])
+
+
+def envelope_gain(budget: float, front_cost: Sequence[float], front_gain: Sequence[float]) -> float | None:
+    """The gain reachable at a cost budget on a Pareto front (cost ascending, gain ascending):
+    None below the cheapest point, log–log interpolation between front points (a concurrency between
+    two measured ones is assumed to behave as a power law), and the best gain beyond the last point."""
+    if budget < front_cost[0]:
+        return None
+    if budget >= front_cost[-1]:
+        return float(front_gain[-1])
+    return loglog_interp(budget, front_cost, front_gain)
+
+
+def envelope_crossings(
+    a_cost: Sequence[float], a_gain: Sequence[float], b_cost: Sequence[float], b_gain: Sequence[float]
+) -> list[float]:
+    """Budgets where the better of two Pareto envelopes (see ``envelope_gain``) changes.
+
+    Both envelopes are power laws between their breakpoints and flat after their last point, so on
+    the merged breakpoint grid log(gain_a/gain_b) is linear in log budget inside each interval and
+    its zero is found exactly (``loglog_crossings`` on the two-point segment). Below the cheaper
+    curve's first point only one engine is available; that change is not a crossing."""
+    grid = sorted(set(a_cost) | set(b_cost))
+    lo = max(a_cost[0], b_cost[0])
+    grid = [g for g in grid if g >= lo]
+    ga = [envelope_gain(g, a_cost, a_gain) for g in grid]
+    gb = [envelope_gain(g, b_cost, b_gain) for g in grid]
+    out: list[float] = []
+    for i in range(len(grid) - 1):
+        seg = loglog_crossings([grid[i], grid[i + 1]], [ga[i], ga[i + 1]], [gb[i], gb[i + 1]])
+        out.extend(seg)
+    if len(grid) == 1 and ga[0] == gb[0]:
+        out.append(grid[0])
+    # a crossing exactly on a grid point is reported by both neighbouring segments
+    dedup: list[float] = []
+    for x in sorted(out):
+        if not dedup or not math.isclose(x, dedup[-1], rel_tol=1e-12):
+            dedup.append(x)
+    return dedup

@@ -1,0 +1,270 @@
+"""``vllm bench serve --save-result`` JSON (also what llama.cpp runs of the same client wrote).
+
+Every version's keys are accepted: the known ones become typed fields named with their units, any other key
+is kept in ``extra`` untouched. Only ``completed`` and ``duration`` are required (every version writes them).
+A wrong type on a known key is a ParseError naming the key and its line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.parse import clip, decode_text, read_bytes
+from analysis.parse.errors import ParseError
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+# json key -> (field name, kind). kind: "int", "float", "str", "float_or_str" (request_rate may be "inf").
+_SCALARS: dict[str, tuple[str, str]] = {
+    "date": ("date", "str"),
+    "endpoint_type": ("endpoint_type", "str"),
+    "backend": ("backend", "str"),
+    "label": ("label", "str"),
+    "model_id": ("model_id", "str"),
+    "tokenizer_id": ("tokenizer_id", "str"),
+    "num_prompts": ("num_prompts", "int"),
+    "request_rate": ("request_rate_req_s", "rate"),
+    "burstiness": ("burstiness", "float"),
+    "max_concurrency": ("max_concurrency", "int"),
+    "duration": ("duration_s", "float"),
+    "completed": ("completed", "int"),
+    "failed": ("failed", "int"),
+    "total_input_tokens": ("total_input_tokens", "int"),
+    "total_output_tokens": ("total_output_tokens", "int"),
+    "request_throughput": ("request_throughput_req_s", "float"),
+    "request_goodput": ("request_goodput_req_s", "float"),
+    "output_throughput": ("output_throughput_tok_s", "float"),
+    "total_token_throughput": ("total_token_throughput_tok_s", "float"),
+    "max_output_tokens_per_s": ("max_output_tokens_per_s", "float"),
+    "max_concurrent_requests": ("max_concurrent_requests", "int"),
+    "rtfx": ("rtfx", "float"),
+}
+
+# Per-request arrays written with --save-detailed; vLLM stores ttfts/itls in seconds.
+_ARRAYS: dict[str, tuple[str, str]] = {
+    "input_lens": ("input_lens", "int"),
+    "output_lens": ("output_lens", "int"),
+    "ttfts": ("ttfts_s", "float"),
+    "itls": ("itls_s", "float_list"),
+    "generated_texts": ("generated_texts", "str"),
+    "errors": ("errors", "str"),
+}
+
+_REQUIRED = ("completed", "duration")
+_STAT_KEY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el)_ms$")
+
+
+@dataclass
+class LatencyStats:
+    """One latency metric's summary as the client computed it (all ms)."""
+
+    mean_ms: float | None = None
+    median_ms: float | None = None
+    std_ms: float | None = None
+    percentiles_ms: dict[float, float] = field(default_factory=dict)  # {50.0: ..., 90.0: ..., 99.0: ...}
+
+
+@dataclass
+class BenchResult:
+    path: str
+    completed: int
+    duration_s: float
+    date: str | None = None
+    endpoint_type: str | None = None
+    backend: str | None = None
+    label: str | None = None
+    model_id: str | None = None
+    tokenizer_id: str | None = None
+    num_prompts: int | None = None
+    request_rate_req_s: float | None = None  # inf for "send all at once"
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    failed: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput_req_s: float | None = None
+    request_goodput_req_s: float | None = None
+    output_throughput_tok_s: float | None = None
+    total_token_throughput_tok_s: float | None = None
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None  # client-side in flight; may exceed max_concurrency
+    rtfx: float | None = None
+    latency: dict[str, LatencyStats] = field(default_factory=dict)  # "ttft" | "tpot" | "itl" | "e2el"
+    input_lens: list[int] | None = None
+    output_lens: list[int] | None = None
+    ttfts_s: list[float] | None = None
+    itls_s: list[list[float]] | None = None
+    generated_texts: list[str] | None = None
+    errors: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # every key this parser does not know, verbatim
+
+    # Flat accessors in the JSON's own names, for the common summary statistics.
+    def stat_ms(self, stat: str, metric: str) -> float | None:
+        """``stat_ms("p99", "ttft")`` / ``stat_ms("mean", "itl")``; None when the file lacks it."""
+        s = self.latency.get(metric)
+        if s is None:
+            return None
+        if stat == "mean":
+            return s.mean_ms
+        if stat == "median":
+            return s.median_ms
+        if stat == "std":
+            return s.std_ms
+        if stat.startswith("p"):
+            return s.percentiles_ms.get(float(stat[1:]))
+        raise KeyError(stat)
+
+    @property
+    def mean_ttft_ms(self) -> float | None:
+        return self.stat_ms("mean", "ttft")
+
+    @property
+    def median_ttft_ms(self) -> float | None:
+        return self.stat_ms("median", "ttft")
+
+    @property
+    def p99_ttft_ms(self) -> float | None:
+        return self.stat_ms("p99", "ttft")
+
+    @property
+    def mean_tpot_ms(self) -> float | None:
+        return self.stat_ms("mean", "tpot")
+
+    @property
+    def median_tpot_ms(self) -> float | None:
+        return self.stat_ms("median", "tpot")
+
+    @property
+    def mean_itl_ms(self) -> float | None:
+        return self.stat_ms("mean", "itl")
+
+    @property
+    def mean_e2el_ms(self) -> float | None:
+        return self.stat_ms("mean", "e2el")
+
+
+def _key_line(text: str, key: str) -> int:
+    """Line of ``"key":`` in the source text (1 for the one-line files vLLM writes)."""
+    i = text.find(json.dumps(key) + ":")
+    return text.count("\n", 0, i) + 1 if i >= 0 else 1
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return (isinstance(v, int | float)) and not isinstance(v, bool)
+
+
+def _scalar(key: str, kind: str, v: Any, path: str, text: str) -> Any:
+    def bad(expected: str) -> ParseError:
+        return ParseError(
+            path, _key_line(text, key), f"key {key!r} should be {expected}, got {clip(repr(v), 60)}"
+        )
+
+    if v is None:
+        return None
+    if kind == "str":
+        if not isinstance(v, str):
+            raise bad("a string")
+        return v
+    if kind == "int":
+        # Some versions write integral counts as 40.0; accept only exactly integral floats.
+        if _is_int(v):
+            return v
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        raise bad("an integer")
+    if kind == "float":
+        if not _is_num(v):
+            raise bad("a number")
+        return float(v)
+    if kind == "rate":
+        if _is_num(v):
+            return float(v)
+        if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        raise bad('a number or "inf"')
+    raise AssertionError(kind)
+
+
+def _array(key: str, kind: str, v: Any, path: str, text: str) -> list[Any]:
+    line = _key_line(text, key)
+    if not isinstance(v, list):
+        raise ParseError(path, line, f"key {key!r} should be a list, got {clip(repr(v), 60)}")
+    out: list[Any] = []
+    for i, item in enumerate(v):
+        if kind == "int" and _is_int(item):
+            out.append(item)
+        elif kind == "float" and _is_num(item):
+            out.append(float(item))
+        elif kind == "str" and isinstance(item, str):
+            out.append(item)
+        elif kind == "float_list" and isinstance(item, list) and all(_is_num(x) for x in item):
+            out.append([float(x) for x in item])
+        else:
+            raise ParseError(path, line, f"key {key!r} item {i} has the wrong type: {clip(repr(item), 60)}")
+    return out
+
+
+def parse_bench_json_bytes(data: bytes, path: str | Path = "<bytes>") -> BenchResult:
+    path = str(path)
+    if not data.strip():
+        raise ParseError(path, None, "empty file")
+    text = decode_text(data, path)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ParseError(path, err.lineno, f"not valid JSON: {err.msg} (column {err.colno})") from None
+    except RecursionError:
+        raise ParseError(path, 1, "JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise ParseError(path, 1, f"expected a JSON object, got {type(obj).__name__}")
+    for key in _REQUIRED:
+        if key not in obj:
+            raise ParseError(path, 1, f"missing key {key!r}: not a `vllm bench serve` result")
+    values: dict[str, Any] = {}
+    latency: dict[str, LatencyStats] = {}
+    extra: dict[str, Any] = {}
+    for key, v in obj.items():
+        if key in _SCALARS:
+            name, kind = _SCALARS[key]
+            values[name] = _scalar(key, kind, v, path, text)
+            continue
+        if key in _ARRAYS:
+            name, kind = _ARRAYS[key]
+            values[name] = _array(key, kind, v, path, text)
+            continue
+        m = _STAT_KEY.match(key)
+        if m:
+            stat, pct, metric = m.group(1), m.group(2), m.group(3)
+            if v is None:
+                continue
+            if not _is_num(v):
+                raise ParseError(
+                    path, _key_line(text, key), f"key {key!r} should be a number, got {clip(repr(v), 60)}"
+                )
+            s = latency.setdefault(metric, LatencyStats())
+            if pct is not None:
+                s.percentiles_ms[float(pct)] = float(v)
+            elif stat == "mean":
+                s.mean_ms = float(v)
+            elif stat == "median":
+                s.median_ms = float(v)
+            else:
+                s.std_ms = float(v)
+            continue
+        extra[key] = v
+    if values.get("completed") is None or values.get("duration_s") is None:
+        raise ParseError(path, 1, "keys 'completed' and 'duration' must not be null")
+    return BenchResult(path=path, latency=latency, extra=extra, **values)
+
+
+def parse_bench_json(path: str | Path) -> BenchResult:
+    return parse_bench_json_bytes(read_bytes(path), path)

@@ -1,0 +1,181 @@
+"""`collector analyze`: raw store → parsed campaign → aligned windows → gates → sections → tables,
+Vega-Lite specs and findings.json per campaign. One way only; nothing here reads a clock or the network,
+so the same raw input gives byte-identical output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import charts
+from analysis import findings as fnd
+from analysis.campaign import Campaign, campaign_names, load_campaign
+from analysis.findings import FindingSet, dumps, write_table
+from analysis.reconcile import (
+    Context,
+    Section,
+    concurrency,
+    engines,
+    gates,
+    kv,
+    overload,
+    reproducibility,
+    selection,
+    structure,
+    theoryctx,
+    ttft,
+)
+from analysis.windows import PointTiming, align_points
+from collector.errors import AnatomyError
+
+SAMPLER_COUNTERS = ("preemptions", "queue_sum", "queue_cnt", "prefill_sum", "prefill_cnt", "decode_sum", "decode_cnt",
+                    "iter_tok_sum", "iter_tok_cnt", "flops", "read_bytes")
+SAMPLER_GAUGES = ("running", "waiting", "kv_usage", "gpu_mem_used_mib", "gpu_util", "power_w", "temp_c")
+
+
+def sampler_columns(table) -> tuple[list[float], dict[str, list[float]]]:
+    """The sampler record's columns by their CSV names (what citations use), None → NaN."""
+    from analysis.parse.sampler_csv import COLUMNS
+
+    ts = table.column("ts_s")
+    cols = {}
+    for csv_name, fieldname in COLUMNS.items():
+        if csv_name in table.columns:
+            cols[csv_name] = [float("nan") if v is None else float(v) for v in table.column(fieldname)]
+    return ts, cols
+
+
+def align(campaign: Campaign, ctx: Context) -> None:
+    """Per run with a sampler CSV: find the client's clock offset from activity and cut every point's window."""
+    for run in campaign.runs:
+        rel, table = run.sampler
+        if table is None or not table.rows:
+            continue
+        timings = [PointTiming(p.key, p.end_naive_utc_s, p.result.duration_s) for p in run.points
+                   if p.end_naive_utc_s is not None]
+        if not timings:
+            continue
+        ts, cols = sampler_columns(table)
+        est, wins = align_points(ts, cols, timings, SAMPLER_COUNTERS, SAMPLER_GAUGES)
+        ctx.offsets[run.name] = (est, run.cite(rel))
+        ctx.windows.update(wins)
+        ctx.sampler_series[run.name] = (ts, cols)
+
+
+def analyze_campaign(campaign: Campaign, out_dir: Path) -> list[str]:
+    ctx = Context(campaign=campaign)
+    align(campaign, ctx)
+    th = theoryctx.build(campaign)
+    gates.evaluate(campaign, ctx)
+    points = concurrency.points_frame(campaign, ctx, th)
+    sections: list[Section] = [
+        structure.run(campaign, th),
+        window_section(campaign, ctx),
+        gates.run(campaign, ctx),
+        concurrency.run(campaign, ctx, th, points),
+        ttft.run(campaign, ctx, points),
+        kv.run(campaign, ctx, th, points),
+        overload.run(campaign, ctx, th, points),
+        engines.run(campaign, ctx, th, points),
+        selection.run(campaign, ctx, points),
+        reproducibility.run(campaign, ctx, points),
+    ]
+    found = FindingSet()
+    tables: dict[str, pd.DataFrame] = {"points": points}
+    for s in sections:
+        found.extend(s.findings)
+        for name, df in s.tables.items():
+            if name in tables:
+                raise ValueError(f"table {name} written twice")
+            tables[name] = df
+    (out_dir / "tables").mkdir(parents=True, exist_ok=True)
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    for name in sorted(tables):
+        write_table(out_dir / "tables" / f"{name}.csv", tables[name])
+    specs = charts.all_figures(tables)
+    for name in sorted(specs):
+        (out_dir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
+    fnd.write_findings(out_dir / "findings.json", found)
+    index = {"campaign": campaign.name, "tables": sorted(tables), "figures": sorted(specs), "findings": found.keys()}
+    (out_dir / "index.json").write_text(dumps(index), encoding="utf-8")
+    n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
+    n_na = sum(1 for k in found.keys() if found[k].status == "n/a")
+    return [f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
+            f"{len(specs)} figures -> {out_dir}"]
+
+
+def window_section(campaign: Campaign, ctx: Context) -> Section:
+    """The clock offset found per run, and how well the windows line up with the sampler's activity."""
+    rows = []
+    findings = []
+    for run in campaign.runs:
+        if run.name not in ctx.offsets:
+            continue
+        est, src = ctx.offsets[run.name]
+        for p in run.points:
+            w = ctx.window(p)
+            if w is None:
+                continue
+            rows.append({"round": run.round or "", "test": run.test, "point": p.label, "offset_s": est.offset_s,
+                         "window_start_s": w.window.start_s, "window_end_s": w.window.end_s,
+                         "first_active_s": w.activity.first_active_s, "last_active_s": w.activity.last_active_s,
+                         "end_lag_s": w.end_lag_s, "order": p.order})
+    table = pd.DataFrame(rows)
+    for rnd in campaign.rounds:
+        pre = campaign.prefix(rnd)
+        runs = [r for r in campaign.select(round=rnd) if r.name in ctx.offsets]
+        if not runs:
+            findings.append(fnd.not_available(f"{pre}windows.client_clock_offset_s", "s", "no_sampler_csv",
+                                              f"no sampler CSV in {rnd}: the result dates cannot be checked"))
+            continue
+        offs = {r.name: ctx.offsets[r.name][0] for r in runs}
+        values = sorted({o.offset_s for o in offs.values()})
+        srcs = [ctx.offsets[r.name][1] for r in runs] + [p.cite("date") for r in runs for p in r.points][:3]
+        findings.append(fnd.Finding(
+            key=f"{pre}windows.client_clock_offset_s", value=values[0], unit="s", sources=tuple(srcs),
+            status="ok" if len(values) == 1 else "mismatch",
+            detail="result `date` (no zone) minus UTC, found as the offset whose windows hold the most "
+                   "running/waiting activity in the sampler CSV",
+            extra={"per_run": {k: v.offset_s for k, v in offs.items()},
+                   "runner_up_offset_s": {k: v.runner_up_offset_s for k, v in offs.items()},
+                   "active_samples_in_windows": {k: v.active_in_windows for k, v in offs.items()},
+                   "samples_in_windows": {k: v.samples_in_windows for k, v in offs.items()}}))
+        lags = [w for w in (ctx.window(p) for r in runs for p in r.points) if w is not None and w.end_lag_s is not None]
+        if lags:
+            worst = max(lags, key=lambda w: abs(w.end_lag_s))
+            findings.append(fnd.measured(f"{pre}windows.max_abs_end_lag_s", abs(worst.end_lag_s), "s", srcs[:len(runs)],
+                                         detail="|last active sampler row − result end time|, worst point"))
+        for r in runs:
+            rel, sweep = r.sweep
+            if sweep is None:
+                continue
+            logged = [p for p in r.points if p.sweep_point is not None]
+            by_log = [p.label for p in sorted(logged, key=lambda p: p.sweep_point.index)]
+            by_date = [p.label for p in sorted(logged, key=lambda p: (p.end_naive_utc_s, p.label))]
+            findings.append(fnd.checked(f"{pre}windows.{_slug(r.test)}.order_matches_sweep_log", by_log == by_date,
+                                        [r.cite(rel)], by_log=by_log, by_date=by_date))
+    return Section(name="windows", tables={"windows": table}, findings=findings)
+
+
+def _slug(s: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
+
+
+def analyze(raw_roots: list[Path], out: Path, campaigns: list[str] | None) -> Iterator[str]:
+    roots = [Path(r) for r in raw_roots]
+    names = campaigns or campaign_names(roots)
+    if not names:
+        raise AnatomyError(f"{', '.join(map(str, roots))}: no campaigns in the raw store")
+    known = set(campaign_names(roots))
+    for name in names:
+        if name not in known:
+            raise AnatomyError(f"campaign {name!r} not found under {', '.join(map(str, roots))}")
+    for name in names:
+        campaign = load_campaign(roots, name)
+        out_dir = Path(out) / name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        yield from analyze_campaign(campaign, out_dir)

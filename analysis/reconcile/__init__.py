@@ -1,0 +1,47 @@
+"""One module per report section; each exposes ``run(campaign, ctx) -> Section`` (tables + findings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis.findings import Finding
+
+
+@dataclass
+class Section:
+    """What a reconciliation hands the pipeline: tidy tables by name and the findings it states."""
+
+    name: str
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    """Shared, computed-once state the sections read: the campaign, the aligned sampler windows per
+    point (key → windows.PointWindowData), the clock offsets per run, and the gate results per point."""
+
+    campaign: object  # analysis.campaign.Campaign (kept loose to avoid an import cycle)
+    windows: dict = field(default_factory=dict)
+    offsets: dict = field(default_factory=dict)  # run name -> (windows.ClockOffset, sampler citation)
+    gates: dict = field(default_factory=dict)  # point key -> list[gates.GateResult]
+    sampler_series: dict = field(default_factory=dict)  # run name -> (ts_s, {csv column: values})
+
+    def window(self, point) -> object | None:
+        return self.windows.get(point.key)
+
+    def gate_ok(self, point) -> bool:
+        """No exclude-severity gate failed: the point may carry conclusions."""
+        return not self.gate_failures(point)
+
+    def gate_failures(self, point) -> list[str]:
+        from analysis.reconcile.gates import SEVERITY
+
+        return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and SEVERITY[g.gate] == "exclude"]
+
+    def gate_flags(self, point) -> list[str]:
+        from analysis.reconcile.gates import SEVERITY
+
+        return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and SEVERITY[g.gate] == "flag"]

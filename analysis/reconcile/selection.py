@@ -1,0 +1,80 @@
+"""Selection guide: per engine, the Pareto curve of output tokens/s against p99 TTFT across concurrency
+(log–log interpolation between points), the p99 TTFT budget where the better engine changes, and a
+table "p99 TTFT < X ms ⇒ concurrency N, tokens/s T" per engine for X in 500, 1000, 2000 ms and no limit."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis import findings as fnd
+from analysis import fits
+from analysis.campaign import Campaign
+from analysis.reconcile import Context, Section
+from analysis.reconcile.concurrency import sweep_points
+
+BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
+ENGINES = ("vllm", "llamacpp")
+
+
+def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
+    findings: list[fnd.Finding] = []
+    curve_rows: list[dict] = []
+    guide_rows: list[dict] = []
+    for rnd in campaign.rounds:
+        pre = campaign.prefix(rnd) + "selection."
+        fronts: dict[str, tuple[list[float], list[float]]] = {}
+        srcs: list[str] = []
+        for engine in ENGINES:
+            # gated-out points (failed requests, short outputs) cannot be recommended: they are drawn, not picked
+            allpts = sweep_points(campaign, rnd, engine)
+            pts = [p for p in allpts if ctx.gate_ok(p)]
+            cost = [p.result.p99_ttft_ms for p in pts]
+            gain = [p.result.output_throughput_tok_s for p in pts]
+            front = fits.pareto_front(cost, gain) if pts else []
+            for p in allpts:
+                curve_rows.append({"round": rnd or "", "engine": engine, "concurrency": p.concurrency,
+                                   "p99_ttft_ms": p.result.p99_ttft_ms,
+                                   "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,
+                                   "gate_ok": ctx.gate_ok(p), "on_front": p in [pts[i] for i in front],
+                                   "source": p.cite("p99_ttft_ms")})
+            if front:
+                fronts[engine] = ([cost[i] for i in front], [gain[i] for i in front])
+                srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [pts[i].cite("output_throughput") for i in front]
+            for b in BUDGETS_MS:
+                pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
+                guide_rows.append({"round": rnd or "", "engine": engine,
+                                   "p99_ttft_budget_ms": "none" if math.isinf(b) else int(b),
+                                   "concurrency": pts[pick.index].concurrency if pick.index is not None else None,
+                                   "output_throughput_tokens_per_s": pick.gain, "p99_ttft_ms": pick.cost})
+        key = pre + "boundary_p99_ttft_ms"
+        if len(fronts) < 2:
+            findings.append(fnd.not_available(key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd}"))
+            continue
+        (ac, ag), (bc, bg) = fronts["vllm"], fronts["llamacpp"]
+        xs = fits.envelope_crossings(ac, ag, bc, bg)
+        if not xs:
+            lead = "vllm" if (fits.envelope_gain(max(ac[0], bc[0]), ac, ag) or 0) > \
+                (fits.envelope_gain(max(ac[0], bc[0]), bc, bg) or 0) else "llamacpp"
+            findings.append(fnd.not_available(key, "ms", "no_crossing", f"{lead} is better at every shared budget",
+                                              srcs, better=lead))
+        else:
+            x = xs[0]
+            below = "vllm" if (fits.envelope_gain(x * 0.99, ac, ag) or 0) > (fits.envelope_gain(x * 0.99, bc, bg) or 0) \
+                else "llamacpp"
+            findings.append(fnd.measured(key, x, "ms", srcs, all_boundaries_ms=xs, better_below=below,
+                                         better_above="vllm" if below == "llamacpp" else "llamacpp",
+                                         only_engine_below_ms={"engine": "vllm" if ac[0] < bc[0] else "llamacpp",
+                                                               "ms": max(ac[0], bc[0])}))
+        for engine in ENGINES:
+            for row in guide_rows:
+                if row["round"] == (rnd or "") and row["engine"] == engine and row["p99_ttft_budget_ms"] == 1000:
+                    k = f"{pre}{engine}.best_under_1000ms_tokens_per_s"
+                    if row["output_throughput_tokens_per_s"] is None:
+                        findings.append(fnd.not_available(k, "tokens/s", "unknown", "no point has p99 TTFT < 1000 ms"))
+                    else:
+                        findings.append(fnd.measured(k, row["output_throughput_tokens_per_s"], "tokens/s", srcs,
+                                                     concurrency=row["concurrency"]))
+    return Section(name="selection", tables={"selection_curve": pd.DataFrame(curve_rows),
+                                             "selection_guide": pd.DataFrame(guide_rows)}, findings=findings)
