@@ -1,0 +1,130 @@
+"""Vega-Lite specs → static SVG, at build time.
+
+Why static SVG (vl-convert) rather than Vega JS in the browser: the pages are read where CDNs are slow or
+blocked, and a static image needs no script at all — nothing to fetch, nothing to execute, it prints, it shows
+in RSS readers and in the raw HTML. vl-convert embeds its own Vega/Vega-Lite (no network), and we forbid data
+URLs (``allowed_base_urls=[]``) so a spec can only use the data inlined by the analysis.
+
+Text in the SVG stays text (the browser draws it with the reader's fonts), but vl-convert lays the chart out
+with its own font metrics: without a CJK font registered, Chinese titles are measured with a Latin fallback and
+labels overlap. So we register the system's CJK fonts (Debian: fonts-noto-cjk) before the first conversion.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from analysis.parse.errors import ParseError
+
+# Where Debian/Ubuntu put CJK fonts (fonts-noto-cjk, fonts-wqy-*); the first that exists is registered.
+CJK_FONT_DIRS = (
+    Path("/usr/share/fonts/opentype/noto"),
+    Path("/usr/share/fonts/truetype/noto"),
+    Path("/usr/share/fonts/truetype/wqy"),
+    Path("/usr/share/fonts/opentype/source-han-sans"),
+)
+# Font stack written into every spec: the SVG names it, the reader's browser picks the first it has.
+FONT_STACK = '"Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", "WenQuanYi Micro Hei", sans-serif'
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+class FigureError(ValueError):
+    """A figure spec that cannot be published (no Chinese title, an axis without a title)."""
+
+
+@functools.cache
+def register_cjk_fonts() -> Path | None:
+    """Register the first CJK font folder found with vl-convert; return it (None when there is none)."""
+    import vl_convert as vlc
+
+    for d in CJK_FONT_DIRS:
+        if d.is_dir() and any(d.iterdir()):
+            vlc.register_font_directory(str(d))
+            return d
+    return None
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    try:
+        spec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ParseError(path, err.lineno, f"figure spec is not JSON ({err.msg})") from err
+    if not isinstance(spec, dict):
+        raise ParseError(path, 1, "figure spec is not a JSON object")
+    return spec
+
+
+def spec_title(spec: dict[str, Any]) -> str:
+    t = spec.get("title")
+    if isinstance(t, dict):
+        t = t.get("text")
+    if isinstance(t, list):
+        t = " ".join(str(x) for x in t)
+    return str(t or "")
+
+
+def _encodings(spec: dict[str, Any]):
+    """Every (channel, encoding) of the spec, layers/concats/facets included."""
+    enc = spec.get("encoding")
+    if isinstance(enc, dict):
+        for ch, e in enc.items():
+            if isinstance(e, dict):
+                yield ch, e
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        for sub in spec.get(key, []) or []:
+            if isinstance(sub, dict):
+                yield from _encodings(sub)
+    if isinstance(spec.get("spec"), dict):
+        yield from _encodings(spec["spec"])
+
+
+def check_publishable(spec: dict[str, Any], name: str) -> list[str]:
+    """Problems that keep a figure off the site: a non-Chinese title, a positional axis without a title.
+
+    An x/y encoding counts as titled when any encoding of that channel in the spec has a non-empty title
+    (layers share axes), or when the axis is switched off.
+    """
+    problems = []
+    if not _CJK.search(spec_title(spec)):
+        problems.append(f"{name}: the chart has no Chinese title (title={spec_title(spec)!r})")
+    titled: dict[str, bool] = {}
+    for ch, e in _encodings(spec):
+        if ch not in ("x", "y") or "field" not in e and "aggregate" not in e:
+            continue
+        axis = e.get("axis", {})
+        ok = bool(e.get("title")) or axis is None or (isinstance(axis, dict) and bool(axis.get("title")))
+        titled[ch] = titled.get(ch, False) or ok
+    for ch, ok in sorted(titled.items()):
+        if not ok:
+            problems.append(f"{name}: the {ch} axis has no title (give it one, with the unit)")
+    return problems
+
+
+def prepare_spec(spec: dict[str, Any], title: str | None = None) -> dict[str, Any]:
+    """A copy of the spec with the page's font stack (and the page's title when one is given)."""
+    spec = copy.deepcopy(spec)
+    if title:
+        old = spec.get("title")
+        spec["title"] = {**old, "text": title} if isinstance(old, dict) else title
+    config = spec.setdefault("config", {})
+    config.setdefault("font", FONT_STACK)
+    config.setdefault("background", "white")
+    # Chinese legend labels are long ("第二轮 · llama.cpp（Q4_K_M） · 带宽下限"): do not cut them off.
+    config.setdefault("legend", {}).setdefault("labelLimit", 360)
+    return spec
+
+
+def spec_to_svg(spec: dict[str, Any]) -> str:
+    """Render with vl-convert: zh-CN number locale (thousands separators), no external data."""
+    import vl_convert as vlc
+
+    register_cjk_fonts()
+    svg = vlc.vegalite_to_svg(spec, format_locale="zh-CN", allowed_base_urls=[])
+    if "<svg" not in svg or ("<path" not in svg and "<text" not in svg):
+        raise FigureError("vl-convert returned an empty SVG")
+    return svg

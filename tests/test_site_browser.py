@@ -1,0 +1,165 @@
+"""The built site in a real headless Chromium, served on 127.0.0.1 with every other host blocked.
+
+Every page loads with no console error and no failed request; every figure is a non-empty SVG that the
+browser decoded; every internal link (and anchor) resolves; a Chinese query in the search box finds the right
+page. Screenshots of the home page and one report go to build/test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import browser as br  # tests/browser.py (pytest puts tests/ on sys.path)
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def site() -> br.BuiltSite:
+    if br.reference_source() is None:
+        pytest.skip("reference campaign ../shared/seed-runs/rtx4090-qwen2.5-7b not present: nothing to build")
+    return br.built_site()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    exe = br.find_chromium()
+    if exe is None:
+        pytest.skip("no Chromium installed (Debian: apt-get install chromium); browser test skipped")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("python package playwright not installed (pip install playwright; no browser download needed)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True, args=br.CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def base_url(site):
+    with br.serve(site.site) as url:
+        yield url
+
+
+class PageWatch:
+    """Console errors, uncaught exceptions, failed or blocked requests of one page."""
+
+    def __init__(self, page, base_url: str):
+        self.errors: list[str] = []
+        self.blocked: list[str] = []
+        host = urllib.parse.urlsplit(base_url).netloc
+
+        def route(r):
+            if urllib.parse.urlsplit(r.request.url).netloc == host or r.request.url.startswith("data:"):
+                r.continue_()
+            else:
+                self.blocked.append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        page.on("requestfailed", lambda r: self.errors.append(f"requestfailed: {r.url} {r.failure}"))
+        page.on(
+            "response", lambda r: self.errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None
+        )
+
+
+def _new_page(chromium, base_url, **kw):
+    ctx = chromium.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN", **kw)
+    page = ctx.new_page()
+    return ctx, page, PageWatch(page, base_url)
+
+
+def test_every_page_loads_clean_and_every_figure_renders(site, chromium, base_url):
+    pages = br.html_pages(site.site)
+    assert len(pages) >= 12, pages
+    ctx, page, watch = _new_page(chromium, base_url)
+    figures_seen = set()
+    for rel in pages:
+        page.goto(base_url + rel, wait_until="load")
+        page.wait_for_load_state("networkidle")
+        assert page.locator("h1").count() >= 1, f"{rel}: no h1"
+        imgs = page.locator("figure.ia-figure img")
+        for i in range(imgs.count()):
+            img = imgs.nth(i)
+            img.scroll_into_view_if_needed()
+            img.evaluate("el => el.decode()")  # lazy images: wait until decoded
+            w = img.evaluate("el => el.naturalWidth")
+            src = img.evaluate("el => el.src")
+            assert w > 0, f"{rel}: figure {src} did not render"
+            figures_seen.add(urllib.parse.urlsplit(src).path)
+    assert not watch.errors, "\n".join(watch.errors)
+    assert not watch.blocked, f"pages tried to reach other hosts: {watch.blocked}"
+    ctx.close()
+    svgs = {"/" + p.relative_to(site.site).as_posix() for p in site.site.rglob("figures/*.svg")}
+    assert svgs and figures_seen == svgs, f"figures not shown on any page: {sorted(svgs - figures_seen)}"
+    for svg in svgs:
+        text = (site.site / svg.lstrip("/")).read_text(encoding="utf-8")
+        assert "<path" in text and re.search(r"[\u4e00-\u9fff]", text), f"{svg}: empty or without Chinese text"
+
+
+def test_internal_links_resolve(site, chromium, base_url):
+    ctx, page, _ = _new_page(chromium, base_url)
+    links: set[str] = set()
+    for rel in br.html_pages(site.site):
+        page.goto(base_url + rel, wait_until="domcontentloaded")
+        for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)"):
+            if href.startswith(base_url):
+                links.add(href)
+    ctx.close()
+    assert len(links) > 50
+    problems = []
+    for href in sorted(links):
+        parts = urllib.parse.urlsplit(href)
+        try:
+            with urllib.request.urlopen(urllib.parse.urlunsplit(parts._replace(fragment=""))) as resp:
+                body = resp.read().decode("utf-8", "replace")
+        except Exception as err:  # noqa: BLE001 - any failure is a broken link
+            problems.append(f"{href}: {err}")
+            continue
+        frag = urllib.parse.unquote(parts.fragment)
+        if frag and f'id="{frag}"' not in body:
+            problems.append(f"{href}: no element with id {frag!r}")
+    assert not problems, "\n".join(problems[:30])
+
+
+@pytest.mark.parametrize(
+    ("query", "expected_page"),
+    [("并发", "/concurrency/"), ("抢占", "/overload/"), ("首 token 延迟", "/ttft/"), ("预填充", "/ttft/")],
+)
+def test_chinese_search_finds_the_right_page(site, chromium, base_url, query, expected_page):
+    ctx, page, watch = _new_page(chromium, base_url)
+    page.goto(base_url, wait_until="networkidle")
+    box = page.locator("input.md-search__input")
+    box.click()  # at desktop width the search box sits in the header
+    box.fill(query)
+    # Material reads the query on keyup; filling CJK text (as an IME would) fires no key event.
+    box.press("End")
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    hrefs = page.eval_on_selector_all(".md-search-result__item a", "els => els.map(e => e.href)")
+    assert any(expected_page in h for h in hrefs[:10]), f"{query!r}: top results {hrefs[:10]}"
+    assert not watch.errors, "\n".join(watch.errors)
+    ctx.close()
+
+
+def test_screenshots(site, chromium, base_url):
+    br.ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shots = {
+        "home.png": ("", {}),
+        "report-concurrency.png": (f"campaigns/{br.REFERENCE_CAMPAIGN}/concurrency/", {}),
+        "report-overload-dark.png": (f"campaigns/{br.REFERENCE_CAMPAIGN}/overload/", {"color_scheme": "dark"}),
+    }
+    for name, (rel, kw) in shots.items():
+        ctx, page, watch = _new_page(chromium, base_url, **kw)
+        page.goto(base_url + rel, wait_until="networkidle")
+        out: Path = br.ARTIFACTS / name
+        page.screenshot(path=str(out), full_page=True)
+        assert out.stat().st_size > 10_000, f"{name}: screenshot suspiciously small"
+        assert not watch.errors, "\n".join(watch.errors)
+        ctx.close()

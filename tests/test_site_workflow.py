@@ -1,0 +1,63 @@
+"""The GitHub Pages workflow cannot run here; check that it parses and says what it must."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
+
+
+@pytest.fixture(scope="module")
+def wf() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+
+
+def _steps(wf: dict) -> list[dict]:
+    return [s for job in wf["jobs"].values() for s in job["steps"]]
+
+
+def test_triggers_on_push_to_main(wf):
+    on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as True
+    assert on["push"]["branches"] == ["main"]
+
+
+def test_pages_permissions(wf):
+    assert wf["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+
+
+def test_every_action_pinned_to_a_version(wf):
+    uses = [s["uses"] for s in _steps(wf) if "uses" in s]
+    assert uses, "no actions used"
+    for u in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+(\.\d+){0,2}", u), f"{u}: not pinned to a version"
+    assert set(uses) == {
+        "actions/checkout@v4",
+        "actions/setup-python@v5",
+        "actions/upload-pages-artifact@v3",
+        "actions/deploy-pages@v4",
+    }
+
+
+def test_builds_with_the_nox_session_and_uploads_mkdocs_site_dir(wf):
+    build = wf["jobs"]["build"]["steps"]
+    runs = [s.get("run", "") for s in build]
+    assert any(re.search(r"(^|\s)nox -s site(\s|$)", r) for r in runs)
+    upload = next(s for s in build if s.get("uses", "").startswith("actions/upload-pages-artifact"))
+    mk = yaml.safe_load(re.sub(r"!!python\S*", "", (ROOT / "mkdocs.yml").read_text(encoding="utf-8")))
+    assert upload["with"]["path"] == mk["site_dir"]
+    # the upload comes after the build
+    assert build.index(upload) > next(i for i, s in enumerate(build) if "nox -s site" in s.get("run", ""))
+
+
+def test_deploy_job_needs_build_and_uses_pages_environment(wf):
+    deploy = wf["jobs"]["deploy"]
+    assert deploy["needs"] == "build"
+    assert deploy["environment"]["name"] == "github-pages"
+    step = deploy["steps"][0]
+    assert step["uses"] == "actions/deploy-pages@v4"
+    assert deploy["environment"]["url"] == "${{ steps." + step["id"] + ".outputs.page_url }}"
