@@ -14,7 +14,11 @@ nox.options.sessions = ["site"]
 
 ROOT = Path(__file__).parent
 ENGINES = ROOT / ".engines"
-SEED_CAMPAIGN = ROOT.parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b"
+# The reference campaign (someone else's, never committed): ../shared here and in CI; the Pages workflow points
+# ANATOMY_SEED_CAMPAIGN at a checkout of its public source instead.
+SEED_CAMPAIGN = Path(
+    os.environ.get("ANATOMY_SEED_CAMPAIGN", ROOT.parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b")
+)
 IMPORTED_RAW = ROOT / "build" / "imported-raw"  # reference campaign imported from ../shared, never committed
 RESULTS = ROOT / "build" / "results"
 PUBLIC = ROOT / "public"
@@ -39,7 +43,7 @@ def _import_reference(session: nox.Session) -> list[Path]:
     roots = [ROOT / "raw"]
     if SEED_CAMPAIGN.is_dir():
         session.run(
-            "collector", "import", str(SEED_CAMPAIGN), "--campaign", SEED_CAMPAIGN.name, "--raw", str(IMPORTED_RAW)
+            "collector", "import", str(SEED_CAMPAIGN), "--campaign", "rtx4090-qwen2.5-7b", "--raw", str(IMPORTED_RAW)
         )
         roots.append(IMPORTED_RAW)
     else:

@@ -18,6 +18,7 @@ from typing import Any
 
 from analysis.parse import parser_for
 from analysis.parse.bench_json import BenchResult
+from analysis.rundocs import RunDocs
 from analysis.windows import naive_as_utc_epoch_s
 from collector.store import RawStore, RunInfo
 
@@ -31,6 +32,27 @@ class RequestLog:
     """Our collector's request records of one run (analysis.parse.requests_jsonl.RequestRecord)."""
 
     records: list[Any]
+
+
+@dataclass
+class ScrapeLog:
+    """Our collector's sampler scrapes of one run (analysis.parse.scrapes_jsonl.ScrapeRecord)."""
+
+    records: list[Any]
+
+
+@dataclass
+class EventLog:
+    """Our collector's events of one run (analysis.parse.events_jsonl.EventRecord); line = index + 1."""
+
+    records: list[Any]
+
+
+# Own-run phase kinds (requests.jsonl `phase_kind`) -> the test kinds the reconciliations select on.
+PHASE_TEST_KIND = {"concurrency": "concurrency_sweep", "length": "length_sweep", "overload": "overload",
+                   "warmup": "warmup"}
+COLLECTOR_RUN_KIND = "collector-run"
+CEILINGS_RUN_KIND = "ceilings"
 BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"
 
 
@@ -50,6 +72,12 @@ class BenchPoint:
     protocol_borrowed: bool  # lengths taken from another run's log (this run kept none)
     sweep_point: Any | None  # the matching analysis.parse.sweep_log.SweepPoint, if the run has a log
     order: int  # position in the sweep log (ground truth of the order), else by date
+    kind: str | None = None  # own runs: the point's test kind (PHASE_TEST_KIND); None: the run's
+
+    @property
+    def test_kind(self) -> str:
+        """What test this point belongs to: its own phase's kind in a collector run, else the run's."""
+        return self.kind or self.run.test_kind
 
     @property
     def key(self) -> str:
@@ -86,6 +114,12 @@ class RunData:
     cite_root: str
     records: dict[str, Any] = field(default_factory=dict)  # file name -> parsed record
     points: list[BenchPoint] = field(default_factory=list)
+    docs: RunDocs = field(default_factory=RunDocs)
+
+    @property
+    def own(self) -> bool:
+        """Written by our collector (`collector run`): exact clocks, scrapes, events, a prediction."""
+        return self.info.kind == COLLECTOR_RUN_KIND
 
     @property
     def name(self) -> str:
@@ -125,12 +159,31 @@ class RunData:
     def fingerprint(self) -> tuple[str, Any] | tuple[None, None]:
         return self.first("fingerprint_txt")
 
-    @property
-    def requests(self) -> tuple[str, Any] | tuple[None, None]:
+    def _of_type(self, kind: type) -> tuple[str, Any] | tuple[None, None]:
         for rel in sorted(self.records):
-            if isinstance(self.records[rel], RequestLog):
+            if isinstance(self.records[rel], kind):
                 return rel, self.records[rel]
         return None, None
+
+    @property
+    def requests(self) -> tuple[str, Any] | tuple[None, None]:
+        return self._of_type(RequestLog)
+
+    @property
+    def scrapes(self) -> tuple[str, Any] | tuple[None, None]:
+        return self._of_type(ScrapeLog)
+
+    @property
+    def events(self) -> tuple[str, Any] | tuple[None, None]:
+        return self._of_type(EventLog)
+
+    @property
+    def counter_source(self) -> str | None:
+        """The run-relative file the server's counters come from: the sampler CSV, else scrapes.jsonl."""
+        rel, _ = self.sampler
+        if rel is None:
+            rel, _ = self.scrapes
+        return rel
 
 
 @dataclass
@@ -152,8 +205,18 @@ class Campaign:
         ]
         return sorted(out, key=lambda r: r.name)
 
-    def points(self, **kw: Any) -> list[BenchPoint]:
-        return [p for r in self.select(**kw) for p in sorted(r.points, key=lambda p: p.order)]
+    def points(self, round: str | None = None, engine: str | None = None,
+               test_kind: str | None = None) -> list[BenchPoint]:
+        """Points of the selected runs in order; `test_kind` selects on each point's own kind (a collector run
+        holds a sweep, a length sweep and an overload in one run)."""
+        return [p for r in self.select(round=round, engine=engine) for p in sorted(r.points, key=lambda p: p.order)
+                if test_kind is None or p.test_kind == test_kind]
+
+    @property
+    def own(self) -> bool:
+        """Every run with points was written by our collector."""
+        runs = [r for r in self.runs if r.points]
+        return bool(runs) and all(r.own for r in runs)
 
     def prefix(self, round: str | None) -> str:
         """Finding-key prefix of a round: `round2.`; empty for a campaign without rounds."""
@@ -174,16 +237,33 @@ def _cite_root(info: RunInfo) -> str:
     return info.name
 
 
+def _is_document(rel: str) -> bool:
+    """Run documents read by analysis.rundocs (or verbatim fingerprint files): no measurement parser."""
+    from analysis import rundocs
+
+    name = Path(rel).name
+    return (rel.startswith("fingerprint/") or name in (rundocs.CEILINGS_FILE, rundocs.PLAN_FILE)
+            or rel in rundocs.MODEL_CONFIG_FILES)
+
+
 def _parse_run(info: RunInfo) -> dict[str, Any]:
+    from analysis.parse.events_jsonl import parse_events_jsonl
+    from analysis.parse.requests_jsonl import parse_requests_jsonl
+    from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
+
+    # the collector's append streams; an unsealed run may end in a torn line
+    streams = {REQUESTS_FILE: (parse_requests_jsonl, RequestLog), "scrapes.jsonl": (parse_scrapes_jsonl, ScrapeLog),
+               "events.jsonl": (parse_events_jsonl, EventLog)}
     records: dict[str, Any] = {}
+    own = info.kind in (COLLECTOR_RUN_KIND, CEILINGS_RUN_KIND)
     for rel in sorted(info.data_files()):
         if Path(rel).name in _STORE_FILES:
             continue
-        if Path(rel).name == REQUESTS_FILE:
-            # the registry leaves *.jsonl streams alone; an unsealed run may end in a torn line
-            from analysis.parse.requests_jsonl import parse_requests_jsonl
-
-            records[rel] = RequestLog(parse_requests_jsonl(info.path / rel, allow_torn_tail=not info.sealed))
+        if Path(rel).name in streams:
+            fn, wrap = streams[Path(rel).name]
+            records[rel] = wrap(fn(info.path / rel, allow_torn_tail=not info.sealed))
+            continue
+        if own and _is_document(rel):
             continue
         parser = parser_for(info.path / rel)
         if parser is None:
@@ -203,6 +283,10 @@ def load_run(info: RunInfo) -> RunData:
         cite_root=_cite_root(info),
     )
     run.records = _parse_run(info)
+    if info.kind in (COLLECTOR_RUN_KIND, CEILINGS_RUN_KIND):
+        from analysis.rundocs import read_run_docs
+
+        run.docs = read_run_docs(info.path, info.data_files())
     return run
 
 
@@ -246,7 +330,9 @@ def _build_points(run: RunData) -> None:
                 order=sp.index if sp is not None else -1,
             )
         )
-    if any(p.sweep_point is None for p in pts):
+    if run.own:
+        _own_point_facts(run, pts)
+    elif any(p.sweep_point is None for p in pts):
         # No log position: order by the client's end time (then name), after any logged points.
         base = max((p.order for p in pts), default=-1) + 1
         unlogged = sorted((p for p in pts if p.sweep_point is None), key=lambda p: (p.end_naive_utc_s or 0, p.label))
@@ -255,6 +341,26 @@ def _build_points(run: RunData) -> None:
     if not pts:
         pts = _points_from_requests(run)
     run.points = sorted(pts, key=lambda p: p.order)
+
+
+def _own_point_facts(run: RunData, pts: list[BenchPoint]) -> None:
+    """A collector run's points: kind, warm-up, requested lengths and order from their requests.jsonl
+    records (the plan's truth, written per request), not guessed from file names."""
+    rel, log = run.requests
+    by_point: dict[str, Any] = {}
+    for r in (log.records if log is not None else []):
+        by_point.setdefault(r.point, r)
+    for p in pts:
+        first = by_point.get(p.label)
+        if first is None:
+            continue
+        p.kind = PHASE_TEST_KIND.get(first.phase_kind, first.phase_kind)
+        p.warmup = first.phase_kind == "warmup"
+        p.requested_output_len_tokens = first.max_tokens
+        p.protocol_source = run.cite(rel, "max_tokens")
+        p.order = first.point_index
+        if p.concurrency is None:
+            p.concurrency = first.concurrency
 
 
 def _points_from_requests(run: RunData) -> list[BenchPoint]:
@@ -276,6 +382,7 @@ def _points_from_requests(run: RunData) -> list[BenchPoint]:
             concurrency=first.concurrency, input_len_tokens=res.total_input_tokens / res.completed if res.completed else None,
             requested_output_len_tokens=first.max_tokens, protocol_source=run.cite(rel, "max_tokens"),
             protocol_borrowed=False, sweep_point=None, order=first.point_index,
+            kind=PHASE_TEST_KIND.get(first.phase_kind, first.phase_kind),
         ))
     return pts
 

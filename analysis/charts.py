@@ -199,6 +199,59 @@ def reproducibility_delta(df: pd.DataFrame) -> alt.Chart:
     ).properties(width=WIDTH, height=HEIGHT)
 
 
+def _series_label(df: pd.DataFrame) -> pd.DataFrame:
+    d = _labelled(df)
+    fmt = d["weight_format"].fillna("").map(lambda w: zh.WEIGHT_FORMATS.get(w, w))
+    d["line_zh"] = d["series"] + " · " + d["engine"].map(lambda e: zh.ENGINE_NAMES.get(e, e)) + "（" + fmt + "）"
+    return d
+
+
+def roofline_itl_floor(df: pd.DataFrame) -> alt.Chart:
+    f = _fig("roofline_itl_floor")
+    d = _series_label(df)
+    long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
+                  value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
+                  var_name="what", value_name="ms").dropna(subset=["ms"])
+    long["what_zh"] = long["what"].map({"p50_itl_ms": zh.SERIES["measured_p50_itl"],
+                                        "floor_datasheet_ms": zh.SERIES["floor_datasheet"],
+                                        "floor_measured_ms": zh.SERIES["floor_measured"]})
+    base = alt.Chart(long, title=f["title"]).encode(
+        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
+        color=alt.Color("line_zh:N", title=f["color"]),
+        strokeDash=alt.StrokeDash("what_zh:N", title=zh.COLUMNS["what"]),
+    )
+    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+
+
+def roofline_achievement(df: pd.DataFrame) -> alt.Chart:
+    f = _fig("roofline_achievement")
+    d = _series_label(df)
+    long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
+                  value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
+                  var_name="basis", value_name="pct").dropna(subset=["pct"])
+    long["basis_zh"] = long["basis"].map({"achievement_datasheet_pct": zh.SERIES["floor_datasheet"],
+                                          "achievement_measured_pct": zh.SERIES["floor_measured"]})
+    base = alt.Chart(long, title=f["title"]).encode(
+        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("pct:Q", title=f["y"]),
+        color=alt.Color("line_zh:N", title=f["color"]),
+        strokeDash=alt.StrokeDash("basis_zh:N", title=zh.COLUMNS["basis"]),
+    )
+    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+
+
+def prediction_vs_measured(df: pd.DataFrame) -> alt.Chart:
+    f = _fig("prediction_vs_measured")
+    d = df.dropna(subset=["ratio"]).assign(quantity_zh=lambda x: x["quantity"].map(lambda q: zh.QUANTITIES.get(q, q)))
+    return alt.Chart(d, title=f["title"]).mark_bar().encode(
+        x=alt.X("ratio:Q", title=f["x"], scale=alt.Scale(type="log")),
+        y=alt.Y("quantity_zh:N", title=f["y"]), yOffset="run:N",
+        color=alt.Color("run:N", title=f["color"]),
+        tooltip=["run:N", "quantity:N", "predicted:Q", "measured:Q", "ratio:Q"],
+    ).properties(width=WIDTH, height=HEIGHT)
+
+
 # figure name -> (table it draws, function)
 FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
     "structure_params": ("structure_params", structure_params),
@@ -213,6 +266,9 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
     "engines_itl_roofline": ("engines_points", engines_itl_roofline),
     "selection_pareto": ("selection_curve", selection_pareto),
     "reproducibility_delta": ("reproducibility", reproducibility_delta),
+    "roofline_itl_floor": ("roofline_points", roofline_itl_floor),
+    "roofline_achievement": ("roofline_points", roofline_achievement),
+    "prediction_vs_measured": ("prediction_vs_measured", prediction_vs_measured),
 }
 
 
@@ -220,6 +276,80 @@ def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
     """Vega-Lite specs (dicts) of every figure whose table has rows; a figure with no data is left out."""
     out: dict[str, dict] = {}
     for name, (table, fn) in FIGURES.items():
+        df = tables.get(table)
+        if df is None or not len(df):
+            continue
+        out[name] = fn(df).to_dict()
+    return out
+
+
+# --- cross-campaign comparison (out/_comparison/) ----------------------------------------------------------
+
+
+def _campaign_series(df: pd.DataFrame) -> pd.DataFrame:
+    d = _labelled(df)
+    fmt = d["weight_format"].fillna("").map(lambda w: zh.WEIGHT_FORMATS.get(w, w))
+    d["line_zh"] = d["campaign"] + " · " + d["engine"].map(lambda e: zh.ENGINE_NAMES.get(e, e)) + "（" + fmt + "）"
+    return d
+
+
+def comparison_itl_floor(df: pd.DataFrame) -> alt.Chart:
+    f = _fig("comparison_itl_floor")
+    d = _campaign_series(df)
+    long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
+                  value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
+                  var_name="what", value_name="ms").dropna(subset=["ms"])
+    long["what_zh"] = long["what"].map({"p50_itl_ms": zh.SERIES["measured_p50_itl"],
+                                        "floor_datasheet_ms": zh.SERIES["floor_datasheet"],
+                                        "floor_measured_ms": zh.SERIES["floor_measured"]})
+    base = alt.Chart(long, title=f["title"]).encode(
+        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
+        color=alt.Color("line_zh:N", title=f["color"]),
+        strokeDash=alt.StrokeDash("what_zh:N", title=zh.COLUMNS["what"]),
+    )
+    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+
+
+def comparison_achievement(df: pd.DataFrame) -> alt.Chart:
+    f = _fig("comparison_achievement")
+    d = _campaign_series(df)
+    long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
+                  value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
+                  var_name="basis", value_name="pct").dropna(subset=["pct"])
+    long["basis_zh"] = long["basis"].map({"achievement_datasheet_pct": zh.SERIES["floor_datasheet"],
+                                          "achievement_measured_pct": zh.SERIES["floor_measured"]})
+    base = alt.Chart(long, title=f["title"]).encode(
+        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("pct:Q", title=f["y"]),
+        color=alt.Color("line_zh:N", title=f["color"]),
+        strokeDash=alt.StrokeDash("basis_zh:N", title=zh.COLUMNS["basis"]),
+    )
+    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+
+
+def comparison_throughput(df: pd.DataFrame) -> alt.Chart:
+    f = _fig("comparison_throughput")
+    d = _campaign_series(df)
+    base = alt.Chart(d, title=f["title"]).encode(
+        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("output_throughput_tokens_per_s:Q", title=f["y"], scale=alt.Scale(type="log")),
+        color=alt.Color("line_zh:N", title=f["color"]),
+    )
+    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+
+
+COMPARISON_FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
+    "comparison_itl_floor": ("comparison_roofline", comparison_itl_floor),
+    "comparison_achievement": ("comparison_roofline", comparison_achievement),
+    "comparison_throughput": ("comparison_roofline", comparison_throughput),
+}
+
+
+def comparison_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
+    """Vega-Lite specs of the cross-campaign figures whose table has rows."""
+    out: dict[str, dict] = {}
+    for name, (table, fn) in COMPARISON_FIGURES.items():
         df = tables.get(table)
         if df is None or not len(df):
             continue

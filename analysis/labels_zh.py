@@ -65,6 +65,15 @@ REASONS: dict[str, str] = {
     "temperature_not_zero": "请求未强制温度 0（贪心解码）",
     "prefix_caching_on": "前缀缓存未关闭",
     "preemptions_outside_overload": "非过载测试中出现了抢占",
+    "input_tokens_differ": "服务器计数的输入 token 与请求的长度不一致",
+    "token_counts_unreliable": "客户端逐块统计的 token 数与服务器的 usage 不一致，ITL/TPOT 不可信",
+    "no_prediction": "运行没有可用的预测（prediction.json 为空或缺失）",
+    "no_gpu_datasheet": "没有该设备的数据手册（如 CPU），无法给出带宽/算力屋顶线",
+    "no_measured_ceiling": "该批次没有实测的带宽/算力上限（ceilings.json）",
+    "no_preemption_counter": "该引擎没有抢占计数器",
+    "no_second_format": "同一引擎只有一种权重格式，无法比较量化加速",
+    "single_campaign": "只分析了一个批次，无法跨批次比较",
+    "not_in_both": "两个批次中只有一个有该系列",
     "unknown": "无法从现有文件判断",
 }
 
@@ -87,6 +96,14 @@ COLUMNS: dict[str, str] = {
     "gate_ok": "通过自检",
     "gate": "自检项",
     "reason": "原因",
+    "what": "曲线",
+    "basis": "带宽依据",
+    "campaign": "批次",
+    "series": "系列",
+    "predicted": "预测值",
+    "measured": "实测值",
+    "ratio": "实测 ÷ 预测",
+    "weight_format": "权重格式",
 }
 
 ENGINES: dict[str, str] = {"vllm": "vLLM（bf16）", "llamacpp": "llama.cpp（Q4_K_M）"}
@@ -102,6 +119,8 @@ GATES: dict[str, str] = {
     "prefix_caching_off": "前缀缓存关闭",
     "no_preemptions": "非过载测试无抢占",
     "fingerprint": "有环境指纹",
+    "input_tokens": "输入 token 等于请求值",
+    "stream_token_counts": "流式 token 计数与服务器一致",
 }
 
 COMPONENTS: dict[str, str] = {
@@ -136,6 +155,16 @@ FIGURES: dict[str, dict[str, str]] = {
     "engines_itl_roofline": {"title": "p50 token 间延迟与带宽下限", "x": "并发数", "y": "token 间延迟（毫秒）", "color": "系列"},
     "selection_pareto": {"title": "选型：吞吐与 p99 首 token 延迟", "x": "p99 首 token 延迟（毫秒）", "y": "输出吞吐（token/s）", "color": "引擎"},
     "reproducibility_delta": {"title": "两轮之间的吞吐差异", "x": "并发数", "y": "吞吐差异（%）", "color": "引擎"},
+    "roofline_itl_floor": {"title": "实测 p50 token 间延迟与带宽下限（数据手册 / 实测上限）", "x": "并发数",
+                           "y": "token 间延迟（毫秒）", "color": "系列"},
+    "roofline_achievement": {"title": "屋顶线达成率", "x": "并发数", "y": "下限 ÷ 实测（%）", "color": "系列"},
+    "prediction_vs_measured": {"title": "测量前的预测与实测之比", "x": "实测 ÷ 预测", "y": "量", "color": "运行"},
+    "comparison_itl_floor": {"title": "跨批次：p50 token 间延迟与带宽下限", "x": "并发数", "y": "token 间延迟（毫秒）",
+                             "color": "批次 · 系列"},
+    "comparison_achievement": {"title": "跨批次：屋顶线达成率（数据手册与实测上限）", "x": "并发数",
+                               "y": "下限 ÷ 实测（%）", "color": "批次 · 系列"},
+    "comparison_throughput": {"title": "跨批次：输出吞吐随并发数的变化", "x": "并发数", "y": "输出吞吐（token/s）",
+                              "color": "批次 · 系列"},
 }
 
 SERIES: dict[str, str] = {
@@ -151,6 +180,21 @@ SERIES: dict[str, str] = {
     "preemptions": "累计抢占次数",
     "measured": "实测",
     "fit": "拟合",
+    "floor_datasheet": "带宽下限（数据手册）",
+    "floor_measured": "带宽下限（实测上限）",
+}
+
+# engine names without a weight format (a campaign can run one engine with several formats)
+ENGINE_NAMES: dict[str, str] = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
+WEIGHT_FORMATS: dict[str, str] = {"bf16": "bf16", "fp16": "F16", "q4_k_m": "Q4_K_M", "q8_0": "Q8_0", "fp32": "F32"}
+
+# what a prediction-vs-measured row is about
+QUANTITIES: dict[str, str] = {
+    "decode_step_ms": "单流解码步长（毫秒）",
+    "decode_tokens_per_s_single_stream": "单流解码速度（token/s）",
+    "kv_pool_tokens": "KV 池容量（token）",
+    "max_concurrency": "最大并发（满长请求）",
+    "weight_mib": "权重大小（MiB）",
 }
 
 

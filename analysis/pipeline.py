@@ -16,12 +16,16 @@ from analysis.findings import FindingSet, dumps, write_table
 from analysis.reconcile import (
     Context,
     Section,
+    capacity,
+    comparison,
     concurrency,
     engines,
     gates,
     kv,
     overload,
+    prediction,
     reproducibility,
+    roofline,
     selection,
     structure,
     theoryctx,
@@ -47,9 +51,37 @@ def sampler_columns(table) -> tuple[list[float], dict[str, list[float]]]:
     return ts, cols
 
 
+def align_own(run, ctx: Context) -> None:
+    """A collector run: windows on its own monotonic clock, counters from its /metrics scrapes."""
+    from analysis import scrape_series
+
+    srel, scrapes = run.scrapes
+    rrel, log = run.requests
+    if scrapes is None or log is None:
+        return
+    ts, cols, lines = scrape_series.series(scrapes.records, str(run.info.path / srel))
+    if not ts:
+        return
+    ctx.sampler_series[run.name] = (ts, cols)
+    ctx.sample_lines[run.name] = lines
+    by_point: dict[str, list] = {}
+    for r in log.records:
+        by_point.setdefault(r.point, []).append(r)
+    for p in run.points:
+        recs = by_point.get(p.label)
+        if not recs:
+            continue
+        win = scrape_series.point_window([r.send_mono_ns for r in recs], [r.end_mono_ns for r in recs])
+        ctx.windows[p.key] = scrape_series.window_data(ts, cols, win)
+
+
 def align(campaign: Campaign, ctx: Context) -> None:
-    """Per run with a sampler CSV: find the client's clock offset from activity and cut every point's window."""
+    """Per run with a sampler CSV: find the client's clock offset from activity and cut every point's window.
+    A collector run needs no offset: see align_own."""
     for run in campaign.runs:
+        if run.own:
+            align_own(run, ctx)
+            continue
         rel, table = run.sampler
         if table is None or not table.rows:
             continue
@@ -65,6 +97,44 @@ def align(campaign: Campaign, ctx: Context) -> None:
 
 
 def analyze_campaign(campaign: Campaign, out_dir: Path) -> list[str]:
+    return _analyze_campaign(campaign, out_dir)[0]
+
+
+def _capacity_by_series(campaign: Campaign, th, tables: dict[str, pd.DataFrame], found: FindingSet) -> list[dict]:
+    """Per series (engine + weight format): the pool the server reported, with its theory where one exists."""
+    out: list[dict] = []
+    cap = tables.get("capacity")
+    if cap is not None and len(cap):
+        for _, r in cap.iterrows():
+            fmt = th.run_formats.get(r["run"])
+            key = comparison.series_key(r["engine"], fmt[0] if fmt else None)
+            if r["engine"] == "vllm":
+                t = r.get("kv_pool_tokens_theory")
+                out.append({"series_key": key, "tokens": int(r["kv_pool_tokens_log"]),
+                            "theory": None if pd.isna(t) else float(t), "source": r["source"]})
+            else:
+                t = r.get("ctx_total_flag")
+                out.append({"series_key": key, "tokens": int(r["capacity_tokens"]) if "capacity_tokens" in r
+                            and not pd.isna(r["capacity_tokens"]) else None,
+                            "theory": None if t is None or pd.isna(t) else float(t), "source": r["source"]})
+        return out
+    rounds = [r for r in campaign.rounds if r is not None] or [None]
+    last = campaign.prefix(rounds[-1])
+    if f"{last}kv_pool_tokens_log" in found and found[f"{last}kv_pool_tokens_log"].value is not None:
+        f = found[f"{last}kv_pool_tokens_log"]
+        out.append({"series_key": comparison.series_key("vllm", th.weight_formats.get("vllm")), "tokens": f.value,
+                    "theory": f.theory, "tolerance_pct": f.tolerance_pct, "source": f.sources[0]})
+    for run in campaign.select(round=rounds[-1], engine="llamacpp"):
+        rel, log = run.server_log
+        if log is not None and getattr(log, "n_slots", None) and getattr(log, "n_ctx_slot", None):
+            out.append({"series_key": comparison.series_key("llamacpp", th.weight_formats.get("llamacpp")),
+                        "tokens": log.n_slots * log.n_ctx_slot, "theory": None,
+                        "source": run.cite(rel, log.lines.get("n_slots"))})
+            break
+    return out
+
+
+def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], comparison.CampaignSummary]:
     ctx = Context(campaign=campaign)
     align(campaign, ctx)
     th = theoryctx.build(campaign)
@@ -79,6 +149,9 @@ def analyze_campaign(campaign: Campaign, out_dir: Path) -> list[str]:
         kv.run(campaign, ctx, th, points),
         overload.run(campaign, ctx, th, points),
         engines.run(campaign, ctx, th, points),
+        capacity.run(campaign, ctx, th),
+        prediction.run(campaign, ctx, th),
+        roofline.run(campaign, ctx, th),
         selection.run(campaign, ctx, points),
         reproducibility.run(campaign, ctx, points),
     ]
@@ -102,8 +175,38 @@ def analyze_campaign(campaign: Campaign, out_dir: Path) -> list[str]:
     (out_dir / "index.json").write_text(dumps(index), encoding="utf-8")
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
     n_na = sum(1 for k in found.keys() if found[k].status == "n/a")
-    return [f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
-            f"{len(specs)} figures -> {out_dir}"]
+    lines = [f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
+             f"{len(specs)} figures -> {out_dir}"]
+    summary = comparison.CampaignSummary(
+        name=campaign.name, tables=tables, findings=found, gpu=th.gpu.name if th.gpu else None,
+        gpu_display=th.gpu.display_name if th.gpu else None,
+        bandwidth_datasheet_bytes_per_s=th.gpu.bandwidth_bytes_per_s if th.gpu else None,
+        bandwidth_measured_bytes_per_s=th.ceilings.copy_bytes_per_s if th.ceilings else None,
+        capacity=_capacity_by_series(campaign, th, tables, found),
+        model_name=th.cfg.name if th.cfg else None,
+        model_shape=(th.cfg.hidden_size, th.cfg.intermediate_size, th.cfg.num_hidden_layers, th.cfg.num_attention_heads,
+                     th.cfg.num_key_value_heads, th.cfg.head_dim, th.cfg.vocab_size) if th.cfg else None)
+    return lines, summary
+
+
+def write_comparison(summaries: list[comparison.CampaignSummary], out: Path) -> list[str]:
+    """out/_comparison/: the cross-campaign findings, tables and figures (two or more campaigns)."""
+    tables, found = comparison.build(summaries)
+    cdir = Path(out) / comparison.DIR_NAME
+    (cdir / "tables").mkdir(parents=True, exist_ok=True)
+    (cdir / "figures").mkdir(parents=True, exist_ok=True)
+    for name in sorted(tables):
+        write_table(cdir / "tables" / f"{name}.csv", tables[name])
+    specs = charts.comparison_figures(tables)
+    for name in sorted(specs):
+        (cdir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
+    fnd.write_findings(cdir / comparison.FINDINGS_FILE, found)
+    index = {"campaigns": sorted(s.name for s in summaries), "tables": sorted(tables), "figures": sorted(specs),
+             "findings": found.keys()}
+    (cdir / "index.json").write_text(dumps(index), encoding="utf-8")
+    n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
+    return [f"comparison of {len(summaries)} campaigns: {len(found)} findings ({n_bad} mismatch), {len(tables)} tables, "
+            f"{len(specs)} figures -> {cdir}"]
 
 
 def window_section(campaign: Campaign, ctx: Context) -> Section:
@@ -126,6 +229,14 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
         runs = [r for r in campaign.select(round=rnd) if r.name in ctx.offsets]
+        own = [r for r in campaign.select(round=rnd) if r.own and r.name in ctx.sampler_series]
+        if not runs and own:
+            findings.append(fnd.measured(
+                f"{pre}windows.client_clock_offset_s", 0.0, "s", [r.cite(r.counter_source) for r in own],
+                detail="collector runs: requests and scrapes carry the same monotonic clock, so there is no offset "
+                       "to find; each point's counters are differenced between its own boundary scrapes",
+                clock="CLOCK_MONOTONIC"))
+            continue
         if not runs:
             findings.append(fnd.not_available(f"{pre}windows.client_clock_offset_s", "s", "no_sampler_csv",
                                               f"no sampler CSV in {rnd}: the result dates cannot be checked"))
@@ -174,8 +285,13 @@ def analyze(raw_roots: list[Path], out: Path, campaigns: list[str] | None) -> It
     for name in names:
         if name not in known:
             raise AnatomyError(f"campaign {name!r} not found under {', '.join(map(str, roots))}")
+    summaries = []
     for name in names:
         campaign = load_campaign(roots, name)
         out_dir = Path(out) / name
         out_dir.mkdir(parents=True, exist_ok=True)
-        yield from analyze_campaign(campaign, out_dir)
+        lines, summary = _analyze_campaign(campaign, out_dir)
+        summaries.append(summary)
+        yield from lines
+    if len(summaries) >= 2:
+        yield from write_comparison(summaries, Path(out))

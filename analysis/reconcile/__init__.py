@@ -28,6 +28,16 @@ class Context:
     offsets: dict = field(default_factory=dict)  # run name -> (windows.ClockOffset, sampler citation)
     gates: dict = field(default_factory=dict)  # point key -> list[gates.GateResult]
     sampler_series: dict = field(default_factory=dict)  # run name -> (ts_s, {csv column: values})
+    sample_lines: dict = field(default_factory=dict)  # own run name -> scrapes.jsonl line of each sample
+
+    def sample_line(self, run, row: int) -> int:
+        """The file line of one sample: the CSV line (row + 2: header, 1-based) or the scrape's JSONL line."""
+        if run.name in self.sample_lines:
+            return self.sample_lines[run.name][row]
+        return row + 2
+
+    def sample_cite(self, run, row: int) -> str:
+        return run.cite(run.counter_source, self.sample_line(run, row))
 
     def window(self, point) -> object | None:
         return self.windows.get(point.key)

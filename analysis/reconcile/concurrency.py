@@ -47,7 +47,7 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         "round": p.run.round or "",
         "engine": p.run.engine,
         "test": p.run.test,
-        "test_kind": p.run.test_kind,
+        "test_kind": p.test_kind,
         "point": p.label,
         "key": p.key,
         "file": p.cite(),
@@ -133,17 +133,23 @@ def points_frame(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFram
 def sweep_points(campaign: Campaign, rnd: str | None, engine: str) -> list[BenchPoint]:
     """The concurrency-sweep points of one engine in one round: the first sweep run by name (a second
     sweep of the same round is a repeat, used by the reproducibility section)."""
-    runs = [r for r in campaign.select(round=rnd, engine=engine) if r.test_kind in SWEEP_KINDS]
+    runs = [r for r in campaign.select(round=rnd, engine=engine)
+            if any(p.test_kind in SWEEP_KINDS for p in r.points)]
     if not runs:
         return []
-    return [p for p in runs[0].points if not p.warmup and p.concurrency is not None]
+    return run_sweep_points(runs[0])
+
+
+def run_sweep_points(run) -> list[BenchPoint]:
+    """One run's concurrency-sweep points (warm-up and other phases left out), in run order."""
+    return [p for p in run.points if not p.warmup and p.concurrency is not None and p.test_kind in SWEEP_KINDS]
 
 
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     lat_rows = []
     for p in iter_points(campaign):
-        if p.run.test_kind not in SWEEP_KINDS:
+        if p.test_kind not in SWEEP_KINDS:
             continue
         for m in METRICS:
             for s in STATS:
@@ -156,7 +162,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                                               "gate_ok"])
     thr_rows = []
     for p in iter_points(campaign):
-        if p.run.test_kind not in SWEEP_KINDS:
+        if p.test_kind not in SWEEP_KINDS:
             continue
         for series, v in (("output", p.result.output_throughput_tok_s), ("total", p.result.total_token_throughput_tok_s)):
             thr_rows.append({"round": p.run.round or "", "engine": p.run.engine, "test": p.run.test,
@@ -215,7 +221,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                  "achieved_gb_per_s", "mfu_pct", "mbu_pct", "tokens_per_iteration", "measured_gflop_per_output_token",
                  "theory_gflop_per_output_token"]
     if "mfu_pct" in points.columns:
-        util = points[points["mfu_pct"].notna() & ~points["warmup"]][util_cols]
+        util = points[points["mfu_pct"].notna() & ~points["warmup"]].reindex(columns=util_cols)
     else:
         util = pd.DataFrame(columns=util_cols)
     return Section(name="concurrency", tables={"concurrency_latency": latency, "concurrency_throughput": throughput,
@@ -229,7 +235,7 @@ def _counter_findings(pre: str, engine: str, pts: list[BenchPoint], points: pd.D
     rows = points[points["key"].isin({p.key for p in pts})]
     have = "mfu_pct" in rows.columns and rows["mfu_pct"].notna().any()
     run = pts[0].run
-    srel, _ = run.sampler
+    srel = run.counter_source
     if engine != "vllm":
         return out
     names = ("max_mfu_pct", "max_mbu_pct", "flops_per_output_token_gflop", "tokens_per_iteration_at_max_concurrency")

@@ -86,8 +86,10 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             key = f"{pre}{engine}.roofline_achievement_pct"
             sub = frame[frame["engine"] == engine] if len(frame) else frame
             if not len(sub) or "roofline_achievement_pct" not in sub or sub["roofline_achievement_pct"].isna().all():
-                findings.append(fnd.not_available(key, "%", "engine_missing" if not len(sub) else "no_theory",
-                                                  f"no {engine} sweep or no theory for it in {rnd}"))
+                reason = "engine_missing" if not len(sub) else ("no_gpu_datasheet" if th.gpu is None and th.gpu_reason
+                                                                else "no_theory")
+                findings.append(fnd.not_available(key, "%", reason, th.gpu_reason if reason == "no_gpu_datasheet"
+                                                  else f"no {engine} sweep or no theory for it in {rnd}"))
                 continue
             sub = sub.dropna(subset=["roofline_achievement_pct"]).sort_values("concurrency")
             first = sub.iloc[0]

@@ -15,7 +15,8 @@ from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.reconcile import Context, Section
 
-GATE_ORDER = ("completed", "no_failures", "output_tokens", "greedy", "prefix_caching_off", "no_preemptions", "fingerprint")
+GATE_ORDER = ("completed", "no_failures", "output_tokens", "input_tokens", "stream_token_counts", "greedy",
+              "prefix_caching_off", "no_preemptions", "fingerprint")
 # A failed `exclude` gate means the point measured a different workload or server (fewer requests, a
 # cache that skips prefill, preemptions in a run meant to have none): conclusions leave it out. A failed
 # `flag` gate is a weaker protocol lapse (no fingerprint, sampling not forced greedy — output length is
@@ -24,6 +25,9 @@ GATE_ORDER = ("completed", "no_failures", "output_tokens", "greedy", "prefix_cac
 SEVERITY = {
     "completed": "exclude",
     "no_failures": "exclude",
+    "input_tokens": "exclude",  # a different prompt length is a different workload
+    # the client's per-chunk token counts disagree with the server's usage: ITL/TPOT of the point are suspect
+    "stream_token_counts": "flag",
     "prefix_caching_off": "exclude",
     "no_preemptions": "exclude",
     "output_tokens": "flag",
@@ -63,7 +67,93 @@ def prefix_caching_enabled(run) -> tuple[bool | None, str | None]:
     return None, run.cite(rel)
 
 
+# collector check name (events.jsonl) -> gate; startup checks apply to every point of the run
+OWN_POINT_CHECKS = {"completed_vs_sent": "completed", "failures": "no_failures", "output_tokens": "output_tokens",
+                    "input_tokens": "input_tokens"}
+OWN_REASONS = {"completed": "completed_below_requested", "no_failures": "failed_requests",
+               "output_tokens": "output_tokens_short", "input_tokens": "input_tokens_differ",
+               "greedy": "temperature_not_zero", "prefix_caching_off": "prefix_caching_on",
+               "no_preemptions": "preemptions_outside_overload"}
+
+
+def stream_counts_agree(chunk_tokens_sum: int, completion_tokens: int | None, source: str | None) -> bool:
+    """The client's streamed token count equals the server's usage.completion_tokens, and the counting
+    source stayed one kind for the whole stream (``mixed`` means the client itself distrusts it)."""
+    return source != "mixed" and completion_tokens is not None and chunk_tokens_sum == completion_tokens
+
+
+def _own_checks(run) -> dict[tuple[str, str | None], tuple[object, int]]:
+    """(check name, point or None for start-up) -> (the check event, its events.jsonl line); last one wins."""
+    rel, log = run.events
+    out = {}
+    for i, e in enumerate(log.records if log is not None else [], 1):
+        if e.kind == "check":
+            out[(e.get("name"), e.get("point") if e.get("scope") == "point" else None)] = (e, i)
+    return out
+
+
+def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
+    """A collector run's point: the gates are the collector's own recorded self-checks (events.jsonl),
+    plus the stream-count agreement read from requests.jsonl."""
+    run = p.run
+    erel, _ = run.events
+    checks = _own_checks(run)
+    out: list[GateResult] = []
+
+    def from_check(gate: str, name: str, point: str | None) -> None:
+        hit = checks.get((name, point))
+        if hit is None:
+            out.append(GateResult(gate, "unknown", "unknown", run.cite(erel) if erel else None, f"no {name} check"))
+            return
+        e, line = hit
+        ok = e.get("ok")
+        status = "unknown" if ok is None else ("pass" if ok else "fail")
+        out.append(GateResult(gate, status, None if ok else (OWN_REASONS.get(gate) if ok is False else "unknown"),
+                              run.cite(erel, line), str(e.get("detail", ""))))
+
+    for name, gate in OWN_POINT_CHECKS.items():
+        from_check(gate, name, p.label)
+    rrel, log = run.requests
+    recs = [r for r in (log.records if log is not None else []) if r.point == p.label and r.ok]
+    bad = [r.request_id for r in recs if not stream_counts_agree(sum(r.chunk_tokens), r.completion_tokens,
+                                                                  r.token_count_source)]
+    sources = sorted({str(r.token_count_source) for r in recs})
+    out.append(GateResult("stream_token_counts", "pass" if not bad else "fail", None if not bad else "token_counts_unreliable",
+                          run.cite(rrel, "chunk_tokens") if rrel else None,
+                          f"{len(bad)} of {len(recs)} requests disagree with usage.completion_tokens; "
+                          f"token_count_source {sources}"))
+    from_check("greedy", "greedy_sampling", None)
+    # prefix caching: off at start-up and no cache hit during the point
+    start_hit, point_hit = checks.get(("prefix_caching_off", None)), checks.get(("prefix_cache_hits", p.label))
+    oks = [h[0].get("ok") for h in (start_hit, point_hit) if h is not None]
+    src = [run.cite(erel, h[1]) for h in (start_hit, point_hit) if h is not None]
+    if False in oks:
+        out.append(GateResult("prefix_caching_off", "fail", "prefix_caching_on", src[0],
+                              "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h)))
+    elif oks and all(o is True for o in oks):
+        out.append(GateResult("prefix_caching_off", "pass", None, src[0],
+                              "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h)))
+    else:
+        out.append(GateResult("prefix_caching_off", "unknown", "unknown", src[0] if src else None, "not decided"))
+    hit = checks.get(("preemptions", p.label))
+    if hit is None or hit[0].get("ok") is None:
+        out.append(GateResult("no_preemptions", "unknown", "unknown", run.cite(erel, hit[1]) if hit else None,
+                              str(hit[0].get("detail", "")) if hit else "no preemptions check"))
+    else:
+        e, line = hit
+        d = (e.get("facts") or {}).get("preemptions_delta")
+        ok = p.test_kind == "overload" or d == 0
+        out.append(GateResult("no_preemptions", "pass" if ok else "fail", None if ok else "preemptions_outside_overload",
+                              run.cite(erel, line), str(e.get("detail", ""))))
+    fp = run.docs.files.get("fingerprint_summary")
+    out.append(GateResult("fingerprint", "pass" if fp else "fail", None if fp else "no_fingerprint",
+                          run.cite(fp) if fp else None, "present" if fp else "missing"))
+    return out
+
+
 def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
+    if p.run.own:
+        return evaluate_own_point(p, ctx)
     r = p.result
     out: list[GateResult] = []
     ok = gate_completed(r.num_prompts, r.completed)
@@ -99,9 +189,9 @@ def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
         out.append(GateResult("no_preemptions", "unknown", "no_sampler_csv", None, "no counter for this point"))
     else:
         n = w.delta("preemptions")
-        overload = p.run.test_kind == "overload"
+        overload = p.test_kind == "overload"
         ok = overload or n == 0
-        srel, _ = p.run.sampler
+        srel = p.run.counter_source
         out.append(GateResult("no_preemptions", "pass" if ok else "fail",
                               None if ok else "preemptions_outside_overload", p.run.cite(srel, "preemptions"),
                               f"preemptions={n:g}" + (" (overload run: expected)" if overload else "")))
@@ -150,11 +240,13 @@ def run(campaign: Campaign, ctx: Context) -> Section:
         by_gate = {}
         for gate in GATE_ORDER:
             res = [g for p in pts for g in ctx.gates[p.key] if g.gate == gate]
+            if not res:
+                continue
             by_gate[gate] = {
                 "pass": sum(g.status == "pass" for g in res),
                 "fail": sum(g.status == "fail" for g in res),
                 "unknown": sum(g.status == "unknown" for g in res),
             }
         findings.append(fnd.measured(f"{pre}gates.all_passed", not failed and not flagged, "bool", srcs, by_gate=by_gate,
-                                     severity=SEVERITY))
+                                     severity={g: SEVERITY[g] for g in by_gate}))
     return Section(name="gates", tables={"gates": table}, findings=findings)

@@ -10,6 +10,7 @@ from analysis import findings as fnd
 from analysis import fits, theory
 from analysis.campaign import Campaign, RunData, iter_points
 from analysis.reconcile import Context, Section
+from analysis.reconcile.capacity import pool_tokens_measured
 from analysis.reconcile.theoryctx import TheoryCtx
 
 GIB = theory.GIB
@@ -33,6 +34,8 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
     rel, log = run.server_log
     if log is None or run.engine != "vllm" or getattr(log, "kv_cache_tokens", None) is None:
         return None
+    if run.own or log.kv_cache_memory_gib is None:
+        return None  # our own runs: reconciled exactly by the capacity section
     row = {
         "round": run.round or "", "test": run.test, "run": run.name,
         "kv_pool_gib_log": log.kv_cache_memory_gib,
@@ -82,7 +85,11 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
         rp = [r for r in pools if r["round"] == (rnd or "")]
-        if not rp:
+        own_pool = next((t for t in (pool_tokens_measured(r)[0] for r in campaign.select(round=rnd, engine="vllm")
+                                     if r.own) if t), None)
+        if not rp and campaign.own:
+            pool_tokens = own_pool
+        elif not rp:
             for k, u in (("kv_pool_gib_log", "GiB"), ("kv_pool_tokens_log", "tokens"), ("max_concurrency_log", "requests"),
                          ("kv_pool_tokens_theory", "tokens"), ("max_concurrency_theory", "requests")):
                 findings.append(fnd.not_available(f"{pre}{k}", u, "no_server_log", f"no vLLM start-up log in {rnd}"))
@@ -145,7 +152,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                                                   [p.cite() for p in ls]))
         else:
             xs, ys = [], []
-            srel, _ = usable[0].run.sampler
+            srel = usable[0].run.counter_source
             for p in usable:
                 w = ctx.window(p)
                 x = tokens_in_flight(p.concurrency, p.input_len_tokens, p.requested_output_len_tokens or 0)

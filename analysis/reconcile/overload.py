@@ -81,7 +81,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                                         total_output_tokens=r.total_output_tokens,
                                         expected_tokens=r.completed * out_len, **borrowed))
         w = ctx.window(p)
-        srel, _ = p.run.sampler
+        srel = p.run.counter_source
         if w is None or p.run.name not in ctx.sampler_series:
             for k, u in (("preemptions", "count"), ("mean_running_requests", "requests"),
                          ("itl_share_touched_by_preemptions_pct", "%"), ("tokens_freed_per_preemption", "tokens"),
@@ -107,10 +107,10 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                                    "tokens_freed_per_preemption": tokens_freed(cols["kv_usage"][i - 1],
                                                                                cols["kv_usage"][i], pool, d)
                                    if pool else None,
-                                   "source": p.run.cite(srel, i + 2)})
+                                   "source": ctx.sample_cite(p.run, i)})
         n_pre = w.delta("preemptions")
         findings.append(fnd.measured(pre + "preemptions", int(n_pre), "count", [p.run.cite(srel, "preemptions")],
-                                     sampler_rows=[w.first_row + 2, w.last_row + 2]))
+                                     sampler_rows=[ctx.sample_line(p.run, w.first_row), ctx.sample_line(p.run, w.last_row)]))
         mean_run = w.gauges["running"].mean
         log_rel, log = p.run.server_log
         max_conc = getattr(log, "max_concurrency_x", None) if log is not None else None

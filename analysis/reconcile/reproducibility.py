@@ -15,11 +15,12 @@ ENGINES = ("vllm", "llamacpp")
 
 
 def _sweep_runs(campaign: Campaign, rnd, engine):
-    return [r for r in campaign.select(round=rnd, engine=engine) if r.test_kind in SWEEP_KINDS]
+    return [r for r in campaign.select(round=rnd, engine=engine) if any(p.test_kind in SWEEP_KINDS for p in r.points)]
 
 
 def _by_conc(run) -> dict[int, BenchPoint]:
-    return {p.concurrency: p for p in run.points if not p.warmup and p.concurrency is not None}
+    return {p.concurrency: p for p in run.points if not p.warmup and p.concurrency is not None
+            and p.test_kind in SWEEP_KINDS}
 
 
 def _pairs(a_run, b_run, label: str, ctx: Context) -> list[dict]:

@@ -2,6 +2,12 @@
 the campaign's own files (bench `model_id`/`tokenizer_id`, the vLLM engine-config line, the GGUF path in
 the llama.cpp log, the GPU name in fingerprint.txt). Formulas stay in ``analysis.theory``; this only
 picks their inputs and remembers where they came from.
+
+A collector run says more, and is asked first: the model's config.json kept in the run, else the shape
+`collector plan` wrote into prediction.json before the first request, else the plan's `model.config`;
+per run, the weight format and KV dtype the plan named; the GPU from the fingerprint (nvidia-smi) or the
+plan (`cpu` has no datasheet: roofline findings are n/a and say so); and the card's measured ceilings
+(ceilings.json) beside the datasheet.
 """
 
 from __future__ import annotations
@@ -25,6 +31,22 @@ class TheoryCtx:
     weight_formats: dict[str, str] = field(default_factory=dict)  # engine -> weight format ("bf16", "q4_k_m")
     weight_format_source: dict[str, str] = field(default_factory=dict)
     kv_dtypes: dict[str, str] = field(default_factory=dict)  # engine -> KV dtype
+    gpu_reason: str | None = None  # why there is no datasheet (e.g. the campaign ran on a CPU)
+    model_reason: str | None = None
+    ceilings: object | None = None  # analysis.rundocs.Ceilings
+    ceilings_source: list[str] = field(default_factory=list)
+    # own runs: run name -> (weight format, KV dtype, citation)
+    run_formats: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def weight_bytes_per_step_for_run(self, run_name: str) -> float | None:
+        if self.cfg is None or run_name not in self.run_formats:
+            return None
+        return theory.weight_bytes_read_per_decode_step(self.cfg, self.run_formats[run_name][0])
+
+    def kv_bytes_per_token_for_run(self, run_name: str) -> float | None:
+        if self.cfg is None or run_name not in self.run_formats:
+            return None
+        return theory.kv_bytes_per_token(self.cfg, self.run_formats[run_name][1])
 
     @property
     def kv_bytes_per_token(self) -> float | None:
@@ -41,15 +63,9 @@ class TheoryCtx:
         return theory.weight_bytes_read_per_decode_step(self.cfg, self.weight_formats[engine])
 
     def request_flops(self, input_tokens: int, output_tokens: int) -> float:
-        """FLOPs of one request, FLOPs: prefill(S) + Σ_{k=1}^{O−1} decode(S + k). The prefill emits the
-        first token; each later token is one decode step at context S + k (what vLLM's MFU counter counts:
-        it agrees to 0.01 % on the reference campaign at concurrency 1)."""
+        """FLOPs of one request (``theory.request_flops``) for this campaign's model."""
         assert self.cfg is not None
-        s, o = input_tokens, output_tokens
-        total = theory.flops_prefill(self.cfg, s)
-        for k in range(1, o):
-            total += theory.flops_decode_per_token(self.cfg, s + k)
-        return float(total)
+        return float(theory.request_flops(self.cfg, input_tokens, output_tokens))
 
 
 def _weight_format_from_gguf(path: str) -> str | None:
@@ -78,7 +94,89 @@ def gpu_name_from_fingerprint(fp) -> str | None:
     return None
 
 
+def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str | None]:
+    """The model's shape from the collector runs' own records (see the module docstring)."""
+    from analysis.model_config import model_config_from_dict
+
+    reasons = []
+    for run in campaign.runs:
+        d = run.docs
+        if d.model_config_file:
+            return load_model_config(run.info.path / d.model_config_file), [run.cite(d.model_config_file)], None
+        pred = d.prediction.prediction if d.prediction else None
+        if pred and isinstance(pred.get("config"), dict) and pred.get("model_type"):
+            data = {**pred["config"], "model_type": pred["model_type"]}
+            cfg = model_config_from_dict(data, name=str(pred.get("model") or run.name),
+                                         source=run.info.path / d.files["prediction"])
+            return cfg, [run.cite(d.files["prediction"], "prediction.config")], None
+        if d.prediction and d.prediction.error:
+            reasons.append(f"{run.cite(d.files['prediction'])}: {d.prediction.error}")
+        if d.plan is not None:
+            try:
+                return load_model_config(d.plan.model.config), [run.cite(d.files["plan"], "model.config")], None
+            except AnatomyError as err:
+                reasons.append(f"{run.cite(d.files['plan'])}: model.config: {err}")
+    return None, [], "; ".join(reasons) or None
+
+
+def _own_gpu(campaign: Campaign, ctx: TheoryCtx) -> None:
+    """GPU by what nvidia-smi saw (fingerprint/summary.json), else the plan's `model.gpu`."""
+    from analysis.rundocs import gpu_name_from_summary
+
+    for run in campaign.runs:
+        d = run.docs
+        name = gpu_name_from_summary(d.fingerprint_summary) if d.fingerprint_summary else None
+        if name:
+            try:
+                ctx.gpu = get_gpu(name)
+                ctx.gpu_source = [run.cite(d.files["fingerprint_summary"], "gpus.0.name")]
+                return
+            except AnatomyError:
+                ctx.gpu_reason = f"{run.cite(d.files['fingerprint_summary'])}: GPU {name!r} has no bundled datasheet"
+        if d.plan is not None:
+            try:
+                ctx.gpu = get_gpu(d.plan.model.gpu)
+                ctx.gpu_source = [run.cite(d.files["plan"], "model.gpu")]
+                return
+            except AnatomyError:
+                ctx.gpu_reason = (f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "
+                                  "(a CPU run has no GPU bandwidth or FLOP/s to be a roofline)")
+
+
+def _own_formats(campaign: Campaign, ctx: TheoryCtx) -> None:
+    for run in campaign.runs:
+        plan = run.docs.plan
+        if plan is None or not run.points:
+            continue
+        try:
+            fmt = theory.normalise_weight_format(plan.model.weight_format)
+        except AnatomyError:
+            continue
+        kv = plan.model.kv_dtype
+        src = run.cite(run.docs.files["plan"], "model.weight_format")
+        ctx.run_formats[run.name] = (fmt, kv, src)
+        if run.engine and run.engine not in ctx.weight_formats:
+            ctx.weight_formats[run.engine] = fmt
+            ctx.weight_format_source[run.engine] = src
+            ctx.kv_dtypes[run.engine] = kv
+
+
+def _ceilings(campaign: Campaign, ctx: TheoryCtx) -> None:
+    for run in campaign.runs:
+        if run.docs.ceilings is not None:
+            ctx.ceilings = run.docs.ceilings
+            ctx.ceilings_source = [run.cite(run.docs.files["ceilings"])]
+            return
+
+
 def build(campaign: Campaign) -> TheoryCtx:
+    if any(r.own for r in campaign.runs):
+        cfg, src, reason = _own_model(campaign)
+        ctx = TheoryCtx(cfg=cfg, gpu=None, model_source=src, model_reason=reason)
+        _own_gpu(campaign, ctx)
+        _own_formats(campaign, ctx)
+        _ceilings(campaign, ctx)
+        return ctx
     cfg = None
     model_src: list[str] = []
     for run in campaign.runs:

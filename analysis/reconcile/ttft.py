@@ -16,6 +16,14 @@ def remainder_ms(ttft_ms: float, queue_ms: float, prefill_ms: float) -> float:
     return ttft_ms - queue_ms - prefill_ms
 
 
+def llamacpp_prefill_ms(prompt_seconds_delta: float | None, completed: int) -> float | None:
+    """llama.cpp's mean prompt processing per request over a point, ms: Δllamacpp:prompt_seconds_total ÷
+    completed requests × 1000 (each prompt is evaluated once; waiting for a free slot is not in it)."""
+    if prompt_seconds_delta is None or not completed:
+        return None
+    return prompt_seconds_delta / completed * 1000.0
+
+
 def share_pct(part: float, whole: float) -> float:
     """part ÷ whole × 100, %."""
     return part / whole * 100.0
@@ -31,11 +39,17 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             continue
         q = w.mean_of("queue_sum", "queue_cnt")
         pf = w.mean_of("prefill_sum", "prefill_cnt")
-        if q is None or pf is None:
-            continue
-        q_ms, pf_ms = q * 1000, pf * 1000
         base = {"round": p.run.round or "", "engine": p.run.engine, "test": p.run.test, "point": p.label,
                 "concurrency": p.concurrency, "warmup": p.warmup, "gate_ok": ctx.gate_ok(p), "mean_ttft_ms": ttft}
+        if q is None or pf is None:
+            # llama.cpp: no queue histogram; its prompt seconds counter gives the mean prefill per request
+            lp = llamacpp_prefill_ms(w.delta("prompt_s"), p.result.completed)
+            if lp is None:
+                continue
+            for part, v in (("prefill", lp), ("remainder", ttft - lp)):
+                rows.append({**base, "part": part, "ms": v, "share_pct": share_pct(v, ttft)})
+            continue
+        q_ms, pf_ms = q * 1000, pf * 1000
         for part, v in (("queue", q_ms), ("prefill", pf_ms), ("remainder", remainder_ms(ttft, q_ms, pf_ms))):
             rows.append({**base, "part": part, "ms": v, "share_pct": share_pct(v, ttft)})
     table = pd.DataFrame(rows)
@@ -53,7 +67,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             findings.append(fnd.not_available(key, "%", "no_sampler_csv",
                                               f"{p.run.cite_root} kept no sampler CSV (request_queue_time)", [p.cite()]))
             continue
-        srel, _ = p.run.sampler
+        srel = p.run.counter_source
         findings.append(fnd.measured(
             key, share_pct(q * 1000, p.result.mean_ttft_ms), "%",
             [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
