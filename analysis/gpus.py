@@ -22,10 +22,14 @@ class GpuSpec:
 
     name: str
     display_name: str
-    memory_bytes: int
-    bandwidth_bytes_per_s: float
-    bf16_flops_per_s: float
+    memory_bytes: int | None
+    bandwidth_bytes_per_s: float | None
+    bf16_flops_per_s: float | None
     source: str
+
+    @property
+    def has_datasheet(self) -> bool:
+        return self.bandwidth_bytes_per_s is not None and self.bf16_flops_per_s is not None
 
 
 MIB = 2**20
@@ -111,6 +115,18 @@ def _key(name: str) -> str:
     return "-".join(name.strip().lower().replace("_", " ").split())
 
 
+# A CPU run (the CI smoke campaigns) has no datasheet ceilings: theory that needs a bandwidth or a FLOP rate
+# is left out (null), everything that follows from the config alone still holds.
+CPU = GpuSpec(
+    name="cpu",
+    display_name="CPU (no datasheet ceilings)",
+    memory_bytes=None,
+    bandwidth_bytes_per_s=None,
+    bf16_flops_per_s=None,
+    source="no datasheet: a CPU has no single memory-bandwidth / tensor-rate figure to predict against",
+)
+
+
 def gpu_names() -> list[str]:
     """The normalised names of the bundled GPUs."""
     return list(GPUS)
@@ -120,6 +136,8 @@ def get_gpu(name: str) -> GpuSpec:
     """Look a GPU up by name, case-insensitive, with aliases (``RTX 4090``, ``NVIDIA H200``, ``h100``)."""
     key = _key(name)
     key = ALIASES.get(key, key)
+    if key == CPU.name:
+        return CPU
     if key in GPUS:
         return GPUS[key]
-    raise PlanError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
+    raise PlanError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}, cpu")

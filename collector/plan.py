@@ -80,6 +80,8 @@ def plan_data(
 
     if kv_pool_gib is not None:
         pool_bytes, pool_source = kv_pool_gib * th.GIB, "given"
+    elif spec.memory_bytes is None:
+        raise PlanError(f"{spec.name} has no datasheet memory to estimate a KV pool from; pass --kv-pool-gib")
     else:
         pool_bytes, pool_source = th.estimated_kv_pool_bytes(spec.memory_bytes, w_bytes), "estimated"
     pool_tokens = th.kv_pool_tokens(pool_bytes, kv_bpt)
@@ -88,26 +90,23 @@ def plan_data(
     flops_matmul = th.flops_per_token_matmul(cfg)
     flops_head = th.flops_per_token_lm_head(cfg)
 
+    bw, peak = spec.bandwidth_bytes_per_s, spec.bf16_flops_per_s
     decode_rows = []
     for batch in batch_sizes:
         kv_read = th.kv_bytes_read_per_step(kv_bpt, batch, decode_context_tokens)
-        step_s = th.decode_step_floor_s(w_read, kv_read, spec.bandwidth_bytes_per_s)
-        compute_s = th.decode_compute_floor_s(
-            batch * th.flops_decode_per_token(cfg, decode_context_tokens), spec.bf16_flops_per_s
-        )
+        step_s = th.decode_step_floor_s(w_read, kv_read, bw) if bw else None
+        flops = batch * th.flops_decode_per_token(cfg, decode_context_tokens)
         decode_rows.append(
             {
                 "batch": batch,
                 "kv_bytes_read_per_step": kv_read,
-                "step_floor_ms": step_s * 1e3,
-                "tokens_per_s": th.tokens_per_s(batch, step_s),
-                "compute_floor_ms": compute_s * 1e3,
+                "step_floor_ms": step_s * 1e3 if step_s else None,
+                "tokens_per_s": th.tokens_per_s(batch, step_s) if step_s else None,
+                "compute_floor_ms": th.decode_compute_floor_s(flops, peak) * 1e3 if peak else None,
                 "fits_kv_pool": batch * decode_context_tokens <= pool_tokens,
             }
         )
-    single = th.decode_step_floor_s(
-        w_read, th.kv_bytes_read_per_step(kv_bpt, 1, decode_context_tokens), spec.bandwidth_bytes_per_s
-    )
+    single = th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_bpt, 1, decode_context_tokens), bw) if bw else None
 
     prefill_rows = []
     for s in prefill_tokens:
@@ -117,7 +116,7 @@ def plan_data(
                 "prompt_tokens": s,
                 "flops": flops,
                 "attention_flops": th.attention_flops_prefill(cfg, s),
-                "compute_floor_ms": th.decode_compute_floor_s(flops, spec.bf16_flops_per_s) * 1e3,
+                "compute_floor_ms": th.decode_compute_floor_s(flops, peak) * 1e3 if peak else None,
             }
         )
 
@@ -175,8 +174,8 @@ def plan_data(
         "weight_bytes_read_per_step": w_read,
         # decode floor
         "decode_context_tokens": decode_context_tokens,
-        "decode_step_floor_ms": single * 1e3,
-        "decode_tokens_per_s_single_stream": th.tokens_per_s(1, single),
+        "decode_step_floor_ms": single * 1e3 if single else None,
+        "decode_tokens_per_s_single_stream": th.tokens_per_s(1, single) if single else None,
         "decode_by_batch": decode_rows,
         # KV pool
         "kv_pool_source": pool_source,
@@ -251,6 +250,31 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) ->
     return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
+def _decode_floor_lines(d: dict, T: int) -> list[str]:
+    out: list[str] = []
+    out.append(
+        f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {d['gpu_bf16_flops_per_s'] / 1e12:,.1f} TFLOP/s dense bf16; "
+        f"each sequence holds {T:,} tokens of KV"
+    )
+    out.append("step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x FLOPs/token / peak")
+    rows = [
+        [
+            str(r["batch"]),
+            _bytes(r["kv_bytes_read_per_step"]),
+            f"{r['step_floor_ms']:.2f}",
+            f"{r['tokens_per_s']:,.1f}",
+            f"{r['compute_floor_ms']:.2f}",
+            "yes" if r["fits_kv_pool"] else "no",
+        ]
+        for r in d["decode_by_batch"]
+    ]
+    out += _table(["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr")
+    out.append(
+        f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> {d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
+    )
+    return out
+
+
 def render_table(d: dict) -> str:
     """The plan as plain text, one section per topic."""
     c = d["config"]
@@ -308,7 +332,8 @@ def render_table(d: dict) -> str:
     for p in d["prefill"]:
         out.append(
             f"prefill of {p['prompt_tokens']:,} tokens: {_sci(p['flops'])} FLOPs "
-            f"(attention {_sci(p['attention_flops'])}) -> compute floor {p['compute_floor_ms']:.2f} ms at peak bf16"
+            f"(attention {_sci(p['attention_flops'])})"
+            + (f" -> compute floor {p['compute_floor_ms']:.2f} ms at peak bf16" if p["compute_floor_ms"] else "")
         )
 
     out += ["", "== Weights =="]
@@ -327,26 +352,10 @@ def render_table(d: dict) -> str:
     )
 
     out += ["", "== Decode floor =="]
-    out.append(
-        f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {d['gpu_bf16_flops_per_s'] / 1e12:,.1f} TFLOP/s dense bf16; "
-        f"each sequence holds {T:,} tokens of KV"
-    )
-    out.append("step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x FLOPs/token / peak")
-    rows = [
-        [
-            str(r["batch"]),
-            _bytes(r["kv_bytes_read_per_step"]),
-            f"{r['step_floor_ms']:.2f}",
-            f"{r['tokens_per_s']:,.1f}",
-            f"{r['compute_floor_ms']:.2f}",
-            "yes" if r["fits_kv_pool"] else "no",
-        ]
-        for r in d["decode_by_batch"]
-    ]
-    out += _table(["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr")
-    out.append(
-        f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> {d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
-    )
+    if d["decode_step_floor_ms"] is None:
+        out.append(f"{d['gpu']}: {d['gpu_source']}; no floor is predicted")
+    else:
+        out += _decode_floor_lines(d, T)
 
     out += ["", "== KV pool =="]
     if d["kv_pool_source"] == "given":

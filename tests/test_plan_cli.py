@@ -116,3 +116,18 @@ def test_llama_cpp_slots_in_the_dict():
                   llama_cpp_ctx_total=262_144, llama_cpp_slots=64)
     assert d["llama_cpp_n_ctx_slot"] == 4096  # the reference server logged n_ctx_slot = 4096
     assert d["llama_cpp_kv_bytes"] == 262_144 * 2 * 28 * 4 * 128 * 2
+
+
+def test_cpu_has_no_floor_but_keeps_the_config_theory():
+    runner = CliRunner()
+    no_pool = runner.invoke(main, ["plan", "--model", "Qwen2.5-0.5B-Instruct", "--gpu", "cpu"])
+    assert no_pool.exit_code == 1 and "pass --kv-pool-gib" in no_pool.output
+    res = runner.invoke(
+        main, ["plan", "--model", "Qwen2.5-0.5B-Instruct", "--gpu", "cpu", "--kv-pool-gib", "1", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    # Qwen2.5-0.5B: 24 layers x 2 kv heads x 64 head_dim x 2 (K,V) x 2 B = 12,288 B/token
+    assert d["kv_bytes_per_token"] == 12_288
+    assert d["kv_pool_tokens"] == 2**30 // 12_288 == 87_381
+    assert d["decode_step_floor_ms"] is None and d["gpu_bandwidth_bytes_per_s"] is None
