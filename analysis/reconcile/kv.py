@@ -18,6 +18,9 @@ BLOCK_SIZE_DEFAULT = 16
 # A peak-usage fit whose slope is within this of 1 token per token in flight is a reconciliation;
 # the slope absorbs block rounding (≤ 15 tokens per request) and the 1 Hz sampler missing the very peak.
 KV_SLOPE_TOLERANCE_PCT = 5.0
+# A point's peak KV usage needs a few gauge samples inside its window: one or two ticks of a short point
+# land anywhere on its ramp (the CPU smoke campaign's points last less than a sampler interval).
+MIN_SAMPLES_FOR_PEAK = 3
 
 
 def tokens_in_flight(concurrency: int, input_len: float, output_len: float) -> float:
@@ -141,15 +144,18 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         names = ("kv_fit_slope", "kv_fit_intercept", "kv_fit_r2")
         units = ("tokens/token", "tokens", "ratio")
         usable = [p for p in ls if ctx.window(p) is not None and ctx.window(p).gauges.get("kv_usage") is not None
-                  and ctx.window(p).gauges["kv_usage"].max is not None]
+                  and ctx.window(p).gauges["kv_usage"].max is not None
+                  and ctx.window(p).gauges["kv_usage"].n >= MIN_SAMPLES_FOR_PEAK]
         if not ls:
             for n, u in zip(names, units, strict=True):
                 findings.append(fnd.not_available(f"{pre}{n}", u, "no_such_test", f"no length sweep in {rnd}"))
         elif len(usable) < 2 or pool_tokens is None:
+            own = ls[0].run.own
             for n, u in zip(names, units, strict=True):
-                findings.append(fnd.not_available(f"{pre}{n}", u, "no_sampler_csv",
-                                                  f"{ls[0].run.cite_root} kept no sampler CSV (kv_usage)",
-                                                  [p.cite() for p in ls]))
+                findings.append(fnd.not_available(
+                    f"{pre}{n}", u, "too_few_points" if own else "no_sampler_csv",
+                    f"fewer than 2 length-sweep points with ≥ {MIN_SAMPLES_FOR_PEAK} kv_usage samples in their window"
+                    if own else f"{ls[0].run.cite_root} kept no sampler CSV (kv_usage)", [p.cite() for p in ls]))
         else:
             xs, ys = [], []
             srel = usable[0].run.counter_source

@@ -26,6 +26,7 @@ class RawFile:
     source: str | None  # the file's original path (imports) or its writer (collected runs)
     written_wall: str | None
     used_by: list[str] = field(default_factory=list)  # finding keys
+    path: Path | None = None  # the file on disk (for the few files a page reads: the model config)
 
     @property
     def run_rel(self) -> str:
@@ -86,6 +87,7 @@ def index_runs(raw_roots: list[Path], campaign: str | None = None) -> list[RawRu
                     sha256=e.get("sha256"),
                     source=e.get("source"),
                     written_wall=_wall(e.get("written_at")),
+                    path=info.path / rel,
                 )
                 for rel, e in sorted(entries.items())
             ]

@@ -28,7 +28,8 @@ import jinja2
 from analysis import labels_zh
 from analysis.report import figures as figs
 from analysis.report import format as fmt
-from analysis.report.rawindex import FileLookup, RawRun, index_runs, link_findings
+from analysis.report.profile import CampaignProfile, Series, build_profile, format_label
+from analysis.report.rawindex import FileLookup, RawFile, RawRun, index_runs, link_findings
 from analysis.report.results import (
     CampaignResults,
     Finding,
@@ -36,6 +37,7 @@ from analysis.report.results import (
     Table,
     discover_campaigns,
     load_campaign,
+    load_comparison,
     source_file,
     source_path,
     status_class,
@@ -48,17 +50,35 @@ ASSETS_DIR = REPO_ROOT / "site" / "assets"
 NAV_FILE = ".nav.json"
 MARKER = ".rendered-by-analysis-report"  # only a folder carrying it is ever emptied by the renderer
 
-# Campaign pages in reading order: (slug, template). The page title is the template's first "# " line.
-CAMPAIGN_PAGES: tuple[tuple[str, str], ...] = (
-    ("index", "campaign/overview.md.j2"),
-    ("concurrency", "campaign/concurrency.md.j2"),
-    ("ttft", "campaign/ttft.md.j2"),
-    ("kv", "campaign/kv.md.j2"),
-    ("overload", "campaign/overload.md.j2"),
-    ("engines", "campaign/engines.md.j2"),
-    ("selection", "campaign/selection.md.j2"),
-    ("reproducibility", "campaign/reproducibility.md.j2"),
-    ("gates", "campaign/gates.md.j2"),
+# Campaign pages in reading order: (slug, template, needs). The page title is the template's first "# " line.
+# ``needs`` says whether the campaign has the data the page is about (a CPU smoke campaign has no rounds to
+# compare, a llama.cpp-only campaign no engine crossover ...); a page without its data is not rendered, and its
+# findings are listed on the campaign's overview instead, so no finding is ever dropped.
+
+
+def _has_rows(c: CampaignResults, table: str, **where: Any) -> bool:
+    t = c.tables.get(table)
+    return t is not None and len(t.where(**where) if where else t) > 0
+
+
+def _always(_c: CampaignResults) -> bool:
+    return True
+
+
+CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] = (
+    ("index", "campaign/overview.md.j2", _always),
+    ("concurrency", "campaign/concurrency.md.j2", lambda c: _has_rows(c, "points", test_kind="concurrency_sweep")),
+    ("ttft", "campaign/ttft.md.j2", lambda c: _has_rows(c, "ttft_anatomy")),
+    ("kv", "campaign/kv.md.j2", lambda c: any(_has_rows(c, t) for t in ("kv_pool", "capacity", "kv_fit"))),
+    ("overload", "campaign/overload.md.j2", lambda c: _has_rows(c, "points", test_kind="overload")),
+    ("engines", "campaign/engines.md.j2", lambda c: _has_rows(c, "engines_points") or _has_rows(c, "roofline_points")),
+    ("selection", "campaign/selection.md.j2", lambda c: _has_rows(c, "selection_guide")),
+    (
+        "reproducibility",
+        "campaign/reproducibility.md.j2",
+        lambda c: _has_rows(c, "reproducibility") or _has_rows(c, "reproducibility_changes"),
+    ),
+    ("gates", "campaign/gates.md.j2", lambda c: _has_rows(c, "gates")),
 )
 _H1 = re.compile(r"^# (.+?)\s*(\{[^}]*\})?\s*$", re.M)
 
@@ -105,6 +125,8 @@ def format_cell(column: str, value: Any) -> str:
         return labels_zh.COMPONENTS.get(value, value)
     if column == "gate" and isinstance(value, str):
         return labels_zh.GATES.get(value, value)
+    if column == "quantity" and isinstance(value, str):
+        return labels_zh.QUANTITIES.get(value, value)
     if column == "reason" and isinstance(value, str):
         return labels_zh.REASONS.get(value, value)
     if value is None or isinstance(value, bool) or isinstance(value, str):
@@ -152,6 +174,28 @@ class PageContext:
         other = PageContext(self.site, self.page_path, campaign)
         return other
 
+    @property
+    def profile(self) -> CampaignProfile:
+        if self.campaign is None or self.campaign.name not in self.site.profiles:
+            raise RenderError(f"{self.page_path}: this page has no campaign profile")
+        return self.site.profiles[self.campaign.name]
+
+    def series(self) -> list[Series]:
+        return self.profile.series
+
+    def series_of_key(self, key: str) -> Series | None:
+        """The series whose findings' prefix the key starts with (``runs.llamacpp_q4km.knee_concurrency``)."""
+        if self.campaign is None or self.campaign.name not in self.site.profiles:
+            return None
+        hits = [s for s in self.profile.series if key.startswith(s.prefix)]
+        return max(hits, key=lambda s: len(s.prefix)) if hits else None
+
+    def engine_zh(self, engine: str) -> str:
+        """The engine's Chinese label in this campaign (with its weight format when it ran only one)."""
+        if self.campaign is not None and self.campaign.name in self.site.profiles:
+            return self.profile.engine_label(engine)
+        return labels_zh.ENGINES.get(engine, engine)
+
     # findings
     def _findings(self) -> dict[str, Finding]:
         if self.campaign is None:
@@ -166,6 +210,19 @@ class PageContext:
             )
         self.used_findings.add(key)
         return found
+
+    def opt(self, key: str) -> Finding | None:
+        """The finding, or None where this campaign does not have it (templates shared by every campaign)."""
+        return self._findings().get(key)
+
+    def latest(self, suffix: str) -> Finding | None:
+        """The finding of the newest round (``round2.<suffix>``), or the bare key in a campaign without rounds."""
+        return self.opt(self.campaign.latest_prefix + suffix)  # type: ignore[union-attr]
+
+    def unshown_figures(self) -> list[str]:
+        """Figures of this campaign that no page rendered so far shows."""
+        shown = {k[1] for k in self.site._figures_written if k[0] == self.campaign.name}  # type: ignore[union-attr]
+        return [n for n in sorted(self.campaign.figures) if n not in shown]  # type: ignore[union-attr]
 
     def unshown(self) -> list[str]:
         """Keys of this campaign that no page rendered so far has shown."""
@@ -191,9 +248,11 @@ class PageContext:
             present = [k for k in ks if k in findings]
             seen |= {s for s, k in zip(suffixes, ks, strict=True) if k in findings}
             out.append((r, present))
-        missing = [s for s in suffixes if s not in seen]
+        # A suffix this campaign lacks is fine if another campaign has it (the templates serve every kind of
+        # campaign); one that no campaign of the site has is a typo or a renamed finding: that fails the build.
+        missing = [s for s in suffixes if s not in seen and s not in self.site.known_suffixes]
         if missing:
-            raise RenderError(f"{self.page_path}: no round of {self.campaign.name} has findings {missing}")  # type: ignore[union-attr]
+            raise RenderError(f"{self.page_path}: no campaign has findings {missing} (typo or renamed finding?)")
         return out
 
     def keys(self, prefix: str = "", section: str | None = None, round: str | None = None) -> list[str]:
@@ -215,6 +274,57 @@ class PageContext:
             raise RenderError(f"{self.page_path}: no table {name!r} in the results (have: {have})")
         return self.campaign.tables[name]
 
+    def rounds(self) -> list[tuple[str, str]]:
+        """``[(round, key prefix)]``: ``[("round1", "round1."), …]``, or ``[("", "")]`` for a campaign without rounds."""
+        return [(r, r + ".") for r in self.campaign.rounds] or [("", "")]  # type: ignore[union-attr]
+
+    def by_round(self, name: str | Table, **where: Any) -> list[tuple[str, Table]]:
+        """The table's rows per round, rounds without rows left out (one untitled group without rounds)."""
+        tab = name if isinstance(name, Table) else self.t(name)
+        if where:
+            tab = tab.where(**where)
+        if not self.campaign.rounds:  # type: ignore[union-attr]
+            return [("", tab)] if len(tab) else []
+        return [(r, tab.where(round=r)) for r in self.campaign.rounds if len(tab.where(round=r))]  # type: ignore[union-attr]
+
+    def groups(self, name: str | Table, columns: list[str], **where: Any) -> list[dict[str, Any]]:
+        """The distinct values of ``columns`` in the table's row order (one dict per group)."""
+        tab = name if isinstance(name, Table) else self.t(name)
+        if where:
+            tab = tab.where(**where)
+        out: list[dict[str, Any]] = []
+        for row in tab.rows:
+            g = {c: row.get(c) for c in columns}
+            if g not in out:
+                out.append(g)
+        return out
+
+    def rows_in(self, name: str | Table, column: str, values: Iterable[Any]) -> Table:
+        """The rows whose ``column`` is one of ``values`` (the comparison page keeps the GPU campaigns)."""
+        tab = name if isinstance(name, Table) else self.t(name)
+        keep = set(values)
+        return Table(tab.name, tab.path, tab.columns, [r for r in tab.rows if r.get(column) in keep])
+
+    def comparison_parts(self, key: str) -> dict[str, Any]:
+        """``comparison.<a>__vs__<b>.<series>.<quantity>`` → campaigns (their names), series, quantity."""
+        from analysis.reconcile.comparison import slug
+
+        by_slug = {slug(n): n for n in self.site.campaign_names}
+        parts = key.split(".")
+        if len(parts) < 3 or parts[0] != "comparison":
+            return {"campaigns": [], "series": "", "quantity": key}
+        names = [by_slug.get(x, x) for x in parts[1].split("__vs__")]
+        return {"campaigns": names, "series": ".".join(parts[2:-1]), "quantity": parts[-1]}
+
+    def series_key_label(self, key: str) -> str:
+        """A comparison series key (``llamacpp_q4_k_m``) as ``llama.cpp（Q4_K_M）``, from comparison_series."""
+        tab = self.campaign.tables.get("comparison_series") if self.campaign else None
+        for r in tab.rows if tab is not None else []:
+            if r.get("series_key") == key:
+                name = labels_zh.ENGINE_NAMES.get(str(r["engine"]), str(r["engine"]))
+                return f"{name}（{format_label(r.get('weight_format'))}）"
+        return key
+
     def has_table(self, name: str) -> bool:
         return self.campaign is not None and name in self.campaign.tables and len(self.campaign.tables[name]) > 0
 
@@ -224,11 +334,13 @@ class PageContext:
         columns: list[Any],
         where: dict[str, Any] | None = None,
         relabel: dict[str, dict[Any, str]] | None = None,
+        optional: list[str] | None = None,
     ) -> str:
         """A markdown table of chosen columns: ``columns`` = [(column, header), …] with headers from the template.
 
         ``relabel`` maps a column's raw values to words (from the template, e.g. gate statuses). Text columns
-        are left-aligned, numeric ones right-aligned.
+        are left-aligned, numeric ones right-aligned. Columns named in ``optional`` are left out where the table
+        lacks them or has no value in them (a measured ceiling that only some campaigns have).
         """
         tab = name if isinstance(name, Table) else self.t(name)
         if where:
@@ -237,6 +349,11 @@ class PageContext:
         cols: list[tuple[str, str]] = [
             tuple(c) if not isinstance(c, str) else (c, labels_zh.COLUMNS.get(c, c)) for c in columns  # type: ignore[misc]
         ]
+        if optional:
+            cols = [
+                (c, h) for c, h in cols
+                if c not in optional or (c in tab.columns and any(r.get(c) is not None for r in tab.rows))
+            ]
         for col, _ in cols:
             if col not in tab.columns:
                 raise RenderError(
@@ -249,6 +366,12 @@ class PageContext:
         def cell(col: str, value: Any) -> str:
             if col in relabel and value in relabel[col]:
                 return relabel[col][value]
+            if col == "engine" and isinstance(value, str):
+                return self.engine_zh(value)
+            if col == "weight_format" and isinstance(value, str):
+                return format_label(value)
+            if col == "series_key" and isinstance(value, str):
+                return self.series_key_label(value)
             return format_cell(col, value)
 
         body = [[cell(col, row[col]) for col, _ in cols] for row in tab.rows]
@@ -301,10 +424,19 @@ class PageContext:
         return f"[`{key}`]({self.link(home)}#{anchor})"
 
     # citations
+    def _find(self, cited: str) -> RawFile | None:
+        """The raw file a citation names. The comparison cites ``<campaign>/<path>``: look in that campaign."""
+        if self.campaign is None:
+            return None
+        head, _, rest = cited.partition("/")
+        if rest and head in self.site.campaign_names and head != self.campaign.name:
+            return self.site.lookup_name(head).find(rest)
+        return self.site.lookup(self.campaign).find(cited)
+
     def source_link(self, source: Any) -> str:
         """A finding's citation as a link to its file's row in the raw-data index of the campaign."""
         text = source_path(source)
-        hit = self.site.lookup(self.campaign).find(source_file(source)) if self.campaign else None
+        hit = self._find(source_file(source))
         if hit is None:
             return f"`{text}`"
         return f"[`{text}`]({self.link(f'data/{hit.campaign}.md')}#{file_anchor(hit.run, hit.rel)})"
@@ -325,7 +457,7 @@ class PageContext:
         parts = []
         for file_part, details in groups.items():
             short = "/".join(file_part.split("/")[-2:])
-            hit = self.site.lookup(self.campaign).find(file_part) if self.campaign else None
+            hit = self._find(file_part)
             text = f"[{short}]({self.link(f'data/{hit.campaign}.md')}#{file_anchor(hit.run, hit.rel)})" if hit else short
             if details:
                 text += " :" + ", ".join(details)
@@ -333,6 +465,10 @@ class PageContext:
         return sep.join(parts) or fmt.MISSING
 
     # links
+    def page_link(self, target: str, fallback: str) -> str:
+        """A link to ``target`` if that page was rendered, else to ``fallback`` (a page without its data is not)."""
+        return self.link(target if target in self.site.report.pages else fallback)
+
     def link(self, target: str) -> str:
         """A relative link from this page to another page (both relative to docs_dir)."""
         here = Path(self.page_path).parent
@@ -377,11 +513,43 @@ class SiteRenderer:
         self.finding_pages: dict[tuple[str, str], str] = {}
         self.runs: list[RawRun] = []
         self._lookups: dict[str, FileLookup] = {}
+        self.profiles: dict[str, CampaignProfile] = {}
+        self.known_suffixes: set[str] = set()  # finding keys without round prefix, over every campaign
+        self.campaign_names: set[str] = set()
+        self.comparison: CampaignResults | None = None
 
     def lookup(self, campaign: CampaignResults) -> FileLookup:
-        if campaign.name not in self._lookups:
-            self._lookups[campaign.name] = FileLookup([r for r in self.runs if r.campaign == campaign.name])
-        return self._lookups[campaign.name]
+        return self.lookup_name(campaign.name)
+
+    def lookup_name(self, name: str) -> FileLookup:
+        if name not in self._lookups:
+            self._lookups[name] = FileLookup([r for r in self.runs if r.campaign == name])
+        return self._lookups[name]
+
+    def raw_path(self, campaign: str, cited: str) -> Path | None:
+        """The file on disk behind a citation: a raw file of the campaign, or a file of this repository."""
+        hit = self.lookup_name(campaign).find(cited)
+        if hit is not None and hit.path is not None:
+            return hit.path
+        repo_file = REPO_ROOT / cited
+        return repo_file if repo_file.is_file() else None
+
+    def model_config(self, campaign: CampaignResults) -> Any:
+        """The model config the theory was computed from: the file ``model.params_total`` cites, read by the
+        analysis' own parser (the structure page shows the inputs of its derivations). None if not found."""
+        from analysis.model_config import load_model_config
+        from collector.errors import AnatomyError
+
+        found = campaign.findings.get("model.params_total")
+        for src in found.sources if found else ():
+            path = self.raw_path(campaign.name, source_file(src))
+            if path is None or path.suffix != ".json":
+                continue
+            try:
+                return load_model_config(path)
+            except AnatomyError:
+                continue
+        return None
 
     def _make_env(self) -> jinja2.Environment:
         env = jinja2.Environment(
@@ -406,6 +574,7 @@ class SiteRenderer:
             column_zh=lambda c: labels_zh.COLUMNS.get(c, c),
             unit_zh=labels_zh.unit_zh,
         )
+        env.filters.update(format_zh=format_label, engine_name=lambda e: labels_zh.ENGINE_NAMES.get(e, e))
         env.globals.update(markdown_table=markdown_table, format_cell=format_cell, file_anchor=file_anchor)
         return env
 
@@ -464,6 +633,8 @@ class SiteRenderer:
                 figure=ctx.figure,
                 has_figure=ctx.has_figure,
                 link=ctx.link,
+                opt=ctx.opt if campaign is not None else None,
+                latest=ctx.latest if campaign is not None else None,
                 campaign=campaign,
                 **data,
             )
@@ -474,22 +645,49 @@ class SiteRenderer:
         return Page(page_path, text)
 
     # the site -------------------------------------------------------------------------------------------
-    def render(self) -> RenderReport:
-        self._prepare_out()
+    def _load(self) -> list[CampaignResults]:
         campaign_dirs = discover_campaigns(self.results_dir)
         if self.only:
             campaign_dirs = [d for d in campaign_dirs if d.name in self.only]
         campaigns = [load_campaign(d) for d in campaign_dirs]
         if not campaigns:
             raise RenderError(f"{self.results_dir}: no campaign with a findings.json (run `collector analyze`)")
-        runs = self.runs = index_runs(self.raw_roots)
+        self.campaign_names = {c.name for c in campaigns}
+        for c in campaigns:
+            for k in c.findings:
+                self.known_suffixes.add(k.split(".", 1)[1] if k.startswith("round") and "." in k else k)
+        comparison = load_comparison(self.results_dir)
+        gpu_display: dict[str, tuple[str, str]] = {}
+        if comparison is not None and "comparison_series" in comparison.tables:
+            for row in comparison.tables["comparison_series"].rows:
+                if row.get("gpu"):
+                    gpu_display.setdefault(str(row["campaign"]), (str(row["gpu"]), str(row.get("gpu_display") or "")))
+        reference = self.env.get_template("_site.j2").module.reference_campaign
+        for c in campaigns:
+            self.profiles[c.name] = build_profile(c, self.runs, reference, gpu_display)
+        campaigns.sort(key=lambda c: self.profiles[c.name].sort_key)
+        # The comparison page compares GPUs: it needs two analysed GPU campaigns among those rendered.
+        gpu_campaigns = [c for c in campaigns if not self.profiles[c.name].cpu and self.profiles[c.name].gpu]
+        if comparison is not None and len(gpu_campaigns) >= 2:
+            self.comparison = comparison
+        elif comparison is not None:
+            self.report.notes.append("comparison: fewer than two GPU campaigns, no comparison page")
+        return campaigns
+
+    def render(self) -> RenderReport:
+        self._prepare_out()
+        self.runs = index_runs(self.raw_roots)
+        campaigns = self._load()
+        runs = self.runs
         site_mod = self.env.get_template("_site.j2").module  # section names (Chinese) live in a template
         nav: list[Any] = []
+        common = {"campaigns": campaigns, "profiles": self.profiles, "comparison": self.comparison,
+                  "reference_campaign": site_mod.reference_campaign}
 
         structure_entries = []
         for c in campaigns:
             path = f"structure/{c.name}.md"
-            page = self.render_template("structure.md.j2", path, c, campaigns=campaigns)
+            page = self.render_template("structure.md.j2", path, c, model_config=self.model_config(c), **common)
             self._write(page)
             structure_entries.append({page.title: path})
         campaign_navs = []
@@ -500,24 +698,38 @@ class SiteRenderer:
                 if (REPO_ROOT / u).is_file():  # a file of this repository (bundled model config), not raw data
                     continue
                 self.report.notes.append(f"{c.name}: cited source {u!r} matches no raw file")
+            pages = [(slug, template) for slug, template, *needs in CAMPAIGN_PAGES if not needs or needs[0](c)]
+            skipped = [slug for slug, _t, *needs in CAMPAIGN_PAGES if needs and not needs[0](c)]
+            if skipped:
+                self.report.notes.append(f"{c.name}: no data for pages {', '.join(skipped)}")
+            slugs = [slug for slug, _ in pages]
             rendered: dict[str, Page] = {}
-            # The overview goes last: it lists the findings that no other page shows.
-            for slug, template in [*CAMPAIGN_PAGES[1:], CAMPAIGN_PAGES[0]]:
+            # The overview goes last: it lists the findings and figures that no other page shows.
+            for slug, template in [*pages[1:], pages[0]]:
                 path = f"campaigns/{c.name}/{slug}.md"
-                page = self.render_template(template, path, c, runs=c_runs, all_campaigns=campaigns)
+                page = self.render_template(
+                    template, path, c, runs=c_runs, all_campaigns=campaigns, page_slugs=slugs, **common
+                )
                 self._write(page)
                 rendered[slug] = page
-            entries = [{rendered[slug].title: rendered[slug].path} for slug, _ in CAMPAIGN_PAGES]
+            entries = [{rendered[slug].title: rendered[slug].path} for slug, _ in pages]
             campaign_navs.append((c, entries))
 
-        home = self.render_template("home.md.j2", "index.md", None, campaigns=campaigns, runs=runs)
+        comparison_entry = None
+        if self.comparison is not None:
+            page = self.render_template("comparison.md.j2", "comparison.md", self.comparison, runs=runs, **common)
+            self._write(page)
+            comparison_entry = {page.title: page.path}
+
+        home = self.render_template("home.md.j2", "index.md", None, runs=runs, **common)
         self._write(home)
         nav.append({home.title: "index.md"})
 
+        for c, entries in campaign_navs:
+            nav.append({site_mod.nav_campaign_title(self.profiles[c.name]): entries})
+        if comparison_entry:
+            nav.append(comparison_entry)
         nav.append({site_mod.nav_structure: structure_entries})
-
-        for _c, entries in campaign_navs:
-            nav.append({_title_of(entries[0]): entries})
 
         data_entries = []
         for c in campaigns:
@@ -547,7 +759,7 @@ class SiteRenderer:
         nav.append({site_mod.nav_method: method_entries})
         nav.append({site_mod.nav_data: data_entries})
 
-        for c in campaigns:
+        for c in [*campaigns, *([self.comparison] if self.comparison else [])]:
             unused = sorted(set(c.figures) - {k[1] for k in self._figures_written if k[0] == c.name})
             for u in unused:
                 self.report.notes.append(f"{c.name}: figure {u!r} is on no page")

@@ -19,6 +19,10 @@ from analysis.report import format as fmt
 
 FINDINGS_FILE = "findings.json"
 FIGURE_SUFFIX = ".vl.json"
+# The cross-campaign comparison (analysis.reconcile.comparison): a folder of the results beside the campaigns,
+# with the same shape as a campaign's (tables/, figures/) but its findings in comparison.json.
+COMPARISON_DIR = "_comparison"
+COMPARISON_FINDINGS_FILE = "comparison.json"
 
 
 class RenderError(ValueError):
@@ -231,6 +235,11 @@ class CampaignResults:
     def rounds(self) -> list[str]:
         return sorted({f.round for f in self.findings.values() if f.round})
 
+    @property
+    def latest_prefix(self) -> str:
+        """The key prefix of the newest round (``round2.``), or ``""`` for a campaign without rounds."""
+        return self.rounds[-1] + "." if self.rounds else ""
+
 
 def _short_name(path: Path, campaign_dir: Path, suffix: str, folder: str) -> str:
     """``tables/points.csv`` → ``points``: names relative to the analysis' tables/ or figures/ folder."""
@@ -241,7 +250,7 @@ def _short_name(path: Path, campaign_dir: Path, suffix: str, folder: str) -> str
     return text[: -len(suffix)] if text.endswith(suffix) else text
 
 
-def load_campaign(path: Path) -> CampaignResults:
+def load_campaign(path: Path, findings_file: str = FINDINGS_FILE) -> CampaignResults:
     """findings.json, every table (CSV) and figure spec (``*.vl.json``) under the campaign's folder."""
     path = Path(path)
     tables = {}
@@ -253,7 +262,7 @@ def load_campaign(path: Path) -> CampaignResults:
     return CampaignResults(
         name=path.name,
         path=path,
-        findings=load_findings(path / FINDINGS_FILE),
+        findings=load_findings(path / findings_file),
         tables=tables,
         figures=figures,
     )
@@ -263,4 +272,12 @@ def discover_campaigns(results_dir: Path) -> list[Path]:
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise RenderError(f"{results_dir}: no analysis results here (run `collector analyze` first)")
-    return sorted(p.parent for p in results_dir.glob(f"*/{FINDINGS_FILE}"))
+    return sorted(p.parent for p in results_dir.glob(f"*/{FINDINGS_FILE}") if p.parent.name != COMPARISON_DIR)
+
+
+def load_comparison(results_dir: Path) -> CampaignResults | None:
+    """The cross-campaign comparison, when the analysis wrote one (two or more campaigns), else None."""
+    path = Path(results_dir) / COMPARISON_DIR
+    if not (path / COMPARISON_FINDINGS_FILE).is_file():
+        return None
+    return load_campaign(path, COMPARISON_FINDINGS_FILE)

@@ -1,0 +1,256 @@
+"""Capacity of our own runs against theory, exactly: what the server says it can hold (its start-up log,
+its /metrics) against what the model's config and the server's own flags imply.
+
+- vLLM: blocks = --num-gpu-blocks-override, else floor(pool bytes ÷ (block size × KV bytes/token)) with the
+  pool from VLLM_CPU_KVCACHE_SPACE (GiB, CPU) or the logged 'Available KV cache memory' (GPU, two decimals);
+  the logged tokens = floor(blocks ÷ ceil(max_model_len ÷ block) × max_model_len); maximum concurrency =
+  blocks ÷ ceil(max_model_len ÷ block) (logged with two decimals); /metrics cache_config_info num_gpu_blocks.
+- llama.cpp: n_ctx_slot = -c ÷ -np, slots = -np, KV buffer = -c × KV bytes/token (MiB, two decimals),
+  capacity = slots × n_ctx_slot.
+
+Keys: ``runs.<run>.<quantity>``; the flags come from the server command the collector recorded
+(events.jsonl `server_start`), the environment from the plan the run kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from analysis import findings as fnd
+from analysis import theory
+from analysis.campaign import Campaign, RunData
+from analysis.reconcile import Context, Section
+from analysis.reconcile.theoryctx import TheoryCtx
+
+GIB = theory.GIB
+# numbers the engines print with two decimals are known to ± half a unit in the last place
+LOG_DECIMALS_HALF = 0.005
+
+
+def run_slug(name: str) -> str:
+    """A run name as a finding-key segment: `llamacpp-q4km` -> `llamacpp_q4km`."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "run"
+
+
+def run_prefix(run: RunData) -> str:
+    return f"runs.{run_slug(run.name)}."
+
+
+def server_argv(run: RunData) -> tuple[list[str] | None, str | None]:
+    """The server's command line as the collector started it (events.jsonl `server_start`), and its citation."""
+    rel, log = run.events
+    for i, e in enumerate(log.records if log is not None else [], 1):
+        if e.kind == "server_start" and isinstance(e.get("argv"), list):
+            return [str(a) for a in e.get("argv")], run.cite(rel, i)
+    return None, None
+
+
+def flag(argv: list[str], *names: str) -> str | None:
+    """The value of the last of `names` given as `--name value` or `--name=value`; None when absent."""
+    val = None
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                val = argv[i + 1]
+            elif a.startswith(n + "="):
+                val = a.split("=", 1)[1]
+    return val
+
+
+def has_flag(argv: list[str], *names: str) -> bool:
+    return any(a in names for a in argv)
+
+
+def half_unit_pct(value: float, half_unit: float = LOG_DECIMALS_HALF) -> float:
+    """Tolerance of a number printed to two decimals, %: 0.005 ÷ value × 100."""
+    return half_unit / value * 100.0
+
+
+def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[fnd.Finding]]:
+    pre = run_prefix(run)
+    rel, log = run.server_log
+    argv, argv_src = server_argv(run)
+    plan = run.docs.plan
+    rows: list[dict] = []
+    out: list[fnd.Finding] = []
+    if log is None or log.kv_cache_tokens is None:
+        out.append(fnd.not_available(pre + "kv_pool_tokens", "tokens", "no_kv_pool_line",
+                                     f"{run.cite(rel) if rel else run.name}: no 'KV cache size' line"))
+        return rows, out
+    kvb = th.kv_bytes_per_token_for_run(run.name)
+    src_tokens = run.cite(rel, log.lines.get("kv_cache_tokens"))
+    mml = log.max_concurrency_tokens_per_request or log.max_model_len
+    block = plan.model.block_size if plan is not None else None
+    block_src = run.cite(run.docs.files["plan"], "model.block_size") if plan is not None else None
+    if argv and flag(argv, "--block-size"):
+        block, block_src = int(flag(argv, "--block-size")), argv_src
+    override = flag(argv, "--num-gpu-blocks-override") if argv else None
+    blocks = None
+    basis = None
+    srcs = [src_tokens, *th.model_source]
+    space = plan.server.env.get("VLLM_CPU_KVCACHE_SPACE") if plan is not None else None
+    space_blocks = (theory.vllm_num_gpu_blocks(float(space) * GIB, block, kvb)
+                    if space is not None and kvb is not None and block else None)
+    if override is not None:
+        blocks, basis = int(override), "--num-gpu-blocks-override"
+        srcs.append(argv_src)
+    elif kvb is not None and block:
+        if space is not None:
+            pool_bytes = float(space) * GIB
+            blocks, basis = theory.vllm_num_gpu_blocks(pool_bytes, block, kvb), "VLLM_CPU_KVCACHE_SPACE"
+            srcs.append(run.cite(run.docs.files["plan"], "server.env.VLLM_CPU_KVCACHE_SPACE"))
+        elif log.kv_cache_memory_gib is not None:
+            blocks = theory.vllm_num_gpu_blocks(log.kv_cache_memory_gib * GIB, block, kvb)
+            basis = "Available KV cache memory (logged, two decimals)"
+            srcs.append(run.cite(rel, log.lines.get("kv_cache_memory_gib")))
+    row = {"run": run.name, "engine": "vllm", "device": log.kv_cache_device, "kv_bytes_per_token": kvb,
+           "block_size": block, "max_model_len_tokens": mml, "blocks_theory": blocks, "blocks_basis": basis,
+           "kv_pool_tokens_log": log.kv_cache_tokens, "max_concurrency_log": log.max_concurrency_x,
+           "source": src_tokens}
+    if blocks is None or not block or not mml:
+        out.append(fnd.not_available(pre + "kv_pool_tokens", "tokens", "no_theory",
+                                     "no block count: neither an override, VLLM_CPU_KVCACHE_SPACE nor a logged pool",
+                                     [src_tokens], model_reason=th.model_reason))
+        rows.append(row)
+        return rows, out
+    # a logged GiB is rounded: the block count is then known only to a range
+    rounded = basis is not None and basis.startswith("Available")
+    tokens_th = theory.vllm_kv_cache_tokens_reported(blocks, block, mml)
+    conc_th = theory.vllm_max_concurrency(blocks, block, mml)
+    row.update(kv_pool_tokens_theory=tokens_th, max_concurrency_theory=conc_th)
+    tol = 0.0
+    if rounded:
+        lo, hi = theory.vllm_tokens_range_for_logged_gib(log.kv_cache_memory_gib, kvb, block)
+        tol = (hi - lo) / 2 / tokens_th * 100
+    out.append(fnd.measured(pre + "kv_pool_tokens", log.kv_cache_tokens, "tokens", srcs, theory=float(tokens_th),
+                            tolerance_pct=tol, blocks=blocks, block_size=block, basis=basis, device=log.kv_cache_device,
+                            blocks_from_kvcache_space=space_blocks,
+                            kv_bytes_per_token=kvb,
+                            detail="logged 'KV cache size' vs floor(blocks ÷ ceil(max_model_len ÷ block) × "
+                                   "max_model_len)"))
+    if log.max_concurrency_x is not None:
+        out.append(fnd.measured(pre + "max_concurrency", log.max_concurrency_x, "requests",
+                                [run.cite(rel, log.lines.get("max_concurrency_x")), *srcs[1:]], theory=conc_th,
+                                tolerance_pct=half_unit_pct(conc_th) + tol,
+                                detail="logged maximum concurrency (two decimals) vs blocks ÷ ceil(max_model_len ÷ "
+                                       "block)"))
+    # /metrics: vllm:cache_config_info carries the block count the scheduler really has
+    srel, scrapes = run.scrapes
+    if scrapes is not None:
+        from analysis.parse.scrapes_jsonl import metric_samples
+
+        for r in scrapes.records:
+            if r.source != "metrics" or not r.ok:
+                continue
+            info = next((dict(lbl) for (name, lbl) in metric_samples(r, str(run.info.path / srel))
+                         if name == "vllm:cache_config_info"), None)
+            if info and info.get("num_gpu_blocks") not in (None, "None"):
+                nb = int(info["num_gpu_blocks"])
+                row["blocks_metrics"] = nb
+                row["block_size_metrics"] = int(info["block_size"]) if info.get("block_size") else None
+                out.append(fnd.measured(pre + "kv_pool_blocks_metrics", nb, "count", [run.cite(srel, r.line), *srcs[1:]],
+                                        theory=float(blocks), tolerance_pct=0.0 if not rounded else tol,
+                                        block_size_metrics=row["block_size_metrics"],
+                                        detail="vllm:cache_config_info num_gpu_blocks vs the theory's block count"))
+                if row["block_size_metrics"] is not None:
+                    out.append(fnd.checked(pre + "block_size_matches_metrics", row["block_size_metrics"] == block,
+                                           [run.cite(srel, r.line), block_src or ""], theory_block_size=block,
+                                           metrics_block_size=row["block_size_metrics"]))
+                break
+    rows.append(row)
+    return rows, out
+
+
+def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+    pre = run_prefix(run)
+    rel, log = run.server_log
+    argv, argv_src = server_argv(run)
+    rows: list[dict] = []
+    out: list[fnd.Finding] = []
+    if log is None or log.n_slots is None or log.n_ctx_slot is None:
+        out.append(fnd.not_available(pre + "n_ctx_slot", "tokens", "no_kv_pool_line",
+                                     f"{run.cite(rel) if rel else run.name}: no n_slots / n_ctx_slot line"))
+        return rows, out
+    c = flag(argv, "-c", "--ctx-size") if argv else None
+    np_ = flag(argv, "-np", "--parallel") if argv else None
+    unified = bool(argv) and has_flag(argv, "-kvu", "--kv-unified")
+    slot_src = run.cite(rel, log.lines.get("n_slots"))
+    row = {"run": run.name, "engine": "llamacpp", "n_slots_log": log.n_slots, "n_ctx_slot_log": log.n_ctx_slot,
+           "kv_cache_mib_log": log.kv_cache_mib, "ctx_total_flag": int(c) if c else None,
+           "slots_flag": int(np_) if np_ else None, "kv_unified": unified, "source": slot_src}
+    if c is None or np_ is None:
+        out.append(fnd.not_available(pre + "n_ctx_slot", "tokens", "no_theory",
+                                     "the server command gave no -c and -np to compute from", [slot_src]))
+        rows.append(row)
+        return rows, out
+    c_i, np_i = int(c), int(np_)
+    ctx_th = theory.llama_cpp_n_ctx_slot(c_i, np_i, unified)
+    row["n_ctx_slot_theory"] = ctx_th
+    out.append(fnd.measured(pre + "n_ctx_slot", log.n_ctx_slot, "tokens", [slot_src, argv_src], theory=float(ctx_th),
+                            tolerance_pct=0.0, ctx_total=c_i, slots=np_i,
+                            detail="logged n_ctx_slot vs -c ÷ -np (all of -c per slot with -kvu)"))
+    out.append(fnd.measured(pre + "n_slots", log.n_slots, "count", [slot_src, argv_src], theory=float(np_i),
+                            tolerance_pct=0.0))
+    cap = log.n_slots * log.n_ctx_slot
+    row["capacity_tokens"] = cap
+    out.append(fnd.measured(pre + "capacity_tokens", cap, "tokens", [slot_src, argv_src],
+                            theory=float(c_i), tolerance_pct=0.0,
+                            detail="slots × n_ctx_slot vs -c (the cells the server allocated for all slots)"))
+    kv_type = (log.kv_k_type or "f16")
+    kvb = theory.kv_bytes_per_token(th.cfg, kv_type) if th.cfg is not None else None
+    if log.kv_cache_mib is not None and kvb is not None:
+        mib_th = theory.llama_cpp_kv_mib(c_i, kvb)
+        row.update(kv_cache_mib_theory=mib_th, kv_bytes_per_token=kvb)
+        out.append(fnd.measured(pre + "kv_cache_mib", log.kv_cache_mib, "MiB",
+                                [run.cite(rel, log.lines.get("kv_cache_mib")), argv_src, *th.model_source],
+                                theory=mib_th, tolerance_pct=half_unit_pct(mib_th), kv_type=kv_type,
+                                kv_bytes_per_token=kvb, detail="logged KV buffer (two decimals) vs -c × KV bytes/token"))
+    elif kvb is None:
+        out.append(fnd.not_available(pre + "kv_cache_mib", "MiB", "no_theory",
+                                     th.model_reason or "no model config for this campaign", [slot_src]))
+    rows.append(row)
+    return rows, out
+
+
+def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+    rows: list[dict] = []
+    findings: list[fnd.Finding] = []
+    for r in campaign.runs:
+        if not r.own or not r.points:
+            continue
+        if r.engine == "vllm":
+            rr, ff = _vllm(r, th, ctx)
+        elif r.engine == "llamacpp":
+            rr, ff = _llamacpp(r, th)
+        else:
+            continue
+        rows += rr
+        findings += ff
+    return Section(name="capacity", tables={"capacity": pd.DataFrame(rows)}, findings=findings)
+
+
+def pool_tokens_measured(run: RunData) -> tuple[int | None, str | None]:
+    """What a run's server says its KV pool holds, tokens: vLLM's logged size; llama.cpp's slots × n_ctx_slot."""
+    rel, log = run.server_log
+    if log is None:
+        return None, None
+    if run.engine == "vllm" and getattr(log, "kv_cache_tokens", None) is not None:
+        return log.kv_cache_tokens, run.cite(rel, log.lines.get("kv_cache_tokens"))
+    if run.engine == "llamacpp" and getattr(log, "n_slots", None) and getattr(log, "n_ctx_slot", None):
+        return log.n_slots * log.n_ctx_slot, run.cite(rel, log.lines.get("n_slots"))
+    return None, None
+
+
+def max_concurrency_measured(run: RunData) -> tuple[float | None, str | None]:
+    """Full-length requests the server says it holds at once: vLLM's logged maximum concurrency; llama.cpp's slots."""
+    rel, log = run.server_log
+    if log is None:
+        return None, None
+    if run.engine == "vllm" and getattr(log, "max_concurrency_x", None) is not None:
+        return log.max_concurrency_x, run.cite(rel, log.lines.get("max_concurrency_x"))
+    if run.engine == "llamacpp" and getattr(log, "n_slots", None):
+        return float(log.n_slots), run.cite(rel, log.lines.get("n_slots"))
+    return None, None
+

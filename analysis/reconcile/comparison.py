@@ -1,0 +1,213 @@
+"""Across campaigns (e.g. the RTX 4090 reference and our H200 campaign): per series (engine + weight
+format) the decode step floor vs the measured single-stream step, roofline achievement per concurrency
+(datasheet and measured ceilings), the knee, the quantization speed-up, and capacity — each against theory;
+and, for every pair of campaigns sharing a series, the single-stream speed-up against the ratio of their
+floors (the byte ledger says a step costs bytes ÷ bandwidth, so the same model on a card with k× the
+bandwidth should step k× faster, if both reach the same share of their roofline).
+
+Input: every campaign's own analysis (its tables and findings, as written per campaign); nothing is
+re-measured. Output (``out/_comparison/``): ``comparison.json`` (findings, the same record as a campaign's
+findings.json), ``tables/*.csv``, ``figures/*.vl.json``, ``index.json``.
+Keys: ``comparison.<campaign>.<series>.<quantity>`` and ``comparison.<a>__vs__<b>.<series>.<quantity>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import pandas as pd
+
+from analysis import findings as fnd
+from analysis import fits
+from analysis.findings import FindingSet
+
+DIR_NAME = "_comparison"
+FINDINGS_FILE = "comparison.json"
+# Two cards reach different shares of their roofline (kernels, clocks); beyond this the floor ratio fails
+# to predict the speed-up and the pair's achievement columns say why.
+SPEEDUP_TOLERANCE_PCT = 15.0
+
+
+@dataclass
+class CampaignSummary:
+    """What the comparison needs from one analysed campaign."""
+
+    name: str
+    tables: dict[str, pd.DataFrame]
+    findings: FindingSet
+    gpu: str | None  # datasheet key (e.g. "rtx4090", "h200"); None for a CPU campaign
+    gpu_display: str | None
+    bandwidth_datasheet_bytes_per_s: float | None
+    bandwidth_measured_bytes_per_s: float | None
+    capacity: list[dict] = field(default_factory=list)  # per series: measured pool tokens (+ theory)
+    model_shape: tuple | None = None  # (h, I, L, H, K, d, V): pairs compare only the same model shape
+    model_name: str | None = None
+
+
+def slug(text: str) -> str:
+    """A name as a finding-key segment: `rtx4090-qwen2.5-7b` -> `rtx4090_qwen2_5_7b`."""
+    return re.sub(r"[^a-z0-9]+", "_", str(text).lower()).strip("_")
+
+
+def series_key(engine: str, weight_format: str | None) -> str:
+    """Series identity across campaigns: engine and weight format (`llamacpp_q4_k_m`)."""
+    return slug(f"{engine}_{weight_format or 'unknown'}")
+
+
+def speedup(slow_ms: float, fast_ms: float) -> float:
+    """How many times faster the second step is, dimensionless: slow step ÷ fast step."""
+    return slow_ms / fast_ms
+
+
+def _latest_series(points: pd.DataFrame) -> pd.DataFrame:
+    """One sweep per (engine, weight format): the last round of an imported campaign (its final protocol),
+    the first run by name of our own."""
+    if not len(points):
+        return points
+    df = points.copy()
+    df["series_key"] = [series_key(e, w) for e, w in zip(df["engine"], df["weight_format"], strict=True)]
+    keep = []
+    for _key, g in df.groupby("series_key", sort=True):
+        rounds = sorted(g["round"].fillna("").unique())
+        g = g[g["round"].fillna("") == rounds[-1]]
+        first = sorted(g["series"].unique())[0]
+        keep.append(g[g["series"] == first])
+    return pd.concat(keep, ignore_index=True)
+
+
+def _num(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and v != v) else float(v)
+
+
+def series_rows(c: CampaignSummary) -> list[dict]:
+    """Per series of one campaign: the single-stream step, its floors, achievement, knee, peak, capacity."""
+    pts = _latest_series(c.tables.get("roofline_points", pd.DataFrame()))
+    out = []
+    if not len(pts):
+        return out
+    for key, g in pts.groupby("series_key", sort=True):
+        g = g.sort_values("concurrency")
+        first = g.iloc[0]
+        xs, p50, p99 = g["concurrency"].tolist(), g["p50_itl_ms"].tolist(), g["p99_itl_ms"].tolist()
+        ok = [i for i in range(len(xs)) if _num(p50[i]) is not None and _num(p99[i]) is not None]
+        knee = fits.knee([xs[i] for i in ok], [p50[i] for i in ok], [p99[i] for i in ok]) if ok else None
+        best = g.loc[g["output_throughput_tokens_per_s"].idxmax()]
+        row = {"campaign": c.name, "gpu": c.gpu or "", "gpu_display": c.gpu_display or "", "series_key": key,
+               "series": first["series"], "engine": first["engine"], "weight_format": first["weight_format"],
+               "bandwidth_datasheet_bytes_per_s": c.bandwidth_datasheet_bytes_per_s,
+               "bandwidth_measured_bytes_per_s": c.bandwidth_measured_bytes_per_s,
+               "single_stream_concurrency": int(first["concurrency"]),
+               "single_stream_p50_itl_ms": _num(first["p50_itl_ms"]),
+               "floor_datasheet_ms": _num(first.get("floor_datasheet_ms")),
+               "floor_measured_ms": _num(first.get("floor_measured_ms")),
+               "achievement_datasheet_pct": _num(first.get("achievement_datasheet_pct")),
+               "achievement_measured_pct": _num(first.get("achievement_measured_pct")),
+               "knee_concurrency": knee, "max_concurrency_measured": int(g["concurrency"].max()),
+               "peak_output_throughput_tokens_per_s": _num(best["output_throughput_tokens_per_s"]),
+               "peak_concurrency": int(best["concurrency"]), "source": first["source"]}
+        cap = next((x for x in c.capacity if x["series_key"] == key), None)
+        if cap:
+            row.update(capacity_tokens=cap.get("tokens"), capacity_tokens_theory=cap.get("theory"),
+                       capacity_tolerance_pct=cap.get("tolerance_pct"), capacity_source=cap.get("source"))
+        out.append(row)
+    return out
+
+
+def _quant_rows(c: CampaignSummary) -> list[dict]:
+    rows = []
+    for k in c.findings.keys():
+        if k.startswith("quantization.") and k.endswith(".step_ratio"):
+            f = c.findings[k]
+            rows.append({"campaign": c.name, "key": k, "engine": k.split(".")[1], "value": f.value, "theory": f.theory,
+                         "error_pct": f.error_pct, "status": f.status, "reason": f.reason or ""})
+    return rows
+
+
+def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], FindingSet]:
+    """Tables and findings of the comparison of two or more analysed campaigns."""
+    found = FindingSet()
+    series: list[dict] = []
+    for c in summaries:
+        series += series_rows(c)
+    by = {(r["campaign"], r["series_key"]): r for r in series}
+    for r in series:
+        pre = f"comparison.{slug(r['campaign'])}.{r['series_key']}."
+        src = [f"{r['campaign']}/{r['source']}"]
+        found.add(fnd.measured(pre + "single_stream_p50_itl_ms", r["single_stream_p50_itl_ms"], "ms", src,
+                               concurrency=r["single_stream_concurrency"], floor_datasheet_ms=r["floor_datasheet_ms"],
+                               floor_measured_ms=r["floor_measured_ms"], gpu=r["gpu"]))
+        for tag, reason in (("datasheet", "no_gpu_datasheet"), ("measured", "no_measured_ceiling")):
+            key = pre + ("roofline_achievement_pct" if tag == "datasheet" else "roofline_achievement_measured_ceiling_pct")
+            v = r[f"achievement_{tag}_pct"]
+            if v is None:
+                found.add(fnd.not_available(key, "%", reason, f"{r['campaign']}: no {tag} bandwidth for a floor", src))
+            else:
+                found.add(fnd.measured(key, v, "%", src, floor_ms=r[f"floor_{tag}_ms"],
+                                       bandwidth_bytes_per_s=r[f"bandwidth_{tag}_bytes_per_s"]))
+        if r["knee_concurrency"] is None:
+            found.add(fnd.not_available(pre + "knee_concurrency", "requests", "no_knee",
+                                        f"no point up to concurrency {r['max_concurrency_measured']} has p99 ITL > 2 × p50",
+                                        src))
+        else:
+            found.add(fnd.measured(pre + "knee_concurrency", int(r["knee_concurrency"]), "requests", src))
+        found.add(fnd.measured(pre + "peak_output_throughput_tokens_per_s", r["peak_output_throughput_tokens_per_s"],
+                               "tokens/s", src, concurrency=r["peak_concurrency"]))
+        if r.get("capacity_tokens") is not None:
+            th = r.get("capacity_tokens_theory")
+            found.add(fnd.measured(pre + "capacity_tokens", r["capacity_tokens"], "tokens",
+                                   [f"{r['campaign']}/{r['capacity_source']}"],
+                                   theory=float(th) if th is not None else None,
+                                   tolerance_pct=(r.get("capacity_tolerance_pct") or 0.0) if th is not None else None,
+                                   detail="vLLM: logged KV pool tokens; llama.cpp: slots × n_ctx_slot — vs theory"))
+    names = sorted(c.name for c in summaries)
+    pair_rows = []
+    shape = {c.name: c.model_shape for c in summaries}
+    for a, b in combinations(names, 2):
+        if shape[a] is None or shape[a] != shape[b]:
+            continue  # a step ratio between different models says nothing about the cards
+        for key in sorted({k for (cn, k) in by if cn == a} & {k for (cn, k) in by if cn == b}):
+            ra, rb = by[(a, key)], by[(b, key)]
+            pre = f"comparison.{slug(a)}__vs__{slug(b)}.{key}."
+            src = [f"{a}/{ra['source']}", f"{b}/{rb['source']}"]
+            meas = speedup(ra["single_stream_p50_itl_ms"], rb["single_stream_p50_itl_ms"])
+            th_ds = (speedup(ra["floor_datasheet_ms"], rb["floor_datasheet_ms"])
+                     if ra["floor_datasheet_ms"] and rb["floor_datasheet_ms"] else None)
+            th_ms = (speedup(ra["floor_measured_ms"], rb["floor_measured_ms"])
+                     if ra["floor_measured_ms"] and rb["floor_measured_ms"] else None)
+            found.add(fnd.measured(
+                pre + "single_stream_speedup", meas, "ratio", src, theory=th_ds,
+                tolerance_pct=SPEEDUP_TOLERANCE_PCT if th_ds is not None else None,
+                theory_measured_ceilings=th_ms, faster=b if meas > 1 else a,
+                detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio of their "
+                       "roofline floors (bytes per step ÷ bandwidth), datasheet; measured ceilings alongside"))
+            pair_rows.append({"a": a, "b": b, "series_key": key, "speedup_measured": meas,
+                              "speedup_theory_datasheet": th_ds, "speedup_theory_measured_ceilings": th_ms,
+                              "achievement_datasheet_pct_a": ra["achievement_datasheet_pct"],
+                              "achievement_datasheet_pct_b": rb["achievement_datasheet_pct"]})
+    quant = [q for c in summaries for q in _quant_rows(c)]
+    for c in summaries:
+        if not any(q["campaign"] == c.name for q in quant):
+            found.add(fnd.not_available(f"comparison.{slug(c.name)}.quantization.step_ratio", "ratio",
+                                        "no_second_format", f"{c.name} measured one weight format per engine"))
+        for q in (q for q in quant if q["campaign"] == c.name):
+            qkey = f"comparison.{slug(c.name)}.{q['key']}"
+            f = c.findings[q["key"]]
+            if f.value is None:
+                found.add(fnd.not_available(qkey, "ratio", f.reason or "unknown", f.detail or "", f.sources))
+            else:
+                found.add(fnd.measured(qkey, f.value, "ratio", [f"{c.name}/{s}" for s in f.sources], theory=f.theory,
+                                       tolerance_pct=f.tolerance_pct, detail=f.detail))
+    roof = []
+    for c in summaries:
+        pts = _latest_series(c.tables.get("roofline_points", pd.DataFrame()))
+        if len(pts):
+            roof.append(pts.assign(campaign=c.name, gpu=c.gpu or ""))
+    tables = {
+        "comparison_series": pd.DataFrame(series),
+        "comparison_pairs": pd.DataFrame(pair_rows),
+        "comparison_roofline": pd.concat(roof, ignore_index=True) if roof else pd.DataFrame(),
+        "comparison_quantization": pd.DataFrame(quant),
+    }
+    return tables, found

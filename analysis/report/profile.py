@@ -1,0 +1,137 @@
+"""What kind of campaign a page is about: facts the templates branch on, read from the results and the runs.
+
+A campaign is either imported (someone else's result folders, organised in rounds, one engine per weight
+format) or collected by our own ``collector run`` (one run per engine and weight format, no rounds). The
+pages of both are rendered by the same templates; they differ in which finding keys exist. A *series* is one
+concurrency sweep of one engine with one weight format — the unit every report compares — and carries the key
+prefix of its findings (``round2.vllm.`` for an imported campaign's newest round, ``runs.llamacpp_q4km.`` for
+one of our runs).
+
+Nothing here computes a number: the profile only says which findings, tables and labels apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from analysis import labels_zh
+from analysis.report.rawindex import RawRun
+from analysis.report.results import CampaignResults, Table
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str  # the series' name in the tables (roofline_points.series)
+    prefix: str  # finding key prefix of its own findings
+    engine: str
+    weight_format: str | None
+    run: str | None
+    round: str
+    label: str  # Chinese, for prose and table cells
+
+
+@dataclass
+class CampaignProfile:
+    name: str
+    collected: bool  # written by our collector (else imported)
+    cpu: bool  # measured on a CPU: a smoke campaign, no GPU numbers
+    gpu: str | None  # datasheet key (``rtx4090``, ``h200``)
+    gpu_display: str | None
+    random_weights: bool  # the model has random weights: its text output is noise
+    descriptions: list[str]
+    engines: list[str]
+    series: list[Series]
+    n_runs: int
+    is_reference: bool
+    weight_formats: dict[str, list[str]] = field(default_factory=dict)  # engine -> formats measured
+
+    def engine_label(self, engine: str) -> str:
+        """``llama.cpp（Q4_K_M）`` when the campaign ran the engine with one format, else the bare name."""
+        formats = self.weight_formats.get(engine, [])
+        name = labels_zh.ENGINE_NAMES.get(engine, engine)
+        if len(formats) == 1:
+            return f"{name}（{format_label(formats[0])}）"
+        if not formats:
+            return labels_zh.ENGINES.get(engine, name) if not self.collected else name
+        return name
+
+    @property
+    def sort_key(self) -> tuple:
+        """Reference first, then other GPU campaigns, CPU smoke campaigns last."""
+        return (self.cpu, not self.is_reference, self.name)
+
+
+def format_label(fmt: str | None) -> str:
+    return labels_zh.WEIGHT_FORMATS.get(fmt or "", (fmt or "—").upper())
+
+
+def _rows(c: CampaignResults, table: str) -> list[dict[str, Any]]:
+    t: Table | None = c.tables.get(table)
+    return t.rows if t is not None else []
+
+
+def series_of(c: CampaignResults, collected: bool) -> list[Series]:
+    """The campaign's series from ``roofline_points`` (one row per sweep point); the newest round only."""
+    from analysis.reconcile.capacity import run_slug  # the analysis' own key segment for a run
+
+    rows = _rows(c, "roofline_points")
+    seen: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        seen.setdefault(str(r["series"]), r)
+    latest = c.rounds[-1] if c.rounds else ""
+    out = []
+    for key, r in seen.items():
+        rnd = str(r.get("round") or "")
+        if not collected and rnd != latest:
+            continue
+        engine = str(r["engine"])
+        fmt = r.get("weight_format")
+        run = str(r.get("run") or "") or None
+        prefix = f"runs.{run_slug(run)}." if collected and run else f"{rnd + '.' if rnd else ''}{engine}."
+        label = f"{labels_zh.ENGINE_NAMES.get(engine, engine)}（{format_label(fmt)}）"
+        out.append(Series(key, prefix, engine, fmt, run, rnd, label))
+    return sorted(out, key=lambda s: (s.engine != "vllm", s.engine, s.label))
+
+
+def build_profile(
+    c: CampaignResults, runs: list[RawRun], reference: str, gpu_display: dict[str, tuple[str, str]] | None = None
+) -> CampaignProfile:
+    """``gpu_display``: campaign -> (datasheet key, display name), from the comparison when there is one."""
+    from analysis.gpus import get_gpu
+    from collector.errors import AnatomyError
+
+    mine = [r for r in runs if r.campaign == c.name]
+    collected = any(r.kind == "collector-run" for r in mine) or any(k.startswith("runs.") for k in c.findings)
+    gpus = {str(r.meta.get("gpu")) for r in mine if r.meta.get("gpu")}
+    cpu = collected and gpus == {"cpu"}
+    gpu_key, display = (gpu_display or {}).get(c.name, (None, None))
+    if not gpu_key and not cpu:
+        for name in sorted(gpus - {"cpu"}):
+            try:
+                spec = get_gpu(name)
+            except AnatomyError:
+                continue
+            gpu_key, display = spec.name, spec.display_name
+            break
+    descriptions = sorted({str(r.meta["description"]) for r in mine if r.meta.get("description")})
+    series = series_of(c, collected)
+    formats: dict[str, list[str]] = {}
+    for s in series:
+        if s.weight_format and s.weight_format not in formats.setdefault(s.engine, []):
+            formats[s.engine].append(s.weight_format)
+    engines = sorted({s.engine for s in series} | {str(r["engine"]) for r in _rows(c, "points") if r.get("engine")})
+    return CampaignProfile(
+        name=c.name,
+        collected=collected,
+        cpu=cpu,
+        gpu=gpu_key or None,
+        gpu_display=display or None,
+        random_weights=any("random" in d.lower() for d in descriptions),
+        descriptions=descriptions,
+        engines=engines,
+        series=series,
+        n_runs=len(mine),
+        is_reference=c.name == reference,
+        weight_formats=formats,
+    )

@@ -1,0 +1,119 @@
+"""A collector run's scrapes as the sampler-CSV columns the reconciliations read, and every point's window
+cut on the collector's own monotonic clock.
+
+A collector run needs no clock-offset search: requests and scrapes carry the same CLOCK_MONOTONIC, and the
+collector scrapes /metrics just before a point's first request (`point_start`) and just after its last one
+ended (`point_end`), so a counter's difference across a point is exact. Each scrape is placed at the middle
+of its request (start + end) ÷ 2, s; the boundary scrapes lie wholly outside the point's requests.
+
+Columns (the sampler CSV's names, so one set of reconciliations serves both kinds of campaign):
+vLLM histograms and counters, llama.cpp's ``llamacpp:*`` counters (prompt and generation seconds and tokens,
+``llama_decode`` calls), and the running/waiting gauges of both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, metric_samples
+from analysis.windows import (
+    PointWindowData,
+    Window,
+    activity_span,
+    counter_delta,
+    gauge_stats,
+    window_indices,
+)
+
+NS_PER_S = 1e9
+
+# column -> sample name (summed over label sets). Counters and histogram parts: cumulative.
+VLLM_COUNTERS = {
+    "preemptions": "vllm:num_preemptions_total",
+    "queue_sum": "vllm:request_queue_time_seconds_sum",
+    "queue_cnt": "vllm:request_queue_time_seconds_count",
+    "prefill_sum": "vllm:request_prefill_time_seconds_sum",
+    "prefill_cnt": "vllm:request_prefill_time_seconds_count",
+    "decode_sum": "vllm:request_decode_time_seconds_sum",
+    "decode_cnt": "vllm:request_decode_time_seconds_count",
+    "iter_tok_sum": "vllm:iteration_tokens_total_sum",
+    "iter_tok_cnt": "vllm:iteration_tokens_total_count",
+    "flops": "vllm:estimated_flops_per_gpu_total",
+    "read_bytes": "vllm:estimated_read_bytes_per_gpu_total",
+    "prefix_hits": "vllm:prefix_cache_hits_total",
+}
+VLLM_GAUGES = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "kv_usage": "vllm:kv_cache_usage_perc",
+}
+LLAMACPP_COUNTERS = {
+    "prompt_tokens": "llamacpp:prompt_tokens_total",
+    "prompt_s": "llamacpp:prompt_seconds_total",
+    "predicted_tokens": "llamacpp:tokens_predicted_total",
+    "predicted_s": "llamacpp:tokens_predicted_seconds_total",
+    "n_decode": "llamacpp:n_decode_total",
+}
+LLAMACPP_GAUGES = {
+    "running": "llamacpp:requests_processing",
+    "waiting": "llamacpp:requests_deferred",
+    "kv_usage": "llamacpp:kv_cache_usage_ratio",
+}
+COUNTERS = (*VLLM_COUNTERS, *LLAMACPP_COUNTERS)
+GAUGES = ("running", "waiting", "kv_usage")
+
+
+def scrape_time_s(start_mono_ns: int, end_mono_ns: int) -> float:
+    """When a scrape saw the server, s on the monotonic clock: (start + end) ÷ 2 ÷ 1e9."""
+    return (start_mono_ns + end_mono_ns) / 2 / NS_PER_S
+
+
+def series(records: Sequence[ScrapeRecord], path: str = "scrapes.jsonl") -> tuple[list[float], dict[str, list[float]],
+                                                                                    list[int]]:
+    """(ts_s, {column: values}, scrapes.jsonl line per sample) from the successful /metrics scrapes, in time
+    order. A column absent from a scrape is NaN there; a column absent from every scrape is left out."""
+    ok = sorted((r for r in records if r.source == "metrics" and r.ok),
+                key=lambda r: (scrape_time_s(r.start_mono_ns, r.end_mono_ns), r.line))
+    names = {**VLLM_COUNTERS, **LLAMACPP_COUNTERS, **{f"g:{k}": v for k, v in VLLM_GAUGES.items()},
+             **{f"gl:{k}": v for k, v in LLAMACPP_GAUGES.items()}}
+    raw: dict[str, list[float]] = {k: [] for k in names}
+    ts: list[float] = []
+    lines: list[int] = []
+    for r in ok:
+        samples = metric_samples(r, path)
+        ts.append(scrape_time_s(r.start_mono_ns, r.end_mono_ns))
+        lines.append(r.line)
+        for col, name in names.items():
+            v = counter_total(samples, name)
+            raw[col].append(math.nan if v is None else v)
+    cols: dict[str, list[float]] = {}
+    for col, vals in raw.items():
+        if all(math.isnan(v) for v in vals):
+            continue
+        out = col.split(":", 1)[1] if ":" in col else col
+        if out in cols:  # both engines' gauges never appear in one server's scrapes
+            continue
+        cols[out] = vals
+    return ts, cols, lines
+
+
+def point_window(send_mono_ns: Sequence[int], end_mono_ns: Sequence[int]) -> Window:
+    """A point's span on the monotonic clock, s: [first send, last end] of its requests."""
+    return Window(start_s=min(send_mono_ns) / NS_PER_S, end_s=max(end_mono_ns) / NS_PER_S)
+
+
+def window_data(ts: Sequence[float], cols: dict[str, Sequence[float]], win: Window) -> PointWindowData:
+    """Counter differences between the scrapes enclosing the window and gauge statistics inside it
+    (the same record the sampler-CSV path builds)."""
+    active = [any(c in cols and not math.isnan(cols[c][i]) and cols[c][i] > 0 for c in ("running", "waiting"))
+              for i in range(len(ts))]
+    idx = window_indices(ts, win)
+    return PointWindowData(
+        window=win,
+        activity=activity_span(ts, active, win, pad_s=0.0),
+        deltas={c: counter_delta(ts, cols[c], win) for c in COUNTERS if c in cols},
+        gauges={g: gauge_stats(ts, cols[g], win) for g in GAUGES if g in cols},
+        first_row=idx.start,
+        last_row=idx.stop - 1,
+    )

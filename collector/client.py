@@ -1,0 +1,182 @@
+"""One streaming ``/v1/completions`` request → one request record (observations only, no statistics).
+
+A record is one line of ``requests.jsonl`` (format: ``analysis/parse/requests_jsonl.py``). It keeps the send
+time, and for every streamed chunk that carries ``choices`` its receive time on both clocks and how many
+tokens it carried; the final usage, finish reason, the engine's own timings (llama.cpp), the HTTP status and,
+if the request did not end with ``[DONE]``, what went wrong. Every outcome, including cancellation, produces a
+record: a request that was sent is never silently dropped.
+
+Tokens per chunk, from the first source the stream's first chunk offers, kept for the whole stream:
+``choices[0].token_ids`` (its length); the cumulative ``usage.completion_tokens`` (vLLM
+``continuous_usage_stats``); the cumulative ``timings.predicted_n`` (llama.cpp ``timings_per_token``);
+otherwise ("events") 1 per chunk with non-empty text. Cumulative counts are differenced chunk to chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from collector.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json
+
+RECORD_VERSION = 1
+_ERROR_BODY_BYTES = 2000
+
+
+class _TokenCounter:
+    """Tokens carried by each chunk. The first source a stream offers is kept for the whole stream (llama.cpp's
+    last chunk adds a cumulative ``usage`` next to its ``timings``: switching source there would count the
+    whole output again)."""
+
+    ORDER = ("token_ids", "usage", "timings")
+
+    def __init__(self) -> None:
+        self.source: str | None = None
+        self._prev: dict[str, int] = {"usage": 0, "timings": 0}
+
+    @staticmethod
+    def _offers(obj: dict[str, Any], choice: dict[str, Any]) -> dict[str, int]:
+        out = {}
+        if isinstance(choice.get("token_ids"), list):
+            out["token_ids"] = len(choice["token_ids"])
+        usage, timings = obj.get("usage"), obj.get("timings")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            out["usage"] = usage["completion_tokens"]
+        if isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
+            out["timings"] = timings["predicted_n"]
+        return out
+
+    def count(self, obj: dict[str, Any], choice: dict[str, Any]) -> int:
+        offers = self._offers(obj, choice)
+        if self.source is None:
+            self.source = next((s for s in self.ORDER if s in offers), "events")
+        if self.source == "events":
+            # no count on the wire: one token per chunk that carries text (approximate; recorded as such)
+            return 1 if choice.get("text") else 0
+        if self.source not in offers:
+            self.source = "mixed"  # analysis must not trust these counts
+            return 0
+        if self.source == "token_ids":
+            return offers["token_ids"]
+        n = offers[self.source] - self._prev[self.source]
+        self._prev[self.source] = offers[self.source]
+        return n
+
+
+def _error(kind: str, err: BaseException | str) -> dict[str, str]:
+    msg = err if isinstance(err, str) else (f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
+    return {"kind": kind, "message": msg[:1000]}
+
+
+async def stream_completion(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    meta: dict[str, Any],
+    *,
+    request_timeout_s: float,
+    clock: Clock = SYSTEM_CLOCK,
+    on_chunk: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Send one streaming completion and return its record. Never raises, except CancelledError (after
+    the partial record has been handed to ``meta['_sink']`` if one was given)."""
+    rec: dict[str, Any] = {"v": RECORD_VERSION, **{k: v for k, v in meta.items() if not k.startswith("_")}}
+    chunk_mono: list[int] = []
+    chunk_unix: list[int] = []
+    chunk_tokens: list[int] = []
+    counter = _TokenCounter()
+    decoder = SSEDecoder()
+    state: dict[str, Any] = {"done": False, "usage": None, "timings": None, "finish_reason": None, "id": None}
+    error: dict[str, str] | None = None
+    status: int | None = None
+    headers_at = None
+    sent = stamp(clock)
+
+    def handle(obj: dict[str, Any], t_mono: int, t_unix: int) -> None:
+        if state["id"] is None and isinstance(obj.get("id"), str):
+            state["id"] = obj["id"]
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            n = counter.count(obj, choice)
+            chunk_mono.append(t_mono)
+            chunk_unix.append(t_unix)
+            chunk_tokens.append(n)
+            if choice.get("finish_reason") is not None:
+                state["finish_reason"] = choice["finish_reason"]
+            if on_chunk is not None:
+                on_chunk(n)
+        if isinstance(obj.get("usage"), dict):
+            state["usage"] = obj["usage"]
+        if isinstance(obj.get("timings"), dict):
+            state["timings"] = obj["timings"]
+
+    try:
+        async with asyncio.timeout(request_timeout_s):
+            async with client.stream("POST", url, json=body, headers={"Accept-Encoding": "identity"}) as resp:
+                headers_at = stamp(clock)
+                status = resp.status_code
+                if status != 200:
+                    text = (await resp.aread())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
+                    error = _error("http", f"HTTP {status}: {text}")
+                else:
+                    async for raw in resp.aiter_raw():
+                        t = stamp(clock)
+                        for ev in decoder.feed(raw):
+                            obj = event_json(ev)
+                            if obj is None:
+                                state["done"] = True
+                            else:
+                                handle(obj, t.mono_ns, t.unix_ns)
+                    decoder.close()
+                    if not state["done"]:
+                        error = _error("stream_cut", "stream closed before [DONE]")
+    except TimeoutError:
+        error = _error("timeout", f"no complete response within request_timeout_s={request_timeout_s}")
+    except httpx.TimeoutException as err:
+        error = _error("timeout", err)
+    except httpx.ConnectError as err:
+        error = _error("connect", err)
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
+        error = _error("stream_cut", err)
+    except SSEServerError as err:
+        error = _error("server_error_event", err)
+    except SSEError as err:
+        error = _error("protocol", err)
+    except httpx.HTTPError as err:
+        error = _error("http_other", err)
+    except asyncio.CancelledError:
+        rec.update(_finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter))
+        rec["error"] = _error("aborted", "cancelled by the collector (run aborted)")
+        sink = meta.get("_sink")
+        if sink is not None:
+            sink(rec)
+        raise
+    rec.update(_finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter))
+    rec["error"] = error
+    return rec
+
+
+def _finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter) -> dict:
+    end = stamp(clock)
+    return {
+        "send_mono_ns": sent.mono_ns,
+        "send_unix_ns": sent.unix_ns,
+        "headers_mono_ns": headers_at.mono_ns if headers_at else None,
+        "end_mono_ns": end.mono_ns,
+        "end_unix_ns": end.unix_ns,
+        "http_status": status,
+        "chunk_mono_ns": chunk_mono,
+        "chunk_unix_ns": chunk_unix,
+        "chunk_tokens": chunk_tokens,
+        "token_count_source": counter.source,
+        "done": state["done"],
+        "usage": state["usage"],
+        "finish_reason": state["finish_reason"],
+        "engine_timings": state["timings"],
+        "response_id": state["id"],
+    }

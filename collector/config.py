@@ -1,0 +1,344 @@
+"""A measurement plan (TOML) as typed, validated dataclasses: ``load_plan(path) -> Plan``.
+
+Unknown keys are errors (a misspelt flag must not silently fall back to a default); every error names the
+file and the field. Relative paths in a plan are taken relative to the directory ``collector run`` is started
+from (plans are written to be run from the repository root), and are resolved once, here.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.errors import PlanError
+
+ENGINES = ("vllm", "llamacpp")
+PHASE_KINDS = ("warmup", "concurrency", "length", "overload")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    engine: str
+    port: int
+    url: str | None = None  # attach to a running server instead of starting one
+    binary: Path | None = None  # llama.cpp: the llama-server executable
+    python: Path | None = None  # vLLM: the venv's python (the server runs as ``python -m vllm...``)
+    model: str | None = None  # model file/dir passed to the server
+    served_model_name: str = ""  # the "model" field of each request
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 300.0
+    stop_timeout_s: float = 20.0
+
+    @property
+    def attach(self) -> bool:
+        return self.url is not None
+
+    @property
+    def base_url(self) -> str:
+        return (self.url or f"http://127.0.0.1:{self.port}").rstrip("/")
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    config: str  # config.json path or bundled model name (for the theory)
+    gpu: str  # GPU name from the datasheet table, or "cpu"
+    token_id_low: int  # prompt ids are drawn from [token_id_low, token_id_high): printable, no special tokens
+    token_id_high: int
+    kv_dtype: str = "bf16"
+    weight_format: str = "bf16"
+    kv_pool_gib: float | None = None
+    max_model_len: int | None = None
+    block_size: int = 16
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    interval_s: float = 1.0
+    metrics: bool = True
+    nvidia_smi: str = "auto"  # auto: when the nvidia-smi binary exists
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    drain_s: float = 5.0  # pause between points, so one point's tail never overlaps the next
+    request_timeout_s: float = 600.0  # whole request, send to last byte
+    read_timeout_s: float = 120.0  # longest silence between two bytes (also the first byte)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    phase: str
+    kind: str
+    index: int  # position of this point in the whole run (0-based)
+    concurrency: int
+    requests: int
+    input_len: int
+    output_len: int
+    seed: int
+    expect_preemptions: str  # "none" | "some" | "any"
+
+    @property
+    def point_id(self) -> str:
+        return f"p{self.index:02d}-{self.phase}-c{self.concurrency:03d}-i{self.input_len}-o{self.output_len}"
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    name: str
+    kind: str
+    points: tuple[PointPlan, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    campaign: str
+    run_name: str
+    server: ServerPlan
+    model: ModelPlan
+    sampling: SamplingPlan
+    load: LoadPlan
+    phases: tuple[PhasePlan, ...]
+    description: str = ""
+    raw_text: str = ""
+
+    @property
+    def points(self) -> list[PointPlan]:
+        return [pt for ph in self.phases for pt in ph.points]
+
+
+class _Table:
+    """Typed access to one TOML table; ``done()`` rejects every key nobody asked for."""
+
+    def __init__(self, data: Any, file: Path, where: str):
+        if not isinstance(data, dict):
+            raise PlanError(f"{file}: {where}: expected a table")
+        self.data, self.file, self.where, self.seen = data, file, where, set()
+
+    def _err(self, key: str, what: str) -> PlanError:
+        return PlanError(f"{self.file}: {self.where}.{key}: {what}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = _MISSING) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if default is _MISSING:
+                raise self._err(key, "missing (required)")
+            return default
+        v = self.data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise self._err(key, f"expected {names}, got {type(v).__name__} {v!r}")
+        return v
+
+    def positive(self, key: str, kind: type, default: Any = _MISSING, zero_ok: bool = False) -> Any:
+        v = self.get(key, kind, default)
+        if v is not None and v is not default and (v < 0 or (v == 0 and not zero_ok)):
+            raise self._err(key, f"must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
+        return v
+
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = _MISSING) -> str:
+        v = self.get(key, str, default)
+        if v not in choices:
+            raise self._err(key, f"must be one of {', '.join(choices)}; got {v!r}")
+        return v
+
+    def str_list(self, key: str, default: Any = _MISSING) -> tuple[str, ...]:
+        v = self.get(key, list, default)
+        if not all(isinstance(x, str) for x in v):
+            raise self._err(key, "expected a list of strings (quote numbers: \"-np\", \"8\")")
+        return tuple(v)
+
+    def str_dict(self, key: str) -> dict[str, str]:
+        v = self.get(key, dict, {})
+        bad = [k for k, x in v.items() if not isinstance(x, str)]
+        if bad:
+            raise self._err(f"{key}.{bad[0]}", "expected a string value")
+        return dict(v)
+
+    def sub(self, key: str, required: bool = True) -> _Table:
+        self.seen.add(key)
+        if key not in self.data and not required:
+            return _Table({}, self.file, f"[{key}]")
+        if key not in self.data:
+            raise PlanError(f"{self.file}: [{key}]: missing table (required)")
+        return _Table(self.data[key], self.file, f"[{key}]")
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise self._err(extra[0], "unknown key (typo? see the commented plans in plans/)")
+
+
+def _path(v: str | None) -> Path | None:
+    return None if v is None else Path(v).expanduser()
+
+
+def _server(t: _Table) -> ServerPlan:
+    engine = t.choice("engine", ENGINES)
+    url = t.get("url", str, None)
+    port = t.positive("port", int, 8000)
+    binary = _path(t.get("binary", str, None))
+    python = _path(t.get("python", str, None))
+    model = t.get("model", str, None)
+    served = t.get("served_model_name", str, None)
+    args = t.str_list("args", ())
+    env = t.str_dict("env")
+    sp = ServerPlan(
+        engine=engine,
+        port=port,
+        url=url,
+        binary=binary,
+        python=python,
+        model=model,
+        served_model_name=served or (Path(model).stem if model else engine),
+        args=args,
+        env=env,
+        startup_timeout_s=t.positive("startup_timeout_s", float, 300.0),
+        stop_timeout_s=t.positive("stop_timeout_s", float, 20.0),
+    )
+    t.done()
+    if url is None:
+        if model is None:
+            raise t._err("model", "missing: a started server needs a model (or give url = ... to attach)")
+        if engine == "llamacpp" and binary is None:
+            raise t._err("binary", "missing: path of llama-server")
+        if engine == "vllm" and python is None:
+            raise t._err("python", "missing: path of the vLLM virtualenv's python")
+    elif not url.startswith(("http://", "https://")):
+        raise t._err("url", f"expected http://host:port, got {url!r}")
+    elif served is None:
+        raise t._err("served_model_name", "missing: an attached server needs the model name requests use")
+    return sp
+
+
+def _model(t: _Table) -> ModelPlan:
+    rng = t.get("token_id_range", list)
+    if len(rng) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in rng) or not (
+        0 <= rng[0] < rng[1]
+    ):
+        raise t._err("token_id_range", f"expected [low, high) with 0 <= low < high, got {rng!r}")
+    mp = ModelPlan(
+        config=t.get("config", str),
+        gpu=t.get("gpu", str),
+        token_id_low=rng[0],
+        token_id_high=rng[1],
+        kv_dtype=t.get("kv_dtype", str, "bf16"),
+        weight_format=t.get("weight_format", str, "bf16"),
+        kv_pool_gib=t.positive("kv_pool_gib", float, None),
+        max_model_len=t.positive("max_model_len", int, None),
+        block_size=t.positive("block_size", int, 16),
+    )
+    t.done()
+    return mp
+
+
+def _sampling(t: _Table) -> SamplingPlan:
+    sp = SamplingPlan(
+        interval_s=t.positive("interval_s", float, 1.0),
+        metrics=t.get("metrics", bool, True),
+        nvidia_smi=t.choice("nvidia_smi", ("auto", "on", "off"), "auto"),
+    )
+    t.done()
+    return sp
+
+
+def _load(t: _Table) -> LoadPlan:
+    lp = LoadPlan(
+        drain_s=t.positive("drain_s", float, 5.0, zero_ok=True),
+        request_timeout_s=t.positive("request_timeout_s", float, 600.0),
+        read_timeout_s=t.positive("read_timeout_s", float, 120.0),
+        extra_body=t.get("extra_body", dict, {}),
+    )
+    t.done()
+    return lp
+
+
+_POINT_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
+
+
+def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
+    name = t.get("name", str)
+    if name in names:
+        raise t._err("name", f"phase name {name!r} used twice")
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise t._err("name", f"use letters, digits, '-' and '_' only, got {name!r}")
+    kind = t.choice("kind", PHASE_KINDS)
+    default_expect = "some" if kind == "overload" else "none"
+    expect = t.choice("expect_preemptions", ("none", "some", "any"), default_expect)
+    defaults = {k: t.get(k, int, None) for k in _POINT_KEYS}
+    raw_points = t.get("points", list, None)
+    t.done()
+    if raw_points is None:
+        raw_points = [{}]
+    if not raw_points:
+        raise t._err("points", "empty list")
+    points = []
+    for i, rp in enumerate(raw_points):
+        pt = _Table(rp, t.file, f"{t.where}.points[{i}]")
+        vals = {k: pt.get(k, int, defaults[k]) for k in _POINT_KEYS}
+        pt.done()
+        for k, v in vals.items():
+            if v is None:
+                raise pt._err(k, f"missing (set it on the point or on phase {name!r})")
+            if v < 0 or (v == 0 and k != "seed"):
+                raise pt._err(k, f"must be {'>= 0' if k == 'seed' else '> 0'}, got {v}")
+        points.append(PointPlan(phase=name, kind=kind, index=first_index + i, expect_preemptions=expect, **vals))
+    if kind == "length" and len({p.concurrency for p in points}) != 1:
+        raise t._err("points", "a length sweep keeps one concurrency; set it on the phase")
+    return PhasePlan(name=name, kind=kind, points=tuple(points))
+
+
+def parse_plan(text: str, path: Path) -> Plan:
+    """Validate a plan's TOML text; ``path`` is used for messages and the default run name."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise PlanError(f"{path}: not valid TOML: {err}") from err
+    top = _Table(data, path, "plan")
+    description = top.get("description", str, "")
+    campaign = top.get("campaign", str)
+    run_name = top.get("run", str, path.stem)
+    server = _server(top.sub("server"))
+    model = _model(top.sub("model"))
+    sampling = _sampling(top.sub("sampling", required=False))
+    load = _load(top.sub("load", required=False))
+    top.seen.add("phase")
+    raw_phases = data.get("phase")
+    if not isinstance(raw_phases, list) or not raw_phases:
+        raise PlanError(f"{path}: [[phase]]: at least one phase is required")
+    top.done()
+    phases: list[PhasePlan] = []
+    names: set[str] = set()
+    for i, rp in enumerate(raw_phases):
+        ph = _phase(_Table(rp, path, f"[[phase]] #{i + 1}"), sum(len(p.points) for p in phases), names)
+        names.add(ph.name)
+        phases.append(ph)
+    return Plan(
+        path=path,
+        campaign=campaign,
+        run_name=run_name,
+        server=server,
+        model=model,
+        sampling=sampling,
+        load=load,
+        phases=tuple(phases),
+        description=description,
+        raw_text=text,
+    )
+
+
+def load_plan(path: Path) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PlanError(f"{path}: cannot read plan ({err.strerror})") from err
+    return parse_plan(text, path)

@@ -1,0 +1,188 @@
+"""What the measurement ran on: one function per source, each returning verbatim text for ``fingerprint/``.
+
+Sources: OS, CPU, memory, GPUs (nvidia-smi, when present), Python, the engine's version/build, the engine
+environment's ``pip freeze``, the exact server command line, and the environment with secrets redacted.
+``summary.json`` repeats the few facts a reader looks for first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from collector import __version__
+from collector.config import ServerPlan
+from collector.server import Adapter, run_capture
+
+REDACTED = "<redacted>"
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_SECRET_VALUE = (
+    re.compile(r"^\s*bearer\s+\S+", re.IGNORECASE),
+    re.compile(r"^(hf_|sk-|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abprs]-|AKIA|ASIA)[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"^eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*$"),  # JWT
+)
+_SECRET_ARGS = ("--api-key", "--hf-token", "--api-key-file")
+NVIDIA_SMI_GPU_QUERY = (
+    "index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm,clocks.max.mem,clocks.sm,clocks.mem,"
+    "power.limit,persistence_mode,compute_mode"
+)
+
+
+def looks_like_secret(value: str) -> bool:
+    """A bearer token, a known token prefix, a JWT, or one long opaque word mixing upper, lower and digits."""
+    if any(p.search(value) for p in _SECRET_VALUE):
+        return True
+    v = value.strip()
+    return (
+        len(v) >= 32
+        and re.fullmatch(r"[A-Za-z0-9_\-+=.]+", v) is not None
+        and any(c.isupper() for c in v)
+        and any(c.islower() for c in v)
+        and any(c.isdigit() for c in v)
+    )
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if _SECRET_NAME.search(k) or looks_like_secret(v) else v) for k, v in sorted(env.items())}
+
+
+def redact_args(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif a in _SECRET_ARGS:
+            out.append(a)
+            hide_next = True
+        elif a.startswith(tuple(f"{s}=" for s in _SECRET_ARGS)):
+            out.append(a.split("=", 1)[0] + "=" + REDACTED)
+        elif looks_like_secret(a):
+            out.append(REDACTED)
+        else:
+            out.append(a)
+    return out
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError as err:
+        return f"unreadable: {err}"
+
+
+def os_info() -> str:
+    u = platform.uname()
+    return f"platform: {platform.platform()}\nuname: {' '.join(u)}\n\n{_read('/etc/os-release')}"
+
+
+def cpu_info() -> str:
+    if shutil.which("lscpu"):
+        return run_capture(["lscpu"], 30)[1]
+    return _read("/proc/cpuinfo")
+
+
+def memory_info() -> str:
+    return _read("/proc/meminfo")
+
+
+def gpu_info() -> dict[str, str] | None:
+    """nvidia-smi's header (driver, CUDA) and a CSV of names, memory and clocks; None without nvidia-smi."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    return {
+        "nvidia-smi.txt": run_capture(["nvidia-smi"], 60)[1],
+        "nvidia-smi-gpus.csv": run_capture(
+            ["nvidia-smi", f"--query-gpu={NVIDIA_SMI_GPU_QUERY}", "--format=csv"], 60
+        )[1],
+    }
+
+
+def python_info() -> str:
+    return f"python: {sys.version}\nexecutable: {sys.executable}\ncollector: {__version__}\n"
+
+
+def engine_version(adapter: Adapter, sp: ServerPlan, env: dict[str, str]) -> str:
+    cmd = adapter.version_command(sp)
+    if cmd is None:
+        return "unknown: attached server, no local binary to ask\n"
+    rc, text = run_capture(cmd, 180, env)
+    return f"$ {shlex.join(cmd)}\nexit: {rc}\n{text}"
+
+
+def pip_freeze(python: str, env: dict[str, str] | None = None) -> str:
+    rc, text = run_capture([python, "-m", "pip", "freeze", "--all"], 180, env)
+    if rc == 0:
+        return text
+    # venvs made without pip: the installed distributions, in pip freeze's format
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in sorted(m.distributions(), key=lambda d: d.metadata['Name'].lower()):\n"
+        "    print(f\"{d.metadata['Name']}=={d.version}\")\n"
+    )
+    rc2, text2 = run_capture([python, "-c", code], 180, env)
+    return f"# pip freeze failed (exit {rc}); listed with importlib.metadata (exit {rc2})\n{text2}"
+
+
+def command_info(command: list[str] | None, sp: ServerPlan) -> dict[str, Any]:
+    if command is None:
+        return {"mode": "attach", "url": sp.url, "argv": None, "shell": None}
+    argv = redact_args(command)
+    return {"mode": "start", "url": sp.base_url, "argv": argv, "shell": shlex.join(argv), "cwd": os.getcwd()}
+
+
+def collect(adapter: Adapter, sp: ServerPlan, command: list[str] | None, env: dict[str, str]) -> dict[str, str]:
+    """Every fingerprint file, name → text (written into ``fingerprint/`` by the run)."""
+    files = {
+        "os.txt": os_info(),
+        "cpu.txt": cpu_info(),
+        "memory.txt": memory_info(),
+        "python.txt": python_info(),
+        "pip-freeze-collector.txt": pip_freeze(sys.executable),
+        "engine-version.txt": engine_version(adapter, sp, env),
+        "command.json": json.dumps(command_info(command, sp), indent=2) + "\n",
+        "environment.json": json.dumps(redact_env(env), indent=2) + "\n",
+    }
+    py = adapter.python(sp)
+    if py is not None:
+        files["pip-freeze-engine.txt"] = pip_freeze(py, env)
+    gpus = gpu_info()
+    if gpus is not None:
+        files.update(gpus)
+    files["summary.json"] = json.dumps(summary(files, sp), indent=2, ensure_ascii=False) + "\n"
+    return files
+
+
+def summary(files: dict[str, str], sp: ServerPlan) -> dict[str, Any]:
+    """The headline facts, read back from the verbatim texts above (so both always agree)."""
+    cpu_model = next(
+        (ln.split(":", 1)[1].strip() for ln in files["cpu.txt"].splitlines() if ln.startswith(("Model name", "model name"))),
+        None,
+    )
+    mem_kib = next(
+        (int(ln.split()[1]) for ln in files["memory.txt"].splitlines() if ln.startswith("MemTotal:")), None
+    )
+    version_lines = [ln for ln in files["engine-version.txt"].splitlines()[2:] if ln.strip()]
+    gpus = None
+    if "nvidia-smi-gpus.csv" in files:
+        rows = [r for r in files["nvidia-smi-gpus.csv"].splitlines() if r.strip()]
+        gpus = [dict(zip(rows[0].split(", "), r.split(", "), strict=False)) for r in rows[1:]] if rows else []
+    return {
+        "os": platform.platform(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "mem_total_kib": mem_kib,
+        "gpus": gpus,
+        "python": sys.version.split()[0],
+        "engine": sp.engine,
+        "engine_version": version_lines[-1] if sp.engine == "vllm" and version_lines else "\n".join(version_lines),
+        "server_mode": "attach" if sp.attach else "start",
+    }

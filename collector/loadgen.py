@@ -1,0 +1,177 @@
+"""Closed-loop load for one point: ``concurrency`` workers, each sending its next request as soon as its
+previous one ended, until the point's ``requests`` are all sent (the ``vllm bench serve --max-concurrency``
+protocol, with ``--request-rate inf``).
+
+Prompts are token ids drawn from a seeded RNG (numpy PCG64) over the plan's printable, non-special id range,
+so every input has exactly the requested length and a point can be replayed from its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+from collector.client import stream_completion
+from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.config import PointPlan
+
+
+def prompt_token_ids(seed: int, n_requests: int, input_len: int, low: int, high: int) -> list[list[int]]:
+    """``n_requests`` prompts of ``input_len`` ids, uniform on [low, high), from ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(low, high, size=(n_requests, input_len), dtype=np.int64).tolist()
+
+
+def completion_body(
+    model: str, prompt: list[int], max_tokens: int, engine_extra: dict[str, Any], plan_extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The request every engine gets: greedy, fixed output length, usage reported at the end of the stream."""
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    for extra in (engine_extra, plan_extra):
+        for k, v in extra.items():
+            if isinstance(v, dict) and isinstance(body.get(k), dict):
+                body[k] = {**body[k], **v}
+            else:
+                body[k] = v
+    return body
+
+
+@dataclass
+class PointOutcome:
+    point_id: str
+    sent: int = 0
+    finished: int = 0
+    ok: int = 0
+    errors: Counter = field(default_factory=Counter)
+    start: Stamp | None = None
+    end: Stamp | None = None
+    aborted: str | None = None
+
+
+class Abort:
+    """Why the run must stop (first reason wins), and an asyncio.Event the load waits on."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.grace_s = 0.0
+        self.event = asyncio.Event()
+
+    def set(self, reason: str, grace_s: float = 0.0) -> None:
+        if self.reason is None:
+            self.reason, self.grace_s = reason, grace_s
+        self.event.set()
+
+    @property
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+async def run_point(
+    point: PointPlan,
+    *,
+    base_url: str,
+    model: str,
+    token_id_range: tuple[int, int],
+    engine_extra: dict[str, Any],
+    plan_extra: dict[str, Any],
+    request_timeout_s: float,
+    read_timeout_s: float,
+    sink: Callable[[dict[str, Any]], None],
+    abort: Abort,
+    on_chunk: Callable[[int], None] | None = None,
+    on_request: Callable[[dict[str, Any]], None] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> PointOutcome:
+    prompts = prompt_token_ids(point.seed, point.requests, point.input_len, *token_id_range)
+    out = PointOutcome(point.point_id)
+    url = f"{base_url}/v1/completions"
+    state = {"next": 0, "connect_fail_streak": 0}
+    unreachable_after = max(3, point.concurrency)
+
+    def record(rec: dict[str, Any]) -> None:
+        sink(rec)
+        out.finished += 1
+        err = rec.get("error")
+        if err is None:
+            out.ok += 1
+            state["connect_fail_streak"] = 0
+        else:
+            out.errors[err["kind"]] += 1
+            state["connect_fail_streak"] = state["connect_fail_streak"] + 1 if err["kind"] == "connect" else 0
+            if state["connect_fail_streak"] >= unreachable_after:
+                abort.set(f"server unreachable: {state['connect_fail_streak']} connection failures in a row")
+        if on_request is not None:
+            on_request(rec)
+
+    # A fresh connection per request, never a reused one: servers close idle or used-up keep-alive connections
+    # (llama-server's HTTP library after a few requests) and a request sent into one that is closing fails
+    # before the server saw it. At most ``concurrency`` connections are open at once.
+    limits = httpx.Limits(max_connections=point.concurrency, max_keepalive_connections=0)
+    timeout = httpx.Timeout(connect=30.0, read=read_timeout_s, write=30.0, pool=None)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as client:
+
+        async def worker(w: int) -> None:
+            while not abort.is_set and state["next"] < point.requests:
+                i = state["next"]
+                state["next"] += 1
+                out.sent += 1
+                meta = {
+                    "request_id": f"{point.point_id}-r{i:05d}",
+                    "phase": point.phase,
+                    "phase_kind": point.kind,
+                    "point": point.point_id,
+                    "point_index": point.index,
+                    "index": i,
+                    "worker": w,
+                    "concurrency": point.concurrency,
+                    "seed": point.seed,
+                    "input_len": point.input_len,
+                    "max_tokens": point.output_len,
+                    "_sink": record,
+                }
+                body = completion_body(model, prompts[i], point.output_len, engine_extra, plan_extra)
+                rec = await stream_completion(
+                    client, url, body, meta, request_timeout_s=request_timeout_s, clock=clock, on_chunk=on_chunk
+                )
+                record(rec)
+
+        out.start = stamp(clock)
+        tasks = [asyncio.create_task(worker(w)) for w in range(min(point.concurrency, point.requests))]
+        abort_wait = asyncio.create_task(abort.event.wait())
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending | {abort_wait}, return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(abort_wait)
+                if abort_wait in done:
+                    # In-flight streams get a short grace to end by themselves (a dead server fails them at once),
+                    # then they are cancelled; each cancelled request still leaves its partial record.
+                    if pending:
+                        _, pending = await asyncio.wait(pending, timeout=abort.grace_s)
+                    break
+                for t in done:
+                    t.result()  # a bug in a worker must surface, not vanish
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            abort_wait.cancel()
+            out.end = stamp(clock)
+    out.aborted = abort.reason
+    return out

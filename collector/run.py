@@ -1,0 +1,416 @@
+"""``collector run PLAN.toml``: the whole measurement protocol into one new raw run.
+
+Order (each step writes before the next starts): store → plan copy → prediction.json → fingerprint/ →
+server (log streamed into server.log) → start-up checks → sampler → phases and points (requests.jsonl,
+bench/<point>.json, per-point checks) → stop sampler and server → seal.
+
+Faults never lose data: every request that ended is already on disk (appended as it ended); a dead server,
+Ctrl-C/SIGTERM or an unreachable server aborts the point (its in-flight requests are recorded as cut or
+aborted), the server's process group is stopped, and the run is sealed with status ``failed`` and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from analysis.parse.requests_jsonl import record_from_obj
+from collector import checks as ck
+from collector import fingerprint
+from collector.bench_summary import bench_summary
+from collector.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.config import Plan, PointPlan, load_plan
+from collector.errors import AnatomyError, RunError
+from collector.loadgen import Abort, run_point
+from collector.sampler import Sampler, ScrapeLog, nvidia_smi_available, query_nvidia_smi, scrape_metrics
+from collector.server import ServerProcess, server_env
+from collector.store import RawStore, Run
+
+RUN_KIND = "collector-run"
+
+
+class EventLog:
+    """``events.jsonl`` writer shared by the load loop, the sampler thread and the server watcher."""
+
+    def __init__(self, stream: Any, clock: Clock, echo: Callable[[str], None] | None = None):
+        self._stream, self._clock, self._echo = stream, clock, echo
+        self._lock = threading.Lock()
+        self.count: dict[str, int] = {}
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        t = stamp(self._clock)
+        with self._lock:
+            self._stream.write_json({"v": 1, "kind": kind, "mono_ns": t.mono_ns, "unix_ns": t.unix_ns, **fields})
+            self.count[kind] = self.count.get(kind, 0) + 1
+        if self._echo is not None and kind in ("fault", "abort", "metrics_unreachable", "metrics_back", "server_exit"):
+            self._echo(f"[{kind}] " + json.dumps(fields, ensure_ascii=False))
+
+
+@dataclass
+class RunResult:
+    path: Path
+    status: str
+    reason: str | None
+    points_done: int
+    points_planned: int
+    checks_failed: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = f"{self.path}: {self.status}, {self.points_done}/{self.points_planned} points"
+        if self.reason:
+            head += f" ({self.reason})"
+        if self.checks_failed:
+            head += f"; {len(self.checks_failed)} checks failed: " + ", ".join(self.checks_failed[:8])
+        return head
+
+
+class _Live:
+    """The rich progress display: one bar per point (requests done, tokens/s, errors)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[tok_s]:>8.0f} tok/s"), TextColumn("err {task.fields[errors]}"),
+            TimeElapsedColumn(), console=console, transient=False,
+        )  # fmt: skip
+        self.task = None
+        self.tokens = 0
+        self.errors = 0
+        self.t0 = 0.0
+
+    def start_point(self, pt: PointPlan) -> None:
+        self.tokens, self.errors = 0, 0
+        self.t0 = SYSTEM_CLOCK.mono_ns()
+        desc = f"{pt.phase} c={pt.concurrency} in={pt.input_len} out={pt.output_len}"
+        self.task = self.progress.add_task(desc, total=pt.requests, tok_s=0.0, errors=0)
+
+    def chunk(self, n: int) -> None:
+        self.tokens += n
+
+    def request(self, rec: dict[str, Any]) -> None:
+        self.errors += rec.get("error") is not None
+        dt = (SYSTEM_CLOCK.mono_ns() - self.t0) / 1e9
+        self.progress.update(self.task, advance=1, tok_s=self.tokens / dt if dt > 0 else 0.0, errors=self.errors)
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "raw_text"}
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _flag_int(args: tuple[str, ...] | list[str], *names: str) -> int | None:
+    """The integer after the last of ``names`` in a server command line (the engine takes the last one too)."""
+    value = None
+    for i, a in enumerate(args[:-1]):
+        if a in names:
+            try:
+                value = int(args[i + 1])
+            except ValueError:
+                value = None
+    return value
+
+
+def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
+    """Theory for this model/GPU/flags from ``collector plan``'s library, written before any request."""
+    m = plan.model
+    inputs = {"model": m.config, "gpu": m.gpu, "kv_pool_gib": m.kv_pool_gib, "max_model_len": m.max_model_len,
+              "kv_dtype": m.kv_dtype, "weight_format": m.weight_format, "block_size": m.block_size}  # fmt: skip
+    if plan.server.engine == "llamacpp":
+        inputs["llama_cpp_ctx_total"] = _flag_int(plan.server.args, "-c", "--ctx-size")
+        inputs["llama_cpp_slots"] = _flag_int(plan.server.args, "-np", "--parallel")
+    doc: dict[str, Any] = {"v": 1, "inputs": inputs, "prediction": None, "error": None}
+    try:
+        from collector.plan import plan_data
+
+        doc["prediction"] = plan_data(**inputs)
+    except AnatomyError as err:
+        doc["error"] = str(err)
+    run.write_json("prediction.json", doc, source="collector.plan.plan_data")
+    if Path(m.config).is_file():  # a config.json path (not a bundled name): keep the exact file beside the theory
+        run.copy_file("model-config.json", Path(m.config))
+    return doc
+
+
+def _get_json(url: str) -> tuple[int | None, Any]:
+    try:
+        r = httpx.get(url, timeout=10.0)
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+    except httpx.HTTPError as err:
+        return None, f"{type(err).__name__}: {err}"
+
+
+class _Protocol:
+    """State of one run while it executes; ``execute_run`` drives it."""
+
+    def __init__(self, plan: Plan, run: Run, console: Console, clock: Clock):
+        self.plan, self.run, self.console, self.clock = plan, run, console, clock
+        self.events = EventLog(run.open_stream("events.jsonl"), clock, echo=lambda s: console.print(s, markup=False))
+        self.requests = run.open_stream("requests.jsonl")
+        self.scrapes = ScrapeLog(run.open_stream("scrapes.jsonl"))
+        self.server: ServerProcess | None = None
+        self.sampler: Sampler | None = None
+        self.abort: Abort | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pending_abort: str | None = None  # a fault before the event loop exists
+        self.current_point: str | None = None
+        self.points_done = 0
+        self.checks_failed: list[str] = []
+
+    # -- faults from other threads / signals --------------------------------------------------------
+    def fault(self, reason: str, grace_s: float = 0.0) -> None:
+        if self.abort is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.abort.set, reason, grace_s)
+        elif self.pending_abort is None:
+            self.pending_abort = reason
+
+    def on_server_exit(self, code: int) -> None:
+        where = f" during point {self.current_point}" if self.current_point else ""
+        self.events.emit("server_exit", code=code, expected=False)
+        self.fault(f"server exited with code {code}{where}", grace_s=5.0)
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def record_check(self, c: ck.Check) -> None:
+        self.events.emit("check", **c.event())
+        if c.ok is False:
+            self.checks_failed.append(f"{c.point or 'startup'}:{c.name}")
+        style = {True: "green", False: "red", None: "dim"}[c.ok]
+        self.console.print(f"[{style}]{c.mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}", highlight=False, soft_wrap=True)
+
+    def fingerprint(self) -> None:
+        sp = self.plan.server
+        adapter = self.server.adapter
+        for name, text in fingerprint.collect(adapter, sp, self.server.command, server_env(sp)).items():
+            self.run.write_text(f"fingerprint/{name}", text, source="collector.fingerprint")
+
+    def start_server(self) -> None:
+        sp = self.plan.server
+        log_stream = None if sp.attach else self.run.open_stream("server.log")
+        self.server = ServerProcess(sp, log_stream, self.on_server_exit)
+        self.fingerprint()
+        self.events.emit("server_start", mode="attach" if sp.attach else "start", url=sp.base_url,
+                         argv=fingerprint.redact_args(self.server.command) if self.server.command else None)  # fmt: skip
+        self.server.start()
+        self.console.print(f"waiting for {sp.base_url}/health (up to {sp.startup_timeout_s:.0f} s)")
+        waited = self.server.wait_healthy(sp.startup_timeout_s, abort=lambda: self.pending_abort)
+        self.events.emit("server_healthy", waited_s=waited)
+        self.record_check(ck.check_health(waited, sp.base_url))
+
+    def server_facts(self) -> str | None:
+        """Verbatim answers of the server's info endpoints (into fingerprint/), then the start-up checks."""
+        sp, base = self.plan.server, self.plan.server.base_url
+        props = None
+        paths = ["/v1/models", "/version"] + (["/props"] if sp.engine == "llamacpp" else [])
+        for p in paths:
+            status, body = _get_json(base + p)
+            self.run.write_json(f"fingerprint/server{p.replace('/', '-')}.json", {"status": status, "body": body})
+            if p == "/props" and isinstance(body, dict):
+                props = body
+        rec = self._boundary_scrape("startup", None) if self.plan.sampling.metrics else None
+        metrics_text = rec["text"] if rec else None
+        log_path = None if sp.attach else self.run.path / "server.log"
+        if sp.engine == "vllm":
+            self.record_check(ck.check_pool_vllm(log_path, metrics_text))
+        else:
+            self.record_check(ck.check_pool_llamacpp(log_path, props))
+        self.record_check(ck.check_prefix_caching_off(sp, log_path))
+        self.record_check(ck.check_greedy(self.plan.load.extra_body))
+        self.record_check(ck.check_sampling_overrides(sp.engine, log_path))
+        return metrics_text
+
+    def _boundary_scrape(self, tag: str, point: str | None) -> dict[str, Any]:
+        with httpx.Client(timeout=10.0) as c:
+            rec = scrape_metrics(c, f"{self.plan.server.base_url}/metrics", self.clock)
+        rec.update(tag=tag, point=point)
+        self.scrapes.write(rec)
+        return rec
+
+    def start_sampler(self) -> None:
+        s = self.plan.sampling
+        gpu = s.nvidia_smi == "on" or (s.nvidia_smi == "auto" and nvidia_smi_available())
+        if gpu:
+            rec = query_nvidia_smi(self.clock)
+            rec.update(tag="startup")
+            self.scrapes.write(rec)
+        self.sampler = Sampler(self.plan.server.base_url, s.interval_s, self.scrapes, self.events.emit,
+                               metrics=s.metrics, nvidia_smi=gpu, clock=self.clock)  # fmt: skip
+        self.sampler.start()
+
+    async def phases(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.abort = Abort()
+        if self.pending_abort:
+            self.abort.set(self.pending_abort)
+        main = threading.current_thread() is threading.main_thread()
+        for sig in (signal.SIGINT, signal.SIGTERM) if main else ():
+            self.loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            live = _Live(self.console)
+            with live.progress:
+                for phase in self.plan.phases:
+                    if self.abort.is_set:
+                        break
+                    self.events.emit("phase_start", phase=phase.name, phase_kind=phase.kind)
+                    for pt in phase.points:
+                        if self.abort.is_set:
+                            break
+                        await self.point(pt, live)
+                        if not self.abort.is_set and self.plan.load.drain_s > 0:
+                            self.events.emit("drain", seconds=self.plan.load.drain_s)
+                            try:
+                                await asyncio.wait_for(self.abort.event.wait(), self.plan.load.drain_s)
+                            except TimeoutError:
+                                pass
+                    self.events.emit("phase_end", phase=phase.name, phase_kind=phase.kind, aborted=self.abort.reason)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM) if main else ():
+                self.loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        where = f" during point {self.current_point}" if self.current_point else ""
+        self.abort.set(f"interrupted by {name}{where}")
+
+    async def point(self, pt: PointPlan, live: _Live) -> None:
+        p, sp = self.plan, self.plan.server
+        self.current_point = pt.point_id
+        self.events.emit("point_start", point=pt.point_id, phase=pt.phase, phase_kind=pt.kind,
+                         concurrency=pt.concurrency, requests=pt.requests, input_len=pt.input_len,
+                         output_len=pt.output_len, seed=pt.seed)  # fmt: skip
+        before = await asyncio.to_thread(self._boundary_scrape, "point_start", pt.point_id) if p.sampling.metrics else None
+        records: list[dict[str, Any]] = []
+
+        def sink(rec: dict[str, Any]) -> None:
+            self.requests.write_json(rec)
+            records.append(rec)
+
+        live.start_point(pt)
+        out = await run_point(
+            pt, base_url=sp.base_url, model=sp.served_model_name,
+            token_id_range=(p.model.token_id_low, p.model.token_id_high),
+            engine_extra=self.server.adapter.request_extra(), plan_extra=p.load.extra_body,
+            request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
+            sink=sink, abort=self.abort, on_chunk=live.chunk, on_request=live.request, clock=self.clock,
+        )  # fmt: skip
+        if out.aborted and self.server.proc is not None:
+            # Connection errors can outrun the watcher thread's notice; a dead server is the root cause.
+            try:
+                code = self.server.proc.wait(timeout=2.0)
+                out.aborted = f"server exited with code {code} during point {pt.point_id}"
+                self.abort.reason = out.aborted
+            except subprocess.TimeoutExpired:
+                pass
+        after = None
+        if p.sampling.metrics and (self.server.alive or sp.attach):
+            after = await asyncio.to_thread(self._boundary_scrape, "point_end", pt.point_id)
+        if out.aborted:
+            self.events.emit("abort", reason=out.aborted, point=pt.point_id)
+        self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
+                         errors=dict(out.errors), aborted=out.aborted)  # fmt: skip
+        if records:
+            summary = bench_summary([record_from_obj(r, "requests.jsonl") for r in records], model_id=sp.served_model_name,
+                                    max_concurrency=pt.concurrency, num_prompts=pt.requests,
+                                    label=f"inference-anatomy collector: {pt.point_id}")  # fmt: skip
+            self.run.write_json(f"bench/{pt.point_id}.json", summary, source="collector.bench_summary")
+        for c in ck.point_checks(pt, records, out.sent, sp.engine, (before or {}).get("text"), (after or {}).get("text")):
+            self.record_check(c)
+        if not out.aborted:
+            self.points_done += 1
+        self.current_point = None
+
+    def stop(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.server is not None and self.server.proc is not None:
+            was_running = self.server.proc.poll() is None
+            code = self.server.stop()
+            if was_running:
+                self.events.emit("server_exit", code=code, expected=True)
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside the event loop: unwinds like Ctrl-C so the server is stopped and the run sealed."""
+
+
+def _install_sigterm() -> Callable[[], None]:
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def execute_run(plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None) -> RunResult:
+    plan = load_plan(plan_file)
+    console = console or Console(stderr=True)
+    store = RawStore(raw_root)
+    name = store.unique_run_name(plan.campaign, plan.run_name)
+    sp = plan.server
+    meta = {"engine": sp.engine, "server_mode": "attach" if sp.attach else "start", "plan_file": str(plan_file),
+            "model": plan.model.config, "gpu": plan.model.gpu, "description": plan.description}  # fmt: skip
+    run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta)
+    console.print(f"run {run.path}")
+    run.copy_file("plan.toml", plan_file)
+    proto = _Protocol(plan, run, console, clock)
+    proto.events.emit("run_start", plan=str(plan_file), campaign=plan.campaign, run=name, server_mode=meta["server_mode"])
+    status, reason, crash = "complete", None, None
+    restore = _install_sigterm()
+    try:
+        write_prediction(run, plan)
+        proto.start_server()
+        proto.server_facts()
+        proto.start_sampler()
+        asyncio.run(proto.phases())
+        _install_sigterm()  # closing the event loop put SIGTERM back to its default (die at once)
+        reason = proto.abort.reason if proto.abort else None
+    except AnatomyError as err:
+        reason = str(err)
+    except KeyboardInterrupt:
+        where = f" during point {proto.current_point}" if proto.current_point else " before the load"
+        reason = f"interrupted by SIGINT{where}"
+    except _Terminated:
+        reason = "interrupted by SIGTERM"
+    except Exception as err:  # a collector bug: still stop the server and seal what was observed
+        reason, crash = f"collector error: {type(err).__name__}: {err}", err
+    finally:
+        try:
+            proto.stop()
+        finally:
+            status = "failed" if reason else "complete"
+            proto.events.emit("run_end", status=status, reason=reason, checks_failed=proto.checks_failed)
+            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": proto.checks_failed,
+                                                 "points_done": proto.points_done,
+                                                 "points_planned": len(plan.points)})  # fmt: skip
+            restore()
+    if crash is not None:
+        raise crash
+    result = RunResult(run.path, status, reason, proto.points_done, len(plan.points), proto.checks_failed)
+    if status == "failed":
+        raise RunError(str(result))
+    return result

@@ -1,0 +1,138 @@
+"""The sampler: every interval, the server's raw ``/metrics`` text (and ``nvidia-smi`` query output when there
+is a GPU), appended verbatim with both clocks to ``scrapes.jsonl`` (format: ``analysis/parse/scrapes_jsonl.py``).
+
+It runs in its own thread with its own HTTP client, so a slow scrape never delays the load client's event loop
+and a busy event loop never delays a scrape. The schedule is drift-free: tick k is due at
+``start + k * interval``; ticks that could not be kept (a scrape slower than the interval) are skipped and
+the gap shows up as a jump in ``k``, never as a silently stretched interval.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from collector.clock import SYSTEM_CLOCK, Clock, stamp
+
+SCRAPE_VERSION = 1
+NVIDIA_SMI_QUERY = (
+    "timestamp,index,uuid,memory.used,memory.total,utilization.gpu,utilization.memory,power.draw,"
+    "temperature.gpu,clocks.sm,clocks.mem,pstate"
+)
+
+
+class ScrapeLog:
+    """Serialises writes to the scrapes stream (the sampler thread and point-boundary scrapes share it)."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def write(self, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._stream.write_json(obj)
+
+
+def scrape_metrics(client: httpx.Client, url: str, clock: Clock = SYSTEM_CLOCK) -> dict[str, Any]:
+    """GET ``url`` once; the body is kept verbatim (parsing is the analysis's job)."""
+    start = stamp(clock)
+    rec: dict[str, Any] = {"v": SCRAPE_VERSION, "source": "metrics", "url": url}
+    try:
+        resp = client.get(url)
+        rec.update(status=resp.status_code, text=resp.text, error=None)
+    except httpx.HTTPError as err:
+        rec.update(status=None, text=None, error=f"{type(err).__name__}: {err}"[:500])
+    end = stamp(clock)
+    rec.update(start.as_dict("start_"), **end.as_dict("end_"))
+    return rec
+
+
+def nvidia_smi_available() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+def query_nvidia_smi(clock: Clock = SYSTEM_CLOCK, timeout_s: float = 5.0) -> dict[str, Any]:
+    """One ``nvidia-smi --query-gpu`` call, CSV output verbatim."""
+    cmd = ["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}", "--format=csv,nounits"]
+    start = stamp(clock)
+    rec: dict[str, Any] = {"v": SCRAPE_VERSION, "source": "nvidia-smi", "query": NVIDIA_SMI_QUERY}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        rec.update(status=p.returncode, text=p.stdout, error=(p.stderr.strip()[:500] or None) if p.returncode else None)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        rec.update(status=None, text=None, error=f"{type(err).__name__}: {err}"[:500])
+    end = stamp(clock)
+    rec.update(start.as_dict("start_"), **end.as_dict("end_"))
+    return rec
+
+
+class Sampler:
+    """Start with ``start()``, stop with ``stop()`` (joins the thread; the current scrape finishes first)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        interval_s: float,
+        log: ScrapeLog,
+        emit: Callable[..., None],
+        *,
+        metrics: bool = True,
+        nvidia_smi: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
+        self.url = f"{base_url}/metrics"
+        self.interval_ns = int(interval_s * 1e9)
+        self.log, self.emit, self.clock = log, emit, clock
+        self.metrics, self.nvidia_smi = metrics, nvidia_smi
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self.metrics_failing = False
+        self.scrapes = 0
+        self.skipped_ticks = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        timeout_s = max(2.0, 2 * self.interval_ns / 1e9)
+        with httpx.Client(timeout=timeout_s) as client:
+            start_ns = self.clock.mono_ns()
+            k = 0
+            while not self._stop.is_set():
+                due_ns = start_ns + k * self.interval_ns
+                wait_ns = due_ns - self.clock.mono_ns()
+                if wait_ns > 0 and self._stop.wait(wait_ns / 1e9):
+                    break
+                self._tick(client, k, due_ns)
+                # the next tick still in the future; missed ones are skipped, not squeezed in
+                now = self.clock.mono_ns()
+                nxt = max(k + 1, (now - start_ns) // self.interval_ns + 1)
+                self.skipped_ticks += nxt - k - 1
+                k = nxt
+
+    def _tick(self, client: httpx.Client, k: int, due_ns: int) -> None:
+        if self.metrics:
+            rec = scrape_metrics(client, self.url, self.clock)
+            rec.update(k=k, due_mono_ns=due_ns, tag="tick")
+            self.log.write(rec)
+            self.scrapes += 1
+            failing = rec["error"] is not None or rec["status"] != 200
+            if failing != self.metrics_failing:
+                self.metrics_failing = failing
+                if failing:
+                    self.emit("metrics_unreachable", url=self.url, status=rec["status"], error=rec["error"])
+                else:
+                    self.emit("metrics_back", url=self.url)
+        if self.nvidia_smi:
+            rec = query_nvidia_smi(self.clock)
+            rec.update(k=k, due_mono_ns=due_ns, tag="tick")
+            self.log.write(rec)

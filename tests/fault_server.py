@@ -1,0 +1,223 @@
+"""A small OpenAI-style completions server on 127.0.0.1 for the faults a real engine cannot be made to
+produce on demand: cut streams, HTTP 429/5xx, a slow first byte, malformed SSE JSON, /metrics that stops
+answering. Streams one token per event at a fixed pace (so the client can be measured against a known
+schedule). Standard library only; speaks HTTP/1.1 with chunked transfer encoding and keep-alive.
+
+Runs in-process (``FaultServer(...).start()`` in a thread) or as a process with llama-server-like arguments
+(``python tests/fault_server.py -m x --host 127.0.0.1 --port N --alias name --metrics [--fault cut:3]``), so
+``collector run`` can start it as if it were ``llama-server``.
+
+Faults (``--fault KIND:EVERY``: every EVERY-th completion request, counting from 1):
+``cut`` (close the socket after half the tokens), ``http500``, ``http429``, ``slow`` (first byte after
+``--slow-s``), ``malformed`` (one event's JSON broken), ``hang`` (send headers then nothing).
+``--metrics-down-after N``: /metrics answers 503 after N scrapes. ``--die-after N``: exit(3) when the N-th
+completion request arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+
+
+class FaultServer:
+    def __init__(
+        self,
+        port: int = 0,
+        token_ms: float = 2.0,
+        faults: dict[str, int] | None = None,
+        slow_s: float = 2.0,
+        metrics_down_after: int | None = None,
+        metrics_delay_s: float = 0.0,
+        die_after: int | None = None,
+        alias: str = "fault-model",
+    ):
+        self.port = port
+        self.token_s = token_ms / 1000.0
+        self.faults = faults or {}
+        self.slow_s = slow_s
+        self.metrics_down_after = metrics_down_after
+        self.metrics_delay_s = metrics_delay_s
+        self.die_after = die_after
+        self.alias = alias
+        self.n_completions = 0
+        self.n_scrapes = 0
+        self.tokens_total = 0
+        self.running = 0
+        self.max_running = 0
+        self.connections = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._ready = threading.Event()
+
+    # -- lifecycle (thread mode) ------------------------------------------------------------------------
+    def start(self) -> FaultServer:
+        threading.Thread(target=lambda: asyncio.run(self.serve()), daemon=True).start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._server is not None:
+            self._loop.call_soon_threadsafe(self._server.close)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._conn, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        print(f"fault_server listening on 127.0.0.1:{self.port}", flush=True)
+        try:
+            await self._server.serve_forever()
+        except asyncio.CancelledError:
+            pass
+
+    # -- HTTP ----------------------------------------------------------------------------------------------
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                keep = await self._route(method, path, body, writer)
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _plain(self, writer, status: int, body: bytes, ctype: str = "application/json") -> bool:
+        reason = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
+                  503: "Service Unavailable"}[status]  # fmt: skip
+        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        writer.write(body)
+        await writer.drain()
+        return True
+
+    async def _route(self, method: str, path: str, body: bytes, writer) -> bool:
+        if path == "/health":
+            return await self._plain(writer, 200, b'{"status":"ok"}')
+        if path == "/metrics":
+            self.n_scrapes += 1
+            await asyncio.sleep(self.metrics_delay_s)
+            if self.metrics_down_after is not None and self.n_scrapes > self.metrics_down_after:
+                return await self._plain(writer, 503, b"metrics unavailable", "text/plain")
+            text = (
+                "# HELP llamacpp:requests_processing Number of requests processing.\n"
+                "# TYPE llamacpp:requests_processing gauge\n"
+                f"llamacpp:requests_processing {self.running}\n"
+                "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
+                "# TYPE llamacpp:tokens_predicted_total counter\n"
+                f"llamacpp:tokens_predicted_total {self.tokens_total}\n"
+            )
+            return await self._plain(writer, 200, text.encode(), "text/plain; version=0.0.4")
+        if path == "/props":
+            return await self._plain(writer, 200, json.dumps({"total_slots": 8, "default_generation_settings": {"n_ctx": 512}}).encode())
+        if path == "/v1/models":
+            return await self._plain(writer, 200, json.dumps({"data": [{"id": self.alias}]}).encode())
+        if path == "/v1/completions" and method == "POST":
+            return await self._complete(json.loads(body), writer)
+        return await self._plain(writer, 404, b'{"error":"not found"}')
+
+    def _fault(self, n: int) -> str | None:
+        for kind, every in self.faults.items():
+            if every > 0 and n % every == 0:
+                return kind
+        return None
+
+    async def _complete(self, req: dict, writer) -> bool:
+        self.n_completions += 1
+        n = self.n_completions
+        if self.die_after is not None and n >= self.die_after:
+            os._exit(3)
+        fault = self._fault(n)
+        if fault == "http500":
+            return await self._plain(writer, 500, b'{"error":"injected 500"}')
+        if fault == "http429":
+            return await self._plain(writer, 429, b'{"error":"injected 429"}')
+        prompt_n, max_tokens = len(req["prompt"]), int(req["max_tokens"])
+        continuous = bool((req.get("stream_options") or {}).get("continuous_usage_stats"))
+        timings = bool(req.get("timings_per_token"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault == "slow":
+            await asyncio.sleep(self.slow_s)
+
+        async def send(obj: dict | str) -> None:
+            data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n").encode()
+            writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            await writer.drain()
+
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            t0 = time.monotonic()
+            for i in range(1, max_tokens + 1):
+                await asyncio.sleep(self.token_s)
+                if fault == "cut" and i > max_tokens // 2:
+                    writer.transport.abort()  # no terminating chunk: a cut stream
+                    return False
+                if fault == "malformed" and i == 2:
+                    await send('{"choices": [{"text": "x", "index": 0')
+                    continue
+                self.tokens_total += 1
+                ev: dict = {"id": f"cmpl-{n}", "object": "text_completion", "model": self.alias,
+                            "choices": [{"index": 0, "text": "a", "finish_reason": "length" if i == max_tokens else None}]}  # fmt: skip
+                if continuous:
+                    ev["usage"] = {"prompt_tokens": prompt_n, "completion_tokens": i, "total_tokens": prompt_n + i}
+                if timings:
+                    ev["timings"] = {"prompt_n": prompt_n, "predicted_n": i,
+                                     "predicted_ms": (time.monotonic() - t0) * 1000.0}  # fmt: skip
+                await send(ev)
+            usage = {"prompt_tokens": prompt_n, "completion_tokens": max_tokens, "total_tokens": prompt_n + max_tokens}
+            await send({"id": f"cmpl-{n}", "object": "text_completion", "choices": [], "usage": usage})
+            await send("[DONE]")
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        finally:
+            self.running -= 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", default="x")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--alias", default="fault-model")
+    ap.add_argument("--metrics", action="store_true")
+    ap.add_argument("--version", action="store_true")
+    ap.add_argument("--token-ms", type=float, default=2.0)
+    ap.add_argument("--fault", action="append", default=[])
+    ap.add_argument("--slow-s", type=float, default=2.0)
+    ap.add_argument("--metrics-down-after", type=int, default=None)
+    ap.add_argument("--metrics-delay-s", type=float, default=0.0)
+    ap.add_argument("--die-after", type=int, default=None)
+    args, _unknown = ap.parse_known_args(argv)
+    if args.version:
+        print("fault_server 1 (test double)")
+        return
+    faults = {k: int(v) for k, v in (f.split(":") for f in args.fault)}
+    srv = FaultServer(port=args.port, token_ms=args.token_ms, faults=faults, slow_s=args.slow_s,
+                      metrics_down_after=args.metrics_down_after, metrics_delay_s=args.metrics_delay_s,
+                      die_after=args.die_after, alias=args.alias)  # fmt: skip
+    print(f"fault_server: {' '.join(sys.argv[1:])}", flush=True)
+    asyncio.run(srv.serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""``collector run`` end to end against the local test server started as if it were llama-server: the raw
+run it leaves, and what happens to data, server and seal under each fault. (The same faults against the
+real engines: test_collector_engines.py.)"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from analysis.parse.bench_json import parse_bench_json
+from analysis.parse.events_jsonl import checks, parse_events_jsonl
+from analysis.parse.requests_jsonl import parse_requests_jsonl
+from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
+from collector.errors import PlanError, RunError
+from collector.run import execute_run
+from collector.store import open_run, verify
+from tests.fault_server import FaultServer
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_plan(tmp: Path, server_args=(), points="[{concurrency = 1, requests = 3, seed = 11}, {concurrency = 4, requests = 12, seed = 12}]",
+              output_len=16, extra="", sampling="interval_s = 0.2") -> Path:  # fmt: skip
+    fake = tmp / "fake-llama-server"
+    fake.write_text(f"#!/bin/sh\nexec {PY} {ROOT / 'tests' / 'fault_server.py'} \"$@\"\n")
+    fake.chmod(0o755)
+    args = ["--cache-ram", "0", "--slot-prompt-similarity", "0", "--token-ms", "2", *server_args]
+    plan = tmp / "fake.toml"
+    plan.write_text(f"""
+campaign = "fake"
+run = "r"
+[server]
+engine = "llamacpp"
+binary = "{fake}"
+model = "tiny.gguf"
+port = {_free_port()}
+args = {json.dumps(args)}
+startup_timeout_s = 30
+stop_timeout_s = 5
+[model]
+config = "Qwen2.5-7B-Instruct"
+gpu = "rtx4090"
+token_id_range = [32, 127]
+[sampling]
+{sampling}
+[load]
+drain_s = 0.1
+request_timeout_s = 20
+read_timeout_s = 10
+{extra}
+[[phase]]
+name = "warmup"
+kind = "warmup"
+concurrency = 2
+requests = 2
+input_len = 8
+output_len = 4
+seed = 1
+[[phase]]
+name = "sweep"
+kind = "concurrency"
+input_len = 24
+output_len = {output_len}
+points = {points}
+""")
+    return plan
+
+
+def _run_dir(raw: Path) -> Path:
+    (info,) = [p for p in (raw / "fake").iterdir()]
+    return info
+
+
+def _port_closed(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+        return False
+    except httpx.ConnectError:
+        return True
+
+
+def _port(run: Path) -> int:
+    return int(json.loads((run / "fingerprint" / "command.json").read_text())["url"].rsplit(":", 1)[1])
+
+
+def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path):
+    raw = tmp_path / "raw"
+    res = execute_run(make_plan(tmp_path), raw)
+    run = res.path
+    assert res.status == "complete" and res.points_done == 3 and not res.checks_failed, str(res)
+    assert open_run(run).sealed and verify(raw).ok
+    reqs = parse_requests_jsonl(run / "requests.jsonl")
+    assert len(reqs) == 2 + 3 + 12 and all(r.ok for r in reqs)
+    assert {r.phase_kind for r in reqs} == {"warmup", "concurrency"}
+    assert all(sum(r.chunk_tokens) == r.max_tokens == r.completion_tokens for r in reqs)
+    assert all(r.prompt_tokens == r.input_len for r in reqs)
+    ev = parse_events_jsonl(run / "events.jsonl")
+    kinds = [e.kind for e in ev]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and kinds.count("point_start") == kinds.count("point_end") == 3
+    assert all(c.ok is not False for c in checks(ev))
+    scrapes = parse_scrapes_jsonl(run / "scrapes.jsonl")
+    ticks = [s for s in scrapes if s.tag == "tick"]
+    assert ticks and all(s.ok for s in scrapes)
+    assert [s.k for s in ticks] == sorted({s.k for s in ticks})
+    assert {s.tag for s in scrapes} >= {"startup", "point_start", "point_end", "tick"}
+    bench = sorted((run / "bench").glob("*.json"))
+    assert len(bench) == 3 and parse_bench_json(bench[-1]).completed == 12
+    # prediction.json is written before the first request is sent
+    journal = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
+    pred_at = next(j["written_at"]["unix_ns"] for j in journal if j["path"] == "prediction.json")
+    assert pred_at < min(r.send_unix_ns for r in reqs)
+    assert json.loads((run / "prediction.json").read_text())["prediction"]["kv_bytes_per_token"] == 57344
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["plan"]["server"]["engine"] == "llamacpp"
+    assert (run / "plan.toml").read_bytes() == (tmp_path / "fake.toml").read_bytes()
+    assert b"fault_server listening" in (run / "server.log").read_bytes()
+    assert _port_closed(_port(run))
+
+
+def test_server_dying_mid_point_keeps_finished_requests_and_seals_failed(tmp_path):
+    raw = tmp_path / "raw"
+    with pytest.raises(RunError, match=r"failed.*server exited with code 3 during point p02-sweep-c004"):
+        execute_run(make_plan(tmp_path, ["--die-after", "12"]), raw)
+    run = _run_dir(raw)
+    info = open_run(run)
+    assert info.sealed and verify(raw).ok
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "failed" and "server exited with code 3" in m["note"]
+    reqs = parse_requests_jsonl(run / "requests.jsonl")
+    ok = [r for r in reqs if r.ok]
+    assert 2 + 3 <= len(ok) <= 11  # request 12 killed the server: at most the 11 before it ended well
+    failed = [r for r in reqs if not r.ok]
+    assert failed and all(r.error_kind in ("stream_cut", "connect", "aborted") for r in failed)
+    ev = parse_events_jsonl(run / "events.jsonl")
+    assert any(e.kind == "server_exit" and e.get("code") == 3 and e.get("expected") is False for e in ev)
+    assert any(e.kind == "abort" and "server exited" in e.get("reason") for e in ev)
+    end = [e for e in ev if e.kind == "point_end"][-1]
+    assert end.get("aborted") and end.get("point").startswith("p02")
+    assert end.get("sent") == end.get("finished") == sum(r.point.startswith("p02") for r in reqs)
+    assert [e.get("expected") for e in ev if e.kind == "server_exit"] == [False]
+    assert _port_closed(_port(run))
+
+
+def test_http_errors_are_recorded_and_fail_the_point_checks(tmp_path):
+    raw = tmp_path / "raw"
+    res = execute_run(make_plan(tmp_path, ["--fault", "http500:4", "--fault", "cut:7"]), raw)
+    assert res.status == "complete"
+    reqs = parse_requests_jsonl(res.path / "requests.jsonl")
+    kinds = sorted(r.error_kind for r in reqs if not r.ok)
+    assert len(reqs) == 17 and "http" in kinds and "stream_cut" in kinds
+    assert any(r.http_status == 500 for r in reqs)
+    failed = {c.name for c in checks(parse_events_jsonl(res.path / "events.jsonl")) if c.ok is False}
+    assert {"failures", "completed_vs_sent"} <= failed
+    summary = parse_bench_json(sorted((res.path / "bench").glob("*.json"))[-1])
+    assert summary.failed == sum(1 for r in reqs if not r.ok and r.point.startswith("p02"))
+
+
+def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path):
+    raw = tmp_path / "raw"
+    res = execute_run(make_plan(tmp_path, ["--metrics-down-after", "3"], output_len=64), raw)
+    assert res.status == "complete"
+    ev = parse_events_jsonl(res.path / "events.jsonl")
+    assert [e.kind for e in ev].count("metrics_unreachable") == 1
+    scrapes = parse_scrapes_jsonl(res.path / "scrapes.jsonl")
+    assert any(s.status == 503 for s in scrapes) and len(parse_requests_jsonl(res.path / "requests.jsonl")) == 17
+
+
+def test_bad_plan_is_one_line_and_writes_nothing(tmp_path):
+    plan = make_plan(tmp_path)
+    plan.write_text(plan.read_text().replace("drain_s = 0.1", "drain_s = 0.1\ndrian_s = 1"))
+    with pytest.raises(PlanError, match=r"fake.toml: \[load\].drian_s: unknown key"):
+        execute_run(plan, tmp_path / "raw")
+    assert not (tmp_path / "raw").exists()
+
+
+def test_missing_server_binary_seals_failed(tmp_path):
+    plan = make_plan(tmp_path)
+    plan.write_text(plan.read_text().replace("fake-llama-server", "no-such-server"))
+    with pytest.raises(RunError, match="server executable not found"):
+        execute_run(plan, tmp_path / "raw")
+    m = json.loads((_run_dir(tmp_path / "raw") / "manifest.json").read_text())
+    assert m["status"] == "failed" and "not found" in m["note"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_collector_run_stops_server_and_seals_failed(tmp_path, sig):
+    raw = tmp_path / "raw"
+    plan = make_plan(tmp_path, points="[{concurrency = 2, requests = 400, seed = 5}]", output_len=200)
+    p = subprocess.Popen([PY, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 60
+    req_file = None
+    while time.monotonic() < deadline:  # wait until the sweep point has finished requests on disk
+        runs = list((raw / "fake").glob("*/requests.jsonl")) if (raw / "fake").exists() else []
+        if runs and sum(b'"phase":"sweep"' in ln for ln in runs[0].read_bytes().splitlines()) >= 3:
+            req_file = runs[0]
+            break
+        time.sleep(0.1)
+    assert req_file is not None, p.communicate(timeout=30)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1, err.decode()
+    run = req_file.parent
+    name = signal.Signals(sig).name
+    assert f"interrupted by {name} during point p01-sweep" in out.decode() + err.decode()
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "failed" and name in m["note"]
+    reqs = parse_requests_jsonl(run / "requests.jsonl")
+    sweep = [r for r in reqs if r.phase == "sweep"]
+    assert sum(r.ok for r in sweep) >= 3 and {r.error_kind for r in sweep if not r.ok} <= {"aborted"}
+    end = [e for e in parse_events_jsonl(run / "events.jsonl") if e.kind == "point_end"][-1]
+    assert end.get("sent") == end.get("finished") == len(sweep) and end.get("aborted")
+    assert _port_closed(_port(run)) and verify(raw).ok
+
+
+def test_attach_to_a_running_server_records_it_and_notices_it_vanish(tmp_path):
+    srv = FaultServer(token_ms=2.0).start()
+    plan = make_plan(tmp_path, points="[{concurrency = 2, requests = 300, seed = 5}]", output_len=50)
+    text = plan.read_text()
+    start = text.index('binary = "')
+    text = text[:start] + f'url = "{srv.url}"\nserved_model_name = "fault-model"\n' + text[text.index("port = "):]
+    plan.write_text(text)
+    threading.Timer(2.0, srv.stop).start()  # the attached server goes away mid-point
+    with pytest.raises(RunError, match="server unreachable"):
+        execute_run(plan, tmp_path / "raw")
+    run = _run_dir(tmp_path / "raw")
+    cmd = json.loads((run / "fingerprint" / "command.json").read_text())
+    assert cmd["mode"] == "attach" and cmd["argv"] is None and not (run / "server.log").exists()
+    assert open_run(run).meta["server_mode"] == "attach"
+    reqs = parse_requests_jsonl(run / "requests.jsonl")
+    assert sum(r.ok for r in reqs if r.phase == "sweep") > 0 and any(r.error_kind == "connect" for r in reqs)

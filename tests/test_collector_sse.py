@@ -1,0 +1,67 @@
+"""SSE decoding: any split of the byte stream gives the same events; malformed JSON is an error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json
+
+STREAM = (
+    b": comment\r\n"
+    b'data: {"choices":[{"text":"a"}]}\r\n\r\n'
+    b'data: {"choices":[{"text":"b\\u00e9"}]}\n\n'
+    b"event: x\ndata: {\"a\":\ndata: 1}\n\n"
+    b"data: [DONE]\r\r"
+)
+
+
+def _decode_all(chunks):
+    d = SSEDecoder()
+    out = []
+    for c in chunks:
+        out += d.feed(c)
+    d.close()
+    return out
+
+
+def test_events_in_one_piece():
+    evs = _decode_all([STREAM])
+    assert [e.data for e in evs] == ['{"choices":[{"text":"a"}]}', '{"choices":[{"text":"b\\u00e9"}]}',
+                                     '{"a":\n1}', "[DONE]"]  # fmt: skip
+    assert evs[2].event == "x"
+    assert [event_json(e) for e in evs] == [{"choices": [{"text": "a"}]}, {"choices": [{"text": "bé"}]}, {"a": 1}, None]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), max_size=12, unique=True))
+def test_any_split_gives_the_same_events(cuts):
+    cuts = sorted(cuts)
+    pieces = [STREAM[a:b] for a, b in zip([0, *cuts], [*cuts, len(STREAM)], strict=True)]
+    assert _decode_all(pieces) == _decode_all([STREAM])
+
+
+def test_malformed_json_and_non_object_and_error_event():
+    d = SSEDecoder()
+    (ev,) = d.feed(b'data: {"choices": [\n\n')
+    with pytest.raises(SSEError, match="malformed JSON"):
+        event_json(ev)
+    (ev,) = d.feed(b"data: [1, 2]\n\n")
+    with pytest.raises(SSEError, match="not a JSON object"):
+        event_json(ev)
+    (ev,) = d.feed(b'data: {"error": {"message": "boom"}}\n\n')
+    with pytest.raises(SSEServerError, match="boom"):
+        event_json(ev)
+
+
+def test_stream_ending_mid_event_is_cut():
+    d = SSEDecoder()
+    assert d.feed(b'data: {"a": 1}\n') == []
+    with pytest.raises(SSEError, match="middle of an event"):
+        d.close()
+    d2 = SSEDecoder()
+    d2.feed(json.dumps({"a": 1}).encode())
+    with pytest.raises(SSEError):
+        d2.close()
