@@ -80,6 +80,8 @@ def plan_data(
 
     if kv_pool_gib is not None:
         pool_bytes, pool_source = kv_pool_gib * th.GIB, "given"
+    elif llama_cpp_ctx_total:  # llama.cpp allocates exactly -c tokens of KV, whatever the card
+        pool_bytes, pool_source = th.llama_cpp_kv_bytes(cfg, llama_cpp_ctx_total, kv_dtype), "llama.cpp -c"
     elif spec.memory_bytes is None:
         raise PlanError(f"{spec.name} has no datasheet memory to estimate a KV pool from; pass --kv-pool-gib")
     else:

@@ -131,3 +131,10 @@ def test_cpu_has_no_floor_but_keeps_the_config_theory():
     assert d["kv_bytes_per_token"] == 12_288
     assert d["kv_pool_tokens"] == 2**30 // 12_288 == 87_381
     assert d["decode_step_floor_ms"] is None and d["gpu_bandwidth_bytes_per_s"] is None
+
+
+def test_llamacpp_pool_is_its_context_cells_whatever_the_device():
+    d = plan_data("Qwen2.5-0.5B-Instruct", "cpu", max_model_len=1024, llama_cpp_ctx_total=8192, llama_cpp_slots=8)
+    assert d["kv_pool_source"] == "llama.cpp -c"
+    assert d["kv_pool_bytes"] == 8192 * 12_288  # -c cells x (24 x 2 x 64 x 2 x 2 B)
+    assert d["llama_cpp_n_ctx_slot"] == 1024 and d["kv_pool_tokens"] == 8192
