@@ -206,7 +206,7 @@ def plan_data(
             "reserve_bytes": th.DEFAULT_KV_RESERVE_BYTES,
             "formula": "gpu_memory_utilization * gpu_memory_bytes - weight_bytes - reserve_bytes",
         }
-    else:
+    elif pool_source == "given":
         lo, hi = th.vllm_tokens_range_for_logged_gib(kv_pool_gib, kv_bpt, block_size)
         data["kv_pool_gib_rounding_tolerance_tokens"] = th.logged_gib_tolerance_tokens(kv_bpt)
         data["vllm_kv_cache_tokens_range"] = [lo, hi]
