@@ -157,6 +157,10 @@ def collect(adapter: Adapter, sp: ServerPlan, command: list[str] | None, env: di
     gpus = gpu_info()
     if gpus is not None:
         files.update(gpus)
+    # the card's measured ceilings (collector.ceilings), taken once per lease before the runs
+    ceilings = os.environ.get("ANATOMY_CEILINGS_JSON")
+    if ceilings and Path(ceilings).is_file():
+        files["ceilings.json"] = Path(ceilings).read_text()
     files["summary.json"] = json.dumps(summary(files, sp), indent=2, ensure_ascii=False) + "\n"
     return files
 
