@@ -1,4 +1,9 @@
-"""Helpers for the site tests: build the reference site once per test session, serve it, drive Chromium.
+"""Helpers for the site tests: build the site once per test session, serve it, drive Chromium.
+
+The site is built from every campaign there is: the reference campaign (imported from ../shared when present),
+the repository's own ``raw/`` (the CPU smoke campaign, later the H200 campaign), and a synthetic H200-like
+llama.cpp campaign (two weight formats, exact timings: ``tests/test_analysis_own.py`` builds it with the raw
+store) so that the cross-campaign comparison page is rendered and tested before real H200 data exists.
 
 Chromium is Debian's package (``apt-get install chromium``), driven through Playwright's Python package with
 ``executable_path`` — Playwright never downloads a browser of its own here. The site is served by the
@@ -53,6 +58,9 @@ def find_chromium() -> str | None:
     return shutil.which("chromium")
 
 
+REPO_RAW = ROOT / "raw"
+
+
 @dataclass(frozen=True)
 class BuiltSite:
     root: Path  # the work folder
@@ -61,23 +69,52 @@ class BuiltSite:
     docs: Path
     site: Path
     build_s: float
+    campaigns: tuple[str, ...]  # every campaign with results
+    synthetic: str  # the synthetic GPU campaign's name
+
+
+def synthetic_gpu_campaign(raw: Path) -> str:
+    """Write the synthetic H200-like campaign of tests/test_analysis_own.py into ``raw``; return its name."""
+    import test_analysis_own as own  # tests/ is on sys.path under pytest (and for this module's importers)
+
+    from collector.ceilings import store_run
+    from collector.store import RawStore
+
+    store = RawStore(raw)
+    own._own_run(store, "llamacpp-f16", "fp16")
+    own._own_run(store, "llamacpp-q4km", "q4_k_m")
+    store_run({"v": 1, "copy_bytes_per_s": own.COPY_BW, "bf16_matmul_flops_per_s": 8.0e14,
+               "device_name": "NVIDIA H200"}, raw, own.CAMPAIGN)
+    return own.CAMPAIGN
+
+
+def repo_has_campaigns() -> bool:
+    """raw/ holds campaigns (``ANATOMY_SITE_TEST_REPO_RAW=0`` leaves them out, e.g. while one is being re-run)."""
+    if os.environ.get("ANATOMY_SITE_TEST_REPO_RAW", "1") == "0":
+        return False
+    return REPO_RAW.is_dir() and any(p.is_dir() for p in REPO_RAW.iterdir())
 
 
 @functools.cache
 def built_site() -> BuiltSite:
-    """Import the reference campaign into a fresh raw store, analyze, render and build (strict), once."""
+    """Import the reference campaign into a fresh raw store, add the synthetic GPU campaign, analyze it with the
+    repository's raw/, render and build (strict), once."""
+    import sys
     import time
 
     from analysis.report.build import build_site
 
-    src = reference_source()
-    if src is None:
-        raise FileNotFoundError("reference campaign not found (../shared/seed-runs/rtx4090-qwen2.5-7b)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     work = Path(tempfile.mkdtemp(prefix="ia-site-"))
     raw, results, docs, site = work / "raw", work / "results", work / "docs", work / "public"
+    raw.mkdir()
+    src = reference_source()
+    synthetic = synthetic_gpu_campaign(raw)
+    roots = [raw, *([REPO_RAW] if repo_has_campaigns() else [])]
     t = time.perf_counter()
-    build_site([raw], results, docs, site, imports=[(src, REFERENCE_CAMPAIGN)])
-    return BuiltSite(work, raw, results, docs, site, time.perf_counter() - t)
+    build_site(roots, results, docs, site, imports=[(src, REFERENCE_CAMPAIGN)] if src else [])
+    campaigns = tuple(sorted(p.parent.name for p in results.glob("*/findings.json")))
+    return BuiltSite(work, raw, results, docs, site, time.perf_counter() - t, campaigns, synthetic)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -101,7 +101,8 @@ def _templates(tmp: Path, page: str) -> Path:
     (t / "campaign").mkdir(parents=True)
     (t / "_site.j2").write_text(
         '{% set nav_structure = "S" %}{% set nav_method = "M" %}{% set nav_data = "D" %}'
-        "{% set handwritten_pages = [] %}"
+        '{% set handwritten_pages = [] %}{% set reference_campaign = "ref" %}'
+        "{% macro nav_campaign_title(p) %}C {{ p.name }}{% endmacro %}"
     )
     for name in ("home.md.j2", "structure.md.j2", "raw_index.md.j2"):
         (t / name).write_text("# page\n")
@@ -185,7 +186,7 @@ def test_table_and_figure_render(tmp_path):
     svg = (tmp_path / "docs" / "campaigns" / "demo" / "figures" / "throughput.svg").read_text()
     assert "<path" in svg and "吞吐随并发数的变化" in svg
     nav = json.loads((tmp_path / "docs" / ".nav.json").read_text())
-    assert {"t": "campaigns/demo/index.md"} in nav[2]["t"]
+    assert nav[1] == {"C demo": [{"t": "campaigns/demo/index.md"}]}  # one navigation section per campaign
 
 
 def test_renderer_never_empties_a_folder_it_did_not_make(tmp_path):
@@ -249,52 +250,203 @@ def test_unsealed_run_is_listed_as_such(tmp_path):
     assert r.status == "unsealed" and [f.rel for f in r.files] == ["requests.jsonl"]
 
 
-# -- the real templates on the real reference campaign ----------------------------------------------------------
+# -- the real templates on every campaign there is -------------------------------------------------------------
+# The built site (tests/browser.py): the reference campaign when ../shared has it, the repository's raw/ (the CPU
+# smoke campaign), and a synthetic H200-like campaign so that the comparison page exists.
 
 
 @pytest.fixture(scope="module")
-def reference_site():
+def built():
     import browser as br  # tests/browser.py: one build per test session, shared with the browser test
 
-    if br.reference_source() is None:
-        pytest.skip("reference campaign ../shared/seed-runs/rtx4090-qwen2.5-7b not present")
     return br.built_site()
 
 
-def test_reference_site_shows_every_finding_and_every_figure(reference_site):
+@pytest.fixture(scope="module")
+def reference_site(built):
+    import browser as br
+
+    if br.REFERENCE_CAMPAIGN not in built.campaigns:
+        pytest.skip("reference campaign ../shared/seed-runs/rtx4090-qwen2.5-7b not present")
+    return built
+
+
+def _anchor(key: str) -> str:
     import re
 
-    findings = json.loads((reference_site.results / "rtx4090-qwen2.5-7b" / "findings.json").read_text())
-    pages = "\n".join(p.read_text(encoding="utf-8") for p in reference_site.docs.rglob("*.md"))
-    missing = [k for k in findings if f'id="f-{re.sub(r"[^a-z0-9]+", "-", k.lower()).strip("-")}"' not in pages]
-    assert not missing, f"findings on no page: {missing}"
-    specs = {p.name.removesuffix(".vl.json") for p in (reference_site.results / "rtx4090-qwen2.5-7b").rglob("*.vl.json")}
-    svgs = {p.stem for p in reference_site.docs.rglob("figures/*.svg")}
-    assert specs == svgs
+    return 'id="f-' + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-") + '"'
+
+
+def _campaign_pages(docs: Path, campaign: str) -> str:
+    pages = [*(docs / "campaigns" / campaign).glob("*.md"), docs / "structure" / f"{campaign}.md"]
+    return "\n".join(p.read_text(encoding="utf-8") for p in pages)
+
+
+def _figures_shown(docs: Path, campaign: str) -> set[str]:
+    return {p.stem for p in (docs / "campaigns" / campaign / "figures").glob("*.svg")} | {
+        p.stem for p in [*docs.glob(f"*/figures/{campaign}/*.svg"), *docs.glob(f"figures/{campaign}/*.svg")]
+    }
+
+
+def test_every_campaign_shows_every_finding_and_every_figure(built):
+    assert len(built.campaigns) >= 2 and built.synthetic in built.campaigns
+    for c in built.campaigns:
+        findings = json.loads((built.results / c / "findings.json").read_text())
+        pages = _campaign_pages(built.docs, c)
+        missing = [k for k in findings if _anchor(k) not in pages]
+        assert not missing, f"{c}: findings on no page: {missing}"
+        specs = {p.name.removesuffix(".vl.json") for p in (built.results / c).rglob("*.vl.json")}
+        # a page may leave out a figure that would mislead for this campaign, saying why (.figures.json)
+        left_out = json.loads((built.docs / ".figures.json").read_text())["left_out"].get(c, {})
+        assert all(reason.strip() for reason in left_out.values())
+        assert specs and specs == _figures_shown(built.docs, c) | set(left_out), c
+        assert not _figures_shown(built.docs, c) & set(left_out)
+
+
+def test_comparison_page_shows_every_comparison_finding_and_figure(built):
+    cdir = built.results / "_comparison"
+    if not cdir.is_dir():
+        pytest.skip("fewer than two campaigns analysed: no comparison")
+    page = (built.docs / "comparison.md").read_text(encoding="utf-8")
+    findings = json.loads((cdir / "comparison.json").read_text())
+    missing = [k for k in findings if _anchor(k) not in page]
+    assert not missing, f"comparison findings not on the comparison page: {missing}"
+    specs = {p.name.removesuffix(".vl.json") for p in cdir.rglob("*.vl.json")}
+    assert specs == _figures_shown(built.docs, "_comparison")
+
+
+def test_comparison_speedup_checked_by_hand(reference_site):
+    """The synthetic H200 steps 4.0 ms per token at concurrency 1 with Q4_K_M (tests/test_analysis_own.py);
+    the reference's round-2 llama.cpp point at concurrency 1 says its median ITL in the raw file itself."""
+    import browser as br
+
+    raw = json.loads((br.reference_source() / "Round2" / "05-perf-test" / "llamacpp_c001.json").read_text())
+    ref_ms, synth_ms = raw["median_itl_ms"], 4.0
+    # pairs are named in sorted order, the ratio is the first campaign's step ÷ the second's
+    a_ms, b_ms = (synth_ms, ref_ms) if reference_site.synthetic < br.REFERENCE_CAMPAIGN else (ref_ms, synth_ms)
+    ratio = a_ms / b_ms
+    text = f"{ratio:,.{max(0, 3 - int(__import__('math').floor(__import__('math').log10(ratio))))}f} 倍"
+    page = (reference_site.docs / "comparison.md").read_text(encoding="utf-8")
+    assert text in page, text  # four significant digits: 4.0 ÷ 5.840 = 0.6849
+    assert "跨批次对比" in page and "NVIDIA H200" in page
+
+
+def test_cpu_campaign_is_labelled_as_a_smoke_test(built):
+    import browser as br
+
+    cpu = [c for c in built.campaigns if (br.REPO_RAW / c).is_dir() and
+           any(json.loads((r / "run.json").read_text())["meta"].get("gpu") == "cpu"
+               for r in (br.REPO_RAW / c).iterdir() if (r / "run.json").is_file())]
+    if not cpu:
+        pytest.skip("no CPU campaign in raw/")
+    overview = (built.docs / "campaigns" / cpu[0] / "index.md").read_text(encoding="utf-8")
+    assert "CPU 冒烟批次：这些数字不是 GPU 的数字" in overview and "噪声" in overview
+    home = (built.docs / "index.md").read_text(encoding="utf-8")
+    assert f"`{cpu[0]}`" in home and "数字与 GPU 批次不可比较" in home
+    comparison = built.docs / "comparison.md"
+    if comparison.exists():  # a CPU campaign is never put beside the GPUs
+        text = comparison.read_text(encoding="utf-8")
+        head = text.split("## 全部对比结论")[0]
+        assert f"| {cpu[0]} |" not in head
+
+
+def test_every_campaign_has_pages_and_nav_section(built):
+    nav = json.loads((built.docs / ".nav.json").read_text(encoding="utf-8"))
+    paths = json.dumps(nav, ensure_ascii=False)
+    home = (built.docs / "index.md").read_text(encoding="utf-8")
+    for c in built.campaigns:
+        assert (built.docs / "campaigns" / c / "index.md").exists()
+        assert f"campaigns/{c}/index.md" in paths
+        assert f"`{c}`" in home  # the headline table covers every campaign
+    if (built.docs / "comparison.md").exists():
+        assert "comparison.md" in paths
+
+
+def test_structure_page_lists_the_config_the_theory_used(reference_site):
+    """Qwen2.5-7B-Instruct's config.json: hidden 3584, intermediate 18944, 28 layers, 28 heads, 4 KV heads,
+    head_dim 3584 / 28 = 128, vocabulary 152064, embeddings not tied."""
+    import browser as br
+
+    page = (reference_site.docs / "structure" / f"{br.REFERENCE_CAMPAIGN}.md").read_text(encoding="utf-8")
+    for row in ("| h | 隐藏维度 | `hidden_size` | 3,584 |", "| I | MLP 中间维度 | `intermediate_size` | 18,944 |",
+                "| L | 层数 | `num_hidden_layers` | 28 |", "| H | 查询头数 | `num_attention_heads` | 28 |",
+                "| K | KV 头数 | `num_key_value_heads` | 4 |", "| V | 词表大小 | `vocab_size` | 152,064 |",
+                "| tied | 词嵌入与输出头共享权重 | `tie_word_embeddings` | 否 |"):
+        assert row in page, row
+    assert "| d | 头维度 | `head_dim`（缺省为 h ÷ H） | 128 |" in page
+
+
+def test_unplaced_figure_and_finding_fall_back_to_the_overview(built, tmp_path):
+    """A figure or finding the analysis adds before any template places it is shown, not dropped."""
+    import shutil
+
+    c = built.synthetic
+    results = tmp_path / "results"
+    shutil.copytree(built.results / c, results / c)
+    spec = json.loads((results / c / "figures" / "concurrency_throughput.vl.json").read_text())
+    spec["title"] = "一张新图"
+    (results / c / "figures" / "zz_brand_new.vl.json").write_text(json.dumps(spec, ensure_ascii=False))
+    findings = json.loads((results / c / "findings.json").read_text())
+    findings["zz.brand_new_quantity"] = {"value": 42, "unit": "tokens", "sources": [], "status": "ok"}
+    (results / c / "findings.json").write_text(json.dumps(findings, ensure_ascii=False))
+    render_site(results, [built.raw], tmp_path / "docs")
+    overview = (tmp_path / "docs" / "campaigns" / c / "index.md").read_text(encoding="utf-8")
+    other_figures = overview.split("## 其他图表")[1]
+    assert "figures/zz_brand_new.svg" in other_figures and "一张新图" in other_figures
+    assert _anchor("zz.brand_new_quantity") in overview.split("## 其他结论")[1] and "42 token" in overview
+    # the reference campaign was not in these results: the home page says so
+    home = (tmp_path / "docs" / "index.md").read_text(encoding="utf-8")
+    assert "参考批次在本次构建中不可用" in home
 
 
 def test_reference_site_marks_failed_findings_and_gates(reference_site):
-    findings = json.loads((reference_site.results / "rtx4090-qwen2.5-7b" / "findings.json").read_text())
+    import browser as br
+
+    findings = json.loads((reference_site.results / br.REFERENCE_CAMPAIGN / "findings.json").read_text())
     failed = [k for k, v in findings.items() if v["status"] == "mismatch"]
-    docs = reference_site.docs
+    pages = [*(reference_site.docs / "campaigns" / br.REFERENCE_CAMPAIGN).glob("*.md")]
     for k in failed:
-        anchor = "f-" + k.lower().replace(".", "-").replace("_", "-")
-        hits = [p for p in docs.rglob("*.md") if f'id="{anchor}"' in p.read_text(encoding="utf-8")]
+        hits = [p for p in pages if _anchor(k) in p.read_text(encoding="utf-8")]
         assert hits, k
-        row = next(line for line in hits[0].read_text(encoding="utf-8").splitlines() if f'id="{anchor}"' in line)
+        row = next(line for line in hits[0].read_text(encoding="utf-8").splitlines() if _anchor(k) in line)
         assert "ia-fail" in row, f"{k}: a failed reconciliation is not shown as failed"
 
 
 def test_reference_site_numbers_are_the_findings_formatted(reference_site):
     """Spot-check against the raw log by hand: round 2's vLLM log says `GPU KV cache size: 120,064 tokens`."""
-    kv = (reference_site.docs / "campaigns" / "rtx4090-qwen2.5-7b" / "kv.md").read_text(encoding="utf-8")
-    assert "日志报告的 KV 池为 120,064 token" in kv
-    home = (reference_site.docs / "index.md").read_text(encoding="utf-8")
-    assert "120,064 token" in home
-    raw_index = (reference_site.docs / "data" / "rtx4090-qwen2.5-7b.md").read_text(encoding="utf-8")
     import hashlib
 
     import browser as br
 
+    kv = (reference_site.docs / "campaigns" / br.REFERENCE_CAMPAIGN / "kv.md").read_text(encoding="utf-8")
+    assert "日志报告的 KV 池为 120,064 token" in kv
+    home = (reference_site.docs / "index.md").read_text(encoding="utf-8")
+    assert "120,064 token" in home
+    raw_index = (reference_site.docs / "data" / f"{br.REFERENCE_CAMPAIGN}.md").read_text(encoding="utf-8")
     stress = br.reference_source() / "Round2" / "04-perf-test" / "stress.json"
     assert hashlib.sha256(stress.read_bytes()).hexdigest() in raw_index  # hashed here, independently
+
+
+def test_profile_of_an_own_gpu_campaign_with_random_weights():
+    """What the H200 campaign's runs record (plans/h200-*.toml): gpu = "h200", a description saying the
+    weights are random; two llama.cpp runs with two weight formats → labels with the format, no CPU banner."""
+    from analysis.report.profile import build_profile
+    from analysis.report.rawindex import RawRun
+    from analysis.report.results import CampaignResults, Table
+
+    rows = [{"series": run, "round": None, "run": run, "engine": "llamacpp", "weight_format": fmt}
+            for run, fmt in (("llamacpp-q4km", "q4_k_m"), ("llamacpp-f16", "fp16"))]
+    c = CampaignResults("h200-x", Path("."), {}, {"roofline_points": Table("roofline_points", Path("."),
+                                                                           list(rows[0]), rows)}, {})
+    desc = "H200, llama.cpp (CUDA), F16 GGUF of a random-weight model (random weights; text output is noise)"
+    runs = [RawRun("h200-x", r["run"], True, "complete", "collector-run", {"gpu": "h200", "description": desc},
+                   {}, None, None, []) for r in rows]
+    p = build_profile(c, runs, reference="rtx4090-qwen2.5-7b")
+    assert p.collected and not p.cpu and p.random_weights and not p.is_reference
+    assert p.gpu == "h200" and "H200" in (p.gpu_display or "")
+    assert [s.label for s in p.series] == ["llama.cpp（F16）", "llama.cpp（Q4_K_M）"]
+    assert [s.prefix for s in p.series] == ["runs.llamacpp_f16.", "runs.llamacpp_q4km."]
+    assert p.engine_label("llamacpp") == "llama.cpp"  # two formats: the engine alone names neither
+    cpu = build_profile(c, [RawRun("h200-x", "x", True, "complete", "collector-run", {"gpu": "cpu"}, {}, None, None,
+                                   [])], reference="r")
+    assert cpu.cpu and cpu.gpu is None and not cpu.random_weights

@@ -61,3 +61,29 @@ def test_deploy_job_needs_build_and_uses_pages_environment(wf):
     step = deploy["steps"][0]
     assert step["uses"] == "actions/deploy-pages@v4"
     assert deploy["environment"]["url"] == "${{ steps." + step["id"] + ".outputs.page_url }}"
+
+
+def test_reference_campaign_fetched_at_its_commit_before_the_build(wf):
+    """On GitHub there is no ../shared: the workflow checks out the reference's public source (full history,
+    since only a short commit id is known), checks out that commit, and points the noxfile at its Results
+    folder through ANATOMY_SEED_CAMPAIGN. Both steps may fail without failing the build."""
+    build = wf["jobs"]["build"]["steps"]
+    site_at = next(i for i, s in enumerate(build) if "nox -s site" in s.get("run", ""))
+    fetch_at, fetch = next(
+        (i, s) for i, s in enumerate(build)
+        if s.get("uses", "").startswith("actions/checkout") and (s.get("with") or {}).get("repository")
+    )
+    assert fetch["with"]["repository"] == "daleiyang/llm-inference-anatomy"
+    assert fetch["with"]["fetch-depth"] == 0  # a short SHA can only be resolved with the history at hand
+    assert fetch["continue-on-error"] is True and fetch_at < site_at
+    use_at, use = next((i, s) for i, s in enumerate(build) if "ANATOMY_SEED_CAMPAIGN" in s.get("run", ""))
+    assert fetch_at < use_at < site_at and use["continue-on-error"] is True
+    assert use["if"] == f"steps.{fetch['id']}.outcome == 'success'"
+    assert use["working-directory"] == fetch["with"]["path"]
+    script = use["run"]
+    assert re.search(r"git checkout (--detach )?7eb6a383\b", script)
+    assert "01-decode-latency-anatomy/Results" in script and '>> "$GITHUB_ENV"' in script
+    assert script.index("git checkout") < script.index("GITHUB_ENV")  # no env var if the commit is missing
+    # ... and the noxfile really reads that variable for the reference campaign's folder
+    nox_text = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    assert 'os.environ.get("ANATOMY_SEED_CAMPAIGN"' in nox_text

@@ -48,6 +48,8 @@ TEMPLATES_DIR = REPO_ROOT / "site" / "templates"
 HANDWRITTEN_DIR = REPO_ROOT / "site" / "docs"
 ASSETS_DIR = REPO_ROOT / "site" / "assets"
 NAV_FILE = ".nav.json"
+FIGURES_FILE = ".figures.json"
+PER_WORKER_MIN = 12  # a worker process costs ~1 s to start (Python, vl-convert, fonts): only for many figures  # figures a page deliberately leaves out, and why (a dot file: never published)
 MARKER = ".rendered-by-analysis-report"  # only a folder carrying it is ever emptied by the renderer
 
 # Campaign pages in reading order: (slug, template, needs). The page title is the template's first "# " line.
@@ -220,9 +222,19 @@ class PageContext:
         return self.opt(self.campaign.latest_prefix + suffix)  # type: ignore[union-attr]
 
     def unshown_figures(self) -> list[str]:
-        """Figures of this campaign that no page rendered so far shows."""
-        shown = {k[1] for k in self.site._figures_written if k[0] == self.campaign.name}  # type: ignore[union-attr]
-        return [n for n in sorted(self.campaign.figures) if n not in shown]  # type: ignore[union-attr]
+        """Figures of this campaign that no page rendered so far shows (nor deliberately left out)."""
+        name = self.campaign.name  # type: ignore[union-attr]
+        shown = {k[1] for k in self.site._figures_written if k[0] == name}
+        left_out = set(self.site.figures_left_out.get(name, {}))
+        return [n for n in sorted(self.campaign.figures) if n not in shown and n not in left_out]  # type: ignore[union-attr]
+
+    def leave_out_figure(self, name: str, reason: str) -> str:
+        """Record that this page deliberately does not show a figure the analysis made (with why, for the
+        render report and the tests); returns "" so a template can call it inline."""
+        if self.has_figure(name):
+            self.site.figures_left_out.setdefault(self.campaign.name, {})[name] = reason  # type: ignore[union-attr]
+            self.site.report.notes.append(f"{self.campaign.name}: figure {name!r} left out: {reason}")  # type: ignore[union-attr]
+        return ""
 
     def unshown(self) -> list[str]:
         """Keys of this campaign that no page rendered so far has shown."""
@@ -233,7 +245,7 @@ class PageContext:
         found = self._findings().get(key)
         return found is not None and found.available
 
-    def per_round(self, suffixes: list[str]) -> list[tuple[str, list[str]]]:
+    def per_round(self, suffixes: list[str], known: Iterable[str] = ()) -> list[tuple[str, list[str]]]:
         """For each round, the keys ``<round>.<suffix>`` that exist, in the order given.
 
         A suffix that exists in no round at all is a typo or a renamed finding: that fails the build.
@@ -248,9 +260,11 @@ class PageContext:
             present = [k for k in ks if k in findings]
             seen |= {s for s, k in zip(suffixes, ks, strict=True) if k in findings}
             out.append((r, present))
-        # A suffix this campaign lacks is fine if another campaign has it (the templates serve every kind of
-        # campaign); one that no campaign of the site has is a typo or a renamed finding: that fails the build.
-        missing = [s for s in suffixes if s not in seen and s not in self.site.known_suffixes]
+        # A suffix this campaign lacks is fine if it is a finding the templates know by name (their label
+        # dictionary) or another campaign has: the templates serve every kind of campaign. A suffix that is
+        # neither is a typo or a renamed finding: that fails the build.
+        known = set(known)
+        missing = [s for s in suffixes if s not in seen and s not in known and s not in self.site.known_suffixes]
         if missing:
             raise RenderError(f"{self.page_path}: no campaign has findings {missing} (typo or renamed finding?)")
         return out
@@ -517,6 +531,8 @@ class SiteRenderer:
         self.known_suffixes: set[str] = set()  # finding keys without round prefix, over every campaign
         self.campaign_names: set[str] = set()
         self.comparison: CampaignResults | None = None
+        self.figures_left_out: dict[str, dict[str, str]] = {}  # campaign -> figure -> why
+        self._figures_pending: dict[str, dict[str, Any]] = {}  # svg path (relative to out) -> prepared spec
 
     def lookup(self, campaign: CampaignResults) -> FileLookup:
         return self.lookup_name(campaign.name)
@@ -602,7 +618,10 @@ class SiteRenderer:
     def write_figure(self, campaign: CampaignResults, name: str, page_path: str, title: str | None) -> str:
         """Render the spec to ``<page dir>/figures/<name>.svg`` once; return the link relative to the page."""
         page_dir = Path(page_path).parent
-        svg_rel = (page_dir / "figures" / (name.replace("/", "--") + ".svg")).as_posix()
+        # Pages of several campaigns share a folder (structure/): there each campaign gets its own sub-folder.
+        mine = page_dir.parts[-1:] == (campaign.name,)
+        folder = page_dir / "figures" if mine else page_dir / "figures" / campaign.name
+        svg_rel = (folder / (name.replace("/", "--") + ".svg")).as_posix()
         cache_key = (campaign.name, name, svg_rel)
         if cache_key not in self._figures_written:
             spec = figs.load_spec(campaign.figures[name])
@@ -610,13 +629,38 @@ class SiteRenderer:
             problems = figs.check_publishable(spec, f"{campaign.name}/{name}")
             if problems:
                 raise RenderError("; ".join(problems))
-            svg = figs.spec_to_svg(spec)
-            target = self.out / svg_rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(svg, encoding="utf-8")
+            # Converted all at once when the pages are done (see _convert_figures): in parallel.
+            self._figures_pending[svg_rel] = spec
             self._figures_written[cache_key] = svg_rel
             self.report.figures.append(svg_rel)
         return Path(_relpath(svg_rel, page_dir.as_posix())).as_posix()
+
+    def _convert_figures(self) -> None:
+        """Every figure the pages use, spec → SVG. vl-convert holds the GIL for ~0.3 s a figure, so a site of
+        a few campaigns (40+ figures) is converted in worker processes, one per core (spawned: the converter
+        runs threads of its own, which a fork would not carry over safely)."""
+        import multiprocessing
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        jobs = sorted(self._figures_pending.items())
+        workers = min(os.cpu_count() or 1, 4, max(1, len(jobs) // PER_WORKER_MIN))
+        svgs: list[str] | None = None
+        if workers > 1:
+            try:
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    svgs = list(pool.map(figs.spec_to_svg, [spec for _, spec in jobs]))
+            except BrokenProcessPool:
+                # a caller whose __main__ a spawned worker cannot re-import (python -c, stdin): do it here
+                svgs = None
+        if svgs is None:
+            svgs = [figs.spec_to_svg(spec) for _, spec in jobs]
+        for (rel, _), svg in zip(jobs, svgs, strict=True):
+            target = self.out / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(svg, encoding="utf-8")
+        self._figures_pending.clear()
 
     def render_template(self, template: str, page_path: str, campaign: CampaignResults | None, **data: Any) -> Page:
         ctx = PageContext(self, page_path, campaign)
@@ -719,14 +763,14 @@ class SiteRenderer:
         if self.comparison is not None:
             page = self.render_template("comparison.md.j2", "comparison.md", self.comparison, runs=runs, **common)
             self._write(page)
-            comparison_entry = {page.title: page.path}
+            comparison_entry = {site_mod.nav_comparison: page.path}
 
         home = self.render_template("home.md.j2", "index.md", None, runs=runs, **common)
         self._write(home)
         nav.append({home.title: "index.md"})
 
         for c, entries in campaign_navs:
-            nav.append({site_mod.nav_campaign_title(self.profiles[c.name]): entries})
+            nav.append({str(site_mod.nav_campaign_title(self.profiles[c.name])).strip(): entries})
         if comparison_entry:
             nav.append(comparison_entry)
         nav.append({site_mod.nav_structure: structure_entries})
@@ -759,8 +803,13 @@ class SiteRenderer:
         nav.append({site_mod.nav_method: method_entries})
         nav.append({site_mod.nav_data: data_entries})
 
+        self._convert_figures()
+        (self.out / FIGURES_FILE).write_text(
+            json.dumps({"left_out": self.figures_left_out}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
         for c in [*campaigns, *([self.comparison] if self.comparison else [])]:
-            unused = sorted(set(c.figures) - {k[1] for k in self._figures_written if k[0] == c.name})
+            shown = {k[1] for k in self._figures_written if k[0] == c.name}
+            unused = sorted(set(c.figures) - shown - set(self.figures_left_out.get(c.name, {})))
             for u in unused:
                 self.report.notes.append(f"{c.name}: figure {u!r} is on no page")
         (self.out / NAV_FILE).write_text(json.dumps(nav, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
