@@ -33,7 +33,7 @@ def achieved_rate(delta: float | None, duration_s: float) -> float | None:
 
 def utilization_pct(achieved_per_s: float | None, peak_per_s: float) -> float | None:
     """Achieved ÷ datasheet peak × 100, %. MFU for FLOP/s, MBU for bytes/s."""
-    return None if achieved_per_s is None else achieved_per_s / peak_per_s * 100.0
+    return None if achieved_per_s is None or not peak_per_s else achieved_per_s / peak_per_s * 100.0
 
 
 def tokens_from_throughput(throughput_tok_s: float, duration_s: float) -> float:
