@@ -64,7 +64,7 @@ def tests(session: nox.Session) -> None:
     _install(session)
     _ensure_chromium(session)
     session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES))
-    session.run("pytest", "-ra", *session.posargs, env={"ANATOMY_ENGINES": str(ENGINES)})
+    session.run("pytest", "-ra", *session.posargs, env={"ENGINES_CACHE": str(ENGINES)})
 
 
 @nox.session
@@ -96,5 +96,7 @@ def serve(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Speed targets, measured (not asserted in tests): analyze, site build, collector client cost."""
     _install(session)
-    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
-        session.run("python", str(script), env={"ANATOMY_ENGINES": str(ENGINES)})
+    session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES), "--only", "llamacpp", "--only", "models")
+    session.run("python", "benchmarks/bench_analyze.py")
+    session.run("python", "benchmarks/bench_site.py")
+    session.run("python", "benchmarks/bench_client.py", "--cache", str(ENGINES))

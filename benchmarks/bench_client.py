@@ -1,6 +1,6 @@
 """The load client's own cost, against a local llama-server serving the tiny model (not a test: a benchmark).
 
-    python tests/bench_collector_client.py [--cache .engines] [--requests 16] [--output-len 256]
+    python benchmarks/bench_client.py [--cache .engines] [--requests 16] [--output-len 256]
 
 Prints, per concurrency: client CPU seconds per 1,000 streamed tokens (this process's user+system CPU time
 while the point runs, over the tokens it received), and the gap between the client's TPOT and the server's
