@@ -361,6 +361,9 @@ def _own_point_facts(run: RunData, pts: list[BenchPoint]) -> None:
         p.order = first.point_index
         if p.concurrency is None:
             p.concurrency = first.concurrency
+        if p.input_len_tokens is None:
+            # no completed request (a point cut short): the prompt length the collector sent
+            p.input_len_tokens = float(first.input_len)
 
 
 def _points_from_requests(run: RunData) -> list[BenchPoint]:

@@ -18,17 +18,30 @@ WIDTH = 560
 HEIGHT = 320
 
 
+def engine_format_zh(engine: str, weight_format: object) -> str:
+    """A series' Chinese name from its own row: `llama.cpp（F16）`; the bare engine name where the table does not
+    say which weight format the engine served (never a format assumed from another campaign)."""
+    name = zh.ENGINE_NAMES.get(engine, engine)
+    if weight_format is None or (isinstance(weight_format, float) and weight_format != weight_format) or \
+            weight_format == "":
+        return name
+    fmt = str(weight_format)
+    return f"{name}（{zh.WEIGHT_FORMATS.get(fmt, fmt.upper())}）"
+
+
 def _labelled(df: pd.DataFrame) -> pd.DataFrame:
     """Chinese display columns for engine/round/gate (a lookup, not a statistic)."""
     out = df.copy()
     if "engine" in out:
-        out["engine_zh"] = out["engine"].map(lambda e: zh.ENGINES.get(e, e))
+        fmts = out["weight_format"] if "weight_format" in out else [None] * len(out)
+        out["engine_zh"] = [engine_format_zh(e, f) for e, f in zip(out["engine"], fmts, strict=True)]
     if "round" in out:
         out["round_zh"] = out["round"].map(lambda r: zh.ROUNDS.get(r, r))
     if "gate_ok" in out:
         out["gate_zh"] = out["gate_ok"].map(lambda g: zh.GATE_LEGEND[bool(g)])
     if "engine_zh" in out and "round_zh" in out:
-        out["series_zh"] = out["round_zh"] + " · " + out["engine_zh"]
+        # a campaign of our own has no rounds: the series is the engine and its format alone
+        out["series_zh"] = [f"{r} · {e}" if r else e for r, e in zip(out["round_zh"], out["engine_zh"], strict=True)]
     return out
 
 
@@ -112,7 +125,8 @@ def ttft_anatomy(df: pd.DataFrame) -> alt.Chart:
     f = _fig("ttft_anatomy")
     d = _labelled(df)
     d["part_zh"] = d["part"].map(lambda p: zh.TTFT_PARTS.get(p, p))
-    d["point_zh"] = d["round_zh"] + " · " + d["test"] + " · " + d["point"]
+    d["point_zh"] = [" · ".join(x for x in (r, t, pt) if x) for r, t, pt in zip(d["round_zh"], d["test"], d["point"],
+                                                                              strict=True)]
     return alt.Chart(d, title=f["title"]).mark_bar().encode(
         x=alt.X("point_zh:N", title=f["x"], sort=None),
         y=alt.Y("ms:Q", title=f["y"], stack="zero"),
@@ -138,9 +152,14 @@ def kv_fit(df: pd.DataFrame) -> alt.Chart:
 def overload_timeline(df: pd.DataFrame) -> alt.Chart:
     f = _fig("overload_timeline")
     d = _labelled(df)
-    long = d.melt(id_vars=["round_zh", "t_s"], value_vars=_present(d, "kv_usage_pct", "running", "waiting", "preemptions"),
-                  var_name="series", value_name="value")
-    long["series_zh"] = long["series"].map(lambda s: zh.SERIES.get(s, s))
+    if "run" not in d:
+        d["run"] = ""
+    long = d.melt(id_vars=["round_zh", "run", "t_s"],
+                  value_vars=_present(d, "kv_usage_pct", "running", "waiting", "preemptions"),
+                  var_name="series", value_name="value").dropna(subset=["value"])
+    several = d["run"].nunique() > 1  # a campaign of our own: one overload point per run
+    long["series_zh"] = [f"{r} · {zh.SERIES.get(s, s)}" if several else zh.SERIES.get(s, s)
+                         for r, s in zip(long["run"], long["series"], strict=True)]
     return alt.Chart(long, title=f["title"]).mark_line().encode(
         x=alt.X("t_s:Q", title=f["x"]), y=alt.Y("value:Q", title=f["y"]),
         color=alt.Color("series_zh:N", title=f["color"]),
@@ -201,8 +220,7 @@ def reproducibility_delta(df: pd.DataFrame) -> alt.Chart:
 
 def _series_label(df: pd.DataFrame) -> pd.DataFrame:
     d = _labelled(df)
-    fmt = d["weight_format"].fillna("").map(lambda w: zh.WEIGHT_FORMATS.get(w, w))
-    d["line_zh"] = d["series"] + " · " + d["engine"].map(lambda e: zh.ENGINE_NAMES.get(e, e)) + "（" + fmt + "）"
+    d["line_zh"] = d["series"] + " · " + d["engine_zh"]
     return d
 
 
@@ -292,8 +310,7 @@ def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
 
 def _campaign_series(df: pd.DataFrame) -> pd.DataFrame:
     d = _labelled(df)
-    fmt = d["weight_format"].fillna("").map(lambda w: zh.WEIGHT_FORMATS.get(w, w))
-    d["line_zh"] = d["campaign"] + " · " + d["engine"].map(lambda e: zh.ENGINE_NAMES.get(e, e)) + "（" + fmt + "）"
+    d["line_zh"] = d["campaign"] + " · " + d["engine_zh"]
     return d
 
 

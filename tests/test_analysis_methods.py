@@ -39,3 +39,67 @@ def test_gate_predicates():
     assert gates.gate_completed(40, 40) and not gates.gate_completed(320, 312)
     assert gates.gate_output_tokens(10240, 40, 256)
     assert not gates.gate_output_tokens(10238, 40, 256)
+
+
+def test_llamacpp_overload_formulas():
+    # a 5,120-token prompt asking for 2,048 more in a 6,144-token slot: 7,168 ÷ 6,144 of the slot ...
+    assert overload.slot_oversubscription(5120, 2048, 6144) == pytest.approx(7168 / 6144)
+    # ... of which 6,144 − 5,120 = 1,024 can be generated; a request that fits gets what it asked for
+    assert overload.slot_output_limit_tokens(2048, 5120, 6144) == 1024
+    assert overload.slot_output_limit_tokens(256, 1024, 6144) == 256
+    assert overload.slot_output_limit_tokens(16, 7000, 6144) == 0
+    # TTFT 9,762.4 ms of which llama.cpp spent 831.0 ms on the prompt: 8,931.4 ms waiting
+    assert ttft.llamacpp_wait_ms(9762.4, 831.0) == pytest.approx(8931.4)
+
+
+def test_byte_ledger_one_row_per_engine_and_format():
+    def s(run, engine, fmt, wb):
+        return {"series": run, "run": run, "engine": engine, "weight_format": fmt, "weight_bytes_per_step": wb,
+                "kv_bytes_per_token": 57344, "format_source": f"{run}/plan.toml"}
+
+    series = [s("a-f16", "llamacpp", "fp16", 2e9), s("b-q4", "llamacpp", "q4_k_m", 5e8),
+              s("c-q4-repeat", "llamacpp", "q4_k_m", 5e8), s("d-nothing", "vllm", "bf16", None)]
+    rows = engines.byte_ledger(series, 1e12)
+    assert [(r["engine"], r["weight_format"], r["run"]) for r in rows] == [("llamacpp", "fp16", "a-f16"),
+                                                                           ("llamacpp", "q4_k_m", "b-q4")]
+    # 2e9 B at 1e12 B/s = 2 ms; 5e8 B = 0.5 ms; no bandwidth (a CPU): no floor
+    assert [r["weight_floor_ms"] for r in rows] == [pytest.approx(2.0), pytest.approx(0.5)]
+    assert engines.byte_ledger(series[:1], None)[0]["weight_floor_ms"] is None
+
+
+def test_series_labels_name_the_runs_own_format():
+    from analysis.charts import engine_format_zh
+
+    assert engine_format_zh("llamacpp", "fp16") == "llama.cpp（F16）"
+    assert engine_format_zh("llamacpp", "q4_k_m") == "llama.cpp（Q4_K_M）"
+    assert engine_format_zh("vllm", "bf16") == "vLLM（bf16）"
+    # a table that does not say: the bare engine, never another campaign's format
+    assert engine_format_zh("llamacpp", None) == engine_format_zh("llamacpp", float("nan")) == "llama.cpp"
+
+
+def test_pairs_put_the_slower_card_first():
+    from analysis.findings import FindingSet
+    from analysis.reconcile.comparison import CampaignSummary, slower_first
+
+    def c(name, bw):
+        return CampaignSummary(name=name, tables={}, findings=FindingSet(), gpu=None, gpu_display=None,
+                               bandwidth_datasheet_bytes_per_s=bw, bandwidth_measured_bytes_per_s=None)
+
+    rtx, h200, cpu = c("rtx4090-x", 1008e9), c("h200-x", 4.8e12), c("cpu-x", None)
+    assert slower_first(h200, rtx) == slower_first(rtx, h200) == ("rtx4090-x", "h200-x")
+    assert slower_first(h200, cpu) == ("cpu-x", "h200-x")  # no datasheet counts as slowest
+    assert slower_first(c("b", 1e12), c("a", 1e12)) == ("a", "b")  # ties by name
+
+
+def test_model_findings_cite_only_real_files(tmp_path):
+    from analysis.reconcile.structure import MODELS_DIR, config_sources
+
+    bundled = MODELS_DIR / "Qwen2.5-7B-Instruct.json"
+    assert config_sources(str(bundled), ["r/x.json:model_id"]) == ["r/x.json:model_id",
+                                                                   "analysis/models/Qwen2.5-7B-Instruct.json"]
+    # a run's own model-config.json (or prediction.json) is the source; no invented bundled path
+    own = tmp_path / "model-config.json"
+    own.write_text("{}")
+    assert config_sources(str(own), ["run/model-config.json"]) == ["run/model-config.json"]
+    assert config_sources(str(MODELS_DIR / "llamacpp.json"), ["run/prediction.json:prediction.config"]) == [
+        "run/prediction.json:prediction.config"]

@@ -252,15 +252,17 @@ def test_comparison_with_reference(synth_raw, tmp_path):
     lines = list(analyze([synth_raw, raw], out, None))
     assert any("comparison of 2 campaigns" in line for line in lines)
     comp = json.loads((out / "_comparison" / "comparison.json").read_text())
-    key = "comparison.h200_synth__vs__rtx4090_qwen2_5_7b.llamacpp_q4_k_m.single_stream_speedup"
+    # the slower card first (RTX 4090: 1,008 GB/s < H200: 4.8 TB/s): the speed-up reads "H200 ÷ 4090"
+    key = "comparison.rtx4090_qwen2_5_7b__vs__h200_synth.llamacpp_q4_k_m.single_stream_speedup"
     ref_c1 = json.loads((SEED / "Round2/05-perf-test/llamacpp_c001.json").read_text())
-    assert comp[key]["value"] == pytest.approx(4.0 / ref_c1["p50_itl_ms"])
+    assert comp[key]["value"] == pytest.approx(ref_c1["p50_itl_ms"] / 4.0)
+    assert comp[key]["faster"] == CAMPAIGN
     cfg = load_model_config("Qwen2.5-7B-Instruct")
     w_q4 = theory.weight_bytes_read_per_decode_step(cfg, "q4_k_m")
     ctx_ref = 1024 + ref_c1["total_output_tokens"] / ref_c1["completed"] / 2
     floor_h200 = _floor_ms(w_q4, IN_LEN + OUT_LEN / 2, H200_BW)
     floor_4090 = _floor_ms(w_q4, ctx_ref, 1008e9)
-    assert comp[key]["theory"] == pytest.approx(floor_h200 / floor_4090)
+    assert comp[key]["theory"] == pytest.approx(floor_4090 / floor_h200)
     assert comp[key]["theory_measured_ceilings"] is None  # the reference has no measured ceilings
     assert comp["comparison.rtx4090_qwen2_5_7b.quantization.step_ratio"]["status"] == "n/a"
     assert comp["comparison.h200_synth.quantization.llamacpp.fp16_over_q4_k_m.step_ratio"]["value"] == pytest.approx(2.5)

@@ -61,6 +61,16 @@ def speedup(slow_ms: float, fast_ms: float) -> float:
     return slow_ms / fast_ms
 
 
+def slower_first(x: CampaignSummary, y: CampaignSummary) -> tuple[str, str]:
+    """A pair's order: the card with the lower datasheet bandwidth first (no datasheet, e.g. a CPU, counts as
+    slowest), ties by name — so a pair's speed-up reads "fast ÷ slow card", ≥ 1 when the faster card wins."""
+    def key(c: CampaignSummary) -> tuple[float, str]:
+        return (c.bandwidth_datasheet_bytes_per_s or 0.0, c.name)
+
+    a, b = sorted((x, y), key=key)
+    return a.name, b.name
+
+
 def _latest_series(points: pd.DataFrame) -> pd.DataFrame:
     """One sweep per (engine, weight format): the last round of an imported campaign (its final protocol),
     the first run by name of our own."""
@@ -164,7 +174,8 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
     names = sorted(c.name for c in summaries)
     pair_rows = []
     shape = {c.name: c.model_shape for c in summaries}
-    for a, b in combinations(names, 2):
+    card = {c.name: c for c in summaries}
+    for a, b in (slower_first(card[x], card[y]) for x, y in combinations(names, 2)):
         if shape[a] is None or shape[a] != shape[b]:
             continue  # a step ratio between different models says nothing about the cards
         for key in sorted({k for (cn, k) in by if cn == a} & {k for (cn, k) in by if cn == b}):

@@ -46,6 +46,7 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
     row: dict = {
         "round": p.run.round or "",
         "engine": p.run.engine,
+        "weight_format": th.weight_format_for(p.run),
         "test": p.run.test,
         "test_kind": p.test_kind,
         "point": p.label,
@@ -74,7 +75,8 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
     }
     for m in METRICS:
         for s in STATS:
-            row[f"{s}_{m}_ms"] = r.stat_ms(s, m)
+            # no completed request: the summary's zeros are not latencies (a point cut short, e.g. by a deadline)
+            row[f"{s}_{m}_ms"] = r.stat_ms(s, m) if r.completed else None
     # internal consistency of the summary itself
     if r.output_throughput_tok_s is not None and r.total_output_tokens:
         row["output_tokens_from_throughput"] = tokens_from_throughput(r.output_throughput_tok_s, r.duration_s)
@@ -155,21 +157,23 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             for s in STATS:
                 v = p.result.stat_ms(s, m)
                 if v is not None:
-                    lat_rows.append({"round": p.run.round or "", "engine": p.run.engine, "test": p.run.test,
+                    lat_rows.append({"round": p.run.round or "", "engine": p.run.engine,
+                                     "weight_format": th.weight_format_for(p.run), "test": p.run.test,
                                      "concurrency": p.concurrency, "metric": m, "stat": s, "value_ms": v,
                                      "gate_ok": ctx.gate_ok(p)})
-    latency = pd.DataFrame(lat_rows, columns=["round", "engine", "test", "concurrency", "metric", "stat", "value_ms",
-                                              "gate_ok"])
+    latency = pd.DataFrame(lat_rows, columns=["round", "engine", "weight_format", "test", "concurrency", "metric",
+                                              "stat", "value_ms", "gate_ok"])
     thr_rows = []
     for p in iter_points(campaign):
         if p.test_kind not in SWEEP_KINDS:
             continue
         for series, v in (("output", p.result.output_throughput_tok_s), ("total", p.result.total_token_throughput_tok_s)):
-            thr_rows.append({"round": p.run.round or "", "engine": p.run.engine, "test": p.run.test,
+            thr_rows.append({"round": p.run.round or "", "engine": p.run.engine,
+                             "weight_format": th.weight_format_for(p.run), "test": p.run.test,
                              "concurrency": p.concurrency, "series": series, "tokens_per_s": v,
                              "gate_ok": ctx.gate_ok(p)})
-    throughput = pd.DataFrame(thr_rows, columns=["round", "engine", "test", "concurrency", "series", "tokens_per_s",
-                                                 "gate_ok"])
+    throughput = pd.DataFrame(thr_rows, columns=["round", "engine", "weight_format", "test", "concurrency", "series",
+                                                 "tokens_per_s", "gate_ok"])
 
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
@@ -177,8 +181,10 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             pts = sweep_points(campaign, rnd, engine)
             key = f"{pre}{engine}.knee_concurrency"
             if not pts:
-                findings.append(fnd.not_available(key, "requests", "no_such_test", f"no {engine} sweep in {rnd}"))
+                findings.append(fnd.not_available(key, "requests", "no_such_test", f"no {engine} sweep in {rnd or 'the campaign'}"))
                 continue
+            # a campaign of our own may run one engine with several formats: these keys rest on its first run
+            which = {"run": pts[0].run.name, "weight_format": th.weight_format_for(pts[0].run)}
             xs = [p.concurrency for p in pts]
             p50 = [p.result.stat_ms("p50", "itl") for p in pts]
             p99 = [p.result.stat_ms("p99", "itl") for p in pts]
@@ -191,16 +197,17 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 findings.append(fnd.measured(
                     key, int(k), "requests", [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
                     p50_itl_ms=kp.result.stat_ms("p50", "itl"), p99_itl_ms=kp.result.stat_ms("p99", "itl"),
-                    rests_on=[p.key for p in pts], gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
+                    rests_on=[p.key for p in pts], gated_out=[p.key for p in pts if not ctx.gate_ok(p)], **which,
                 ))
             best = max(pts, key=lambda p: p.result.output_throughput_tok_s or 0)
             findings.append(fnd.measured(
                 f"{pre}{engine}.peak_output_throughput_tokens_per_s", best.result.output_throughput_tok_s, "tokens/s",
-                [best.cite("output_throughput")], concurrency=best.concurrency, gate_ok=ctx.gate_ok(best)))
+                [best.cite("output_throughput")], concurrency=best.concurrency, gate_ok=ctx.gate_ok(best), **which))
             c1 = next((p for p in pts if p.concurrency == 1), None)
             if c1 is not None:
                 findings.append(fnd.measured(f"{pre}{engine}.single_stream_output_throughput_tokens_per_s",
-                                             c1.result.output_throughput_tok_s, "tokens/s", [c1.cite("output_throughput")]))
+                                             c1.result.output_throughput_tok_s, "tokens/s", [c1.cite("output_throughput")],
+                                             **which))
             findings.extend(_counter_findings(pre, engine, pts, points, campaign))
 
         # consistency of the summaries: throughput × duration = totals
@@ -217,7 +224,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 status="ok" if worst <= CONSISTENCY_TOLERANCE_PCT else "mismatch",
                 detail="max over points of |output_throughput × duration − total_output_tokens| ÷ total_output_tokens",
             ))
-    util_cols = ["round", "engine", "test", "point", "concurrency", "gate_ok", "achieved_tflops_per_s",
+    util_cols = ["round", "engine", "weight_format", "test", "point", "concurrency", "gate_ok", "achieved_tflops_per_s",
                  "achieved_gb_per_s", "mfu_pct", "mbu_pct", "tokens_per_iteration", "measured_gflop_per_output_token",
                  "theory_gflop_per_output_token"]
     if "mfu_pct" in points.columns:

@@ -43,29 +43,47 @@ def shortfall_pct(total_output_tokens: int, completed: int, requested_output_len
     return (1.0 - total_output_tokens / (completed * requested_output_len)) * 100.0
 
 
+def byte_ledger(series: list[dict], bandwidth_bytes_per_s: float | None) -> list[dict]:
+    """One row per series identity (engine × weight format): the bytes a decode step reads and its floor."""
+    out: list[dict] = []
+    seen: set[tuple[str, str | None]] = set()
+    for s in series:
+        ident = (s["engine"], s["weight_format"])
+        if ident in seen or s["weight_bytes_per_step"] is None:
+            continue
+        seen.add(ident)
+        wb = s["weight_bytes_per_step"]
+        out.append({"engine": s["engine"], "weight_format": s["weight_format"], "series": s["series"],
+                    "run": s["run"], "weight_bytes_per_step": wb, "kv_bytes_per_token": s["kv_bytes_per_token"],
+                    "bandwidth_bytes_per_s": bandwidth_bytes_per_s,
+                    "weight_floor_ms": wb / bandwidth_bytes_per_s * 1000 if bandwidth_bytes_per_s else None,
+                    "source": s["format_source"]})
+    return out
+
+
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+    from analysis.reconcile.roofline import sweep_series
+
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
-    ledger: list[dict] = []
     bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None
-    for engine in ENGINES:
-        wb = th.weight_bytes_per_step(engine)
-        kvb = th.kv_bytes_per_token_for(engine)
-        if wb is not None:
-            ledger.append({"engine": engine, "weight_format": th.weight_formats.get(engine),
-                           "weight_bytes_per_step": wb, "kv_bytes_per_token": kvb,
-                           "bandwidth_bytes_per_s": bw, "weight_floor_ms": wb / bw * 1000 if bw else None,
-                           "source": th.weight_format_source.get(engine, "")})
+    all_series = sweep_series(campaign, th)
+    ledger = byte_ledger(all_series, bw)
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
         by_engine = {e: sweep_points(campaign, rnd, e) for e in ENGINES}
-        for engine, pts in by_engine.items():
-            wb = th.weight_bytes_per_step(engine)
-            kvb = th.kv_bytes_per_token_for(engine)
-            for p in pts:
+        # the series whose points the per-engine findings rest on: the engine's first sweep of the round
+        head = {e: (by_engine[e][0].run.name if by_engine[e] else None) for e in ENGINES}
+        for s in all_series:
+            if s["round"] != (rnd or "") or s["engine"] not in ENGINES:
+                continue
+            wb, kvb = s["weight_bytes_per_step"], s["kv_bytes_per_token"]
+            for p in s["points"]:
                 r = p.result
                 mean_out = r.total_output_tokens / r.completed if r.completed else None
-                row = {"round": rnd or "", "engine": engine, "point": p.label, "concurrency": p.concurrency,
+                row = {"round": rnd or "", "engine": s["engine"], "weight_format": s["weight_format"],
+                       "series": s["series"], "run": s["run"], "headline": s["run"] == head[s["engine"]],
+                       "point": p.label, "concurrency": p.concurrency,
                        "gate_ok": ctx.gate_ok(p), "output_throughput_tokens_per_s": r.output_throughput_tok_s,
                        "p50_itl_ms": r.stat_ms("p50", "itl"), "p99_itl_ms": r.stat_ms("p99", "itl"),
                        "mean_output_tokens_per_request": mean_out, "source": p.cite("p50_itl_ms")}
@@ -79,17 +97,19 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     row["workload_shortfall_pct"] = shortfall_pct(r.total_output_tokens, r.completed,
                                                                   p.requested_output_len_tokens)
                 rows.append(row)
-        frame = pd.DataFrame([r for r in rows if r["round"] == (rnd or "")])
+        # the per-engine findings below rest on each engine's first sweep (one weight format)
+        frame = pd.DataFrame([r for r in rows if r["round"] == (rnd or "") and r["headline"]])
 
         # roofline achievement: the single-stream value as the headline, the range alongside
         for engine in ENGINES:
             key = f"{pre}{engine}.roofline_achievement_pct"
             sub = frame[frame["engine"] == engine] if len(frame) else frame
             if not len(sub) or "roofline_achievement_pct" not in sub or sub["roofline_achievement_pct"].isna().all():
-                reason = "engine_missing" if not len(sub) else ("no_gpu_datasheet" if th.gpu is None and th.gpu_reason
-                                                                else "no_theory")
-                findings.append(fnd.not_available(key, "%", reason, th.gpu_reason if reason == "no_gpu_datasheet"
-                                                  else f"no {engine} sweep or no theory for it in {rnd}"))
+                reason = "engine_missing" if not len(sub) else ("no_gpu_datasheet" if not bw else "no_theory")
+                why = (th.gpu_reason or f"{th.gpu.display_name if th.gpu else 'the device'} has no datasheet bandwidth"
+                       if reason == "no_gpu_datasheet"
+                       else f"no {engine} sweep or no theory for it in {rnd or 'the campaign'}")
+                findings.append(fnd.not_available(key, "%", reason, why))
                 continue
             sub = sub.dropna(subset=["roofline_achievement_pct"]).sort_values("concurrency")
             first = sub.iloc[0]
@@ -97,7 +117,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 key, float(first["roofline_achievement_pct"]), "%",
                 [first["source"], th.weight_format_source.get(engine, ""), *th.gpu_source],
                 concurrency=int(first["concurrency"]), floor_ms=float(first["roofline_floor_ms"]),
-                p50_itl_ms=float(first["p50_itl_ms"]),
+                p50_itl_ms=float(first["p50_itl_ms"]), weight_format=first["weight_format"], run=first["run"],
                 by_concurrency={str(int(c)): float(v) for c, v in zip(sub["concurrency"], sub["roofline_achievement_pct"],
                                                                       strict=True)},
                 detail="floor ÷ measured p50 ITL at the lowest concurrency; table engines_points has every point"))
@@ -112,15 +132,16 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     kv_req = mean_context_tokens(inp, mo) * th.kv_bytes_per_token_for(engine) / bw * 1000
                 findings.append(fnd.measured(
                     f"{pre}{engine}.itl_marginal_ms_per_request", fit.slope, "ms/request", ok["source"].tolist(),
-                    floor_ms_per_request=kv_req, r2=fit.r2, n=fit.n,
+                    floor_ms_per_request=kv_req, r2=fit.r2, n=fit.n, weight_format=first["weight_format"],
+                    run=first["run"],
                     detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; floor: one "
                            "more request's mean KV bytes ÷ bandwidth (a lower bound, not a prediction)"))
         # single-stream step ratio
         key = f"{pre}single_stream_step_ratio"
         c1 = {e: next((p for p in by_engine[e] if p.concurrency == 1), None) for e in ENGINES}
         if c1["vllm"] is None or c1["llamacpp"] is None:
-            findings.append(fnd.not_available(key, "ratio", "no_concurrency_1" if any(by_engine.values()) else "engine_missing",
-                                              f"needs both engines at concurrency 1 in {rnd}"))
+            findings.append(fnd.not_available(key, "ratio", "no_concurrency_1" if all(by_engine.values()) else "engine_missing",
+                                              f"needs both engines at concurrency 1 in {rnd or 'the campaign'}"))
         else:
             v, ll = c1["vllm"], c1["llamacpp"]
             meas = v.result.stat_ms("p50", "itl") / ll.result.stat_ms("p50", "itl")
@@ -128,7 +149,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                   for e in ENGINES} if "roofline_floor_ms" in frame else {}
             pred = float(fl["vllm"].iloc[0] / fl["llamacpp"].iloc[0]) if fl and len(fl["vllm"]) and len(fl["llamacpp"]) else None
             findings.append(fnd.measured(key, meas, "ratio", [v.cite("p50_itl_ms"), ll.cite("p50_itl_ms")], theory=pred,
-                                         tolerance_pct=STEP_RATIO_TOLERANCE_PCT,
+                                         tolerance_pct=STEP_RATIO_TOLERANCE_PCT if pred is not None else None,
                                          detail="vLLM p50 ITL ÷ llama.cpp p50 ITL at concurrency 1; theory: ratio of "
                                                 "the roofline floors (bytes read per step)",
                                          weight_bytes_ratio=(th.weight_bytes_per_step("vllm") /
@@ -138,7 +159,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         key = f"{pre}engines.throughput_crossover_concurrency"
         common = sorted({p.concurrency for p in by_engine["vllm"]} & {p.concurrency for p in by_engine["llamacpp"]})
         if len(common) < 2:
-            findings.append(fnd.not_available(key, "requests", "engine_missing", f"fewer than two common points in {rnd}"))
+            findings.append(fnd.not_available(key, "requests", "engine_missing", f"fewer than two common points in {rnd or 'the campaign'}"))
         else:
             va = [next(p for p in by_engine["vllm"] if p.concurrency == c).result.output_throughput_tok_s for c in common]
             lb = [next(p for p in by_engine["llamacpp"] if p.concurrency == c).result.output_throughput_tok_s for c in common]
@@ -155,7 +176,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         key = f"{pre}llamacpp.workload_shortfall_max_pct"
         sub = frame[frame["engine"] == "llamacpp"] if len(frame) else frame
         if not len(sub) or "workload_shortfall_pct" not in sub or sub["workload_shortfall_pct"].isna().all():
-            findings.append(fnd.not_available(key, "%", "engine_missing", f"no llama.cpp sweep in {rnd}"))
+            findings.append(fnd.not_available(key, "%", "engine_missing", f"no llama.cpp sweep in {rnd or 'the campaign'}"))
         else:
             s = sub.dropna(subset=["workload_shortfall_pct"])
             i = s["workload_shortfall_pct"].idxmax()

@@ -95,7 +95,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         elif not rp:
             for k, u in (("kv_pool_gib_log", "GiB"), ("kv_pool_tokens_log", "tokens"), ("max_concurrency_log", "requests"),
                          ("kv_pool_tokens_theory", "tokens"), ("max_concurrency_theory", "requests")):
-                findings.append(fnd.not_available(f"{pre}{k}", u, "no_server_log", f"no vLLM start-up log in {rnd}"))
+                findings.append(fnd.not_available(f"{pre}{k}", u, "no_server_log", f"no vLLM start-up log in {rnd or 'the campaign'}"))
             pool_tokens = None
         else:
             r0 = sorted(rp, key=lambda r: r["run"])[0]
@@ -146,9 +146,18 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         usable = [p for p in ls if ctx.window(p) is not None and ctx.window(p).gauges.get("kv_usage") is not None
                   and ctx.window(p).gauges["kv_usage"].max is not None
                   and ctx.window(p).gauges["kv_usage"].n >= MIN_SAMPLES_FOR_PEAK]
-        if not ls:
+        other = [p for p in iter_points(campaign, round=rnd, test_kind="length_sweep") if p.run.engine != "vllm"]
+        if not ls and other:
+            # llama.cpp's /metrics (this build) has no KV usage gauge: its length sweep cannot be fitted
             for n, u in zip(names, units, strict=True):
-                findings.append(fnd.not_available(f"{pre}{n}", u, "no_such_test", f"no length sweep in {rnd}"))
+                findings.append(fnd.not_available(
+                    f"{pre}{n}", u, "no_kv_usage_gauge",
+                    f"the length sweep ran on {', '.join(sorted({p.run.engine for p in other}))} only, whose "
+                    "/metrics carry no KV usage gauge to fit", [other[0].run.cite(other[0].run.counter_source or "")]))
+        elif not ls:
+            for n, u in zip(names, units, strict=True):
+                findings.append(fnd.not_available(f"{pre}{n}", u, "no_such_test",
+                                                  f"no length sweep in {rnd or 'the campaign'}"))
         elif len(usable) < 2 or pool_tokens is None:
             own = ls[0].run.own
             for n, u in zip(names, units, strict=True):

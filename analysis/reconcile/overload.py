@@ -1,6 +1,17 @@
-"""Overload cliff: KV demand against the pool, preemptions (count, timeline, KV usage when each fired,
-tokens freed), failures, whether every request got its requested output, mean running requests vs the
-log's maximum concurrency, and the share of inter-token intervals a preemption can touch."""
+"""Overload cliff: KV demand against the pool, what each engine does when it runs out, failures, whether every
+request got its requested output, mean running requests vs the server's limit.
+
+vLLM preempts: preemptions (count, timeline, KV usage when each fired, tokens freed) and the share of
+inter-token intervals a preemption can touch. llama.cpp has no preemption (and no counter for it): a slot's
+context is fixed (-c ÷ -np), so a request whose prompt + output outgrows its slot is *truncated* (finish_reason
+`length`, fewer tokens than asked) — reconciled against n_ctx_slot − prompt; slots against the concurrency
+say whether any request waited for a slot; the preemption findings are n/a with that reason.
+
+A campaign of our own can hold several overload points in one round (one per run): the round's `overload.*`
+keys describe the first point whose requests all came back (a point cut short, e.g. by a device deadline,
+cannot carry conclusions), and every other overload point gets the same findings under `runs.<run>.overload.*`,
+the cut one saying that it was cut and how far its requests had got.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +20,9 @@ import math
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis.campaign import Campaign, iter_points
+from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.reconcile import Context, Section
+from analysis.reconcile.capacity import run_prefix
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
@@ -18,6 +30,18 @@ from analysis.windows import window_indices
 def oversubscription(concurrency: int, input_len: float, output_len: float, pool_tokens: int) -> float:
     """KV demand ÷ pool, ratio: concurrency × (input + output) ÷ pool tokens (> 1: cannot all fit)."""
     return concurrency * (input_len + output_len) / pool_tokens
+
+
+def slot_oversubscription(input_len: float, output_len: float, n_ctx_slot: int) -> float:
+    """One request's context ÷ its llama.cpp slot, ratio: (input + output) ÷ n_ctx_slot (> 1: it cannot finish;
+    slots do not share cells, so the pool as a whole does not matter)."""
+    return (input_len + output_len) / n_ctx_slot
+
+
+def slot_output_limit_tokens(requested_output: int, input_len: int, n_ctx_slot: int) -> int:
+    """Output tokens a llama.cpp slot lets a request generate (context shift off), tokens:
+    min(requested, n_ctx_slot − input)."""
+    return max(0, min(requested_output, n_ctx_slot - input_len))
 
 
 def itl_share_touched_pct(preemptions: float, completed: int, output_len: int) -> float:
@@ -32,15 +56,274 @@ def tokens_freed(kv_before: float, kv_after: float, pool_tokens: int, n: float) 
     return (kv_before - kv_after) * pool_tokens / n
 
 
+PREEMPTION_KEYS = (("preemptions", "count"), ("itl_share_touched_by_preemptions_pct", "%"),
+                   ("tokens_freed_per_preemption", "tokens"), ("kv_usage_at_preemption_pct", "%"))
+
+
+def point_cut(p: BenchPoint) -> bool:
+    """The point did not get all its requests back (aborted, failed): it cannot carry conclusions."""
+    r = p.result
+    return bool(r.failed) or (r.num_prompts is not None and r.completed < r.num_prompts)
+
+
+def headline(points: list[BenchPoint], ctx: Context) -> BenchPoint:
+    """The overload point a round's `overload.*` keys describe: the first whose requests all came back and
+    that passed every exclude gate, else the first."""
+    return next((p for p in points if not point_cut(p) and ctx.gate_ok(p)), points[0])
+
+
+def overload_points(campaign: Campaign, rnd: str | None) -> list[BenchPoint]:
+    return list(iter_points(campaign, round=rnd, test_kind="overload"))
+
+
 def _pool_tokens(run, campaign: Campaign) -> tuple[int | None, str | None]:
     rel, log = run.server_log
     if log is not None and getattr(log, "kv_cache_tokens", None):
         return log.kv_cache_tokens, run.cite(rel, log.lines.get("kv_cache_tokens"))
+    if run.engine == "llamacpp" or run.own:
+        return None, None  # a collector run's pool is its own server's, never another run's
     for r in campaign.select(round=run.round, engine="vllm"):
         rel, log = r.server_log
         if log is not None and getattr(log, "kv_cache_tokens", None):
             return log.kv_cache_tokens, r.cite(rel, log.lines.get("kv_cache_tokens"))
     return None, None
+
+
+def _abort_reason(p: BenchPoint) -> tuple[str | None, str | None]:
+    """Why the collector stopped the point (events.jsonl `point_end.aborted`), and its citation."""
+    rel, log = p.run.events
+    for i, e in enumerate(log.records if log is not None else [], 1):
+        if e.kind == "point_end" and e.get("point") == p.label and e.get("aborted"):
+            return str(e.get("aborted")), p.run.cite(rel, i)
+    return None, None
+
+
+def _requests(p: BenchPoint) -> tuple[str | None, list]:
+    rel, log = p.run.requests
+    return rel, [r for r in (log.records if log is not None else []) if r.point == p.label]
+
+
+def _input_len(p: BenchPoint) -> float | None:
+    """The prompt length of the point, tokens: as the server counted it, else (a point with no completed
+    request) as the collector sent it."""
+    if p.input_len_tokens:
+        return p.input_len_tokens
+    _, recs = _requests(p)
+    return float(recs[0].input_len) if recs else None
+
+
+def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
+    """Slots vs concurrency and truncation at the slot context (llama.cpp's answer to too little KV)."""
+    out: list[fnd.Finding] = []
+    rel, log = p.run.server_log
+    n_slots = getattr(log, "n_slots", None) if log is not None else None
+    n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
+    slot_src = p.run.cite(rel, log.lines.get("n_slots")) if n_slots else None
+    out_len = p.requested_output_len_tokens
+    in_len = round(_input_len(p)) if _input_len(p) else None
+    rrel, recs = _requests(p)
+    if n_slots is None or n_ctx is None:
+        for k, u in (("concurrency_over_slots", "ratio"), ("output_tokens_per_request", "tokens")):
+            out.append(fnd.not_available(pre + k, u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log",
+                                         [p.cite()]))
+        return out
+    out.append(fnd.measured(pre + "concurrency_over_slots", p.concurrency / n_slots, "ratio",
+                            [slot_src, p.cite("max_concurrency")], concurrency=p.concurrency, slots=n_slots,
+                            detail="concurrency ÷ slots (-np): at most 1, every request gets a slot at once and none "
+                                   "waits in the server's deferred queue"))
+    if out_len is None or in_len is None:
+        out.append(fnd.not_available(pre + "output_tokens_per_request", "tokens", "no_sweep_log",
+                                     "requested lengths unknown", [p.cite()]))
+        return out
+    limit = slot_output_limit_tokens(out_len, in_len, n_ctx)
+    if not recs:
+        r = p.result
+        if r.completed:
+            out.append(fnd.measured(pre + "output_tokens_per_request", r.total_output_tokens / r.completed, "tokens",
+                                    [p.cite("total_output_tokens"), p.cite("completed"), slot_src],
+                                    theory=float(limit), tolerance_pct=0.0, requested_output_tokens=out_len,
+                                    n_ctx_slot=n_ctx, detail="mean output per request vs min(requested, n_ctx_slot − "
+                                                             "prompt)"))
+        return out
+    done = [r for r in recs if r.ok]
+    if cut or not done:
+        streamed = [sum(r.chunk_tokens) for r in recs]
+        out.append(fnd.not_available(
+            pre + "output_tokens_per_request", "tokens", "point_cut",
+            "the point was cut before its requests finished: how far each had got is kept, nothing is concluded",
+            [p.run.cite(rrel, "chunk_tokens"), slot_src], slot_limit_tokens=limit,
+            streamed_tokens_min=min(streamed) if streamed else None,
+            streamed_tokens_max=max(streamed) if streamed else None, requests=len(recs)))
+        return out
+    toks = [r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens) for r in done]
+    truncated = [r for r, n in zip(done, toks, strict=True) if n < r.max_tokens]
+    reasons: dict[str, int] = {}
+    for r in done:
+        reasons[str(r.finish_reason)] = reasons.get(str(r.finish_reason), 0) + 1
+    out.append(fnd.measured(pre + "truncated_requests", len(truncated), "requests",
+                            [p.run.cite(rrel, "usage.completion_tokens"), p.run.cite(rrel, "finish_reason")],
+                            completed=len(done), finish_reasons=reasons,
+                            detail="completed requests that got fewer tokens than max_tokens"))
+    out.append(fnd.measured(
+        pre + "output_tokens_per_request", sum(toks) / len(toks), "tokens",
+        [p.run.cite(rrel, "usage.completion_tokens"), slot_src, p.protocol_source or p.cite()],
+        theory=float(limit), tolerance_pct=0.0, min_tokens=min(toks), max_tokens=max(toks),
+        requested_output_tokens=out_len, input_tokens=in_len, n_ctx_slot=n_ctx,
+        detail="mean output per completed request vs min(requested, n_ctx_slot − prompt): a slot's context is "
+               "fixed and context shift is off, so generation stops when the slot is full"))
+    return out
+
+
+def _point_findings(pre: str, p: BenchPoint, campaign: Campaign, ctx: Context, rnd: str | None,
+                    timeline_rows: list[dict], event_rows: list[dict]) -> list[fnd.Finding]:
+    findings: list[fnd.Finding] = []
+    r = p.result
+    cut = point_cut(p)
+    llama = p.run.engine == "llamacpp"
+    out_len = p.requested_output_len_tokens
+    in_len = _input_len(p)
+    borrowed = {"protocol_borrowed": True, "protocol_source": p.protocol_source} if p.protocol_borrowed else {}
+    why, why_src = _abort_reason(p)
+    findings.append(fnd.checked(pre + "all_requests_completed", not cut,
+                                [p.cite("completed"), p.cite("failed"), *([why_src] if why_src else [])],
+                                detail=("every request sent came back complete" if not cut else
+                                        f"cut: {why}" if why else "some requests failed or never came back"),
+                                completed=r.completed, num_prompts=r.num_prompts, failed=r.failed or 0, run=p.run.name,
+                                aborted=why))
+    log_rel, log = p.run.server_log
+    if llama:
+        n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
+        if n_ctx is None or out_len is None or not in_len:
+            findings.append(fnd.not_available(pre + "oversubscription", "ratio", "no_server_log",
+                                              "slot context or requested lengths unknown", [p.cite()]))
+        else:
+            findings.append(fnd.measured(
+                pre + "oversubscription", slot_oversubscription(in_len, out_len, n_ctx), "ratio",
+                [p.run.cite(log_rel, log.lines.get("n_ctx_slot")), p.protocol_source or p.cite("total_input_tokens")],
+                demand_tokens=in_len + out_len, pool_tokens=n_ctx, basis="per_slot",
+                detail="one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells"))
+    else:
+        pool, pool_src = _pool_tokens(p.run, campaign)
+        if pool is None or out_len is None or not p.input_len_tokens:
+            findings.append(fnd.not_available(pre + "oversubscription", "ratio", "no_server_log",
+                                              "pool or requested lengths unknown", [p.cite()]))
+        else:
+            findings.append(fnd.measured(
+                pre + "oversubscription", oversubscription(p.concurrency, p.input_len_tokens, out_len, pool), "ratio",
+                [pool_src, p.cite("max_concurrency"), p.cite("total_input_tokens"),
+                 *([p.protocol_source] if p.protocol_source else [])],
+                demand_tokens=p.concurrency * (p.input_len_tokens + out_len), pool_tokens=pool, basis="pool",
+                **borrowed))
+    findings.append(fnd.measured(pre + "failed_requests", r.failed or 0, "requests", [p.cite("failed")]))
+    findings.append(fnd.measured(pre + "completed_requests", r.completed, "requests", [p.cite("completed")],
+                                 num_prompts=r.num_prompts))
+    if out_len is None:
+        findings.append(fnd.not_available(pre + "output_tokens_complete", "bool", "no_sweep_log",
+                                          "requested output length unknown", [p.cite("total_output_tokens")]))
+    elif cut or not r.completed:
+        findings.append(fnd.not_available(pre + "output_tokens_complete", "bool", "point_cut",
+                                          "no request of the point completed: nothing to count", [p.cite("completed")]))
+    else:
+        ok = r.total_output_tokens == r.completed * out_len
+        findings.append(fnd.checked(pre + "output_tokens_complete", ok,
+                                    [p.cite("total_output_tokens"), p.cite("completed"),
+                                     *([p.protocol_source] if p.protocol_source else [])],
+                                    detail=None if ok or not llama else
+                                    "llama.cpp truncates at the slot context: see output_tokens_per_request",
+                                    total_output_tokens=r.total_output_tokens,
+                                    expected_tokens=r.completed * out_len, **borrowed))
+    if llama:
+        findings += _llamacpp_findings(pre, p, cut)
+    w = ctx.window(p)
+    srel = p.run.counter_source
+    if w is None or p.run.name not in ctx.sampler_series:
+        for k, u in (("mean_running_requests", "requests"), *PREEMPTION_KEYS):
+            findings.append(fnd.not_available(pre + k, u, "no_sampler_csv",
+                                              f"{p.run.cite_root} kept no sampler CSV", [p.cite()]))
+        return findings
+    ts, cols = ctx.sampler_series[p.run.name]
+    idx = window_indices(ts, w.window)
+    has_pre = "preemptions" in cols
+    # the sample just before the window anchors the cumulative counter
+    i0 = max(0, idx.start - 1)
+    pre_base = cols["preemptions"][i0] if has_pre else None
+    for i in range(idx.start, idx.stop):
+        row = {"round": rnd or "", "run": p.run.name, "engine": p.run.engine, "t_s": ts[i] - w.window.start_s,
+               "row": i}
+        for c, scale in (("kv_usage", 100.0), ("running", 1.0), ("waiting", 1.0)):
+            if c in cols:
+                row["kv_usage_pct" if c == "kv_usage" else c] = cols[c][i] * scale
+        if has_pre:
+            row["preemptions"] = cols["preemptions"][i] - pre_base
+        timeline_rows.append(row)
+    mean_run = w.gauges["running"].mean if "running" in w.gauges else None
+    if llama:
+        max_conc = getattr(log, "n_slots", None) if log is not None else None
+        detail = ("mean of llamacpp:requests_processing over the window; the server's limit is its slots (-np)")
+    else:
+        max_conc = getattr(log, "max_concurrency_x", None) if log is not None else None
+        detail = ("mean of the running gauge over the window; the log's maximum concurrency is for requests of "
+                  "max_model_len tokens, which these reach only at their last token")
+    if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)):
+        findings.append(fnd.not_available(pre + "mean_running_requests", "requests", "counter_not_enclosed",
+                                          "no running gauge inside the window", [p.run.cite(srel)]))
+    else:
+        findings.append(fnd.measured(
+            pre + "mean_running_requests", mean_run, "requests", [p.run.cite(srel, "running")], detail=detail,
+            max_concurrency_log=max_conc,
+            max_waiting=w.gauges["waiting"].max if "waiting" in w.gauges else None))
+    if not has_pre:
+        for k, u in PREEMPTION_KEYS:
+            findings.append(fnd.not_available(pre + k, u, "no_preemption_counter",
+                                              f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
+                                              "that outgrows it is truncated (see output_tokens_per_request)",
+                                              [p.run.cite(srel)]))
+        return findings
+    pool, _ = _pool_tokens(p.run, campaign)
+    ev_start = len(event_rows)
+    for i in range(max(idx.start, 1), idx.stop + 1 if idx.stop < len(ts) else idx.stop):
+        d = cols["preemptions"][i] - cols["preemptions"][i - 1]
+        if d > 0 and not math.isnan(d):
+            event_rows.append({"round": rnd or "", "run": p.run.name, "t_s": ts[i] - w.window.start_s, "row": i,
+                               "preemptions": d,
+                               "kv_usage_before_pct": cols["kv_usage"][i - 1] * 100,
+                               "kv_usage_after_pct": cols["kv_usage"][i] * 100,
+                               "tokens_freed_per_preemption": tokens_freed(cols["kv_usage"][i - 1],
+                                                                           cols["kv_usage"][i], pool, d)
+                               if pool else None,
+                               "source": ctx.sample_cite(p.run, i)})
+    n_pre = w.delta("preemptions")
+    findings.append(fnd.measured(pre + "preemptions", int(n_pre), "count", [p.run.cite(srel, "preemptions")],
+                                 sampler_rows=[ctx.sample_line(p.run, w.first_row), ctx.sample_line(p.run, w.last_row)]))
+    if out_len and r.completed:
+        findings.append(fnd.measured(pre + "itl_share_touched_by_preemptions_pct",
+                                     itl_share_touched_pct(n_pre, r.completed, out_len), "%",
+                                     [p.run.cite(srel, "preemptions"), p.cite("completed")],
+                                     p99_itl_ms=r.stat_ms("p99", "itl"), p50_itl_ms=r.stat_ms("p50", "itl")))
+    else:
+        findings.append(fnd.not_available(pre + "itl_share_touched_by_preemptions_pct", "%", "point_cut",
+                                          "no completed request to share the intervals", [p.cite("completed")]))
+    ev = event_rows[ev_start:]
+    if ev:
+        freed = [e["tokens_freed_per_preemption"] for e in ev if e["tokens_freed_per_preemption"] is not None]
+        findings.append(fnd.measured(pre + "kv_usage_at_preemption_pct",
+                                     sum(e["kv_usage_before_pct"] for e in ev) / len(ev), "%",
+                                     [e["source"] for e in ev][:5], events=len(ev),
+                                     min_pct=min(e["kv_usage_before_pct"] for e in ev)))
+        if freed:
+            findings.append(fnd.measured(pre + "tokens_freed_per_preemption", sum(freed) / len(freed), "tokens",
+                                         [e["source"] for e in ev][:5], pool_tokens=pool,
+                                         detail="mean over preemption samples of Δkv_usage × pool ÷ Δpreemptions "
+                                                "(other requests finishing in the same second blur it)"))
+        else:
+            findings.append(fnd.not_available(pre + "tokens_freed_per_preemption", "tokens", "no_kv_pool_line",
+                                              "pool size unknown", [e["source"] for e in ev][:5]))
+    else:
+        findings.append(fnd.not_available(pre + "kv_usage_at_preemption_pct", "%", "unknown",
+                                          "no preemption inside the window"))
+        findings.append(fnd.not_available(pre + "tokens_freed_per_preemption", "tokens", "unknown",
+                                          "no preemption inside the window"))
+    return findings
 
 
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
@@ -49,95 +332,16 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     event_rows: list[dict] = []
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd) + "overload."
-        ov = list(iter_points(campaign, round=rnd, test_kind="overload"))
+        ov = overload_points(campaign, rnd)
         if not ov:
             for k, u in (("oversubscription", "ratio"), ("output_tokens_complete", "bool"), ("preemptions", "count")):
-                findings.append(fnd.not_available(pre + k, u, "no_such_test", f"no overload run in {rnd}"))
+                findings.append(fnd.not_available(pre + k, u, "no_such_test", f"no overload run in {rnd or 'the campaign'}"))
             continue
-        p = ov[0]
-        r = p.result
-        pool, pool_src = _pool_tokens(p.run, campaign)
-        out_len = p.requested_output_len_tokens
-        borrowed = {"protocol_borrowed": True, "protocol_source": p.protocol_source} if p.protocol_borrowed else {}
-        if pool is None or out_len is None:
-            findings.append(fnd.not_available(pre + "oversubscription", "ratio", "no_server_log",
-                                              "pool or requested lengths unknown", [p.cite()]))
-        else:
-            findings.append(fnd.measured(
-                pre + "oversubscription", oversubscription(p.concurrency, p.input_len_tokens, out_len, pool), "ratio",
-                [pool_src, p.cite("max_concurrency"), p.cite("total_input_tokens"), *( [p.protocol_source] if p.protocol_source else [])],
-                demand_tokens=p.concurrency * (p.input_len_tokens + out_len), pool_tokens=pool, **borrowed))
-        findings.append(fnd.measured(pre + "failed_requests", r.failed or 0, "requests", [p.cite("failed")]))
-        findings.append(fnd.measured(pre + "completed_requests", r.completed, "requests", [p.cite("completed")],
-                                     num_prompts=r.num_prompts))
-        if out_len is None:
-            findings.append(fnd.not_available(pre + "output_tokens_complete", "bool", "no_sweep_log",
-                                              "requested output length unknown", [p.cite("total_output_tokens")]))
-        else:
-            ok = r.total_output_tokens == r.completed * out_len
-            findings.append(fnd.checked(pre + "output_tokens_complete", ok,
-                                        [p.cite("total_output_tokens"), p.cite("completed"),
-                                         *([p.protocol_source] if p.protocol_source else [])],
-                                        total_output_tokens=r.total_output_tokens,
-                                        expected_tokens=r.completed * out_len, **borrowed))
-        w = ctx.window(p)
-        srel = p.run.counter_source
-        if w is None or p.run.name not in ctx.sampler_series:
-            for k, u in (("preemptions", "count"), ("mean_running_requests", "requests"),
-                         ("itl_share_touched_by_preemptions_pct", "%"), ("tokens_freed_per_preemption", "tokens"),
-                         ("kv_usage_at_preemption_pct", "%")):
-                findings.append(fnd.not_available(pre + k, u, "no_sampler_csv",
-                                                  f"{p.run.cite_root} kept no sampler CSV", [p.cite()]))
-            continue
-        ts, cols = ctx.sampler_series[p.run.name]
-        idx = window_indices(ts, w.window)
-        # the sample just before the window anchors the cumulative counter
-        i0 = max(0, idx.start - 1)
-        pre_base = cols["preemptions"][i0]
-        for i in range(idx.start, idx.stop):
-            timeline_rows.append({"round": rnd or "", "t_s": ts[i] - w.window.start_s, "row": i,
-                                  "kv_usage_pct": cols["kv_usage"][i] * 100, "running": cols["running"][i],
-                                  "waiting": cols["waiting"][i], "preemptions": cols["preemptions"][i] - pre_base})
-        for i in range(max(idx.start, 1), idx.stop + 1 if idx.stop < len(ts) else idx.stop):
-            d = cols["preemptions"][i] - cols["preemptions"][i - 1]
-            if d > 0 and not math.isnan(d):
-                event_rows.append({"round": rnd or "", "t_s": ts[i] - w.window.start_s, "row": i, "preemptions": d,
-                                   "kv_usage_before_pct": cols["kv_usage"][i - 1] * 100,
-                                   "kv_usage_after_pct": cols["kv_usage"][i] * 100,
-                                   "tokens_freed_per_preemption": tokens_freed(cols["kv_usage"][i - 1],
-                                                                               cols["kv_usage"][i], pool, d)
-                                   if pool else None,
-                                   "source": ctx.sample_cite(p.run, i)})
-        n_pre = w.delta("preemptions")
-        findings.append(fnd.measured(pre + "preemptions", int(n_pre), "count", [p.run.cite(srel, "preemptions")],
-                                     sampler_rows=[ctx.sample_line(p.run, w.first_row), ctx.sample_line(p.run, w.last_row)]))
-        mean_run = w.gauges["running"].mean
-        log_rel, log = p.run.server_log
-        max_conc = getattr(log, "max_concurrency_x", None) if log is not None else None
-        findings.append(fnd.measured(
-            pre + "mean_running_requests", mean_run, "requests", [p.run.cite(srel, "running")],
-            detail="mean of the running gauge over the window; the log's maximum concurrency is for requests of "
-                   "max_model_len tokens, which these reach only at their last token",
-            max_concurrency_log=max_conc))
-        if out_len:
-            findings.append(fnd.measured(pre + "itl_share_touched_by_preemptions_pct",
-                                         itl_share_touched_pct(n_pre, r.completed, out_len), "%",
-                                         [p.run.cite(srel, "preemptions"), p.cite("completed")],
-                                         p99_itl_ms=r.stat_ms("p99", "itl"), p50_itl_ms=r.stat_ms("p50", "itl")))
-        ev = [e for e in event_rows if e["round"] == (rnd or "")]
-        if ev:
-            freed = [e["tokens_freed_per_preemption"] for e in ev if e["tokens_freed_per_preemption"] is not None]
-            findings.append(fnd.measured(pre + "kv_usage_at_preemption_pct",
-                                         sum(e["kv_usage_before_pct"] for e in ev) / len(ev), "%",
-                                         [e["source"] for e in ev][:5], events=len(ev),
-                                         min_pct=min(e["kv_usage_before_pct"] for e in ev)))
-            if freed:
-                findings.append(fnd.measured(pre + "tokens_freed_per_preemption", sum(freed) / len(freed), "tokens",
-                                             [e["source"] for e in ev][:5], pool_tokens=pool,
-                                             detail="mean over preemption samples of Δkv_usage × pool ÷ Δpreemptions "
-                                                    "(other requests finishing in the same second blur it)"))
-        else:
-            findings.append(fnd.not_available(pre + "kv_usage_at_preemption_pct", "%", "unknown",
-                                              "no preemption inside the window"))
+        head = headline(ov, ctx)
+        findings += _point_findings(pre, head, campaign, ctx, rnd, timeline_rows, event_rows)
+        for p in ov:
+            if p is not head:
+                findings += _point_findings(run_prefix(p.run) + "overload.", p, campaign, ctx, rnd, timeline_rows,
+                                            event_rows)
     tables = {"overload_timeline": pd.DataFrame(timeline_rows), "overload_preemptions": pd.DataFrame(event_rows)}
     return Section(name="overload", tables=tables, findings=findings)

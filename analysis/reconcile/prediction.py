@@ -65,9 +65,15 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
     sweep = run_sweep_points(run)
     c1 = min(sweep, key=lambda p: p.concurrency) if sweep else None
     floor = pred.get("decode_step_floor_ms")
-    if c1 is None or floor is None:
+    if c1 is None:
         out.append(fnd.not_available(pre + "decode_step_ms", "ms", "no_concurrency_1",
                                      f"{run.name}: no sweep point to set against the floor"))
+    elif floor is None:
+        out.append(fnd.not_available(pre + "decode_step_ms", "ms", "no_gpu_datasheet",
+                                     f"{run.cite(prel, 'prediction.decode_step_floor_ms')}: no floor predicted "
+                                     f"(device {pred.get('gpu')!r} has no datasheet bandwidth)",
+                                     [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
+                                     p50_itl_ms=c1.result.stat_ms("p50", "itl"), concurrency=c1.concurrency))
     else:
         itl = c1.result.stat_ms("p50", "itl")
         row("decode_step_ms", "ms", floor, "prediction.decode_step_floor_ms", itl, c1.cite("p50_itl_ms"),

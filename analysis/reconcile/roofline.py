@@ -44,8 +44,10 @@ def step_ratio(heavy_ms: float, light_ms: float) -> float:
     return heavy_ms / light_ms
 
 
-def _series(campaign: Campaign, th: TheoryCtx) -> list[dict]:
-    """[{series, round, run, engine, weight_format, kv_bytes_per_token, weight_bytes_per_step, points}]"""
+def sweep_series(campaign: Campaign, th: TheoryCtx) -> list[dict]:
+    """Every concurrency sweep as a series (engine × weight format; one per run of our own, one per round and
+    engine of an imported campaign):
+    [{series, round, run, engine, weight_format, kv_bytes_per_token, weight_bytes_per_step, points}]"""
     out = []
     if any(r.own for r in campaign.runs):
         for run in campaign.runs:
@@ -104,7 +106,7 @@ def _point_row(s: dict, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
-    series = _series(campaign, th)
+    series = sweep_series(campaign, th)
     for s in series:
         s_rows = [_point_row(s, p, ctx, th) for p in s["points"]]
         rows += s_rows

@@ -22,6 +22,8 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     curve_rows: list[dict] = []
     guide_rows: list[dict] = []
+    fmt_of = (dict(zip(points["key"], points["weight_format"], strict=True))
+              if len(points) and "weight_format" in points else {})
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd) + "selection."
         fronts: dict[str, tuple[list[float], list[float]]] = {}
@@ -34,7 +36,8 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             gain = [p.result.output_throughput_tok_s for p in pts]
             front = fits.pareto_front(cost, gain) if pts else []
             for p in allpts:
-                curve_rows.append({"round": rnd or "", "engine": engine, "concurrency": p.concurrency,
+                curve_rows.append({"round": rnd or "", "engine": engine, "weight_format": fmt_of.get(p.key),
+                                   "concurrency": p.concurrency,
                                    "p99_ttft_ms": p.result.p99_ttft_ms,
                                    "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,
                                    "gate_ok": ctx.gate_ok(p), "on_front": p in [pts[i] for i in front],
@@ -45,12 +48,13 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             for b in BUDGETS_MS:
                 pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
                 guide_rows.append({"round": rnd or "", "engine": engine,
+                                   "weight_format": fmt_of.get(allpts[0].key) if allpts else None,
                                    "p99_ttft_budget_ms": "none" if math.isinf(b) else int(b),
                                    "concurrency": pts[pick.index].concurrency if pick.index is not None else None,
                                    "output_throughput_tokens_per_s": pick.gain, "p99_ttft_ms": pick.cost})
         key = pre + "boundary_p99_ttft_ms"
         if len(fronts) < 2:
-            findings.append(fnd.not_available(key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd}"))
+            findings.append(fnd.not_available(key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd or 'the campaign'}"))
             continue
         (ac, ag), (bc, bg) = fronts["vllm"], fronts["llamacpp"]
         xs = fits.envelope_crossings(ac, ag, bc, bg)

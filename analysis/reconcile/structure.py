@@ -4,6 +4,8 @@ attention overtakes the weights, KV bytes per token and the GQA factor, weight b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from analysis import findings as fnd
@@ -19,6 +21,18 @@ GROUPS = {
     "v_proj": "attention", "o_proj": "attention", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp",
 }
 SEQ_LENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+
+
+def config_sources(config_path: str, found_in: list[str]) -> list[str]:
+    """Where the model's shape really came from: the campaign's own citation (a run's model-config.json or
+    prediction.json, an imported result's model id), plus the bundled config file when the shape was read from
+    one (`analysis/models/<name>.json`, repository-relative) — never a path that does not exist."""
+    out = list(found_in)
+    p = Path(config_path)
+    if p.is_file() and p.resolve().parent == MODELS_DIR:
+        out.append(f"analysis/models/{p.name}")
+    return out
 
 
 def run(campaign: Campaign, th: TheoryCtx) -> Section:
@@ -29,7 +43,7 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
         return Section(name="structure", findings=[
             fnd.not_available(f"model.{k}", "", "no_theory", "no bundled config matches the campaign's model id")
             for k in keys])
-    src = [f"analysis/models/{cfg.name}.json", *th.model_source]
+    src = config_sources(cfg.source, th.model_source)
     whole = theory.params_by_component(cfg)
     total = theory.params_total(cfg)
     per_layer = theory.params_per_layer_by_component(cfg)

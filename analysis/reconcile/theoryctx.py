@@ -38,6 +38,12 @@ class TheoryCtx:
     # own runs: run name -> (weight format, KV dtype, citation)
     run_formats: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
+    def weight_format_for(self, run) -> str | None:
+        """The weight format a run served: its plan's (a run of our own), else its engine's in this campaign."""
+        if run.name in self.run_formats:
+            return self.run_formats[run.name][0]
+        return self.weight_formats.get(run.engine)
+
     def weight_bytes_per_step_for_run(self, run_name: str) -> float | None:
         if self.cfg is None or run_name not in self.run_formats:
             return None
@@ -137,6 +143,9 @@ def _own_gpu(campaign: Campaign, ctx: TheoryCtx) -> None:
             try:
                 ctx.gpu = get_gpu(d.plan.model.gpu)
                 ctx.gpu_source = [run.cite(d.files["plan"], "model.gpu")]
+                if not ctx.gpu.has_datasheet:
+                    ctx.gpu_reason = (f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "
+                                      "(a CPU run has no GPU bandwidth or FLOP/s to be a roofline)")
                 return
             except AnatomyError:
                 ctx.gpu_reason = (f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis.campaign import Campaign, iter_points
-from analysis.reconcile import Context, Section
+from analysis.reconcile import Context, Section, overload
 
 
 def remainder_ms(ttft_ms: float, queue_ms: float, prefill_ms: float) -> float:
@@ -27,6 +27,37 @@ def llamacpp_prefill_ms(prompt_seconds_delta: float | None, completed: int) -> f
 def share_pct(part: float, whole: float) -> float:
     """part ÷ whole × 100, %."""
     return part / whole * 100.0
+
+
+def llamacpp_wait_ms(ttft_ms: float, prompt_ms: float) -> float:
+    """What of one request's TTFT llama.cpp's own prompt timing does not cover, ms: TTFT − timings.prompt_ms
+    (waiting for a slot or for its turn in the prompt batches, plus the first decode step and transport)."""
+    return ttft_ms - prompt_ms
+
+
+def _llamacpp_queue_share(p, key: str) -> fnd.Finding | None:
+    """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part of
+    TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
+    from analysis.metrics import request_timing
+
+    rel, log = p.run.requests
+    recs = [r for r in (log.records if log is not None else []) if r.point == p.label and r.ok]
+    pairs = []
+    for r in recs:
+        t = request_timing(r.send_mono_ns, r.end_mono_ns, r.chunk_mono_ns, r.chunk_tokens)
+        pm = (r.engine_timings or {}).get("prompt_ms")
+        if t.ttft_ms is not None and isinstance(pm, int | float):
+            pairs.append((t.ttft_ms, float(pm)))
+    if not pairs:
+        return None
+    mean_ttft = sum(t for t, _ in pairs) / len(pairs)
+    mean_wait = sum(llamacpp_wait_ms(t, pm) for t, pm in pairs) / len(pairs)
+    return fnd.measured(
+        key, share_pct(mean_wait, mean_ttft), "%",
+        [p.run.cite(rel, "engine_timings.prompt_ms"), p.run.cite(rel, "chunk_mono_ns")],
+        mean_wait_ms=mean_wait, mean_ttft_ms=mean_ttft, mean_prompt_ms=mean_ttft - mean_wait, requests=len(pairs),
+        detail="mean over requests of (TTFT − llama.cpp's timings.prompt_ms) ÷ mean TTFT: waiting for a slot or "
+               "for the prompt batches, plus the first decode step and transport (llama.cpp has no queue histogram)")
 
 
 def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
@@ -55,14 +86,18 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     table = pd.DataFrame(rows)
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
-        ov = [p for p in iter_points(campaign, round=rnd, test_kind="overload")]
+        ov = overload.overload_points(campaign, rnd)
         key = f"{pre}overload.ttft_queue_share_pct"
         if not ov:
-            findings.append(fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd}"))
+            findings.append(fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd or 'the campaign'}"))
             continue
-        p = ov[0]
+        p = overload.headline(ov, ctx)
         w = ctx.window(p)
         q = w.mean_of("queue_sum", "queue_cnt") if w is not None else None
+        lq = _llamacpp_queue_share(p, key) if q is None and p.run.engine == "llamacpp" else None
+        if lq is not None:
+            findings.append(lq)
+            continue
         if q is None:
             findings.append(fnd.not_available(key, "%", "no_sampler_csv",
                                               f"{p.run.cite_root} kept no sampler CSV (request_queue_time)", [p.cite()]))
