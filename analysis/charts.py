@@ -224,9 +224,9 @@ def _series_label(df: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
-def roofline_itl_floor(df: pd.DataFrame) -> alt.Chart:
-    f = _fig("roofline_itl_floor")
-    d = _series_label(df)
+def _itl_floor_chart(name: str, d: pd.DataFrame) -> alt.Chart:
+    """Measured p50 ITL beside the datasheet and measured-ceiling floors, one line per labelled series."""
+    f = _fig(name)
     long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
                   value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
                   var_name="what", value_name="ms").dropna(subset=["ms"])
@@ -242,9 +242,9 @@ def roofline_itl_floor(df: pd.DataFrame) -> alt.Chart:
     return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
 
 
-def roofline_achievement(df: pd.DataFrame) -> alt.Chart:
-    f = _fig("roofline_achievement")
-    d = _series_label(df)
+def _achievement_chart(name: str, d: pd.DataFrame) -> alt.Chart:
+    """Roofline achievement against both bases (datasheet, measured ceiling), one line per labelled series."""
+    f = _fig(name)
     long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
                   value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
                   var_name="basis", value_name="pct").dropna(subset=["pct"])
@@ -257,6 +257,14 @@ def roofline_achievement(df: pd.DataFrame) -> alt.Chart:
         strokeDash=alt.StrokeDash("basis_zh:N", title=zh.COLUMNS["basis"]),
     )
     return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+
+
+def roofline_itl_floor(df: pd.DataFrame) -> alt.Chart:
+    return _itl_floor_chart("roofline_itl_floor", _series_label(df))
+
+
+def roofline_achievement(df: pd.DataFrame) -> alt.Chart:
+    return _achievement_chart("roofline_achievement", _series_label(df))
 
 
 def prediction_vs_measured(df: pd.DataFrame) -> alt.Chart:
@@ -315,38 +323,11 @@ def _campaign_series(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def comparison_itl_floor(df: pd.DataFrame) -> alt.Chart:
-    f = _fig("comparison_itl_floor")
-    d = _campaign_series(df)
-    long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
-                  value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
-                  var_name="what", value_name="ms").dropna(subset=["ms"])
-    long["what_zh"] = long["what"].map({"p50_itl_ms": zh.SERIES["measured_p50_itl"],
-                                        "floor_datasheet_ms": zh.SERIES["floor_datasheet"],
-                                        "floor_measured_ms": zh.SERIES["floor_measured"]})
-    base = alt.Chart(long, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("line_zh:N", title=f["color"]),
-        strokeDash=alt.StrokeDash("what_zh:N", title=zh.COLUMNS["what"]),
-    )
-    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+    return _itl_floor_chart("comparison_itl_floor", _campaign_series(df))
 
 
 def comparison_achievement(df: pd.DataFrame) -> alt.Chart:
-    f = _fig("comparison_achievement")
-    d = _campaign_series(df)
-    long = d.melt(id_vars=["concurrency", "line_zh", "gate_zh"],
-                  value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
-                  var_name="basis", value_name="pct").dropna(subset=["pct"])
-    long["basis_zh"] = long["basis"].map({"achievement_datasheet_pct": zh.SERIES["floor_datasheet"],
-                                          "achievement_measured_pct": zh.SERIES["floor_measured"]})
-    base = alt.Chart(long, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("pct:Q", title=f["y"]),
-        color=alt.Color("line_zh:N", title=f["color"]),
-        strokeDash=alt.StrokeDash("basis_zh:N", title=zh.COLUMNS["basis"]),
-    )
-    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
+    return _achievement_chart("comparison_achievement", _campaign_series(df))
 
 
 def comparison_throughput(df: pd.DataFrame) -> alt.Chart:
