@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,30 +21,17 @@ import pytest
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples, parse_scrapes_jsonl
-from collector.engines import engine_paths
 from collector.errors import RunError
 from collector.run import execute_run
 from collector.store import open_run
+from tests import engine_cache
 
 pytestmark = pytest.mark.engines
-REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("ENGINES_CACHE", REPO / ".engines"))
-PATHS = engine_paths(CACHE)
-
-
-def _require(*artifacts: Path) -> None:
-    missing = [p for p in artifacts if not p.exists()]
-    if missing:
-        msg = f"engine cache incomplete ({missing[0]} missing): run `python -m collector.engines prepare --cache .engines`"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+REPO = engine_cache.REPO
+CACHE = engine_cache.CACHE
+PATHS = engine_cache.paths()
+_require = engine_cache.require
+_free_port = engine_cache.free_port
 
 
 def local_plan(tmp: Path, shipped: str, edits: dict[str, str] | None = None) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,8 +20,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.engines import EnginePaths, engine_paths
+from collector.engines import EnginePaths
 from collector.sse import SSEDecoder, event_json
+from tests import engine_cache
 
 pytestmark = pytest.mark.engines
 
@@ -33,24 +33,9 @@ PROMPT_TEXT = "the model token cache, the server"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
-def _paths() -> EnginePaths:
-    return engine_paths(Path(os.environ.get("ENGINES_CACHE", REPO / ".engines")))
-
-
-def _require(*artifacts: Path) -> None:
-    missing = [p for p in artifacts if not p.exists()]
-    if not missing:
-        return
-    msg = f"engine cache incomplete ({missing[0]} missing): run `python -m collector.engines prepare --cache .engines`"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_paths = engine_cache.paths
+_require = engine_cache.require
+_free_port = engine_cache.free_port
 
 
 class Server:
