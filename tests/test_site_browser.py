@@ -162,6 +162,9 @@ def test_screenshots(site, chromium, base_url):
     for c in site.campaigns:
         if c not in (br.REFERENCE_CAMPAIGN, site.synthetic):
             shots[f"campaign-{c}.png"] = (f"campaigns/{c}/", {})
+            for slug in ("engines", "overload"):  # our own campaigns' pages that differ most from the reference
+                if (site.site / "campaigns" / c / slug / "index.html").exists():
+                    shots[f"campaign-{c}-{slug}.png"] = (f"campaigns/{c}/{slug}/", {})
     for name, (rel, kw) in shots.items():
         ctx, page, watch = _new_page(chromium, base_url, **kw)
         page.goto(base_url + rel, wait_until="networkidle")

@@ -221,6 +221,20 @@ class PageContext:
         """The finding of the newest round (``round2.<suffix>``), or the bare key in a campaign without rounds."""
         return self.opt(self.campaign.latest_prefix + suffix)  # type: ignore[union-attr]
 
+    def series_key(self, series: Series, suffix: str) -> str | None:
+        """The key of ``suffix`` for one series: its own (``runs.llamacpp_f16.overload.x``), or else the
+        campaign-level key (``overload.x``) when every file that finding cites lies in the series' run — the
+        analysis writes one run's findings under the bare key and the others' under their run prefix."""
+        own = series.prefix + suffix
+        if own in self._findings():
+            return own
+        bare = self.campaign.latest_prefix + suffix  # type: ignore[union-attr]
+        found = self._findings().get(bare)
+        if found is None or not series.run or not found.sources:
+            return None
+        files = [source_file(s) for s in found.sources]
+        return bare if all(f.startswith(series.run + "/") for f in files) else None
+
     def unshown_figures(self) -> list[str]:
         """Figures of this campaign that no page rendered so far shows (nor deliberately left out)."""
         name = self.campaign.name  # type: ignore[union-attr]
@@ -590,7 +604,8 @@ class SiteRenderer:
             column_zh=lambda c: labels_zh.COLUMNS.get(c, c),
             unit_zh=labels_zh.unit_zh,
         )
-        env.filters.update(format_zh=format_label, engine_name=lambda e: labels_zh.ENGINE_NAMES.get(e, e))
+        env.filters.update(format_zh=format_label, engine_name=lambda e: labels_zh.ENGINE_NAMES.get(e, e),
+                           tbps=fmt.fmt_tb_per_s, tflops=fmt.fmt_tflop_per_s)
         env.globals.update(markdown_table=markdown_table, format_cell=format_cell, file_anchor=file_anchor)
         return env
 
