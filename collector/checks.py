@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from analysis.parse.errors import ParseError
+from analysis.parse.prometheus import PromSnapshot, parse_prometheus_text
 from collector.config import PointPlan, ServerPlan
 
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -45,23 +45,28 @@ class Check:
         return {True: "PASS", False: "FAIL", None: "n/a "}[self.ok]
 
 
-def metric_total(text: str | None, name: str) -> float | None:
-    """Sum of one sample name over its label sets in a Prometheus exposition; None when absent or no text."""
+def _scrape(text: str | None) -> PromSnapshot | None:
+    """The project's one Prometheus parser; an empty or malformed scrape leaves a check undecided (None)."""
     if text is None:
         return None
-    vals = [s.value for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name]
+    try:
+        return parse_prometheus_text(text, "/metrics")
+    except ParseError:
+        return None
+
+
+def metric_total(text: str | None, name: str) -> float | None:
+    """Sum of one sample name over its label sets in a Prometheus exposition; None when absent or no text."""
+    snap = _scrape(text)
+    vals = [s.value for s in snap.find(name)] if snap else []
     return float(sum(vals)) if vals else None
 
 
 def metric_labels(text: str | None, name: str) -> dict[str, str] | None:
     """Labels of the first sample called ``name`` (vLLM's ``*_info`` gauges carry their facts as labels)."""
-    if text is None:
-        return None
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name:
-                return dict(s.labels)
-    return None
+    snap = _scrape(text)
+    found = snap.find(name) if snap else []
+    return dict(found[0].labels) if found else None
 
 
 def _complete_lines(path: Path) -> bytes:
