@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from analysis.parse.errors import ParseError
+from analysis.parse.prometheus import parse_prometheus_text
 from analysis.parse.requests_jsonl import iter_json_lines
 
 SOURCES = ("metrics", "nvidia-smi")
@@ -78,14 +77,8 @@ def metric_samples(rec: ScrapeRecord, path: str | Path = "scrapes.jsonl") -> dic
     """A /metrics scrape's samples: {(sample name, sorted label items): value}."""
     if rec.source != "metrics" or rec.text is None:
         raise ParseError(path, rec.line, "not a successful /metrics scrape")
-    try:
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): float(s.value)
-            for fam in text_string_to_metric_families(rec.text)
-            for s in fam.samples
-        }
-    except ValueError as err:
-        raise ParseError(path, rec.line, f"Prometheus text did not parse: {err}") from None
+    snap = parse_prometheus_text(rec.text, f"{path}:{rec.line} (embedded scrape)")
+    return {(s.name, tuple(sorted(s.labels.items()))): float(s.value) for s in snap.samples}
 
 
 def counter_total(samples: dict[tuple[str, tuple], float], name: str) -> float | None:
