@@ -45,6 +45,22 @@ def _labelled(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _distinct_series_zh(d: pd.DataFrame, key: str) -> list[str]:
+    """One legend label per series: its Chinese name (``series_zh``), with the ``key`` column's value added only
+    where two different series would otherwise share a name (two runs of one engine and format)."""
+    keys_per_label = d.groupby("series_zh")[key].nunique()
+    return [f"{s} · {k}" if keys_per_label[s] > 1 else s for s, k in zip(d["series_zh"], d[key], strict=True)]
+
+
+def _dash_scale(shown: pd.Series, measured: str, *floors: str) -> alt.Scale:
+    """Measured lines solid, floors dashed (each floor its own dash); the legend lists only what ``shown`` has
+    (a CPU campaign has no floor to draw)."""
+    dashes = {measured: [1, 0], **dict(zip(floors, ([6, 3], [2, 2], [8, 3, 2, 3]), strict=False))}
+    present = set(shown)
+    domain = [k for k in dashes if k in present]
+    return alt.Scale(domain=domain, range=[dashes[k] for k in domain])
+
+
 def _present(df: pd.DataFrame, *cols: str) -> list[str]:
     """The value columns a table actually has (a campaign without theory or counters lacks some)."""
     return [c for c in cols if c in df.columns]
@@ -158,11 +174,14 @@ def overload_timeline(df: pd.DataFrame) -> alt.Chart:
                   value_vars=_present(d, "kv_usage_pct", "running", "waiting", "preemptions"),
                   var_name="series", value_name="value").dropna(subset=["value"])
     several = d["run"].nunique() > 1  # a campaign of our own: one overload point per run
-    long["series_zh"] = [f"{r} · {zh.SERIES.get(s, s)}" if several else zh.SERIES.get(s, s)
-                         for r, s in zip(long["run"], long["series"], strict=True)]
+    if several:
+        d["run_zh"] = _distinct_series_zh(d, "run")
+        names = dict(zip(d["run"], d["run_zh"], strict=True))
+    long["line_zh"] = [f"{names[r]} · {zh.SERIES.get(s, s)}" if several else zh.SERIES.get(s, s)
+                       for r, s in zip(long["run"], long["series"], strict=True)]
     return alt.Chart(long, title=f["title"]).mark_line().encode(
         x=alt.X("t_s:Q", title=f["x"]), y=alt.Y("value:Q", title=f["y"]),
-        color=alt.Color("series_zh:N", title=f["color"]),
+        color=alt.Color("line_zh:N", title=f["color"]),
     ).properties(width=WIDTH, height=HEIGHT)
 
 
@@ -184,11 +203,14 @@ def engines_itl_roofline(df: pd.DataFrame) -> alt.Chart:
                   var_name="what", value_name="ms").dropna(subset=["ms"])
     long["what_zh"] = long["what"].map({"p50_itl_ms": zh.SERIES["measured_p50_itl"],
                                         "roofline_floor_ms": zh.SERIES["roofline_floor"]})
-    long["line_zh"] = long["series_zh"] + " · " + long["what_zh"]
+    # a format's measured line and its floor share the series' colour; the floor is dashed
     base = alt.Chart(long, title=f["title"]).encode(
         x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
         y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("line_zh:N", title=f["color"]),
+        color=alt.Color("series_zh:N", title=f["color"]),
+        strokeDash=alt.StrokeDash("what_zh:N", title=zh.COLUMNS["what"],
+                                  scale=_dash_scale(long["what_zh"], zh.SERIES["measured_p50_itl"],
+                                                    zh.SERIES["roofline_floor"])),
     )
     return (base.mark_line() + base.mark_point(size=50).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
 
@@ -220,7 +242,7 @@ def reproducibility_delta(df: pd.DataFrame) -> alt.Chart:
 
 def _series_label(df: pd.DataFrame) -> pd.DataFrame:
     d = _labelled(df)
-    d["line_zh"] = d["series"] + " · " + d["engine_zh"]
+    d["line_zh"] = _distinct_series_zh(d, "series")
     return d
 
 
@@ -237,7 +259,9 @@ def _itl_floor_chart(name: str, d: pd.DataFrame) -> alt.Chart:
         x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
         y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
         color=alt.Color("line_zh:N", title=f["color"]),
-        strokeDash=alt.StrokeDash("what_zh:N", title=zh.COLUMNS["what"]),
+        strokeDash=alt.StrokeDash("what_zh:N", title=zh.COLUMNS["what"],
+                                  scale=_dash_scale(long["what_zh"], zh.SERIES["measured_p50_itl"],
+                                                    zh.SERIES["floor_datasheet"], zh.SERIES["floor_measured"])),
     )
     return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(width=WIDTH, height=HEIGHT)
 

@@ -22,6 +22,7 @@ UNITS: dict[str, str] = {
     "bytes": "字节",
     "bytes/token": "字节/token",
     "bytes/s": "字节/秒",
+    "FLOP/s": "FLOP/s",
     "GB/s": "GB/s",
     "FLOPs": "FLOPs",
     "FLOPs/token": "FLOPs/token",
@@ -153,9 +154,9 @@ FIGURES: dict[str, dict[str, str]] = {
     "ttft_anatomy": {"title": "首 token 延迟拆解", "x": "测量点", "y": "平均首 token 延迟（毫秒）", "color": "组成"},
     "kv_fit": {"title": "KV 占用与在途 token 的线性关系", "x": "在途 token（并发 ×（输入 + 输出））", "y": "峰值 KV 占用（token）"},
     "overload_timeline": {"title": "过载运行的时间线", "x": "时间（秒）", "y": "数值", "color": "序列"},
-    "engines_throughput": {"title": "两种引擎的输出吞吐", "x": "并发数", "y": "输出吞吐（token/s）", "color": "引擎"},
+    "engines_throughput": {"title": "两种引擎的输出吞吐", "x": "并发数", "y": "输出吞吐（token/s）", "color": "系列"},
     "engines_itl_roofline": {"title": "p50 token 间延迟与带宽下限", "x": "并发数", "y": "token 间延迟（毫秒）", "color": "系列"},
-    "selection_pareto": {"title": "选型：吞吐与 p99 首 token 延迟", "x": "p99 首 token 延迟（毫秒）", "y": "输出吞吐（token/s）", "color": "引擎"},
+    "selection_pareto": {"title": "选型：吞吐与 p99 首 token 延迟", "x": "p99 首 token 延迟（毫秒）", "y": "输出吞吐（token/s）", "color": "系列"},
     "reproducibility_delta": {"title": "两轮之间的吞吐差异", "x": "并发数", "y": "吞吐差异（%）", "color": "引擎"},
     "roofline_itl_floor": {"title": "实测 p50 token 间延迟与带宽下限（数据手册 / 实测上限）", "x": "并发数",
                            "y": "token 间延迟（毫秒）", "color": "系列"},
@@ -230,12 +231,23 @@ def fmt_pct(x: float, digits: int = 1, signed: bool = False) -> str:
     return s + "%"
 
 
+# Rates written in base units that read better scaled, the way datasheets quote them (decimal prefixes).
+SCALED_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
+    "bytes/s": ((1e12, "TB/s"), (1e9, "GB/s")),
+    "FLOP/s": ((1e12, "TFLOP/s"), (1e9, "GFLOP/s")),
+}
+
+
 def fmt_value(value: object, unit: str) -> str:
     """A finding's value with its unit, the way prose states it."""
     if value is None:
         return STATUS["n/a"]
     if isinstance(value, bool):
         return "是" if value else "否"
+    if unit in SCALED_UNITS and isinstance(value, int | float):
+        for size, name in SCALED_UNITS[unit]:
+            if abs(value) >= size:
+                return f"{fmt_sig(value / size, 3)} {name}"
     if isinstance(value, int):
         text = fmt_int(value)
     elif isinstance(value, float):

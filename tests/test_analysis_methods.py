@@ -103,3 +103,42 @@ def test_model_findings_cite_only_real_files(tmp_path):
     assert config_sources(str(own), ["run/model-config.json"]) == ["run/model-config.json"]
     assert config_sources(str(MODELS_DIR / "llamacpp.json"), ["run/prediction.json:prediction.config"]) == [
         "run/prediction.json:prediction.config"]
+
+
+def _ceilings_ctx(copy_bytes_per_s: float, matmul_flops_per_s: float, gpu: str | None):
+    from analysis.gpus import get_gpu
+    from analysis.reconcile.theoryctx import TheoryCtx
+    from analysis.rundocs import Ceilings
+
+    return TheoryCtx(cfg=None, gpu=get_gpu(gpu) if gpu else None,
+                     ceilings=Ceilings(copy_bytes_per_s, matmul_flops_per_s, "NVIDIA H200"),
+                     ceilings_source=["ceilings/ceilings.json"])
+
+
+def test_ceilings_against_the_h200_datasheet_by_hand():
+    from analysis.reconcile import ceilings
+
+    # the H200 datasheet: 4.8 TB/s, dense bf16 989.4 TFLOP/s
+    f = {x.key: x for x in ceilings.run(None, _ceilings_ctx(4.26e12, 6.69e14, "h200")).findings}
+    copy = f["ceilings.copy_bytes_per_s"]
+    assert copy.value == 4.26e12 and copy.theory == 4.8e12 and copy.unit == "bytes/s"
+    # (4.26 − 4.8) ÷ 4.8 = −0.54 ÷ 4.8 = −11.25 %: inside ±15 %, a healthy card's copy
+    assert copy.error_pct == pytest.approx(-11.25) and copy.status == "ok"
+    assert copy.sources == ("ceilings/ceilings.json:copy_bytes_per_s",)
+    mm = f["ceilings.bf16_matmul_flops_per_s"]
+    # (669 − 989.4) ÷ 989.4 = −320.4 ÷ 989.4 = −32.38 %: further below the peak than ±25 % → mismatch
+    assert mm.theory == 989.4e12 and mm.error_pct == pytest.approx(-32.383, abs=1e-3) and mm.status == "mismatch"
+    # a measured copy far below the datasheet (3.0 of 4.8 TB/s: −37.5 %) is a mismatch too, and so is one above it
+    assert ceilings.run(None, _ceilings_ctx(3.0e12, 8e14, "h200")).findings[0].status == "mismatch"
+    assert ceilings.run(None, _ceilings_ctx(5.6e12, 8e14, "h200")).findings[0].status == "mismatch"  # +16.7 %
+
+
+def test_ceilings_without_datasheet_or_without_a_file():
+    from analysis.reconcile import ceilings
+
+    f = ceilings.run(None, _ceilings_ctx(4.26e12, 6.69e14, "cpu")).findings
+    assert [x.key for x in f] == ["ceilings.copy_bytes_per_s", "ceilings.bf16_matmul_flops_per_s"]
+    assert all(x.theory is None and x.status == "ok" and "no datasheet" in (x.detail or "") for x in f)
+    from analysis.reconcile.theoryctx import TheoryCtx
+
+    assert ceilings.run(None, TheoryCtx(cfg=None, gpu=None)).findings == []

@@ -176,6 +176,20 @@ def test_f16_floors_and_achievement_by_hand(out):
     assert s["value"] > s["floor_measured_ms"] > s["floor_datasheet_ms"]
 
 
+def test_measured_ceilings_against_the_datasheet(out):
+    f = _findings(out, H200)
+    ceil = json.loads((RAW / H200 / "ceilings" / "ceilings.json").read_text())
+    copy, mm = f["ceilings.copy_bytes_per_s"], f["ceilings.bf16_matmul_flops_per_s"]
+    assert copy["value"] == pytest.approx(ceil["copy_bytes_per_s"], rel=1e-9)
+    assert copy["sources"] == ["ceilings/ceilings.json:copy_bytes_per_s"]
+    # 4.256 TB/s of the datasheet's 4.8 TB/s: (4.256 − 4.8) ÷ 4.8 = −11.3 %, inside the ±15 % a healthy copy lands in
+    assert copy["theory"] == H200_BW and round(copy["error_pct"], 1) == -11.3 and copy["status"] == "ok"
+    # 669 TFLOP/s of the dense bf16 peak 989.4: (669.35 − 989.4) ÷ 989.4 = −32.3 %, beyond ±25 %: a mismatch
+    assert mm["value"] == pytest.approx(ceil["bf16_matmul_flops_per_s"], rel=1e-9) and mm["theory"] == 989.4e12
+    assert round(mm["error_pct"], 1) == -32.3 and mm["status"] == "mismatch"
+    assert not any(k.startswith("ceilings.") for k in _findings(out, CPU))  # no ceilings.json, no ceiling findings
+
+
 def test_quantization_ratio_against_the_byte_ledger(out):
     f = _findings(out, H200)
     q4_pred = json.loads((RAW / H200 / "llamacpp-q4km" / "prediction.json").read_text())["prediction"]
@@ -264,6 +278,31 @@ def test_legends_name_each_runs_own_weight_format(out):
     for name in ("engines_throughput", "concurrency_throughput", "engines_itl_roofline"):
         cpu = (out / CPU / "figures" / f"{name}.vl.json").read_text()
         assert "Q4_K_M" not in cpu and "llama.cpp（F16）" in cpu and "vLLM（bf16）" in cpu, name
+
+
+def _legend(out: Path, campaign: str, figure: str, channel: str) -> tuple[str | None, set[str], dict]:
+    """A figure's legend for one channel: its title, the values its data gives it, and its scale."""
+    spec = json.loads((out / campaign / "figures" / f"{figure}.vl.json").read_text())
+    enc = (spec.get("layer") or [spec])[0]["encoding"][channel]
+    values = {r[enc["field"]] for rows in spec["datasets"].values() for r in rows if enc["field"] in r}
+    return enc.get("title"), values, enc.get("scale", {})
+
+
+def test_legends_one_label_per_series(out):
+    series = {"llama.cpp（F16）", "llama.cpp（Q4_K_M）"}
+    # a format's measured line and its floor: one colour per series, the floor told apart by its dash
+    for fig in ("engines_itl_roofline", "roofline_itl_floor"):
+        title, colours, _ = _legend(out, H200, fig, "color")
+        assert title == "系列" and colours == series, fig  # no run folder name ("llamacpp-f16 · …")
+        _, dashes, scale = _legend(out, H200, fig, "strokeDash")
+        assert scale["domain"][0] == "实测 p50 ITL" and scale["range"][0] == [1, 0], fig  # measured: solid
+        assert set(scale["domain"]) == dashes and all(r != [1, 0] for r in scale["range"][1:]), fig  # floors: dashed
+    title, colours, _ = _legend(out, H200, "engines_throughput", "color")
+    assert title == "系列" and colours == series
+    _, lines, _ = _legend(out, H200, "overload_timeline", "color")
+    assert lines and all(x.split(" · ")[0] in series for x in lines), lines
+    # a CPU campaign has no floor: the dash legend lists only what is drawn
+    assert _legend(out, CPU, "engines_itl_roofline", "strokeDash")[2]["domain"] == ["实测 p50 ITL"]
 
 
 def test_model_findings_cite_files_that_exist(out):

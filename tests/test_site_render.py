@@ -450,3 +450,18 @@ def test_profile_of_an_own_gpu_campaign_with_random_weights():
     cpu = build_profile(c, [RawRun("h200-x", "x", True, "complete", "collector-run", {"gpu": "cpu"}, {}, None, None,
                                    [])], reference="r")
     assert cpu.cpu and cpu.gpu is None and not cpu.random_weights
+
+
+def test_home_row_of_measured_ceilings_renders_the_findings(built):
+    """The H200 campaign's ceilings.json (raw/): copy 4.256 TB/s against the datasheet's 4.8 (−11.3 %, inside
+    ±15 %: 吻合), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %: 不吻合)."""
+    h200 = "h200-qwen2.5-7b-random"
+    if h200 not in built.campaigns:
+        pytest.skip("the H200 campaign is not in raw/")
+    home = (built.docs / "index.md").read_text(encoding="utf-8")
+    (row,) = [line for line in home.splitlines() if line.startswith("| 这块卡实际能跑出多少带宽与算力？")
+              and "4.26 TB/s" in line]
+    assert "4.26 TB/s（数据手册 4.80 TB/s，误差 −11.3%）" in row
+    assert "669 TFLOP/s（数据手册 989 TFLOP/s，误差 −32.3%）" in row
+    assert '<span class="ia-badge ia-pass">吻合</span> <span class="ia-badge ia-fail">不吻合</span>' in row
+    assert f"campaigns/{h200}/concurrency.md" in row

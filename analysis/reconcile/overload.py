@@ -343,5 +343,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             if p is not head:
                 findings += _point_findings(run_prefix(p.run) + "overload.", p, campaign, ctx, rnd, timeline_rows,
                                             event_rows)
+    # the weight format names the series in the figure's legend (llama.cpp（F16）), not the run's folder name
+    formats = {r.name: th.weight_format_for(r) for r in campaign.runs}
+    for row in timeline_rows:
+        row["weight_format"] = formats.get(row["run"])
     tables = {"overload_timeline": pd.DataFrame(timeline_rows), "overload_preemptions": pd.DataFrame(event_rows)}
     return Section(name="overload", tables=tables, findings=findings)

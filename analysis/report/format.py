@@ -149,16 +149,3 @@ def fmt_value(value: object, unit: str | None = None) -> str:
         return fmt_num(value) + _UNIT_SUFFIX[u]
     return f"{fmt_num(value)} {u}"
 
-
-def fmt_tb_per_s(bytes_per_s: object) -> str:
-    """Bytes per second in decimal TB/s (datasheets quote memory bandwidth in decimal units): ``4.26 TB/s``."""
-    if _is_missing(bytes_per_s) or not isinstance(bytes_per_s, Real):
-        return MISSING
-    return fmt_num(float(bytes_per_s) / 1e12) + " TB/s"
-
-
-def fmt_tflop_per_s(flops_per_s: object) -> str:
-    """FLOP per second in TFLOP/s: ``669 TFLOP/s``."""
-    if _is_missing(flops_per_s) or not isinstance(flops_per_s, Real):
-        return MISSING
-    return fmt_num(float(flops_per_s) / 1e12) + " TFLOP/s"

@@ -13,7 +13,6 @@ Nothing here computes a number: the profile only says which findings, tables and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from analysis import labels_zh
@@ -32,19 +31,6 @@ class Series:
     label: str  # Chinese, for prose and table cells
 
 
-@dataclass(frozen=True)
-class Ceilings:
-    """The card's measured ceilings (``ceilings.json``, read by the analysis' own parser) beside its datasheet
-    peaks: shown side by side, nothing derived here."""
-
-    copy_bytes_per_s: float
-    bf16_matmul_flops_per_s: float
-    datasheet_bandwidth_bytes_per_s: float | None
-    datasheet_bf16_flops_per_s: float | None
-    run: str
-    rel: str  # the file, relative to its run (for the data-index link)
-
-
 @dataclass
 class CampaignProfile:
     name: str
@@ -59,7 +45,6 @@ class CampaignProfile:
     n_runs: int
     is_reference: bool
     weight_formats: dict[str, list[str]] = field(default_factory=dict)  # engine -> formats measured
-    ceilings: Ceilings | None = None
 
     def engine_label(self, engine: str) -> str:
         """``llama.cpp（Q4_K_M）`` when the campaign ran the engine with one format, else the bare name."""
@@ -109,34 +94,6 @@ def series_of(c: CampaignResults, collected: bool) -> list[Series]:
     return sorted(out, key=lambda s: (s.engine != "vllm", s.engine, s.label))
 
 
-def ceilings_of(runs: list[RawRun], gpu_key: str | None) -> Ceilings | None:
-    """The first ``ceilings.json`` among the campaign's runs, with the datasheet peaks of its GPU."""
-    from analysis.gpus import get_gpu
-    from analysis.rundocs import CEILINGS_FILE, read_ceilings
-    from collector.errors import AnatomyError
-
-    for run in sorted(runs, key=lambda r: r.name):
-        for f in run.files:
-            if Path(f.rel).name != CEILINGS_FILE or f.path is None:
-                continue
-            measured = read_ceilings(f.path)
-            spec = None
-            if gpu_key:
-                try:
-                    spec = get_gpu(gpu_key)
-                except AnatomyError:
-                    spec = None
-            return Ceilings(
-                copy_bytes_per_s=measured.copy_bytes_per_s,
-                bf16_matmul_flops_per_s=measured.bf16_matmul_flops_per_s,
-                datasheet_bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s if spec else None,
-                datasheet_bf16_flops_per_s=spec.bf16_flops_per_s if spec else None,
-                run=run.name,
-                rel=f.rel,
-            )
-    return None
-
-
 def build_profile(
     c: CampaignResults, runs: list[RawRun], reference: str, gpu_display: dict[str, tuple[str, str]] | None = None
 ) -> CampaignProfile:
@@ -177,5 +134,4 @@ def build_profile(
         n_runs=len(mine),
         is_reference=c.name == reference,
         weight_formats=formats,
-        ceilings=ceilings_of(mine, gpu_key or None),
     )

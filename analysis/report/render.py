@@ -604,8 +604,7 @@ class SiteRenderer:
             column_zh=lambda c: labels_zh.COLUMNS.get(c, c),
             unit_zh=labels_zh.unit_zh,
         )
-        env.filters.update(format_zh=format_label, engine_name=lambda e: labels_zh.ENGINE_NAMES.get(e, e),
-                           tbps=fmt.fmt_tb_per_s, tflops=fmt.fmt_tflop_per_s)
+        env.filters.update(format_zh=format_label, engine_name=lambda e: labels_zh.ENGINE_NAMES.get(e, e))
         env.globals.update(markdown_table=markdown_table, format_cell=format_cell, file_anchor=file_anchor)
         return env
 
