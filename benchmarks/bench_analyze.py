@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_SEED = Path("/work/shared/seed-runs/rtx4090-qwen2.5-7b")
+DEFAULT_SEED = Path(__file__).resolve().parents[1].parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b"
 CAMPAIGN = "rtx4090-qwen2.5-7b"
 GOAL_S = 5.0
 

@@ -42,7 +42,7 @@ CHROMIUM_ARGS = [
 
 def reference_source() -> Path | None:
     """The reference campaign beside the checkout (``../shared/seed-runs``), or where SEED_RUNS points."""
-    for base in (os.environ.get("SEED_RUNS"), ROOT.parent / "shared" / "seed-runs", Path("/work/shared/seed-runs")):
+    for base in (os.environ.get("ANATOMY_SEED_RUNS"), os.environ.get("SEED_RUNS"), ROOT.parent / "shared" / "seed-runs"):
         if base and (Path(base) / REFERENCE_CAMPAIGN).is_dir():
             return Path(base) / REFERENCE_CAMPAIGN
     return None

@@ -16,8 +16,8 @@ import pytest
 
 from analysis.pipeline import analyze
 from collector.importer import import_results
+from tests.seed import SEED
 
-SEED = Path("/work/shared/seed-runs/rtx4090-qwen2.5-7b")
 CAMPAIGN = "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not available")
 

@@ -24,9 +24,9 @@ from collector.bench_summary import bench_summary
 from collector.ceilings import store_run
 from collector.plan import plan_data
 from collector.store import RawStore
+from tests.seed import SEED
 
 REPO = Path(__file__).resolve().parents[1]
-SEED = Path("/work/shared/seed-runs/rtx4090-qwen2.5-7b")
 REF = "rtx4090-qwen2.5-7b"
 CAMPAIGN = "h200-synth"
 KV_BYTES_PER_TOKEN = 2 * 28 * 4 * 128 * 2

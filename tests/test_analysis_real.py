@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from analysis.pipeline import analyze
+from tests.seed import SEED
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
-SEED = Path("/work/shared/seed-runs/rtx4090-qwen2.5-7b")
 REF = "rtx4090-qwen2.5-7b"
 H200 = "h200-qwen2.5-7b-random"
 CPU = "cpu-tiny-qwen2"

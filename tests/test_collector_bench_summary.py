@@ -10,9 +10,10 @@ import pytest
 from analysis.parse.bench_json import parse_bench_json
 from analysis.parse.requests_jsonl import record_from_obj
 from collector.bench_summary import bench_summary, per_second_peaks
+from tests.seed import SEED
 
 MS = 1_000_000  # ns per ms
-REF = "/work/shared/seed-runs/rtx4090-qwen2.5-7b/Round2/01-02-perf-test/vllm_c001.json"
+REF = str(SEED / "Round2/01-02-perf-test/vllm_c001.json")
 
 
 def rec(i, send_ms, chunks_ms, tokens, completion, error=None, end_ms=None):

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from collector.cli import main
 from collector.store import MANIFEST, RawStore
+from tests.seed import SEED
 
-SEED = Path(__file__).resolve().parents[1].parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason=f"reference campaign not found at {SEED}")
 
 EXPECTED = {

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 import pytest
 
 from analysis.parse.bench_json import parse_bench_json
 from analysis.parse.errors import ParseError
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 
 

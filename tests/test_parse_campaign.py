@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from analysis.parse import parser_for
@@ -18,8 +15,8 @@ from analysis.parse.vllm_log import VllmServerLog
 from collector.importer import import_results
 from collector.inspect import inspect
 from collector.store import RawStore
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 
 EXPECTED_KIND = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,8 +18,8 @@ from analysis.parse.prometheus import parse_prometheus_bytes
 from analysis.parse.sampler_csv import parse_sampler_csv_bytes
 from analysis.parse.sweep_log import parse_sweep_log_bytes
 from analysis.parse.vllm_log import parse_vllm_log_bytes
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = [
     pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine"),
     pytest.mark.timeout(300),

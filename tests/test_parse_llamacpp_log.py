@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from analysis.parse.errors import ParseError
 from analysis.parse.llamacpp_log import parse_llamacpp_log, parse_llamacpp_log_bytes
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 R1 = SEED / "Round1/05-perf-test/llamacpp-server.head.log"
 R2 = SEED / "Round2/05-perf-test/llamacpp-server.head.log"

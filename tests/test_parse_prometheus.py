@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from analysis.parse.errors import ParseError
 from analysis.parse.prometheus import parse_prometheus, parse_prometheus_bytes, parse_prometheus_text
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 SCRAPE = SEED / "Round1/01-perf-test/metrics.log"
 

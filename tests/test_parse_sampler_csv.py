@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from analysis.parse.errors import ParseError
 from analysis.parse.sampler_csv import CUMULATIVE, parse_sampler_csv, parse_sampler_csv_bytes
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 R2 = SEED / "Round2"
 

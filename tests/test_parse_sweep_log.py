@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import pytest
 
 from analysis.parse.bench_json import parse_bench_json
 from analysis.parse.errors import ParseError
 from analysis.parse.sweep_log import parse_kwargs, parse_sweep_log, parse_sweep_log_bytes, split_kwargs
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 R1 = SEED / "Round1/01-perf-test/sweep.log"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,8 +9,8 @@ import pytest
 from analysis.parse.errors import ParseError
 from analysis.parse.prometheus import parse_prometheus
 from analysis.parse.vllm_log import parse_vllm_log, parse_vllm_log_bytes
+from tests.seed import SEED
 
-SEED = Path(os.environ.get("ANATOMY_SEED_RUNS", "/work/shared/seed-runs")) / "rtx4090-qwen2.5-7b"
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")
 R1 = SEED / "Round1/01-perf-test/vllm-server.head.log"
 R2 = SEED / "Round2/01-02-perf-test/vllm-server.head.log"

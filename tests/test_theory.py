@@ -13,9 +13,9 @@ from analysis import theory as th
 from analysis.gpus import GPUS, get_gpu
 from analysis.model_config import bundled_model_names, load_model_config
 from collector.errors import PlanError
+from tests.seed import SEED
 
 GIB = 2**30
-SEED = Path(__file__).resolve().parents[1].parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b"
 VLLM_HEAD_LOG = SEED / "Round2" / "01-02-perf-test" / "vllm-server.head.log"
 
 
