@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -27,9 +26,3 @@ def require(*artifacts: Path) -> None:
     if os.environ.get("CI"):
         pytest.fail(msg)
     pytest.skip(msg)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import httpx
 import pytest
@@ -17,12 +16,7 @@ from collector.client import stream_completion
 from collector.config import PointPlan
 from collector.loadgen import Abort, completion_body, prompt_token_ids, run_point
 from tests.fault_server import FaultServer
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.loopback import free_port
 
 
 def _one(server: FaultServer, max_tokens=6, extra=None, request_timeout_s=10.0, read_timeout_s=5.0, prompt_len=5):
@@ -94,7 +88,7 @@ def test_hanging_stream_hits_the_request_timeout():
 
 def test_connection_refused():
     s = FaultServer()
-    s.port = _free_port()
+    s.port = free_port()
     rec = _one(s)
     assert rec["error"]["kind"] == "connect" and rec["http_status"] is None
 
@@ -175,7 +169,7 @@ def test_abort_stops_sending_and_records_in_flight_requests(server):
 
 def test_unreachable_server_aborts_the_point():
     s = FaultServer()
-    s.port = _free_port()
+    s.port = free_port()
     recs = []
 
     async def go():

@@ -25,20 +25,20 @@ from collector.errors import RunError
 from collector.run import execute_run
 from collector.store import open_run
 from tests import engine_cache
+from tests.loopback import free_port
 
 pytestmark = pytest.mark.engines
 REPO = engine_cache.REPO
 CACHE = engine_cache.CACHE
 PATHS = engine_cache.paths()
 _require = engine_cache.require
-_free_port = engine_cache.free_port
 
 
 def local_plan(tmp: Path, shipped: str, edits: dict[str, str] | None = None) -> Path:
     """The shipped plan with the cache paths made absolute and a free port (nothing else changed)."""
     text = (REPO / "plans" / shipped).read_text()
     text = text.replace('".engines/', f'"{CACHE}/')
-    text = re.sub(r"(?m)^port = \d+", f"port = {_free_port()}", text)
+    text = re.sub(r"(?m)^port = \d+", f"port = {free_port()}", text)
     for old, new in (edits or {}).items():
         assert old in text, old
         text = text.replace(old, new)
@@ -135,14 +135,19 @@ LONG_SWEEP = {  # one long point, so the fault lands inside it
 }
 
 
-def test_llamacpp_server_killed_mid_point(tmp_path):
+def _long_llamacpp_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]:
+    """`collector run` of the CPU llama.cpp plan with a long sweep, once 4 sweep requests are on disk."""
     _require(PATHS.llama_server, PATHS.tiny_gguf, PATHS.tiny_config_json)
     raw = tmp_path / "raw"
     plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", LONG_SWEEP)
     port = int(re.search(r"(?m)^port = (\d+)", plan.read_text())[1])
     p = subprocess.Popen([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    run = _wait_sweep_records(raw, "cpu-tiny-qwen2", 4, p)
+    return p, _wait_sweep_records(raw, "cpu-tiny-qwen2", 4, p), port
+
+
+def test_llamacpp_server_killed_mid_point(tmp_path):
+    p, run, port = _long_llamacpp_run(tmp_path)
     os.kill(_server_pid(PATHS.llama_server, port), signal.SIGKILL)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 1
@@ -157,13 +162,7 @@ def test_llamacpp_server_killed_mid_point(tmp_path):
 
 
 def test_sigint_to_collector_run_stops_real_server(tmp_path):
-    _require(PATHS.llama_server, PATHS.tiny_gguf, PATHS.tiny_config_json)
-    raw = tmp_path / "raw"
-    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", LONG_SWEEP)
-    port = int(re.search(r"(?m)^port = (\d+)", plan.read_text())[1])
-    p = subprocess.Popen([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    run = _wait_sweep_records(raw, "cpu-tiny-qwen2", 4, p)
+    p, run, port = _long_llamacpp_run(tmp_path)
     pid = _server_pid(PATHS.llama_server, port)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +23,12 @@ from collector.errors import PlanError, RunError
 from collector.run import execute_run
 from collector.store import open_run, verify
 from tests.fault_server import FaultServer
+from tests.loopback import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_plan(tmp: Path, server_args=(), points="[{concurrency = 1, requests = 3, seed = 11}, {concurrency = 4, requests = 12, seed = 12}]",
@@ -49,7 +45,7 @@ run = "r"
 engine = "llamacpp"
 binary = "{fake}"
 model = "tiny.gguf"
-port = {_free_port()}
+port = {free_port()}
 args = {json.dumps(args)}
 startup_timeout_s = 30
 stop_timeout_s = 5

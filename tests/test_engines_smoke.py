@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.engines import EnginePaths
 from collector.sse import SSEDecoder, event_json
 from tests import engine_cache
+from tests.loopback import free_port
 
 pytestmark = pytest.mark.engines
 
@@ -35,7 +36,6 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAG
 
 _paths = engine_cache.paths
 _require = engine_cache.require
-_free_port = engine_cache.free_port
 
 
 class Server:
@@ -112,7 +112,7 @@ def _check_one_token_per_event(events: list[dict]) -> list[dict]:
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Server]]:
     p = _paths()
     _require(p.llama_server, p.tiny_gguf)
-    port = _free_port()
+    port = free_port()
     srv = Server([str(p.llama_server), "-m", str(p.tiny_gguf), "--host", "127.0.0.1", "--port", str(port),
                   "-t", "1", "-np", "4", "-c", "4096", "--metrics", "--cache-ram", "0",
                   "--slot-prompt-similarity", "0"],
@@ -129,7 +129,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Serve
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Server]]:
     p = _paths()
     _require(p.vllm_python, p.tiny_hf_dir / "config.json")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": "1"}
     srv = Server([str(p.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(p.tiny_hf_dir),
                   "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
