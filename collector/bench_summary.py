@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from analysis.metrics import stats
 from analysis.parse.requests_jsonl import RequestRecord
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 99)  # the keys vLLM writes: p50, p90, p99
 NS_PER_S = 1e9
 
 
@@ -82,16 +83,12 @@ def per_second_peaks(done: Sequence[RequestRecord]) -> tuple[float, int]:
 
 
 def stats_ms(name: str, values_s: Sequence[float]) -> dict[str, float]:
-    """mean/median/std (population)/p50/p90/p99 of ``values_s`` in ms (numpy's linear percentiles); 0 when empty,
-    as vLLM writes."""
-    v = np.asarray(values_s, dtype=float) * 1000.0 if len(values_s) else np.zeros(1)
-    out = {
-        f"mean_{name}_ms": float(np.mean(v)),
-        f"median_{name}_ms": float(np.median(v)),
-        f"std_{name}_ms": float(np.std(v)),
-    }
+    """mean/median/std (population)/p50/p90/p99 of ``values_s`` in ms, by the analysis' one ``stats``; 0 when
+    empty, as vLLM writes."""
+    st = stats([v * 1000.0 for v in values_s] or [0.0])
+    out = {f"mean_{name}_ms": st.mean_ms, f"median_{name}_ms": st.median_ms, f"std_{name}_ms": st.std_ms}
     for p in PERCENTILES:
-        out[f"p{p}_{name}_ms"] = float(np.percentile(v, p))
+        out[f"p{p}_{name}_ms"] = st.percentiles_ms[p]
     return out
 
 
