@@ -75,14 +75,16 @@ def _complete_lines(path: Path) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
-def _flag_value(args: Sequence[str], *names: str) -> str | None:
+def flag_value(args: Sequence[str], *names: str) -> str | None:
+    """The value of a server flag (``-c 8192`` or ``--ctx-size=8192``); the last one wins, as in the engines."""
+    value = None
     for i, a in enumerate(args):
         for n in names:
             if a == n and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(n + "="):
-                return a.split("=", 1)[1]
-    return None
+                value = args[i + 1]
+            elif a.startswith(n + "="):
+                value = a.split("=", 1)[1]
+    return value
 
 
 # --------------------------------------------------------------------------------------- start-up
@@ -153,8 +155,8 @@ def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> Check:
         ok = flag and logged is not True
         return Check("startup", "prefix_caching_off", ok,
                      f"--no-enable-prefix-caching {'given' if flag else 'MISSING'}; engine config enable_prefix_caching={logged}")  # fmt: skip
-    cram = _flag_value(sp.args, "--cache-ram", "-cram")
-    sps = _flag_value(sp.args, "--slot-prompt-similarity", "-sps")
+    cram = flag_value(sp.args, "--cache-ram", "-cram")
+    sps = flag_value(sp.args, "--slot-prompt-similarity", "-sps")
     ok = cram == "0" and sps is not None and float(sps) == 0.0
     return Check("startup", "prefix_caching_off", ok, f"--cache-ram {cram}, --slot-prompt-similarity {sps}")
 

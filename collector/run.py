@@ -17,7 +17,7 @@ import json
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,16 +119,9 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def _flag_int(args: tuple[str, ...] | list[str], *names: str) -> int | None:
-    """The integer after the last of ``names`` in a server command line (the engine takes the last one too)."""
-    value = None
-    for i, a in enumerate(args[:-1]):
-        if a in names:
-            try:
-                value = int(args[i + 1])
-            except ValueError:
-                value = None
-    return value
+def _flag_int(args: Sequence[str], *names: str) -> int | None:
+    value = ck.flag_value(args, *names)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
