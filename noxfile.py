@@ -45,7 +45,15 @@ def _import_reference(session: nox.Session) -> list[Path]:
     if not SEED_CAMPAIGN.is_dir():
         session.warn(f"{SEED_CAMPAIGN} not found: the site is built from raw/ alone")
         return roots
-    args = ["collector", "import", str(SEED_CAMPAIGN), "--campaign", "rtx4090-qwen2.5-7b", "--raw", str(IMPORTED_RAW)]
+    args = [
+        "collector",
+        "import",
+        str(SEED_CAMPAIGN),
+        "--campaign",
+        "rtx4090-qwen2.5-7b",
+        "--raw",
+        str(IMPORTED_RAW),
+    ]
     if "ANATOMY_SEED_CAMPAIGN" not in os.environ:
         session.run(*args)  # ../shared is our own checked copy: an import failure is a real failure
         return roots + [IMPORTED_RAW]
@@ -107,7 +115,18 @@ def serve(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Speed targets, measured (not asserted in tests): analyze, site build, collector client cost."""
     _install(session)
-    session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES), "--only", "llamacpp", "--only", "models")
+    session.run(
+        "python",
+        "-m",
+        "collector.engines",
+        "prepare",
+        "--cache",
+        str(ENGINES),
+        "--only",
+        "llamacpp",
+        "--only",
+        "models",
+    )
     session.run("python", "benchmarks/bench_analyze.py")
     session.run("python", "benchmarks/bench_site.py")
     session.run("python", "benchmarks/bench_client.py", "--cache", str(ENGINES))

@@ -49,8 +49,12 @@ class EventLog:
 
 
 # Own-run phase kinds (requests.jsonl `phase_kind`) -> the test kinds the reconciliations select on.
-PHASE_TEST_KIND = {"concurrency": "concurrency_sweep", "length": "length_sweep", "overload": "overload",
-                   "warmup": "warmup"}
+PHASE_TEST_KIND = {
+    "concurrency": "concurrency_sweep",
+    "length": "length_sweep",
+    "overload": "overload",
+    "warmup": "warmup",
+}
 COLLECTOR_RUN_KIND = "collector-run"
 CEILINGS_RUN_KIND = "ceilings"
 BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"
@@ -195,7 +199,9 @@ class Campaign:
     def rounds(self) -> list[str | None]:
         return sorted({r.round for r in self.runs}, key=lambda x: (x is None, x or ""))
 
-    def select(self, round: str | None = None, engine: str | None = None, test_kind: str | None = None) -> list[RunData]:
+    def select(
+        self, round: str | None = None, engine: str | None = None, test_kind: str | None = None
+    ) -> list[RunData]:
         out = [
             r
             for r in self.runs
@@ -205,12 +211,17 @@ class Campaign:
         ]
         return sorted(out, key=lambda r: r.name)
 
-    def points(self, round: str | None = None, engine: str | None = None,
-               test_kind: str | None = None) -> list[BenchPoint]:
+    def points(
+        self, round: str | None = None, engine: str | None = None, test_kind: str | None = None
+    ) -> list[BenchPoint]:
         """Points of the selected runs in order; `test_kind` selects on each point's own kind (a collector run
         holds a sweep, a length sweep and an overload in one run)."""
-        return [p for r in self.select(round=round, engine=engine) for p in sorted(r.points, key=lambda p: p.order)
-                if test_kind is None or p.test_kind == test_kind]
+        return [
+            p
+            for r in self.select(round=round, engine=engine)
+            for p in sorted(r.points, key=lambda p: p.order)
+            if test_kind is None or p.test_kind == test_kind
+        ]
 
     @property
     def own(self) -> bool:
@@ -242,8 +253,11 @@ def _is_document(rel: str) -> bool:
     from analysis import rundocs
 
     name = Path(rel).name
-    return (rel.startswith("fingerprint/") or name in (rundocs.CEILINGS_FILE, rundocs.PLAN_FILE)
-            or rel in rundocs.MODEL_CONFIG_FILES)
+    return (
+        rel.startswith("fingerprint/")
+        or name in (rundocs.CEILINGS_FILE, rundocs.PLAN_FILE)
+        or rel in rundocs.MODEL_CONFIG_FILES
+    )
 
 
 def _parse_run(info: RunInfo) -> dict[str, Any]:
@@ -252,8 +266,11 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
     from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 
     # the collector's append streams; an unsealed run may end in a torn line
-    streams = {REQUESTS_FILE: (parse_requests_jsonl, RequestLog), "scrapes.jsonl": (parse_scrapes_jsonl, ScrapeLog),
-               "events.jsonl": (parse_events_jsonl, EventLog)}
+    streams = {
+        REQUESTS_FILE: (parse_requests_jsonl, RequestLog),
+        "scrapes.jsonl": (parse_scrapes_jsonl, ScrapeLog),
+        "events.jsonl": (parse_events_jsonl, EventLog),
+    }
     records: dict[str, Any] = {}
     own = info.kind in (COLLECTOR_RUN_KIND, CEILINGS_RUN_KIND)
     for rel in sorted(info.data_files()):
@@ -335,7 +352,9 @@ def _build_points(run: RunData) -> None:
     elif any(p.sweep_point is None for p in pts):
         # No log position: order by the client's end time (then name), after any logged points.
         base = max((p.order for p in pts), default=-1) + 1
-        unlogged = sorted((p for p in pts if p.sweep_point is None), key=lambda p: (p.end_naive_utc_s or 0, p.label))
+        unlogged = sorted(
+            (p for p in pts if p.sweep_point is None), key=lambda p: (p.end_naive_utc_s or 0, p.label)
+        )
         for i, p in enumerate(unlogged):
             p.order = base + i
     if not pts:
@@ -348,7 +367,7 @@ def _own_point_facts(run: RunData, pts: list[BenchPoint]) -> None:
     records (the plan's truth, written per request), not guessed from file names."""
     rel, log = run.requests
     by_point: dict[str, Any] = {}
-    for r in (log.records if log is not None else []):
+    for r in log.records if log is not None else []:
         by_point.setdefault(r.point, r)
     for p in pts:
         first = by_point.get(p.label)
@@ -380,13 +399,23 @@ def _points_from_requests(run: RunData) -> list[BenchPoint]:
     for point, recs in groups.items():
         res = metrics.bench_result(recs, str(run.info.path / rel))
         first = recs[0]
-        pts.append(BenchPoint(
-            run=run, file=f"{rel}#{point}", result=res, label=point, warmup=first.phase_kind == "warmup",
-            concurrency=first.concurrency, input_len_tokens=res.total_input_tokens / res.completed if res.completed else None,
-            requested_output_len_tokens=first.max_tokens, protocol_source=run.cite(rel, "max_tokens"),
-            protocol_borrowed=False, sweep_point=None, order=first.point_index,
-            kind=PHASE_TEST_KIND.get(first.phase_kind, first.phase_kind),
-        ))
+        pts.append(
+            BenchPoint(
+                run=run,
+                file=f"{rel}#{point}",
+                result=res,
+                label=point,
+                warmup=first.phase_kind == "warmup",
+                concurrency=first.concurrency,
+                input_len_tokens=res.total_input_tokens / res.completed if res.completed else None,
+                requested_output_len_tokens=first.max_tokens,
+                protocol_source=run.cite(rel, "max_tokens"),
+                protocol_borrowed=False,
+                sweep_point=None,
+                order=first.point_index,
+                kind=PHASE_TEST_KIND.get(first.phase_kind, first.phase_kind),
+            )
+        )
     return pts
 
 
@@ -412,7 +441,9 @@ def _borrow_protocol(campaign: Campaign) -> None:
         other_round = [
             q
             for q in logged
-            if q.run.round != p.run.round and q.run.test == p.run.test and Path(q.file).name == Path(p.file).name
+            if q.run.round != p.run.round
+            and q.run.test == p.run.test
+            and Path(q.file).name == Path(p.file).name
         ]
         for cand in (same_round, other_round):
             if cand:

@@ -105,16 +105,33 @@ def measured(
     )
 
 
-def not_available(key: str, unit: str, reason: str, detail: str, sources: Iterable[str] = (), **extra: Any) -> Finding:
+def not_available(
+    key: str, unit: str, reason: str, detail: str, sources: Iterable[str] = (), **extra: Any
+) -> Finding:
     """A finding the campaign cannot support: value null, status n/a, reason code + English detail."""
-    return Finding(key=key, value=None, unit=unit, sources=tuple(sources), status="n/a", reason=reason,
-                   detail=detail, extra=dict(extra))
+    return Finding(
+        key=key,
+        value=None,
+        unit=unit,
+        sources=tuple(sources),
+        status="n/a",
+        reason=reason,
+        detail=detail,
+        extra=dict(extra),
+    )
 
 
 def checked(key: str, ok: bool, sources: Iterable[str], detail: str | None = None, **extra: Any) -> Finding:
     """A yes/no check: value = ok; status mismatch when the check fails."""
-    return Finding(key=key, value=bool(ok), unit="bool", sources=tuple(sources), status="ok" if ok else "mismatch",
-                   detail=detail, extra=dict(extra))
+    return Finding(
+        key=key,
+        value=bool(ok),
+        unit="bool",
+        sources=tuple(sources),
+        status="ok" if ok else "mismatch",
+        detail=detail,
+        extra=dict(extra),
+    )
 
 
 def fmt_float(x: float) -> float | int | None:

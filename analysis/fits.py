@@ -104,7 +104,9 @@ def loglog_crossings(xs: Sequence[float], ya: Sequence[float], yb: Sequence[floa
     return sorted(out)
 
 
-def knee(xs: Sequence[float], p50: Sequence[float], p99: Sequence[float], factor: float = 2.0) -> float | None:
+def knee(
+    xs: Sequence[float], p50: Sequence[float], p99: Sequence[float], factor: float = 2.0
+) -> float | None:
     """The lowest x whose p99 exceeds factor × its p50 (p99 > factor · p50); None when no point does.
     xs need not be sorted."""
     hits = [x for x, a, b in zip(xs, p50, p99, strict=True) if b > factor * a]

@@ -148,26 +148,96 @@ FIGURES: dict[str, dict[str, str]] = {
         "y": "每 token 计算量（GFLOP）",
         "color": "组成",
     },
-    "concurrency_throughput": {"title": "吞吐随并发数的变化", "x": "并发数", "y": "吞吐（token/s）", "color": "系列"},
-    "concurrency_latency": {"title": "延迟随并发数的变化", "x": "并发数", "y": "延迟（毫秒）", "color": "分位"},
-    "concurrency_utilization": {"title": "算力与带宽利用率（MFU / MBU）", "x": "并发数", "y": "利用率（%）", "color": "指标"},
-    "ttft_anatomy": {"title": "首 token 延迟拆解", "x": "测量点", "y": "平均首 token 延迟（毫秒）", "color": "组成"},
-    "kv_fit": {"title": "KV 占用与在途 token 的线性关系", "x": "在途 token（并发 ×（输入 + 输出））", "y": "峰值 KV 占用（token）"},
+    "concurrency_throughput": {
+        "title": "吞吐随并发数的变化",
+        "x": "并发数",
+        "y": "吞吐（token/s）",
+        "color": "系列",
+    },
+    "concurrency_latency": {
+        "title": "延迟随并发数的变化",
+        "x": "并发数",
+        "y": "延迟（毫秒）",
+        "color": "分位",
+    },
+    "concurrency_utilization": {
+        "title": "算力与带宽利用率（MFU / MBU）",
+        "x": "并发数",
+        "y": "利用率（%）",
+        "color": "指标",
+    },
+    "ttft_anatomy": {
+        "title": "首 token 延迟拆解",
+        "x": "测量点",
+        "y": "平均首 token 延迟（毫秒）",
+        "color": "组成",
+    },
+    "kv_fit": {
+        "title": "KV 占用与在途 token 的线性关系",
+        "x": "在途 token（并发 ×（输入 + 输出））",
+        "y": "峰值 KV 占用（token）",
+    },
     "overload_timeline": {"title": "过载运行的时间线", "x": "时间（秒）", "y": "数值", "color": "序列"},
-    "engines_throughput": {"title": "两种引擎的输出吞吐", "x": "并发数", "y": "输出吞吐（token/s）", "color": "系列"},
-    "engines_itl_roofline": {"title": "p50 token 间延迟与带宽下限", "x": "并发数", "y": "token 间延迟（毫秒）", "color": "系列"},
-    "selection_pareto": {"title": "选型：吞吐与 p99 首 token 延迟", "x": "p99 首 token 延迟（毫秒）", "y": "输出吞吐（token/s）", "color": "系列"},
-    "reproducibility_delta": {"title": "两轮之间的吞吐差异", "x": "并发数", "y": "吞吐差异（%）", "color": "引擎"},
-    "roofline_itl_floor": {"title": "实测 p50 token 间延迟与带宽下限（数据手册 / 实测上限）", "x": "并发数",
-                           "y": "token 间延迟（毫秒）", "color": "系列"},
-    "roofline_achievement": {"title": "屋顶线达成率", "x": "并发数", "y": "下限 ÷ 实测（%）", "color": "系列"},
-    "prediction_vs_measured": {"title": "测量前的预测与实测之比", "x": "实测 ÷ 预测", "y": "量", "color": "运行"},
-    "comparison_itl_floor": {"title": "跨批次：p50 token 间延迟与带宽下限", "x": "并发数", "y": "token 间延迟（毫秒）",
-                             "color": "批次 · 系列"},
-    "comparison_achievement": {"title": "跨批次：屋顶线达成率（数据手册与实测上限）", "x": "并发数",
-                               "y": "下限 ÷ 实测（%）", "color": "批次 · 系列"},
-    "comparison_throughput": {"title": "跨批次：输出吞吐随并发数的变化", "x": "并发数", "y": "输出吞吐（token/s）",
-                              "color": "批次 · 系列"},
+    "engines_throughput": {
+        "title": "两种引擎的输出吞吐",
+        "x": "并发数",
+        "y": "输出吞吐（token/s）",
+        "color": "系列",
+    },
+    "engines_itl_roofline": {
+        "title": "p50 token 间延迟与带宽下限",
+        "x": "并发数",
+        "y": "token 间延迟（毫秒）",
+        "color": "系列",
+    },
+    "selection_pareto": {
+        "title": "选型：吞吐与 p99 首 token 延迟",
+        "x": "p99 首 token 延迟（毫秒）",
+        "y": "输出吞吐（token/s）",
+        "color": "系列",
+    },
+    "reproducibility_delta": {
+        "title": "两轮之间的吞吐差异",
+        "x": "并发数",
+        "y": "吞吐差异（%）",
+        "color": "引擎",
+    },
+    "roofline_itl_floor": {
+        "title": "实测 p50 token 间延迟与带宽下限（数据手册 / 实测上限）",
+        "x": "并发数",
+        "y": "token 间延迟（毫秒）",
+        "color": "系列",
+    },
+    "roofline_achievement": {
+        "title": "屋顶线达成率",
+        "x": "并发数",
+        "y": "下限 ÷ 实测（%）",
+        "color": "系列",
+    },
+    "prediction_vs_measured": {
+        "title": "测量前的预测与实测之比",
+        "x": "实测 ÷ 预测",
+        "y": "量",
+        "color": "运行",
+    },
+    "comparison_itl_floor": {
+        "title": "跨批次：p50 token 间延迟与带宽下限",
+        "x": "并发数",
+        "y": "token 间延迟（毫秒）",
+        "color": "批次 · 系列",
+    },
+    "comparison_achievement": {
+        "title": "跨批次：屋顶线达成率（数据手册与实测上限）",
+        "x": "并发数",
+        "y": "下限 ÷ 实测（%）",
+        "color": "批次 · 系列",
+    },
+    "comparison_throughput": {
+        "title": "跨批次：输出吞吐随并发数的变化",
+        "x": "并发数",
+        "y": "输出吞吐（token/s）",
+        "color": "批次 · 系列",
+    },
 }
 
 SERIES: dict[str, str] = {
@@ -189,7 +259,13 @@ SERIES: dict[str, str] = {
 
 # engine names without a weight format (a campaign can run one engine with several formats)
 ENGINE_NAMES: dict[str, str] = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
-WEIGHT_FORMATS: dict[str, str] = {"bf16": "bf16", "fp16": "F16", "q4_k_m": "Q4_K_M", "q8_0": "Q8_0", "fp32": "F32"}
+WEIGHT_FORMATS: dict[str, str] = {
+    "bf16": "bf16",
+    "fp16": "F16",
+    "q4_k_m": "Q4_K_M",
+    "q8_0": "Q8_0",
+    "fp32": "F32",
+}
 
 # what a prediction-vs-measured row is about
 QUANTITIES: dict[str, str] = {

@@ -34,7 +34,9 @@ class RequestTiming:
     tpot_ms: float | None
 
 
-def request_timing(send_ns: int, end_ns: int, chunk_ns: Sequence[int], chunk_tokens: Sequence[int]) -> RequestTiming:
+def request_timing(
+    send_ns: int, end_ns: int, chunk_ns: Sequence[int], chunk_tokens: Sequence[int]
+) -> RequestTiming:
     """One request's TTFT, E2E, chunk-aware ITLs and TPOT (ms) from its send/chunk/end times (ns)."""
     toks = [(t, n) for t, n in zip(chunk_ns, chunk_tokens, strict=True) if n > 0]
     out_tokens = sum(n for _, n in toks)

@@ -120,12 +120,16 @@ def model_config_from_dict(data: dict, *, name: str, source: Path) -> ModelConfi
     heads = _int_key(source, data, "num_attention_heads")
     kv_heads = _int_key(source, data, "num_key_value_heads") if data.get("num_key_value_heads") else heads
     if heads % kv_heads:
-        raise PlanError(f"{source}: key 'num_key_value_heads' ({kv_heads}) must divide num_attention_heads ({heads})")
+        raise PlanError(
+            f"{source}: key 'num_key_value_heads' ({kv_heads}) must divide num_attention_heads ({heads})"
+        )
     if data.get("head_dim"):
         head_dim = _int_key(source, data, "head_dim")
     else:
         if hidden % heads:
-            raise PlanError(f"{source}: key 'head_dim' missing and hidden_size {hidden} is not a multiple of {heads} heads")
+            raise PlanError(
+                f"{source}: key 'head_dim' missing and hidden_size {hidden} is not a multiple of {heads} heads"
+            )
         head_dim = hidden // heads
     qkv_bias, o_bias, qk_norm = _ARCH_DEFAULTS[model_type]
     if model_type in ("llama", "mistral") and data.get("attention_bias"):

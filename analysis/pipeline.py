@@ -35,8 +35,19 @@ from analysis.reconcile import (
 from analysis.windows import PointTiming, align_points
 from collector.errors import AnatomyError
 
-SAMPLER_COUNTERS = ("preemptions", "queue_sum", "queue_cnt", "prefill_sum", "prefill_cnt", "decode_sum", "decode_cnt",
-                    "iter_tok_sum", "iter_tok_cnt", "flops", "read_bytes")
+SAMPLER_COUNTERS = (
+    "preemptions",
+    "queue_sum",
+    "queue_cnt",
+    "prefill_sum",
+    "prefill_cnt",
+    "decode_sum",
+    "decode_cnt",
+    "iter_tok_sum",
+    "iter_tok_cnt",
+    "flops",
+    "read_bytes",
+)
 SAMPLER_GAUGES = ("running", "waiting", "kv_usage", "gpu_mem_used_mib", "gpu_util", "power_w", "temp_c")
 
 
@@ -86,8 +97,11 @@ def align(campaign: Campaign, ctx: Context) -> None:
         rel, table = run.sampler
         if table is None or not table.rows:
             continue
-        timings = [PointTiming(p.key, p.end_naive_utc_s, p.result.duration_s) for p in run.points
-                   if p.end_naive_utc_s is not None]
+        timings = [
+            PointTiming(p.key, p.end_naive_utc_s, p.result.duration_s)
+            for p in run.points
+            if p.end_naive_utc_s is not None
+        ]
         if not timings:
             continue
         ts, cols = sampler_columns(table)
@@ -101,7 +115,9 @@ def analyze_campaign(campaign: Campaign, out_dir: Path) -> list[str]:
     return _analyze_campaign(campaign, out_dir)[0]
 
 
-def _capacity_by_series(campaign: Campaign, th, tables: dict[str, pd.DataFrame], found: FindingSet) -> list[dict]:
+def _capacity_by_series(
+    campaign: Campaign, th, tables: dict[str, pd.DataFrame], found: FindingSet
+) -> list[dict]:
     """Per series (engine + weight format): the pool the server reported, with its theory where one exists."""
     out: list[dict] = []
     cap = tables.get("capacity")
@@ -111,26 +127,51 @@ def _capacity_by_series(campaign: Campaign, th, tables: dict[str, pd.DataFrame],
             key = comparison.series_key(r["engine"], fmt[0] if fmt else None)
             if r["engine"] == "vllm":
                 t = r.get("kv_pool_tokens_theory")
-                out.append({"series_key": key, "tokens": int(r["kv_pool_tokens_log"]),
-                            "theory": None if pd.isna(t) else float(t), "source": r["source"]})
+                out.append(
+                    {
+                        "series_key": key,
+                        "tokens": int(r["kv_pool_tokens_log"]),
+                        "theory": None if pd.isna(t) else float(t),
+                        "source": r["source"],
+                    }
+                )
             else:
                 t = r.get("ctx_total_flag")
-                out.append({"series_key": key, "tokens": int(r["capacity_tokens"]) if "capacity_tokens" in r
-                            and not pd.isna(r["capacity_tokens"]) else None,
-                            "theory": None if t is None or pd.isna(t) else float(t), "source": r["source"]})
+                out.append(
+                    {
+                        "series_key": key,
+                        "tokens": int(r["capacity_tokens"])
+                        if "capacity_tokens" in r and not pd.isna(r["capacity_tokens"])
+                        else None,
+                        "theory": None if t is None or pd.isna(t) else float(t),
+                        "source": r["source"],
+                    }
+                )
         return out
     rounds = [r for r in campaign.rounds if r is not None] or [None]
     last = campaign.prefix(rounds[-1])
     if f"{last}kv_pool_tokens_log" in found and found[f"{last}kv_pool_tokens_log"].value is not None:
         f = found[f"{last}kv_pool_tokens_log"]
-        out.append({"series_key": comparison.series_key("vllm", th.weight_formats.get("vllm")), "tokens": f.value,
-                    "theory": f.theory, "tolerance_pct": f.tolerance_pct, "source": f.sources[0]})
+        out.append(
+            {
+                "series_key": comparison.series_key("vllm", th.weight_formats.get("vllm")),
+                "tokens": f.value,
+                "theory": f.theory,
+                "tolerance_pct": f.tolerance_pct,
+                "source": f.sources[0],
+            }
+        )
     for run in campaign.select(round=rounds[-1], engine="llamacpp"):
         rel, log = run.server_log
         if log is not None and getattr(log, "n_slots", None) and getattr(log, "n_ctx_slot", None):
-            out.append({"series_key": comparison.series_key("llamacpp", th.weight_formats.get("llamacpp")),
-                        "tokens": log.n_slots * log.n_ctx_slot, "theory": None,
-                        "source": run.cite(rel, log.lines.get("n_slots"))})
+            out.append(
+                {
+                    "series_key": comparison.series_key("llamacpp", th.weight_formats.get("llamacpp")),
+                    "tokens": log.n_slots * log.n_ctx_slot,
+                    "theory": None,
+                    "source": run.cite(rel, log.lines.get("n_slots")),
+                }
+            )
             break
     return out
 
@@ -176,21 +217,41 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     for name in sorted(specs):
         (out_dir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
     fnd.write_findings(out_dir / "findings.json", found)
-    index = {"campaign": campaign.name, "tables": sorted(tables), "figures": sorted(specs), "findings": found.keys()}
+    index = {
+        "campaign": campaign.name,
+        "tables": sorted(tables),
+        "figures": sorted(specs),
+        "findings": found.keys(),
+    }
     (out_dir / "index.json").write_text(dumps(index), encoding="utf-8")
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
     n_na = sum(1 for k in found.keys() if found[k].status == "n/a")
-    lines = [f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
-             f"{len(specs)} figures -> {out_dir}"]
+    lines = [
+        f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
+        f"{len(specs)} figures -> {out_dir}"
+    ]
     summary = comparison.CampaignSummary(
-        name=campaign.name, tables=tables, findings=found, gpu=th.gpu.name if th.gpu else None,
+        name=campaign.name,
+        tables=tables,
+        findings=found,
+        gpu=th.gpu.name if th.gpu else None,
         gpu_display=th.gpu.display_name if th.gpu else None,
         bandwidth_datasheet_bytes_per_s=th.gpu.bandwidth_bytes_per_s if th.gpu else None,
         bandwidth_measured_bytes_per_s=th.ceilings.copy_bytes_per_s if th.ceilings else None,
         capacity=_capacity_by_series(campaign, th, tables, found),
         model_name=th.cfg.name if th.cfg else None,
-        model_shape=(th.cfg.hidden_size, th.cfg.intermediate_size, th.cfg.num_hidden_layers, th.cfg.num_attention_heads,
-                     th.cfg.num_key_value_heads, th.cfg.head_dim, th.cfg.vocab_size) if th.cfg else None)
+        model_shape=(
+            th.cfg.hidden_size,
+            th.cfg.intermediate_size,
+            th.cfg.num_hidden_layers,
+            th.cfg.num_attention_heads,
+            th.cfg.num_key_value_heads,
+            th.cfg.head_dim,
+            th.cfg.vocab_size,
+        )
+        if th.cfg
+        else None,
+    )
     return lines, summary
 
 
@@ -206,12 +267,18 @@ def write_comparison(summaries: list[comparison.CampaignSummary], out: Path) -> 
     for name in sorted(specs):
         (cdir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
     fnd.write_findings(cdir / comparison.FINDINGS_FILE, found)
-    index = {"campaigns": sorted(s.name for s in summaries), "tables": sorted(tables), "figures": sorted(specs),
-             "findings": found.keys()}
+    index = {
+        "campaigns": sorted(s.name for s in summaries),
+        "tables": sorted(tables),
+        "figures": sorted(specs),
+        "findings": found.keys(),
+    }
     (cdir / "index.json").write_text(dumps(index), encoding="utf-8")
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
-    return [f"comparison of {len(summaries)} campaigns: {len(found)} findings ({n_bad} mismatch), {len(tables)} tables, "
-            f"{len(specs)} figures -> {cdir}"]
+    return [
+        f"comparison of {len(summaries)} campaigns: {len(found)} findings ({n_bad} mismatch), {len(tables)} tables, "
+        f"{len(specs)} figures -> {cdir}"
+    ]
 
 
 def window_section(campaign: Campaign, ctx: Context) -> Section:
@@ -226,43 +293,84 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
             w = ctx.window(p)
             if w is None:
                 continue
-            rows.append({"round": run.round or "", "test": run.test, "point": p.label, "offset_s": est.offset_s,
-                         "window_start_s": w.window.start_s, "window_end_s": w.window.end_s,
-                         "first_active_s": w.activity.first_active_s, "last_active_s": w.activity.last_active_s,
-                         "end_lag_s": w.end_lag_s, "order": p.order})
+            rows.append(
+                {
+                    "round": run.round or "",
+                    "test": run.test,
+                    "point": p.label,
+                    "offset_s": est.offset_s,
+                    "window_start_s": w.window.start_s,
+                    "window_end_s": w.window.end_s,
+                    "first_active_s": w.activity.first_active_s,
+                    "last_active_s": w.activity.last_active_s,
+                    "end_lag_s": w.end_lag_s,
+                    "order": p.order,
+                }
+            )
     table = pd.DataFrame(rows)
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
         runs = [r for r in campaign.select(round=rnd) if r.name in ctx.offsets]
         own = [r for r in campaign.select(round=rnd) if r.own and r.name in ctx.sampler_series]
         if not runs and own:
-            findings.append(fnd.measured(
-                f"{pre}windows.client_clock_offset_s", 0.0, "s", [r.cite(r.counter_source) for r in own],
-                detail="collector runs: requests and scrapes carry the same monotonic clock, so there is no offset "
-                       "to find; each point's counters are differenced between its own boundary scrapes",
-                clock="CLOCK_MONOTONIC"))
+            findings.append(
+                fnd.measured(
+                    f"{pre}windows.client_clock_offset_s",
+                    0.0,
+                    "s",
+                    [r.cite(r.counter_source) for r in own],
+                    detail="collector runs: requests and scrapes carry the same monotonic clock, so there is no offset "
+                    "to find; each point's counters are differenced between its own boundary scrapes",
+                    clock="CLOCK_MONOTONIC",
+                )
+            )
             continue
         if not runs:
-            findings.append(fnd.not_available(f"{pre}windows.client_clock_offset_s", "s", "no_sampler_csv",
-                                              f"no sampler CSV in {rnd}: the result dates cannot be checked"))
+            findings.append(
+                fnd.not_available(
+                    f"{pre}windows.client_clock_offset_s",
+                    "s",
+                    "no_sampler_csv",
+                    f"no sampler CSV in {rnd}: the result dates cannot be checked",
+                )
+            )
             continue
         offs = {r.name: ctx.offsets[r.name][0] for r in runs}
         values = sorted({o.offset_s for o in offs.values()})
         srcs = [ctx.offsets[r.name][1] for r in runs] + [p.cite("date") for r in runs for p in r.points][:3]
-        findings.append(fnd.Finding(
-            key=f"{pre}windows.client_clock_offset_s", value=values[0], unit="s", sources=tuple(srcs),
-            status="ok" if len(values) == 1 else "mismatch",
-            detail="result `date` (no zone) minus UTC, found as the offset whose windows hold the most "
-                   "running/waiting activity in the sampler CSV",
-            extra={"per_run": {k: v.offset_s for k, v in offs.items()},
-                   "runner_up_offset_s": {k: v.runner_up_offset_s for k, v in offs.items()},
-                   "active_samples_in_windows": {k: v.active_in_windows for k, v in offs.items()},
-                   "samples_in_windows": {k: v.samples_in_windows for k, v in offs.items()}}))
-        lags = [w for w in (ctx.window(p) for r in runs for p in r.points) if w is not None and w.end_lag_s is not None]
+        findings.append(
+            fnd.Finding(
+                key=f"{pre}windows.client_clock_offset_s",
+                value=values[0],
+                unit="s",
+                sources=tuple(srcs),
+                status="ok" if len(values) == 1 else "mismatch",
+                detail="result `date` (no zone) minus UTC, found as the offset whose windows hold the most "
+                "running/waiting activity in the sampler CSV",
+                extra={
+                    "per_run": {k: v.offset_s for k, v in offs.items()},
+                    "runner_up_offset_s": {k: v.runner_up_offset_s for k, v in offs.items()},
+                    "active_samples_in_windows": {k: v.active_in_windows for k, v in offs.items()},
+                    "samples_in_windows": {k: v.samples_in_windows for k, v in offs.items()},
+                },
+            )
+        )
+        lags = [
+            w
+            for w in (ctx.window(p) for r in runs for p in r.points)
+            if w is not None and w.end_lag_s is not None
+        ]
         if lags:
             worst = max(lags, key=lambda w: abs(w.end_lag_s))
-            findings.append(fnd.measured(f"{pre}windows.max_abs_end_lag_s", abs(worst.end_lag_s), "s", srcs[:len(runs)],
-                                         detail="|last active sampler row − result end time|, worst point"))
+            findings.append(
+                fnd.measured(
+                    f"{pre}windows.max_abs_end_lag_s",
+                    abs(worst.end_lag_s),
+                    "s",
+                    srcs[: len(runs)],
+                    detail="|last active sampler row − result end time|, worst point",
+                )
+            )
         for r in runs:
             rel, sweep = r.sweep
             if sweep is None:
@@ -270,8 +378,15 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
             logged = [p for p in r.points if p.sweep_point is not None]
             by_log = [p.label for p in sorted(logged, key=lambda p: p.sweep_point.index)]
             by_date = [p.label for p in sorted(logged, key=lambda p: (p.end_naive_utc_s, p.label))]
-            findings.append(fnd.checked(f"{pre}windows.{_slug(r.test)}.order_matches_sweep_log", by_log == by_date,
-                                        [r.cite(rel)], by_log=by_log, by_date=by_date))
+            findings.append(
+                fnd.checked(
+                    f"{pre}windows.{_slug(r.test)}.order_matches_sweep_log",
+                    by_log == by_date,
+                    [r.cite(rel)],
+                    by_log=by_log,
+                    by_date=by_date,
+                )
+            )
     return Section(name="windows", tables={"windows": table}, findings=findings)
 
 

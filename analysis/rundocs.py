@@ -125,7 +125,10 @@ def read_run_docs(run_path: Path, rels: list[str]) -> RunDocs:
     if PLAN_FILE in present:
         docs.plan, docs.files["plan"] = read_plan(run_path / PLAN_FILE), PLAN_FILE
     if PREDICTION_FILE in present:
-        docs.prediction, docs.files["prediction"] = read_prediction(run_path / PREDICTION_FILE), PREDICTION_FILE
+        docs.prediction, docs.files["prediction"] = (
+            read_prediction(run_path / PREDICTION_FILE),
+            PREDICTION_FILE,
+        )
     for rel in sorted(present):
         if Path(rel).name == CEILINGS_FILE:
             docs.ceilings, docs.files["ceilings"] = read_ceilings(run_path / rel), rel

@@ -69,14 +69,21 @@ def scrape_time_s(start_mono_ns: int, end_mono_ns: int) -> float:
     return (start_mono_ns + end_mono_ns) / 2 / NS_PER_S
 
 
-def series(records: Sequence[ScrapeRecord], path: str = "scrapes.jsonl") -> tuple[list[float], dict[str, list[float]],
-                                                                                    list[int]]:
+def series(
+    records: Sequence[ScrapeRecord], path: str = "scrapes.jsonl"
+) -> tuple[list[float], dict[str, list[float]], list[int]]:
     """(ts_s, {column: values}, scrapes.jsonl line per sample) from the successful /metrics scrapes, in time
     order. A column absent from a scrape is NaN there; a column absent from every scrape is left out."""
-    ok = sorted((r for r in records if r.source == "metrics" and r.ok),
-                key=lambda r: (scrape_time_s(r.start_mono_ns, r.end_mono_ns), r.line))
-    names = {**VLLM_COUNTERS, **LLAMACPP_COUNTERS, **{f"g:{k}": v for k, v in VLLM_GAUGES.items()},
-             **{f"gl:{k}": v for k, v in LLAMACPP_GAUGES.items()}}
+    ok = sorted(
+        (r for r in records if r.source == "metrics" and r.ok),
+        key=lambda r: (scrape_time_s(r.start_mono_ns, r.end_mono_ns), r.line),
+    )
+    names = {
+        **VLLM_COUNTERS,
+        **LLAMACPP_COUNTERS,
+        **{f"g:{k}": v for k, v in VLLM_GAUGES.items()},
+        **{f"gl:{k}": v for k, v in LLAMACPP_GAUGES.items()},
+    }
     raw: dict[str, list[float]] = {k: [] for k in names}
     ts: list[float] = []
     lines: list[int] = []
@@ -106,8 +113,10 @@ def point_window(send_mono_ns: Sequence[int], end_mono_ns: Sequence[int]) -> Win
 def window_data(ts: Sequence[float], cols: dict[str, Sequence[float]], win: Window) -> PointWindowData:
     """Counter differences between the scrapes enclosing the window and gauge statistics inside it
     (the same record the sampler-CSV path builds)."""
-    active = [any(c in cols and not math.isnan(cols[c][i]) and cols[c][i] > 0 for c in ("running", "waiting"))
-              for i in range(len(ts))]
+    active = [
+        any(c in cols and not math.isnan(cols[c][i]) and cols[c][i] > 0 for c in ("running", "waiting"))
+        for i in range(len(ts))
+    ]
     idx = window_indices(ts, win)
     return PointWindowData(
         window=win,

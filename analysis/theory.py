@@ -297,7 +297,14 @@ def attention_overtakes_weights_prefill_at_tokens(cfg: ModelConfig) -> int:
 
 # Checkpoint formats that store every parameter at one width (safetensors as vLLM loads it).
 UNIFORM_BYTES_PER_PARAM: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
-_WEIGHT_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "f16": "fp16", "half": "fp16", "f32": "fp32", "float32": "fp32"}
+_WEIGHT_ALIASES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "f16": "fp16",
+    "half": "fp16",
+    "f32": "fp32",
+    "float32": "fp32",
+}
 
 # ggml block layouts (ggml-common.h): type -> (values per block, bytes per block).
 GGML_BLOCKS: dict[str, tuple[int, int]] = {
@@ -368,7 +375,11 @@ class GgufTensor:
 
 def gguf_tensors(cfg: ModelConfig) -> list[GgufTensor]:
     """The tensors of a llama-architecture GGUF (qwen2/llama/qwen3 share the layout), in file order."""
-    h, inner_q, inner_kv = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    h, inner_q, inner_kv = (
+        cfg.hidden_size,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.num_key_value_heads * cfg.head_dim,
+    )
     out = [GgufTensor("token_embd.weight", "embedding", h, cfg.vocab_size, None)]
     for i in range(cfg.num_hidden_layers):
         p = f"blk.{i}."
@@ -484,7 +495,12 @@ def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, flo
     fmt = normalise_weight_format(weight_format)
     by = params_by_component(cfg)
     layer_params = sum(v for k, v in by.items() if k not in ("embed_tokens", "norm", "lm_head"))
-    counts = {"embedding": by["embed_tokens"], "layers": layer_params, "final_norm": by["norm"], "lm_head": by["lm_head"]}
+    counts = {
+        "embedding": by["embed_tokens"],
+        "layers": layer_params,
+        "final_norm": by["norm"],
+        "lm_head": by["lm_head"],
+    }
     if fmt in UNIFORM_BYTES_PER_PARAM:
         return {k: weight_bytes_uniform(v, UNIFORM_BYTES_PER_PARAM[fmt]) for k, v in counts.items()}
     if fmt in GGUF_FTYPES:
@@ -521,7 +537,9 @@ def kv_bytes_read_per_step(kv_bytes_per_token_: float, batch: int, context_token
     return batch * context_tokens * kv_bytes_per_token_
 
 
-def decode_step_floor_s(weight_bytes_read: float, kv_bytes_read: float, bandwidth_bytes_per_s: float) -> float:
+def decode_step_floor_s(
+    weight_bytes_read: float, kv_bytes_read: float, bandwidth_bytes_per_s: float
+) -> float:
     """Memory-bound floor of one decode step, s: (weight bytes read + KV bytes read) ÷ bandwidth (B/s)."""
     return (weight_bytes_read + kv_bytes_read) / bandwidth_bytes_per_s
 

@@ -119,12 +119,16 @@ class ActivitySpan:
     samples: int
 
 
-def activity_span(ts_s: Sequence[float], active: Sequence[bool], window: Window, pad_s: float = 2.0) -> ActivitySpan:
+def activity_span(
+    ts_s: Sequence[float], active: Sequence[bool], window: Window, pad_s: float = 2.0
+) -> ActivitySpan:
     """First/last active sample in [start − pad_s, end + pad_s]: the sampler's view of the point (s)."""
     lo = bisect.bisect_left(ts_s, window.start_s - pad_s)
     hi = bisect.bisect_right(ts_s, window.end_s + pad_s)
     hits = [ts_s[i] for i in range(lo, hi) if active[i]]
-    return ActivitySpan(first_active_s=hits[0] if hits else None, last_active_s=hits[-1] if hits else None, samples=hi - lo)
+    return ActivitySpan(
+        first_active_s=hits[0] if hits else None, last_active_s=hits[-1] if hits else None, samples=hi - lo
+    )
 
 
 def window_indices(ts_s: Sequence[float], window: Window) -> range:

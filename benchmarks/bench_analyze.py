@@ -34,8 +34,11 @@ def main() -> int:
         for i in range(args.repeat):
             out = Path(tmp) / f"out-cli-{i}"
             t0 = time.perf_counter()
-            subprocess.run([str(cli), "analyze", "--raw", str(raw), "--out", str(out), CAMPAIGN], check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [str(cli), "analyze", "--raw", str(raw), "--out", str(out), CAMPAIGN],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             dt = time.perf_counter() - t0
             best_cli = min(best_cli, dt)
             print(f"collector analyze (process) run {i + 1}: {dt:.2f} s")

@@ -48,8 +48,10 @@ def main() -> int:
             best = min(best, total)
             campaigns = sorted(p.parent.name for p in (work / "results").glob("*/findings.json"))
             n_svg = len(list((work / "docs").rglob("*.svg")))
-            print(f"site build #{i + 1}: {steps}  total {total:.2f} s  ({len(campaigns)} campaigns: "
-                  f"{', '.join(campaigns)}; {n_svg} figures)")
+            print(
+                f"site build #{i + 1}: {steps}  total {total:.2f} s  ({len(campaigns)} campaigns: "
+                f"{', '.join(campaigns)}; {n_svg} figures)"
+            )
     verdict = "within" if best < GOAL_S else "OVER"
     print(f"site build best: {best:.2f} s ({verdict} the {GOAL_S:.0f} s goal)")
     return 0

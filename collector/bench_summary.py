@@ -93,7 +93,12 @@ def stats_ms(name: str, values_s: Sequence[float]) -> dict[str, float]:
 
 
 def bench_summary(
-    records: Sequence[RequestRecord], *, model_id: str, max_concurrency: int, num_prompts: int, label: str | None
+    records: Sequence[RequestRecord],
+    *,
+    model_id: str,
+    max_concurrency: int,
+    num_prompts: int,
+    label: str | None,
 ) -> dict[str, Any]:
     """The whole summary dict for one point (keys and order as ``vllm bench serve`` writes them)."""
     if not records:

@@ -118,7 +118,9 @@ def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> Check:
         f"for {facts.get('log_max_concurrency_tokens_per_request')} tokens/request; /metrics blocks "
         f"{facts.get('metrics_num_gpu_blocks')} x {facts.get('metrics_block_size')}"
     )
-    return Check("startup", "kv_pool", ok, detail if ok else "no KV pool lines in the log nor in /metrics", facts=facts)
+    return Check(
+        "startup", "kv_pool", ok, detail if ok else "no KV pool lines in the log nor in /metrics", facts=facts
+    )
 
 
 def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> Check:
@@ -136,14 +138,21 @@ def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> 
     slots = facts.get("log_n_slots") or facts.get("props_total_slots")
     per_slot = facts.get("log_n_ctx_slot") or facts.get("props_n_ctx")
     detail = f"slots {slots}, context per slot {per_slot} tokens"
-    return Check("startup", "kv_pool", ok, detail if ok else "no n_slots/n_ctx_slot in the log nor /props", facts=facts)
+    return Check(
+        "startup", "kv_pool", ok, detail if ok else "no n_slots/n_ctx_slot in the log nor /props", facts=facts
+    )
 
 
 def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> Check:
     """vLLM: ``--no-enable-prefix-caching`` given (V1 turns it on by default) and the engine config line agrees;
     llama.cpp: ``--cache-ram 0`` and ``--slot-prompt-similarity 0`` (no reuse of an earlier prompt)."""
     if sp.attach:
-        return Check("startup", "prefix_caching_off", None, "attached server: flags unknown; see the per-point counters")
+        return Check(
+            "startup",
+            "prefix_caching_off",
+            None,
+            "attached server: flags unknown; see the per-point counters",
+        )
     if sp.engine == "vllm":
         flag = "--no-enable-prefix-caching" in sp.args
         logged = None
@@ -165,7 +174,9 @@ def check_greedy(extra_body: dict[str, Any]) -> Check:
     """Every request says temperature 0 and nothing in the plan's extra body changes sampling."""
     overridden = {k: v for k, v in extra_body.items() if k in SAMPLING_KEYS}
     ok = not overridden or overridden == {"temperature": 0} or overridden == {"temperature": 0.0}
-    detail = "temperature=0 in every request" + (f"; plan extra_body sets {json.dumps(overridden)}" if overridden else "")
+    detail = "temperature=0 in every request" + (
+        f"; plan extra_body sets {json.dumps(overridden)}" if overridden else ""
+    )
     return Check("startup", "greedy_sampling", ok, detail)
 
 
@@ -173,7 +184,9 @@ def check_sampling_overrides(engine: str, log_path: Path | None) -> Check:
     """vLLM warns when the model's generation_config replaces its default sampling parameters; requests set
     temperature explicitly, but other knobs (repetition_penalty, top_k) from that config would still apply."""
     if engine != "vllm" or log_path is None or not log_path.exists():
-        return Check("startup", "engine_sampling_overrides", None, "only vLLM logs default-sampling overrides")
+        return Check(
+            "startup", "engine_sampling_overrides", None, "only vLLM logs default-sampling overrides"
+        )
     from analysis.parse.vllm_log import parse_vllm_log_bytes
 
     ovr = parse_vllm_log_bytes(_complete_lines(log_path), log_path).sampling_overrides
@@ -222,7 +235,9 @@ def point_checks(
     if engine == "vllm":
         before, after = metric_total(metrics_before, PREEMPTIONS), metric_total(metrics_after, PREEMPTIONS)
         if before is None or after is None:
-            out.append(Check("point", "preemptions", None, "no preemption counter (a /metrics scrape failed)", pid))
+            out.append(
+                Check("point", "preemptions", None, "no preemption counter (a /metrics scrape failed)", pid)
+            )
         else:
             d = after - before
             want = {"none": d == 0, "some": d > 0, "any": True}[point.expect_preemptions]

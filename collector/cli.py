@@ -48,13 +48,22 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path.")
+@click.option(
+    "--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path."
+)
 @click.option("--gpu", required=True, help="GPU name from the bundled datasheet table (e.g. rtx4090, h200).")
 @click.option("--kv-pool-gib", type=float, default=None, help="KV pool size in GiB (default: estimated).")
 @click.option("--max-model-len", type=int, default=None, help="Context length per request.")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8, q8_0.")
-@click.option("--weight-format", default="bf16", show_default=True, help="bf16, fp16, or a GGUF type (q4_k_m, q8_0, ...).")
-@click.option("--block-size", type=int, default=16, show_default=True, help="KV block size in tokens (vLLM GPU: 16).")
+@click.option(
+    "--weight-format",
+    default="bf16",
+    show_default=True,
+    help="bf16, fp16, or a GGUF type (q4_k_m, q8_0, ...).",
+)
+@click.option(
+    "--block-size", type=int, default=16, show_default=True, help="KV block size in tokens (vLLM GPU: 16)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with snake_case keys carrying units.")
 @_one_line_errors
 def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> None:

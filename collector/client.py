@@ -68,7 +68,9 @@ class _TokenCounter:
 
 
 def _error(kind: str, err: BaseException | str) -> dict[str, str]:
-    msg = err if isinstance(err, str) else (f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
+    msg = (
+        err if isinstance(err, str) else (f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
+    )
     return {"kind": kind, "message": msg[:1000]}
 
 
@@ -150,7 +152,9 @@ async def stream_completion(
     except httpx.HTTPError as err:
         error = _error("http_other", err)
     except asyncio.CancelledError:
-        rec.update(_finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter))
+        rec.update(
+            _finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter)
+        )
         rec["error"] = _error("aborted", "cancelled by the collector (run aborted)")
         sink = meta.get("_sink")
         if sink is not None:

@@ -153,7 +153,7 @@ class _Table:
     def str_list(self, key: str, default: Any = _MISSING) -> tuple[str, ...]:
         v = self.get(key, list, default)
         if not all(isinstance(x, str) for x in v):
-            raise self._err(key, "expected a list of strings (quote numbers: \"-np\", \"8\")")
+            raise self._err(key, 'expected a list of strings (quote numbers: "-np", "8")')
         return tuple(v)
 
     def str_dict(self, key: str) -> dict[str, str]:
@@ -221,8 +221,10 @@ def _server(t: _Table) -> ServerPlan:
 
 def _model(t: _Table) -> ModelPlan:
     rng = t.get("token_id_range", list)
-    if len(rng) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in rng) or not (
-        0 <= rng[0] < rng[1]
+    if (
+        len(rng) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in rng)
+        or not (0 <= rng[0] < rng[1])
     ):
         raise t._err("token_id_range", f"expected [low, high) with 0 <= low < high, got {rng!r}")
     mp = ModelPlan(
@@ -290,7 +292,9 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
                 raise pt._err(k, f"missing (set it on the point or on phase {name!r})")
             if v < 0 or (v == 0 and k != "seed"):
                 raise pt._err(k, f"must be {'>= 0' if k == 'seed' else '> 0'}, got {v}")
-        points.append(PointPlan(phase=name, kind=kind, index=first_index + i, expect_preemptions=expect, **vals))
+        points.append(
+            PointPlan(phase=name, kind=kind, index=first_index + i, expect_preemptions=expect, **vals)
+        )
     if kind == "length" and len({p.concurrency for p in points}) != 1:
         raise t._err("points", "a length sweep keeps one concurrency; set it on the phase")
     return PhasePlan(name=name, kind=kind, points=tuple(points))

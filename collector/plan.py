@@ -108,7 +108,11 @@ def plan_data(
                 "fits_kv_pool": batch * decode_context_tokens <= pool_tokens,
             }
         )
-    single = th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_bpt, 1, decode_context_tokens), bw) if bw else None
+    single = (
+        th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_bpt, 1, decode_context_tokens), bw)
+        if bw
+        else None
+    )
 
     prefill_rows = []
     for s in prefill_tokens:
@@ -165,7 +169,9 @@ def plan_data(
         "attention_flops_per_token_per_context_token": th.attention_flops_decode_per_token(cfg, 1),
         "flops_per_token_decode_at_context": th.flops_decode_per_token(cfg, decode_context_tokens),
         "attention_overtakes_weights_at_tokens": th.attention_overtakes_weights_at_tokens(cfg),
-        "attention_overtakes_weights_prefill_at_tokens": th.attention_overtakes_weights_prefill_at_tokens(cfg),
+        "attention_overtakes_weights_prefill_at_tokens": th.attention_overtakes_weights_prefill_at_tokens(
+            cfg
+        ),
         "attention_causal_halving": False,
         "prefill": prefill_rows,
         # weights
@@ -190,7 +196,8 @@ def plan_data(
         "vllm_num_gpu_blocks": num_blocks,
         "vllm_kv_cache_tokens": th.vllm_kv_cache_tokens(num_blocks, block_size),
         "max_concurrency_vllm": th.vllm_max_concurrency(num_blocks, block_size, max_model_len),
-        "llama_cpp_ctx_total_for_max_model_len_per_slot": max_model_len * max(1, pool_tokens // max_model_len),
+        "llama_cpp_ctx_total_for_max_model_len_per_slot": max_model_len
+        * max(1, pool_tokens // max_model_len),
         "llama_cpp_slots_at_max_model_len": pool_tokens // max_model_len,
     }
     if llama_cpp_ctx_total is not None or llama_cpp_slots is not None:
@@ -258,7 +265,9 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
         f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {d['gpu_bf16_flops_per_s'] / 1e12:,.1f} TFLOP/s dense bf16; "
         f"each sequence holds {T:,} tokens of KV"
     )
-    out.append("step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x FLOPs/token / peak")
+    out.append(
+        "step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x FLOPs/token / peak"
+    )
     rows = [
         [
             str(r["batch"]),
@@ -270,7 +279,9 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
         ]
         for r in d["decode_by_batch"]
     ]
-    out += _table(["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr")
+    out += _table(
+        ["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr"
+    )
     out.append(
         f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> {d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
     )
@@ -282,7 +293,9 @@ def render_table(d: dict) -> str:
     c = d["config"]
     L = c["num_hidden_layers"]
     out: list[str] = []
-    out.append(f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache {d['kv_dtype']}")
+    out.append(
+        f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache {d['kv_dtype']}"
+    )
     out.append(f"config: {d['model_config_path']}")
     out.append(
         f"shape: h={c['hidden_size']} I={c['intermediate_size']} L={L} H={c['num_attention_heads']} "
@@ -296,7 +309,9 @@ def render_table(d: dict) -> str:
     rows = [["embed_tokens", "", "", "", _n(whole["embed_tokens"]), _pct(whole_share["embed_tokens"])]]
     for name, count in per_layer.items():
         label = name + (" (+bias)" if bias.get(name) else "")
-        rows.append([label, _n(count), _pct(per_share[name]), f"x{L}", _n(whole[name]), _pct(whole_share[name])])
+        rows.append(
+            [label, _n(count), _pct(per_share[name]), f"x{L}", _n(whole[name]), _pct(whole_share[name])]
+        )
     rows.append(["norm (final)", "", "", "", _n(whole["norm"]), _pct(whole_share["norm"])])
     head = "lm_head (tied: 0)" if c["tie_word_embeddings"] else "lm_head"
     rows.append([head, "", "", "", _n(whole["lm_head"]), _pct(whole_share["lm_head"])])
@@ -319,13 +334,21 @@ def render_table(d: dict) -> str:
         f"full multi-head would need {_n(d['kv_bytes_per_token_mha'])} B/token; GQA saves "
         f"{d['gqa_factor']:g}x ({c['num_attention_heads']} heads / {c['num_key_value_heads']} kv heads)"
     )
-    out.append(f"{max(1, d['max_model_len']):,} tokens of context = {_gib(d['kv_bytes_per_token'] * d['max_model_len'])}")
+    out.append(
+        f"{max(1, d['max_model_len']):,} tokens of context = {_gib(d['kv_bytes_per_token'] * d['max_model_len'])}"
+    )
 
     out += ["", "== FLOPs per token =="]
     T = d["decode_context_tokens"]
-    out.append(f"layer matmuls   2 x {_n(d['matmul_params_per_layer'] * L)} weights = {_sci(d['flops_per_token_matmul'])}")
-    out.append(f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)")
-    out.append(f"attention       4 x T x L x H x d = {_n(d['attention_flops_per_token_per_context_token'])} x T (decode at context T)")
+    out.append(
+        f"layer matmuls   2 x {_n(d['matmul_params_per_layer'] * L)} weights = {_sci(d['flops_per_token_matmul'])}"
+    )
+    out.append(
+        f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)"
+    )
+    out.append(
+        f"attention       4 x T x L x H x d = {_n(d['attention_flops_per_token_per_context_token'])} x T (decode at context T)"
+    )
     out.append(f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token")
     out.append(
         f"attention overtakes weights at T = {d['attention_overtakes_weights_at_tokens']:,} tokens (decode, lm_head included); "
@@ -335,7 +358,11 @@ def render_table(d: dict) -> str:
         out.append(
             f"prefill of {p['prompt_tokens']:,} tokens: {_sci(p['flops'])} FLOPs "
             f"(attention {_sci(p['attention_flops'])})"
-            + (f" -> compute floor {p['compute_floor_ms']:.2f} ms at peak bf16" if p["compute_floor_ms"] else "")
+            + (
+                f" -> compute floor {p['compute_floor_ms']:.2f} ms at peak bf16"
+                if p["compute_floor_ms"]
+                else ""
+            )
         )
 
     out += ["", "== Weights =="]
@@ -348,7 +375,11 @@ def render_table(d: dict) -> str:
         f"  embedding {_gib(g['embedding'])}, layers {_gib(g['layers'])}, lm_head {_gib(g['lm_head'])}, "
         f"final norm {_n(g['final_norm'])} B"
     )
-    note = "tied table read once as lm_head" if c["tie_word_embeddings"] else "embedding table gathered, not read"
+    note = (
+        "tied table read once as lm_head"
+        if c["tie_word_embeddings"]
+        else "embedding table gathered, not read"
+    )
     out.append(
         f"read per decode step: {_n(d['weight_bytes_read_per_step'])} B ({_gib(d['weight_bytes_read_per_step'])}); {note}"
     )

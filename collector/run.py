@@ -53,9 +53,17 @@ class EventLog:
     def emit(self, kind: str, **fields: Any) -> None:
         t = stamp(self._clock)
         with self._lock:
-            self._stream.write_json({"v": 1, "kind": kind, "mono_ns": t.mono_ns, "unix_ns": t.unix_ns, **fields})
+            self._stream.write_json(
+                {"v": 1, "kind": kind, "mono_ns": t.mono_ns, "unix_ns": t.unix_ns, **fields}
+            )
             self.count[kind] = self.count.get(kind, 0) + 1
-        if self._echo is not None and kind in ("fault", "abort", "metrics_unreachable", "metrics_back", "server_exit"):
+        if self._echo is not None and kind in (
+            "fault",
+            "abort",
+            "metrics_unreachable",
+            "metrics_back",
+            "server_exit",
+        ):
             self._echo(f"[{kind}] " + json.dumps(fields, ensure_ascii=False))
 
 
@@ -104,12 +112,16 @@ class _Live:
     def request(self, rec: dict[str, Any]) -> None:
         self.errors += rec.get("error") is not None
         dt = (SYSTEM_CLOCK.mono_ns() - self.t0) / 1e9
-        self.progress.update(self.task, advance=1, tok_s=self.tokens / dt if dt > 0 else 0.0, errors=self.errors)
+        self.progress.update(
+            self.task, advance=1, tok_s=self.tokens / dt if dt > 0 else 0.0, errors=self.errors
+        )
 
 
 def _jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "raw_text"}
+        return {
+            f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "raw_text"
+        }
     if isinstance(obj, dict):
         return {k: _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -140,7 +152,9 @@ def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
     except AnatomyError as err:
         doc["error"] = str(err)
     run.write_json("prediction.json", doc, source="collector.plan.plan_data")
-    if Path(m.config).is_file():  # a config.json path (not a bundled name): keep the exact file beside the theory
+    if Path(
+        m.config
+    ).is_file():  # a config.json path (not a bundled name): keep the exact file beside the theory
         run.copy_file("model-config.json", Path(m.config))
     return doc
 
@@ -161,7 +175,9 @@ class _Protocol:
 
     def __init__(self, plan: Plan, run: Run, console: Console, clock: Clock):
         self.plan, self.run, self.console, self.clock = plan, run, console, clock
-        self.events = EventLog(run.open_stream("events.jsonl"), clock, echo=lambda s: console.print(s, markup=False))
+        self.events = EventLog(
+            run.open_stream("events.jsonl"), clock, echo=lambda s: console.print(s, markup=False)
+        )
         self.requests = run.open_stream("requests.jsonl")
         self.scrapes = ScrapeLog(run.open_stream("scrapes.jsonl"))
         self.server: ServerProcess | None = None
@@ -191,7 +207,11 @@ class _Protocol:
         if c.ok is False:
             self.checks_failed.append(f"{c.point or 'startup'}:{c.name}")
         style = {True: "green", False: "red", None: "dim"}[c.ok]
-        self.console.print(f"[{style}]{c.mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}", highlight=False, soft_wrap=True)
+        self.console.print(
+            f"[{style}]{c.mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def fingerprint(self) -> None:
         sp = self.plan.server
@@ -219,7 +239,9 @@ class _Protocol:
         paths = ["/v1/models", "/version"] + (["/props"] if sp.engine == "llamacpp" else [])
         for p in paths:
             status, body = _get_json(base + p)
-            self.run.write_json(f"fingerprint/server{p.replace('/', '-')}.json", {"status": status, "body": body})
+            self.run.write_json(
+                f"fingerprint/server{p.replace('/', '-')}.json", {"status": status, "body": body}
+            )
             if p == "/props" and isinstance(body, dict):
                 props = body
         rec = self._boundary_scrape("startup", None) if self.plan.sampling.metrics else None
@@ -277,7 +299,9 @@ class _Protocol:
                                 await asyncio.wait_for(self.abort.event.wait(), self.plan.load.drain_s)
                             except TimeoutError:
                                 pass
-                    self.events.emit("phase_end", phase=phase.name, phase_kind=phase.kind, aborted=self.abort.reason)
+                    self.events.emit(
+                        "phase_end", phase=phase.name, phase_kind=phase.kind, aborted=self.abort.reason
+                    )
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM) if main else ():
                 self.loop.remove_signal_handler(sig)
@@ -293,7 +317,11 @@ class _Protocol:
         self.events.emit("point_start", point=pt.point_id, phase=pt.phase, phase_kind=pt.kind,
                          concurrency=pt.concurrency, requests=pt.requests, input_len=pt.input_len,
                          output_len=pt.output_len, seed=pt.seed)  # fmt: skip
-        before = await asyncio.to_thread(self._boundary_scrape, "point_start", pt.point_id) if p.sampling.metrics else None
+        before = (
+            await asyncio.to_thread(self._boundary_scrape, "point_start", pt.point_id)
+            if p.sampling.metrics
+            else None
+        )
         records: list[dict[str, Any]] = []
 
         def sink(rec: dict[str, Any]) -> None:
@@ -328,7 +356,9 @@ class _Protocol:
                                     max_concurrency=pt.concurrency, num_prompts=pt.requests,
                                     label=f"inference-anatomy collector: {pt.point_id}")  # fmt: skip
             self.run.write_json(f"bench/{pt.point_id}.json", summary, source="collector.bench_summary")
-        for c in ck.point_checks(pt, records, out.sent, sp.engine, (before or {}).get("text"), (after or {}).get("text")):
+        for c in ck.point_checks(
+            pt, records, out.sent, sp.engine, (before or {}).get("text"), (after or {}).get("text")
+        ):
             self.record_check(c)
         if not out.aborted:
             self.points_done += 1
@@ -359,7 +389,9 @@ def _install_sigterm() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def execute_run(plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None) -> RunResult:
+def execute_run(
+    plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None
+) -> RunResult:
     plan = load_plan(plan_file)
     console = console or Console(stderr=True)
     store = RawStore(raw_root)
@@ -371,7 +403,9 @@ def execute_run(plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, co
     console.print(f"run {run.path}")
     run.copy_file("plan.toml", plan_file)
     proto = _Protocol(plan, run, console, clock)
-    proto.events.emit("run_start", plan=str(plan_file), campaign=plan.campaign, run=name, server_mode=meta["server_mode"])
+    proto.events.emit(
+        "run_start", plan=str(plan_file), campaign=plan.campaign, run=name, server_mode=meta["server_mode"]
+    )
     status, reason, crash = "complete", None, None
     restore = _install_sigterm()
     try:

@@ -63,7 +63,11 @@ def query_nvidia_smi(clock: Clock = SYSTEM_CLOCK, timeout_s: float = 5.0) -> dic
     rec: dict[str, Any] = {"v": SCRAPE_VERSION, "source": "nvidia-smi", "query": NVIDIA_SMI_QUERY}
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        rec.update(status=p.returncode, text=p.stdout, error=(p.stderr.strip()[:500] or None) if p.returncode else None)
+        rec.update(
+            status=p.returncode,
+            text=p.stdout,
+            error=(p.stderr.strip()[:500] or None) if p.returncode else None,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         rec.update(status=None, text=None, error=f"{type(err).__name__}: {err}"[:500])
     end = stamp(clock)

@@ -166,7 +166,9 @@ class ServerProcess:
         with httpx.Client(timeout=5.0) as client:
             while True:
                 if self.proc is not None and self.proc.poll() is not None:
-                    raise RunError(f"server exited with code {self.proc.returncode} during start-up (see server.log)")
+                    raise RunError(
+                        f"server exited with code {self.proc.returncode} during start-up (see server.log)"
+                    )
                 if (why := abort()) is not None:
                     raise RunError(f"start-up aborted: {why}")
                 try:
@@ -220,11 +222,19 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def run_capture(cmd: list[str], timeout_s: float = 120.0, env: dict[str, str] | None = None) -> tuple[int | None, str]:
+def run_capture(
+    cmd: list[str], timeout_s: float = 120.0, env: dict[str, str] | None = None
+) -> tuple[int | None, str]:
     """Run a short command for the fingerprint: (exit code or None, stdout+stderr text)."""
     try:
         p = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL, errors="replace"
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
         )
         return p.returncode, p.stdout + (p.stderr if p.stderr else "")
     except (OSError, subprocess.TimeoutExpired) as err:

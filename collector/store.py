@@ -225,7 +225,9 @@ class Run:
             "files": files,
             **(extra or {}),
         }
-        _create_exclusive(self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        _create_exclusive(
+            self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+        )
         self._journal.close()
         _create_exclusive(self.path / SEAL, (sha256_file(self.path / MANIFEST) + "\n").encode())
         return self.path / SEAL

@@ -42,7 +42,11 @@ CHROMIUM_ARGS = [
 
 def reference_source() -> Path | None:
     """The reference campaign beside the checkout (``../shared/seed-runs``), or where SEED_RUNS points."""
-    for base in (os.environ.get("ANATOMY_SEED_RUNS"), os.environ.get("SEED_RUNS"), ROOT.parent / "shared" / "seed-runs"):
+    for base in (
+        os.environ.get("ANATOMY_SEED_RUNS"),
+        os.environ.get("SEED_RUNS"),
+        ROOT.parent / "shared" / "seed-runs",
+    ):
         if base and (Path(base) / REFERENCE_CAMPAIGN).is_dir():
             return Path(base) / REFERENCE_CAMPAIGN
     return None
@@ -83,8 +87,16 @@ def synthetic_gpu_campaign(raw: Path) -> str:
     store = RawStore(raw)
     own._own_run(store, "llamacpp-f16", "fp16")
     own._own_run(store, "llamacpp-q4km", "q4_k_m")
-    store_run({"v": 1, "copy_bytes_per_s": own.COPY_BW, "bf16_matmul_flops_per_s": 8.0e14,
-               "device_name": "NVIDIA H200"}, raw, own.CAMPAIGN)
+    store_run(
+        {
+            "v": 1,
+            "copy_bytes_per_s": own.COPY_BW,
+            "bf16_matmul_flops_per_s": 8.0e14,
+            "device_name": "NVIDIA H200",
+        },
+        raw,
+        own.CAMPAIGN,
+    )
     return own.CAMPAIGN
 
 

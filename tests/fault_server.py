@@ -88,7 +88,9 @@ class FaultServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode().split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+                headers = {
+                    k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
+                }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 keep = await self._route(method, path, body, writer)
                 if not keep:
@@ -101,7 +103,9 @@ class FaultServer:
     async def _plain(self, writer, status: int, body: bytes, ctype: str = "application/json") -> bool:
         reason = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
                   503: "Service Unavailable"}[status]  # fmt: skip
-        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        writer.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
         writer.write(body)
         await writer.drain()
         return True
@@ -124,7 +128,11 @@ class FaultServer:
             )
             return await self._plain(writer, 200, text.encode(), "text/plain; version=0.0.4")
         if path == "/props":
-            return await self._plain(writer, 200, json.dumps({"total_slots": 8, "default_generation_settings": {"n_ctx": 512}}).encode())
+            return await self._plain(
+                writer,
+                200,
+                json.dumps({"total_slots": 8, "default_generation_settings": {"n_ctx": 512}}).encode(),
+            )
         if path == "/v1/models":
             return await self._plain(writer, 200, json.dumps({"data": [{"id": self.alias}]}).encode())
         if path == "/v1/completions" and method == "POST":
@@ -150,7 +158,9 @@ class FaultServer:
         prompt_n, max_tokens = len(req["prompt"]), int(req["max_tokens"])
         continuous = bool((req.get("stream_options") or {}).get("continuous_usage_stats"))
         timings = bool(req.get("timings_per_token"))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         await writer.drain()
         if fault == "hang":
             await asyncio.sleep(3600)
@@ -178,12 +188,20 @@ class FaultServer:
                 ev: dict = {"id": f"cmpl-{n}", "object": "text_completion", "model": self.alias,
                             "choices": [{"index": 0, "text": "a", "finish_reason": "length" if i == max_tokens else None}]}  # fmt: skip
                 if continuous:
-                    ev["usage"] = {"prompt_tokens": prompt_n, "completion_tokens": i, "total_tokens": prompt_n + i}
+                    ev["usage"] = {
+                        "prompt_tokens": prompt_n,
+                        "completion_tokens": i,
+                        "total_tokens": prompt_n + i,
+                    }
                 if timings:
                     ev["timings"] = {"prompt_n": prompt_n, "predicted_n": i,
                                      "predicted_ms": (time.monotonic() - t0) * 1000.0}  # fmt: skip
                 await send(ev)
-            usage = {"prompt_tokens": prompt_n, "completion_tokens": max_tokens, "total_tokens": prompt_n + max_tokens}
+            usage = {
+                "prompt_tokens": prompt_n,
+                "completion_tokens": max_tokens,
+                "total_tokens": prompt_n + max_tokens,
+            }
             await send({"id": f"cmpl-{n}", "object": "text_completion", "choices": [], "usage": usage})
             await send("[DONE]")
             writer.write(b"0\r\n\r\n")

@@ -46,12 +46,26 @@ def _csv(path: Path) -> list[dict]:
 
 
 REQUIRED = [
-    "{r}.vllm.knee_concurrency", "{r}.llamacpp.knee_concurrency", "{r}.kv_pool_gib_log", "{r}.kv_pool_tokens_log",
-    "{r}.max_concurrency_log", "{r}.kv_pool_tokens_theory", "{r}.max_concurrency_theory", "{r}.kv_fit_slope",
-    "{r}.kv_fit_intercept", "{r}.kv_fit_r2", "{r}.overload.oversubscription", "{r}.overload.output_tokens_complete",
-    "{r}.overload.ttft_queue_share_pct", "{r}.single_stream_step_ratio", "{r}.vllm.roofline_achievement_pct",
-    "{r}.llamacpp.roofline_achievement_pct", "{r}.selection.boundary_p99_ttft_ms", "{r}.gates.all_passed",
-    "{r}.gates.points_failed", "{r}.windows.client_clock_offset_s",
+    "{r}.vllm.knee_concurrency",
+    "{r}.llamacpp.knee_concurrency",
+    "{r}.kv_pool_gib_log",
+    "{r}.kv_pool_tokens_log",
+    "{r}.max_concurrency_log",
+    "{r}.kv_pool_tokens_theory",
+    "{r}.max_concurrency_theory",
+    "{r}.kv_fit_slope",
+    "{r}.kv_fit_intercept",
+    "{r}.kv_fit_r2",
+    "{r}.overload.oversubscription",
+    "{r}.overload.output_tokens_complete",
+    "{r}.overload.ttft_queue_share_pct",
+    "{r}.single_stream_step_ratio",
+    "{r}.vllm.roofline_achievement_pct",
+    "{r}.llamacpp.roofline_achievement_pct",
+    "{r}.selection.boundary_p99_ttft_ms",
+    "{r}.gates.all_passed",
+    "{r}.gates.points_failed",
+    "{r}.windows.client_clock_offset_s",
 ]
 
 
@@ -70,7 +84,11 @@ def test_every_named_key_exists_for_both_rounds(findings):
 
 
 def test_round1_has_no_sampler_and_says_so(findings):
-    for k in ("round1.kv_fit_slope", "round1.overload.ttft_queue_share_pct", "round1.windows.client_clock_offset_s"):
+    for k in (
+        "round1.kv_fit_slope",
+        "round1.overload.ttft_queue_share_pct",
+        "round1.windows.client_clock_offset_s",
+    ):
         assert findings[k]["status"] == "n/a" and findings[k]["reason"] == "no_sampler_csv"
 
 
@@ -115,8 +133,11 @@ def test_clock_offset_is_zero_and_windows_hold_the_activity(findings, out):
     end = datetime.strptime(d["date"], "%Y%m%d-%H%M%S").replace(tzinfo=UTC).timestamp()
     start = end - d["duration"]
     rows = _csv(SEED / "Round2/01-02-perf-test/metrics_sweep.csv")
-    active = [float(r["ts"]) for r in rows if float(r["running"]) + float(r["waiting"]) > 0
-              and start - 10 <= float(r["ts"]) <= end + 10]
+    active = [
+        float(r["ts"])
+        for r in rows
+        if float(r["running"]) + float(r["waiting"]) > 0 and start - 10 <= float(r["ts"]) <= end + 10
+    ]
     assert active and start - 1.5 <= active[0] and active[-1] <= end + 1.5
     assert findings["round2.windows.max_abs_end_lag_s"]["value"] < 2.0
 
@@ -133,8 +154,12 @@ def test_overload_preemptions_from_csv(findings):
     # 64 × (6144 + 2048) tokens of demand over the 120,064-token pool
     assert findings["round2.overload.oversubscription"]["value"] == pytest.approx(64 * 8192 / 120064)
     assert findings["round2.overload.output_tokens_complete"]["value"] is True
-    q = (float(after["queue_sum"]) - float(before["queue_sum"])) / (float(after["queue_cnt"]) - float(before["queue_cnt"]))
-    assert findings["round2.overload.ttft_queue_share_pct"]["value"] == pytest.approx(q * 1000 / d["mean_ttft_ms"] * 100)
+    q = (float(after["queue_sum"]) - float(before["queue_sum"])) / (
+        float(after["queue_cnt"]) - float(before["queue_cnt"])
+    )
+    assert findings["round2.overload.ttft_queue_share_pct"]["value"] == pytest.approx(
+        q * 1000 / d["mean_ttft_ms"] * 100
+    )
 
 
 def test_flops_counter_matches_theory(findings):
@@ -150,7 +175,9 @@ def test_kv_fit_is_linear_with_unit_slope(findings):
 def test_single_stream_ratio_from_the_jsons(findings):
     v = json.loads((SEED / "Round2/01-02-perf-test/vllm_c001.json").read_text())
     ll = json.loads((SEED / "Round2/05-perf-test/llamacpp_c001.json").read_text())
-    assert findings["round2.single_stream_step_ratio"]["value"] == pytest.approx(v["p50_itl_ms"] / ll["p50_itl_ms"])
+    assert findings["round2.single_stream_step_ratio"]["value"] == pytest.approx(
+        v["p50_itl_ms"] / ll["p50_itl_ms"]
+    )
 
 
 def test_knee_by_hand(findings):

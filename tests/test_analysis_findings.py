@@ -12,7 +12,9 @@ from analysis import labels_zh as zh
 
 
 def test_measured_against_theory_within_and_outside_tolerance():
-    ok = fnd.measured("round2.kv_pool_tokens_log", 120064, "tokens", ["a.log:36"], theory=120024.0, tolerance_pct=0.1)
+    ok = fnd.measured(
+        "round2.kv_pool_tokens_log", 120064, "tokens", ["a.log:36"], theory=120024.0, tolerance_pct=0.1
+    )
     # (120064 − 120024) / 120024 = 40 / 120024 = 0.0333 %
     assert ok.error_pct == pytest.approx(40 / 120024 * 100)
     assert ok.status == "ok"

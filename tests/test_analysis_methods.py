@@ -54,14 +54,27 @@ def test_llamacpp_overload_formulas():
 
 def test_byte_ledger_one_row_per_engine_and_format():
     def s(run, engine, fmt, wb):
-        return {"series": run, "run": run, "engine": engine, "weight_format": fmt, "weight_bytes_per_step": wb,
-                "kv_bytes_per_token": 57344, "format_source": f"{run}/plan.toml"}
+        return {
+            "series": run,
+            "run": run,
+            "engine": engine,
+            "weight_format": fmt,
+            "weight_bytes_per_step": wb,
+            "kv_bytes_per_token": 57344,
+            "format_source": f"{run}/plan.toml",
+        }
 
-    series = [s("a-f16", "llamacpp", "fp16", 2e9), s("b-q4", "llamacpp", "q4_k_m", 5e8),
-              s("c-q4-repeat", "llamacpp", "q4_k_m", 5e8), s("d-nothing", "vllm", "bf16", None)]
+    series = [
+        s("a-f16", "llamacpp", "fp16", 2e9),
+        s("b-q4", "llamacpp", "q4_k_m", 5e8),
+        s("c-q4-repeat", "llamacpp", "q4_k_m", 5e8),
+        s("d-nothing", "vllm", "bf16", None),
+    ]
     rows = engines.byte_ledger(series, 1e12)
-    assert [(r["engine"], r["weight_format"], r["run"]) for r in rows] == [("llamacpp", "fp16", "a-f16"),
-                                                                           ("llamacpp", "q4_k_m", "b-q4")]
+    assert [(r["engine"], r["weight_format"], r["run"]) for r in rows] == [
+        ("llamacpp", "fp16", "a-f16"),
+        ("llamacpp", "q4_k_m", "b-q4"),
+    ]
     # 2e9 B at 1e12 B/s = 2 ms; 5e8 B = 0.5 ms; no bandwidth (a CPU): no floor
     assert [r["weight_floor_ms"] for r in rows] == [pytest.approx(2.0), pytest.approx(0.5)]
     assert engines.byte_ledger(series[:1], None)[0]["weight_floor_ms"] is None
@@ -82,8 +95,15 @@ def test_pairs_put_the_slower_card_first():
     from analysis.reconcile.comparison import CampaignSummary, slower_first
 
     def c(name, bw):
-        return CampaignSummary(name=name, tables={}, findings=FindingSet(), gpu=None, gpu_display=None,
-                               bandwidth_datasheet_bytes_per_s=bw, bandwidth_measured_bytes_per_s=None)
+        return CampaignSummary(
+            name=name,
+            tables={},
+            findings=FindingSet(),
+            gpu=None,
+            gpu_display=None,
+            bandwidth_datasheet_bytes_per_s=bw,
+            bandwidth_measured_bytes_per_s=None,
+        )
 
     rtx, h200, cpu = c("rtx4090-x", 1008e9), c("h200-x", 4.8e12), c("cpu-x", None)
     assert slower_first(h200, rtx) == slower_first(rtx, h200) == ("rtx4090-x", "h200-x")
@@ -95,14 +115,17 @@ def test_model_findings_cite_only_real_files(tmp_path):
     from analysis.reconcile.structure import MODELS_DIR, config_sources
 
     bundled = MODELS_DIR / "Qwen2.5-7B-Instruct.json"
-    assert config_sources(str(bundled), ["r/x.json:model_id"]) == ["r/x.json:model_id",
-                                                                   "analysis/models/Qwen2.5-7B-Instruct.json"]
+    assert config_sources(str(bundled), ["r/x.json:model_id"]) == [
+        "r/x.json:model_id",
+        "analysis/models/Qwen2.5-7B-Instruct.json",
+    ]
     # a run's own model-config.json (or prediction.json) is the source; no invented bundled path
     own = tmp_path / "model-config.json"
     own.write_text("{}")
     assert config_sources(str(own), ["run/model-config.json"]) == ["run/model-config.json"]
     assert config_sources(str(MODELS_DIR / "llamacpp.json"), ["run/prediction.json:prediction.config"]) == [
-        "run/prediction.json:prediction.config"]
+        "run/prediction.json:prediction.config"
+    ]
 
 
 def _ceilings_ctx(copy_bytes_per_s: float, matmul_flops_per_s: float, gpu: str | None):
@@ -110,9 +133,12 @@ def _ceilings_ctx(copy_bytes_per_s: float, matmul_flops_per_s: float, gpu: str |
     from analysis.reconcile.theoryctx import TheoryCtx
     from analysis.rundocs import Ceilings
 
-    return TheoryCtx(cfg=None, gpu=get_gpu(gpu) if gpu else None,
-                     ceilings=Ceilings(copy_bytes_per_s, matmul_flops_per_s, "NVIDIA H200"),
-                     ceilings_source=["ceilings/ceilings.json"])
+    return TheoryCtx(
+        cfg=None,
+        gpu=get_gpu(gpu) if gpu else None,
+        ceilings=Ceilings(copy_bytes_per_s, matmul_flops_per_s, "NVIDIA H200"),
+        ceilings_source=["ceilings/ceilings.json"],
+    )
 
 
 def test_ceilings_against_the_h200_datasheet_by_hand():
@@ -127,7 +153,9 @@ def test_ceilings_against_the_h200_datasheet_by_hand():
     assert copy.sources == ("ceilings/ceilings.json:copy_bytes_per_s",)
     mm = f["ceilings.bf16_matmul_flops_per_s"]
     # (669 − 989.4) ÷ 989.4 = −320.4 ÷ 989.4 = −32.38 %: further below the peak than ±25 % → mismatch
-    assert mm.theory == 989.4e12 and mm.error_pct == pytest.approx(-32.383, abs=1e-3) and mm.status == "mismatch"
+    assert (
+        mm.theory == 989.4e12 and mm.error_pct == pytest.approx(-32.383, abs=1e-3) and mm.status == "mismatch"
+    )
     # a measured copy far below the datasheet (3.0 of 4.8 TB/s: −37.5 %) is a mismatch too, and so is one above it
     assert ceilings.run(None, _ceilings_ctx(3.0e12, 8e14, "h200")).findings[0].status == "mismatch"
     assert ceilings.run(None, _ceilings_ctx(5.6e12, 8e14, "h200")).findings[0].status == "mismatch"  # +16.7 %

@@ -36,21 +36,44 @@ def test_stats_percentiles_linear():
 
 def _record(i: int, send_ms: int, chunks_ms: list[int], end_ms: int, point: str = "c2", error=None) -> dict:
     return {
-        "v": 1, "request_id": f"r{i}", "phase": "sweep", "phase_kind": "concurrency", "point": point,
-        "point_index": 0, "index": i, "worker": i % 2, "concurrency": 2, "seed": 1, "input_len": 8, "max_tokens": 3,
-        "send_mono_ns": send_ms * MS, "send_unix_ns": 1_700_000_000_000_000_000 + send_ms * MS,
-        "headers_mono_ns": None, "end_mono_ns": end_ms * MS,
-        "end_unix_ns": 1_700_000_000_000_000_000 + end_ms * MS, "http_status": 200,
-        "chunk_mono_ns": [c * MS for c in chunks_ms], "chunk_unix_ns": [c * MS for c in chunks_ms],
-        "chunk_tokens": [1] * len(chunks_ms), "token_count_source": "usage", "done": True,
-        "usage": {"prompt_tokens": 8, "completion_tokens": len(chunks_ms)}, "finish_reason": "length",
-        "engine_timings": None, "response_id": None, "error": error,
+        "v": 1,
+        "request_id": f"r{i}",
+        "phase": "sweep",
+        "phase_kind": "concurrency",
+        "point": point,
+        "point_index": 0,
+        "index": i,
+        "worker": i % 2,
+        "concurrency": 2,
+        "seed": 1,
+        "input_len": 8,
+        "max_tokens": 3,
+        "send_mono_ns": send_ms * MS,
+        "send_unix_ns": 1_700_000_000_000_000_000 + send_ms * MS,
+        "headers_mono_ns": None,
+        "end_mono_ns": end_ms * MS,
+        "end_unix_ns": 1_700_000_000_000_000_000 + end_ms * MS,
+        "http_status": 200,
+        "chunk_mono_ns": [c * MS for c in chunks_ms],
+        "chunk_unix_ns": [c * MS for c in chunks_ms],
+        "chunk_tokens": [1] * len(chunks_ms),
+        "token_count_source": "usage",
+        "done": True,
+        "usage": {"prompt_tokens": 8, "completion_tokens": len(chunks_ms)},
+        "finish_reason": "length",
+        "engine_timings": None,
+        "response_id": None,
+        "error": error,
     }
 
 
 def test_bench_result_from_records(tmp_path):
     p = tmp_path / "requests.jsonl"
-    recs = [_record(0, 0, [50, 60, 70], 71), _record(1, 0, [40, 60, 80], 81), _record(2, 71, [120, 130, 140], 141)]
+    recs = [
+        _record(0, 0, [50, 60, 70], 71),
+        _record(1, 0, [40, 60, 80], 81),
+        _record(2, 71, [120, 130, 140], 141),
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in recs))
     res = metrics.bench_result(parse_requests_jsonl(p), str(p))
     assert res.completed == 3 and res.failed == 0
@@ -68,8 +91,12 @@ def test_own_campaign_flows_through_analyze(tmp_path):
     from collector.store import RawStore
 
     store = RawStore(tmp_path / "raw")
-    run = store.create_run("own", "sweep-1", kind="collected",
-                           meta={"engine": "llamacpp", "test_kind": "concurrency_sweep", "test": "sweep"})
+    run = store.create_run(
+        "own",
+        "sweep-1",
+        kind="collected",
+        meta={"engine": "llamacpp", "test_kind": "concurrency_sweep", "test": "sweep"},
+    )
     with run.open_stream("requests.jsonl") as s:
         for r in (_record(0, 0, [50, 60, 70], 71), _record(1, 0, [40, 60, 80], 81)):
             s.write_line(json.dumps(r))

@@ -76,44 +76,80 @@ points = [{", ".join(f"{{ concurrency = {c}, requests = {2 * c}, seed = {c} }}" 
 
 
 def _metrics(prompt_s: float, pred_tokens: int, pred_s: float) -> str:
-    return (f"# TYPE llamacpp:prompt_seconds_total counter\nllamacpp:prompt_seconds_total {prompt_s}\n"
-            f"# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {pred_tokens}\n"
-            f"# TYPE llamacpp:tokens_predicted_seconds_total counter\nllamacpp:tokens_predicted_seconds_total {pred_s}\n"
-            "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n")
+    return (
+        f"# TYPE llamacpp:prompt_seconds_total counter\nllamacpp:prompt_seconds_total {prompt_s}\n"
+        f"# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {pred_tokens}\n"
+        f"# TYPE llamacpp:tokens_predicted_seconds_total counter\nllamacpp:tokens_predicted_seconds_total {pred_s}\n"
+        "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n"
+    )
 
 
 def _own_run(store: RawStore, run_name: str, fmt: str) -> None:
-    run = store.create_run(CAMPAIGN, run_name, kind="collector-run",
-                           meta={"engine": "llamacpp", "gpu": "h200", "model": "Qwen2.5-7B-Instruct"})
+    run = store.create_run(
+        CAMPAIGN,
+        run_name,
+        kind="collector-run",
+        meta={"engine": "llamacpp", "gpu": "h200", "model": "Qwen2.5-7B-Instruct"},
+    )
     run.write_text("plan.toml", _plan_toml(run_name, fmt))
-    inputs = {"model": "Qwen2.5-7B-Instruct", "gpu": "h200", "kv_pool_gib": CTX * KV_BYTES_PER_TOKEN / 2**30,
-              "max_model_len": CTX // SLOTS, "kv_dtype": "fp16", "weight_format": fmt, "block_size": 16}
-    run.write_json("prediction.json", {"v": 1, "inputs": inputs, "prediction": plan_data(**inputs), "error": None})
+    inputs = {
+        "model": "Qwen2.5-7B-Instruct",
+        "gpu": "h200",
+        "kv_pool_gib": CTX * KV_BYTES_PER_TOKEN / 2**30,
+        "max_model_len": CTX // SLOTS,
+        "kv_dtype": "fp16",
+        "weight_format": fmt,
+        "block_size": 16,
+    }
+    run.write_json(
+        "prediction.json", {"v": 1, "inputs": inputs, "prediction": plan_data(**inputs), "error": None}
+    )
     run.write_json("fingerprint/summary.json", {"gpus": [{"name": "NVIDIA H200"}], "engine": "llamacpp"})
     w_mib = theory.weight_bytes(load_model_config("Qwen2.5-7B-Instruct"), fmt) / 2**20
-    run.write_text("server.log", "\n".join([
-        "0.00.010.737 I srv    load_model: loading model 'm.gguf'",
-        f"0.00.045.512 I load_tensors:   CUDA0 model buffer size = {w_mib:10.2f} MiB",
-        f"0.00.057.382 I llama_kv_cache: size = {CTX * KV_BYTES_PER_TOKEN / 2**20:8.2f} MiB (  4096 cells,  28 layers,  "
-        f"{SLOTS}/{SLOTS} seqs), K (f16):  896.00 MiB, V (f16):  896.00 MiB",
-        f"0.00.078.718 I srv    load_model: initializing, n_slots = {SLOTS}, n_ctx_slot = {CTX // SLOTS}, "
-        "kv_unified = 'false'", ""]))
+    run.write_text(
+        "server.log",
+        "\n".join(
+            [
+                "0.00.010.737 I srv    load_model: loading model 'm.gguf'",
+                f"0.00.045.512 I load_tensors:   CUDA0 model buffer size = {w_mib:10.2f} MiB",
+                f"0.00.057.382 I llama_kv_cache: size = {CTX * KV_BYTES_PER_TOKEN / 2**20:8.2f} MiB (  4096 cells,  28 layers,  "
+                f"{SLOTS}/{SLOTS} seqs), K (f16):  896.00 MiB, V (f16):  896.00 MiB",
+                f"0.00.078.718 I srv    load_model: initializing, n_slots = {SLOTS}, n_ctx_slot = {CTX // SLOTS}, "
+                "kv_unified = 'false'",
+                "",
+            ]
+        ),
+    )
     events = run.open_stream("events.jsonl")
     scrapes = run.open_stream("scrapes.jsonl")
     requests = run.open_stream("requests.jsonl")
     t = 1_000_000_000_000  # monotonic ns
     wall = 1_800_000_000_000_000_000
-    ev = [{"kind": "server_start", "argv": ["llama-server", "-ngl", "99", "-np", str(SLOTS), "-c", str(CTX)]},
-          {"kind": "check", "scope": "startup", "name": "greedy_sampling", "ok": True, "detail": "t=0"},
-          {"kind": "check", "scope": "startup", "name": "prefix_caching_off", "ok": True, "detail": "off"}]
+    ev = [
+        {"kind": "server_start", "argv": ["llama-server", "-ngl", "99", "-np", str(SLOTS), "-c", str(CTX)]},
+        {"kind": "check", "scope": "startup", "name": "greedy_sampling", "ok": True, "detail": "t=0"},
+        {"kind": "check", "scope": "startup", "name": "prefix_caching_off", "ok": True, "detail": "off"},
+    ]
     for e in ev:
         events.write_json({"v": 1, "mono_ns": t, "unix_ns": wall, **e})
     counters = [0.0, 0, 0.0]
     for i, c in enumerate(CONCURRENCIES):
         pid = f"p{i:02d}-sweep-c{c:03d}-i{IN_LEN}-o{OUT_LEN}"
-        scrapes.write_json({"v": 1, "source": "metrics", "tag": "point_start", "point": pid, "start_mono_ns": t,
-                            "start_unix_ns": wall, "end_mono_ns": t + 1000, "end_unix_ns": wall + 1000, "status": 200,
-                            "error": None, "text": _metrics(*counters)})
+        scrapes.write_json(
+            {
+                "v": 1,
+                "source": "metrics",
+                "tag": "point_start",
+                "point": pid,
+                "start_mono_ns": t,
+                "start_unix_ns": wall,
+                "end_mono_ns": t + 1000,
+                "end_unix_ns": wall + 1000,
+                "status": 200,
+                "error": None,
+                "text": _metrics(*counters),
+            }
+        )
         t += 1_000_000
         step = itl_ms(fmt, c)
         recs = []
@@ -125,30 +161,87 @@ def _own_run(store: RawStore, run_name: str, fmt: str) -> None:
                 for g in gaps:
                     chunks.append(chunks[-1] + int(round(g * 1e6)))
                 end = chunks[-1] + 100_000
-                rec = {"v": 1, "request_id": f"{pid}-r{wave * c + w:05d}", "phase": "sweep", "phase_kind": "concurrency",
-                       "point": pid, "point_index": i, "index": wave * c + w, "worker": w, "concurrency": c, "seed": c,
-                       "input_len": IN_LEN, "max_tokens": OUT_LEN, "send_mono_ns": send, "send_unix_ns": wall + send - t,
-                       "headers_mono_ns": send + 1000, "end_mono_ns": end, "end_unix_ns": wall + end - t,
-                       "http_status": 200, "chunk_mono_ns": chunks, "chunk_unix_ns": [wall + x - t for x in chunks],
-                       "chunk_tokens": [1] * OUT_LEN, "token_count_source": "token_ids", "done": True,
-                       "usage": {"prompt_tokens": IN_LEN, "completion_tokens": OUT_LEN}, "finish_reason": "length",
-                       "engine_timings": {"prompt_n": IN_LEN}, "response_id": "x", "error": None}
+                rec = {
+                    "v": 1,
+                    "request_id": f"{pid}-r{wave * c + w:05d}",
+                    "phase": "sweep",
+                    "phase_kind": "concurrency",
+                    "point": pid,
+                    "point_index": i,
+                    "index": wave * c + w,
+                    "worker": w,
+                    "concurrency": c,
+                    "seed": c,
+                    "input_len": IN_LEN,
+                    "max_tokens": OUT_LEN,
+                    "send_mono_ns": send,
+                    "send_unix_ns": wall + send - t,
+                    "headers_mono_ns": send + 1000,
+                    "end_mono_ns": end,
+                    "end_unix_ns": wall + end - t,
+                    "http_status": 200,
+                    "chunk_mono_ns": chunks,
+                    "chunk_unix_ns": [wall + x - t for x in chunks],
+                    "chunk_tokens": [1] * OUT_LEN,
+                    "token_count_source": "token_ids",
+                    "done": True,
+                    "usage": {"prompt_tokens": IN_LEN, "completion_tokens": OUT_LEN},
+                    "finish_reason": "length",
+                    "engine_timings": {"prompt_n": IN_LEN},
+                    "response_id": "x",
+                    "error": None,
+                }
                 requests.write_json(rec)
                 recs.append(rec)
             t = max(r["end_mono_ns"] for r in recs) + 1_000_000
         n = len(recs)
-        counters = [counters[0] + n * PREFILL_S, counters[1] + n * OUT_LEN, counters[2] + n * OUT_LEN * step / 1000]
-        scrapes.write_json({"v": 1, "source": "metrics", "tag": "point_end", "point": pid, "start_mono_ns": t,
-                            "start_unix_ns": wall, "end_mono_ns": t + 1000, "end_unix_ns": wall + 1000, "status": 200,
-                            "error": None, "text": _metrics(*counters)})
+        counters = [
+            counters[0] + n * PREFILL_S,
+            counters[1] + n * OUT_LEN,
+            counters[2] + n * OUT_LEN * step / 1000,
+        ]
+        scrapes.write_json(
+            {
+                "v": 1,
+                "source": "metrics",
+                "tag": "point_end",
+                "point": pid,
+                "start_mono_ns": t,
+                "start_unix_ns": wall,
+                "end_mono_ns": t + 1000,
+                "end_unix_ns": wall + 1000,
+                "status": 200,
+                "error": None,
+                "text": _metrics(*counters),
+            }
+        )
         t += 2_000_000
         parsed = [record_from_obj(r) for r in recs]
-        run.write_json(f"bench/{pid}.json", bench_summary(parsed, model_id="m", max_concurrency=c, num_prompts=n,
-                                                          label=pid))
-        for name, ok in (("completed_vs_sent", True), ("failures", True), ("output_tokens", True),
-                         ("input_tokens", True), ("preemptions", None), ("prefix_cache_hits", True)):
-            events.write_json({"v": 1, "kind": "check", "mono_ns": t, "unix_ns": wall, "scope": "point", "name": name,
-                               "ok": ok, "detail": name, "point": pid})
+        run.write_json(
+            f"bench/{pid}.json",
+            bench_summary(parsed, model_id="m", max_concurrency=c, num_prompts=n, label=pid),
+        )
+        for name, ok in (
+            ("completed_vs_sent", True),
+            ("failures", True),
+            ("output_tokens", True),
+            ("input_tokens", True),
+            ("preemptions", None),
+            ("prefix_cache_hits", True),
+        ):
+            events.write_json(
+                {
+                    "v": 1,
+                    "kind": "check",
+                    "mono_ns": t,
+                    "unix_ns": wall,
+                    "scope": "point",
+                    "name": name,
+                    "ok": ok,
+                    "detail": name,
+                    "point": pid,
+                }
+            )
     run.seal("complete")
 
 
@@ -158,8 +251,16 @@ def synth_raw(tmp_path_factory) -> Path:
     store = RawStore(raw)
     _own_run(store, "llamacpp-f16", "fp16")
     _own_run(store, "llamacpp-q4km", "q4_k_m")
-    store_run({"v": 1, "copy_bytes_per_s": COPY_BW, "bf16_matmul_flops_per_s": 8.0e14, "device_name": "NVIDIA H200"},
-              raw, CAMPAIGN)
+    store_run(
+        {
+            "v": 1,
+            "copy_bytes_per_s": COPY_BW,
+            "bf16_matmul_flops_per_s": 8.0e14,
+            "device_name": "NVIDIA H200",
+        },
+        raw,
+        CAMPAIGN,
+    )
     return raw
 
 
@@ -265,7 +366,9 @@ def test_comparison_with_reference(synth_raw, tmp_path):
     assert comp[key]["theory"] == pytest.approx(floor_4090 / floor_h200)
     assert comp[key]["theory_measured_ceilings"] is None  # the reference has no measured ceilings
     assert comp["comparison.rtx4090_qwen2_5_7b.quantization.step_ratio"]["status"] == "n/a"
-    assert comp["comparison.h200_synth.quantization.llamacpp.fp16_over_q4_k_m.step_ratio"]["value"] == pytest.approx(2.5)
+    assert comp["comparison.h200_synth.quantization.llamacpp.fp16_over_q4_k_m.step_ratio"][
+        "value"
+    ] == pytest.approx(2.5)
     assert comp["comparison.rtx4090_qwen2_5_7b.vllm_bf16.capacity_tokens"]["value"] == 120064
     assert comp["comparison.h200_synth.llamacpp_q4_k_m.capacity_tokens"]["theory"] == CTX
     for name in ("comparison_itl_floor", "comparison_achievement", "comparison_throughput"):
@@ -300,8 +403,14 @@ def cpu_raw(tmp_path_factory) -> Path:
         pytest.skip("no committed CPU campaign and no llama-server to make one")
     raw = tmp_path_factory.mktemp("cpu")
     cli = Path(sys.executable).with_name("collector")
-    subprocess.run([str(cli), "run", "plans/cpu-tiny-llamacpp.toml", "--raw", str(raw)], cwd=REPO, check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    subprocess.run(
+        [str(cli), "run", "plans/cpu-tiny-llamacpp.toml", "--raw", str(raw)],
+        cwd=REPO,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=600,
+    )
     if not (raw / CPU_CAMPAIGN).is_dir():
         pytest.skip("collector run made no CPU campaign")
     return raw
@@ -321,8 +430,13 @@ def test_cpu_campaign_capacity_is_exact_and_roofline_says_why(cpu_raw, tmp_path,
             g = f[pre + "n_ctx_slot"]
             assert g["status"] == "ok" and g["value"] == g["ctx_total"] // g["slots"]
             if cfg is not None:
-                kvb = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (
-                    cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
+                kvb = (
+                    2
+                    * cfg["num_hidden_layers"]
+                    * cfg["num_key_value_heads"]
+                    * (cfg["hidden_size"] // cfg["num_attention_heads"])
+                    * 2
+                )
                 assert f[pre + "kv_cache_mib"]["theory"] == pytest.approx(g["ctx_total"] * kvb / 2**20)
                 assert f[pre + "kv_cache_mib"]["status"] == "ok"
         if pre + "kv_pool_tokens" in f:  # vLLM CPU: the logged tokens, exactly
@@ -341,4 +455,3 @@ def test_no_qwen_assumption_for_the_tiny_model(cpu_raw, tmp_path, monkeypatch):
         pytest.skip("the CPU campaign's model config is not readable here")
     assert f["model.params_total"]["value"] < 100_000_000  # a tiny model, not Qwen2.5-7B's 7.6 B
     assert not math.isclose(f["model.kv_bytes_per_token"]["value"], KV_BYTES_PER_TOKEN)
-

@@ -38,8 +38,10 @@ H200_BW = 4.8e12
 IN_LEN, OUT_LEN = 1024, 256  # the sweep protocol
 OV_IN, OV_OUT = 5120, 2048  # the overload point
 
-pytestmark = pytest.mark.skipif(not (RAW / H200).is_dir() or not (RAW / CPU).is_dir(),
-                                reason="our own campaigns are not committed in raw/")
+pytestmark = pytest.mark.skipif(
+    not (RAW / H200).is_dir() or not (RAW / CPU).is_dir(),
+    reason="our own campaigns are not committed in raw/",
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,11 @@ def _rows(out: Path, campaign: str, table: str) -> list[dict]:
 
 
 def _requests(run: str, campaign: str = H200) -> list[dict]:
-    return [json.loads(line) for line in (RAW / campaign / run / "requests.jsonl").read_text().splitlines() if line]
+    return [
+        json.loads(line)
+        for line in (RAW / campaign / run / "requests.jsonl").read_text().splitlines()
+        if line
+    ]
 
 
 def _bench(run: str, point: str) -> dict:
@@ -86,8 +92,9 @@ def _itls_ms(req: dict) -> list[float]:
 # --- the raw data itself: internally consistent -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("campaign,run", [(H200, "llamacpp-q4km"), (H200, "llamacpp-f16"), (CPU, "llamacpp"),
-                                          (CPU, "vllm")])
+@pytest.mark.parametrize(
+    "campaign,run", [(H200, "llamacpp-q4km"), (H200, "llamacpp-f16"), (CPU, "llamacpp"), (CPU, "vllm")]
+)
 def test_every_completed_request_got_what_it_asked_for_except_the_overload(campaign, run):
     reqs = _requests(run, campaign)
     assert reqs
@@ -99,7 +106,10 @@ def test_every_completed_request_got_what_it_asked_for_except_the_overload(campa
         assert r["usage"]["prompt_tokens"] == r["input_len"], r["request_id"]
         if r["phase_kind"] == "overload" and run.startswith("llamacpp"):
             # the slot holds 6,144 tokens: prompt 5,120 + at most 1,024 generated, then finish_reason length
-            assert got == min(r["max_tokens"], N_CTX_SLOT - r["input_len"]) == 1024 and r["finish_reason"] == "length"
+            assert (
+                got == min(r["max_tokens"], N_CTX_SLOT - r["input_len"]) == 1024
+                and r["finish_reason"] == "length"
+            )
         else:
             assert got == r["max_tokens"], r["request_id"]
 
@@ -125,7 +135,11 @@ def test_h200_capacity_is_exact(out, run):
     pre = f"runs.{run}."
     assert f[pre + "n_slots"]["value"] == SLOTS and f[pre + "n_ctx_slot"]["value"] == N_CTX_SLOT
     cap = f[pre + "capacity_tokens"]
-    assert cap["value"] == SLOTS * N_CTX_SLOT == 1_572_864 and cap["theory"] == 1_572_864 and cap["status"] == "ok"
+    assert (
+        cap["value"] == SLOTS * N_CTX_SLOT == 1_572_864
+        and cap["theory"] == 1_572_864
+        and cap["status"] == "ok"
+    )
     # the pool the plan gave the theory: 84 GiB of 57,344-byte tokens
     pool = f[pre + "prediction.kv_pool_tokens"]
     assert pool["theory"] == 84 * 2**30 / KV_BYTES_PER_TOKEN == 1_572_864 and pool["error_pct"] == 0
@@ -185,9 +199,13 @@ def test_measured_ceilings_against_the_datasheet(out):
     # 4.256 TB/s of the datasheet's 4.8 TB/s: (4.256 − 4.8) ÷ 4.8 = −11.3 %, inside the ±15 % a healthy copy lands in
     assert copy["theory"] == H200_BW and round(copy["error_pct"], 1) == -11.3 and copy["status"] == "ok"
     # 669 TFLOP/s of the dense bf16 peak 989.4: (669.35 − 989.4) ÷ 989.4 = −32.3 %, beyond ±25 %: a mismatch
-    assert mm["value"] == pytest.approx(ceil["bf16_matmul_flops_per_s"], rel=1e-9) and mm["theory"] == 989.4e12
+    assert (
+        mm["value"] == pytest.approx(ceil["bf16_matmul_flops_per_s"], rel=1e-9) and mm["theory"] == 989.4e12
+    )
     assert round(mm["error_pct"], 1) == -32.3 and mm["status"] == "mismatch"
-    assert not any(k.startswith("ceilings.") for k in _findings(out, CPU))  # no ceilings.json, no ceiling findings
+    assert not any(
+        k.startswith("ceilings.") for k in _findings(out, CPU)
+    )  # no ceilings.json, no ceiling findings
 
 
 def test_quantization_ratio_against_the_byte_ledger(out):
@@ -215,7 +233,10 @@ def test_knee_and_peak_from_the_bench_files(out):
         assert f[f"runs.{slug}.knee_concurrency"]["value"] == knee
         best = max(data, key=lambda d: d["output_throughput"])
         peak = f[f"runs.{slug}.peak_output_throughput_tokens_per_s"]
-        assert peak["value"] == pytest.approx(best["output_throughput"]) and peak["concurrency"] == best["max_concurrency"]
+        assert (
+            peak["value"] == pytest.approx(best["output_throughput"])
+            and peak["concurrency"] == best["max_concurrency"]
+        )
 
 
 # --- overload: llama.cpp truncates, and the cut point says it was cut ------------------------------------
@@ -224,20 +245,34 @@ def test_knee_and_peak_from_the_bench_files(out):
 def test_llamacpp_overload_reports_truncation_not_preemption(out):
     f = _findings(out, H200)
     assert f["overload.all_requests_completed"]["value"] is True
-    assert f["overload.all_requests_completed"]["run"] == "llamacpp-q4km"  # the complete point is the headline
+    assert (
+        f["overload.all_requests_completed"]["run"] == "llamacpp-q4km"
+    )  # the complete point is the headline
     t = f["overload.output_tokens_per_request"]
     assert t["value"] == t["theory"] == N_CTX_SLOT - OV_IN and t["status"] == "ok"
     assert f["overload.truncated_requests"]["value"] == 32
     assert f["overload.oversubscription"]["value"] == pytest.approx((OV_IN + OV_OUT) / N_CTX_SLOT)
     assert f["overload.concurrency_over_slots"]["value"] == pytest.approx(32 / SLOTS)
     assert f["overload.output_tokens_complete"]["status"] == "mismatch"  # by design: truncated at the slot
-    for k in ("preemptions", "kv_usage_at_preemption_pct", "tokens_freed_per_preemption",
-              "itl_share_touched_by_preemptions_pct"):
-        assert f[f"overload.{k}"]["status"] == "n/a" and f[f"overload.{k}"]["reason"] == "no_preemption_counter"
+    for k in (
+        "preemptions",
+        "kv_usage_at_preemption_pct",
+        "tokens_freed_per_preemption",
+        "itl_share_touched_by_preemptions_pct",
+    ):
+        assert (
+            f[f"overload.{k}"]["status"] == "n/a" and f[f"overload.{k}"]["reason"] == "no_preemption_counter"
+        )
     # queueing in TTFT: TTFT − llama.cpp's own prompt time, by hand from the raw requests
     reqs = [r for r in _requests("llamacpp-q4km") if r["phase_kind"] == "overload"]
-    ttft = [(next(ns for ns, n in zip(r["chunk_mono_ns"], r["chunk_tokens"], strict=True) if n > 0)
-             - r["send_mono_ns"]) / 1e6 for r in reqs]
+    ttft = [
+        (
+            next(ns for ns, n in zip(r["chunk_mono_ns"], r["chunk_tokens"], strict=True) if n > 0)
+            - r["send_mono_ns"]
+        )
+        / 1e6
+        for r in reqs
+    ]
     wait = [t - r["engine_timings"]["prompt_ms"] for t, r in zip(ttft, reqs, strict=True)]
     q = f["overload.ttft_queue_share_pct"]
     assert q["value"] == pytest.approx(sum(wait) / sum(ttft) * 100, rel=1e-9)
@@ -253,7 +288,9 @@ def test_the_cut_f16_overload_point_is_shown_as_cut(out):
     assert t["status"] == "n/a" and t["reason"] == "point_cut" and t["slot_limit_tokens"] == 1024
     streamed = [sum(r["chunk_tokens"]) for r in _requests("llamacpp-f16") if r["phase_kind"] == "overload"]
     assert (t["streamed_tokens_min"], t["streamed_tokens_max"]) == (min(streamed), max(streamed))
-    row = next(r for r in _rows(out, H200, "points") if r["key"] == "llamacpp-f16/p15-overload-c032-i5120-o2048")
+    row = next(
+        r for r in _rows(out, H200, "points") if r["key"] == "llamacpp-f16/p15-overload-c032-i5120-o2048"
+    )
     # its summary's zero latencies are not measurements: empty in the table, and the point is gated out
     assert row["p50_itl_ms"] == "" and row["p99_ttft_ms"] == "" and row["gate_ok"] == "False"
     assert float(row["input_len_tokens"]) == OV_IN
@@ -267,7 +304,10 @@ def test_the_cut_f16_overload_point_is_shown_as_cut(out):
 
 def test_byte_ledger_has_one_row_per_series(out):
     rows = _rows(out, H200, "engines_byte_ledger")
-    assert sorted((r["engine"], r["weight_format"]) for r in rows) == [("llamacpp", "fp16"), ("llamacpp", "q4_k_m")]
+    assert sorted((r["engine"], r["weight_format"]) for r in rows) == [
+        ("llamacpp", "fp16"),
+        ("llamacpp", "q4_k_m"),
+    ]
     f16 = next(r for r in rows if r["weight_format"] == "fp16")
     assert float(f16["weight_bytes_per_step"]) == pytest.approx(W_F16_READ, rel=1e-9)
 
@@ -296,7 +336,9 @@ def test_legends_one_label_per_series(out):
         assert title == "系列" and colours == series, fig  # no run folder name ("llamacpp-f16 · …")
         _, dashes, scale = _legend(out, H200, fig, "strokeDash")
         assert scale["domain"][0] == "实测 p50 ITL" and scale["range"][0] == [1, 0], fig  # measured: solid
-        assert set(scale["domain"]) == dashes and all(r != [1, 0] for r in scale["range"][1:]), fig  # floors: dashed
+        assert set(scale["domain"]) == dashes and all(r != [1, 0] for r in scale["range"][1:]), (
+            fig
+        )  # floors: dashed
     title, colours, _ = _legend(out, H200, "engines_throughput", "color")
     assert title == "系列" and colours == series
     _, lines, _ = _legend(out, H200, "overload_timeline", "color")
@@ -321,7 +363,9 @@ def test_model_findings_cite_files_that_exist(out):
 def test_comparison_pair_reads_slower_card_first(out):
     comp = json.loads((out / "_comparison" / "comparison.json").read_text())
     pairs = [k for k in comp if "__vs__" in k]
-    assert pairs == ["comparison.rtx4090_qwen2_5_7b__vs__h200_qwen2_5_7b_random.llamacpp_q4_k_m.single_stream_speedup"]
+    assert pairs == [
+        "comparison.rtx4090_qwen2_5_7b__vs__h200_qwen2_5_7b_random.llamacpp_q4_k_m.single_stream_speedup"
+    ]
     g = comp[pairs[0]]
     ref_ms = json.loads((SEED / "Round2/05-perf-test/llamacpp_c001.json").read_text())["p50_itl_ms"]
     h200_ms = _bench("llamacpp-q4km", "p01-sweep-c001-i1024-o256")["p50_itl_ms"]

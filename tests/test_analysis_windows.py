@@ -59,7 +59,9 @@ def test_histogram_mean_in_window():
     ts = [0.0, 10.0, 20.0]
     sums = [1.0, 1.0, 4.0]  # 3 s of queue time added …
     cnts = [1.0, 1.0, 7.0]  # … over 6 requests
-    m = w.ratio_of_deltas(w.counter_delta(ts, sums, w.Window(5, 15)), w.counter_delta(ts, cnts, w.Window(5, 15)))
+    m = w.ratio_of_deltas(
+        w.counter_delta(ts, sums, w.Window(5, 15)), w.counter_delta(ts, cnts, w.Window(5, 15))
+    )
     assert m == pytest.approx(0.5)
 
 

@@ -19,7 +19,9 @@ from tests.fault_server import FaultServer
 from tests.loopback import free_port
 
 
-def _one(server: FaultServer, max_tokens=6, extra=None, request_timeout_s=10.0, read_timeout_s=5.0, prompt_len=5):
+def _one(
+    server: FaultServer, max_tokens=6, extra=None, request_timeout_s=10.0, read_timeout_s=5.0, prompt_len=5
+):
     async def go():
         body = completion_body("m", list(range(40, 40 + prompt_len)), max_tokens, extra or {}, {})
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=read_timeout_s)) as c:
@@ -38,7 +40,11 @@ def server():
 
 @pytest.mark.parametrize(
     "extra, source",
-    [({"stream_options": {"continuous_usage_stats": True}}, "usage"), ({"timings_per_token": True}, "timings"), ({}, "events")],
+    [
+        ({"stream_options": {"continuous_usage_stats": True}}, "usage"),
+        ({"timings_per_token": True}, "timings"),
+        ({}, "events"),
+    ],
 )
 def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source):
     rec = _one(server, max_tokens=6, extra=extra)
@@ -46,14 +52,22 @@ def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source):
     assert rec["chunk_tokens"] == [1] * 6 and rec["token_count_source"] == source
     assert len(rec["chunk_mono_ns"]) == len(rec["chunk_unix_ns"]) == 6
     assert rec["send_mono_ns"] <= rec["headers_mono_ns"] <= rec["chunk_mono_ns"][0]
-    assert rec["chunk_mono_ns"] == sorted(rec["chunk_mono_ns"]) and rec["chunk_mono_ns"][-1] <= rec["end_mono_ns"]
+    assert (
+        rec["chunk_mono_ns"] == sorted(rec["chunk_mono_ns"])
+        and rec["chunk_mono_ns"][-1] <= rec["end_mono_ns"]
+    )
     assert rec["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
     assert rec["finish_reason"] == "length" and rec["response_id"] == "cmpl-1"
 
 
 @pytest.mark.parametrize(
     "fault, kind, status, chunks",
-    [("cut", "stream_cut", 200, 4), ("http500", "http", 500, 0), ("http429", "http", 429, 0), ("malformed", "protocol", 200, 1)],
+    [
+        ("cut", "stream_cut", 200, 4),
+        ("http500", "http", 500, 0),
+        ("http429", "http", 429, 0),
+        ("malformed", "protocol", 200, 1),
+    ],
 )
 def test_faults_become_error_records_with_what_arrived(fault, kind, status, chunks):
     s = FaultServer(token_ms=1.0, faults={fault: 1}).start()

@@ -66,7 +66,9 @@ def _assert_clean_campaign(res, n_points: int) -> list:
 
 
 def _verify_cli(raw: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "collector.cli", "verify", "--raw", str(raw)], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "verify", "--raw", str(raw)], capture_output=True, text=True
+    )
     assert p.returncode == 0 and "OK:" in p.stdout, p.stdout + p.stderr
 
 
@@ -131,7 +133,7 @@ def _wait_sweep_records(raw: Path, campaign: str, n: int, proc: subprocess.Popen
 
 
 LONG_SWEEP = {  # one long point, so the fault lands inside it
-    '{ concurrency = 1, requests = 3, seed = 101 },': '{ concurrency = 2, requests = 200, seed = 101 },',
+    "{ concurrency = 1, requests = 3, seed = 101 },": "{ concurrency = 2, requests = 200, seed = 101 },",
 }
 
 

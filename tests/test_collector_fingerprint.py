@@ -33,8 +33,12 @@ def test_secret_arguments_are_redacted():
 
 def test_collect_writes_every_source(monkeypatch):
     monkeypatch.setenv("COLLECTOR_TEST_TOKEN", "do-not-record-me")
-    sp = ServerPlan(engine="llamacpp", port=1, binary=Path("/bin/echo"), model="m.gguf", served_model_name="m")
-    files = collect(adapter_for("llamacpp"), sp, ["/bin/echo", "-m", "m.gguf"], dict(__import__("os").environ))
+    sp = ServerPlan(
+        engine="llamacpp", port=1, binary=Path("/bin/echo"), model="m.gguf", served_model_name="m"
+    )
+    files = collect(
+        adapter_for("llamacpp"), sp, ["/bin/echo", "-m", "m.gguf"], dict(__import__("os").environ)
+    )
     assert {"os.txt", "cpu.txt", "memory.txt", "python.txt", "pip-freeze-collector.txt", "engine-version.txt",
             "command.json", "environment.json", "summary.json"} <= set(files)  # fmt: skip
     assert "do-not-record-me" not in "".join(files.values())

@@ -36,15 +36,27 @@ def test_real_files_parse_to_typed_records(run_dir):
     assert counter_total(metric_samples(tick), "llamacpp:tokens_predicted_total") is not None
     last = [s for s in scr if s.tag == "point_end"][-1]
     # the test server counts every streamed token: the last boundary scrape saw all of them
-    assert counter_total(metric_samples(last), "llamacpp:tokens_predicted_total") == sum(x.max_tokens for x in reqs)
+    assert counter_total(metric_samples(last), "llamacpp:tokens_predicted_total") == sum(
+        x.max_tokens for x in reqs
+    )
 
 
 @pytest.mark.parametrize(
     "name, parser, mutate, what",
     [
-        ("requests.jsonl", parse_requests_jsonl, lambda o: o.update(send_mono_ns="1"), "'send_mono_ns' should be an integer"),
+        (
+            "requests.jsonl",
+            parse_requests_jsonl,
+            lambda o: o.update(send_mono_ns="1"),
+            "'send_mono_ns' should be an integer",
+        ),
         ("requests.jsonl", parse_requests_jsonl, lambda o: o["chunk_tokens"].append(1), "differ in length"),
-        ("requests.jsonl", parse_requests_jsonl, lambda o: o.update(error={"kind": "oops", "message": ""}), "known kind"),
+        (
+            "requests.jsonl",
+            parse_requests_jsonl,
+            lambda o: o.update(error={"kind": "oops", "message": ""}),
+            "known kind",
+        ),
         ("requests.jsonl", parse_requests_jsonl, lambda o: o.update(v=2), "unknown record version"),
         ("events.jsonl", parse_events_jsonl, lambda o: o.update(kind="party"), "unknown event kind"),
         ("scrapes.jsonl", parse_scrapes_jsonl, lambda o: o.update(source="dcgm"), "unknown source"),

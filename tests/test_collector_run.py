@@ -29,12 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-
-
 def make_plan(tmp: Path, server_args=(), points="[{concurrency = 1, requests = 3, seed = 11}, {concurrency = 4, requests = 12, seed = 12}]",
               output_len=16, extra="", sampling="interval_s = 0.2") -> Path:  # fmt: skip
     fake = tmp / "fake-llama-server"
-    fake.write_text(f"#!/bin/sh\nexec {PY} {ROOT / 'tests' / 'fault_server.py'} \"$@\"\n")
+    fake.write_text(f'#!/bin/sh\nexec {PY} {ROOT / "tests" / "fault_server.py"} "$@"\n')
     fake.chmod(0o755)
     args = ["--cache-ram", "0", "--slot-prompt-similarity", "0", "--token-ms", "2", *server_args]
     plan = tmp / "fake.toml"
@@ -108,7 +106,11 @@ def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path):
     assert all(r.prompt_tokens == r.input_len for r in reqs)
     ev = parse_events_jsonl(run / "events.jsonl")
     kinds = [e.kind for e in ev]
-    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and kinds.count("point_start") == kinds.count("point_end") == 3
+    assert (
+        kinds[0] == "run_start"
+        and kinds[-1] == "run_end"
+        and kinds.count("point_start") == kinds.count("point_end") == 3
+    )
     assert all(c.ok is not False for c in checks(ev))
     scrapes = parse_scrapes_jsonl(run / "scrapes.jsonl")
     ticks = [s for s in scrapes if s.tag == "tick"]
@@ -174,7 +176,9 @@ def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path):
     ev = parse_events_jsonl(res.path / "events.jsonl")
     assert [e.kind for e in ev].count("metrics_unreachable") == 1
     scrapes = parse_scrapes_jsonl(res.path / "scrapes.jsonl")
-    assert any(s.status == 503 for s in scrapes) and len(parse_requests_jsonl(res.path / "requests.jsonl")) == 17
+    assert (
+        any(s.status == 503 for s in scrapes) and len(parse_requests_jsonl(res.path / "requests.jsonl")) == 17
+    )
 
 
 def test_bad_plan_is_one_line_and_writes_nothing(tmp_path):
@@ -230,7 +234,11 @@ def test_attach_to_a_running_server_records_it_and_notices_it_vanish(tmp_path):
     plan = make_plan(tmp_path, points="[{concurrency = 2, requests = 300, seed = 5}]", output_len=50)
     text = plan.read_text()
     start = text.index('binary = "')
-    text = text[:start] + f'url = "{srv.url}"\nserved_model_name = "fault-model"\n' + text[text.index("port = "):]
+    text = (
+        text[:start]
+        + f'url = "{srv.url}"\nserved_model_name = "fault-model"\n'
+        + text[text.index("port = ") :]
+    )
     plan.write_text(text)
     threading.Timer(2.0, srv.stop).start()  # the attached server goes away mid-point
     with pytest.raises(RunError, match="server unreachable"):

@@ -58,7 +58,9 @@ def test_slow_scrapes_skip_ticks_instead_of_stretching_the_interval():
     finally:
         srv.stop()
     ks = [r["k"] for r in rows]
-    assert all(b - a >= 2 for a, b in zip(ks, ks[1:], strict=False))  # a 120 ms scrape spans 2+ ticks of 50 ms
+    assert all(
+        b - a >= 2 for a, b in zip(ks, ks[1:], strict=False)
+    )  # a 120 ms scrape spans 2+ ticks of 50 ms
     assert s.skipped_ticks >= sum(b - a - 1 for a, b in zip(ks, ks[1:], strict=False)) > 0
     start = rows[0]["due_mono_ns"]
     assert all((r["due_mono_ns"] - start) == r["k"] * 50_000_000 for r in rows)

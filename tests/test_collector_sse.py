@@ -14,7 +14,7 @@ STREAM = (
     b": comment\r\n"
     b'data: {"choices":[{"text":"a"}]}\r\n\r\n'
     b'data: {"choices":[{"text":"b\\u00e9"}]}\n\n'
-    b"event: x\ndata: {\"a\":\ndata: 1}\n\n"
+    b'event: x\ndata: {"a":\ndata: 1}\n\n'
     b"data: [DONE]\r\r"
 )
 
@@ -33,7 +33,12 @@ def test_events_in_one_piece():
     assert [e.data for e in evs] == ['{"choices":[{"text":"a"}]}', '{"choices":[{"text":"b\\u00e9"}]}',
                                      '{"a":\n1}', "[DONE]"]  # fmt: skip
     assert evs[2].event == "x"
-    assert [event_json(e) for e in evs] == [{"choices": [{"text": "a"}]}, {"choices": [{"text": "bé"}]}, {"a": 1}, None]
+    assert [event_json(e) for e in evs] == [
+        {"choices": [{"text": "a"}]},
+        {"choices": [{"text": "bé"}]},
+        {"a": 1},
+        None,
+    ]
 
 
 @given(st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), max_size=12, unique=True))

@@ -31,7 +31,12 @@ REPO = Path(__file__).resolve().parent.parent
 N_TOKENS = 32
 # Sent as token ids (mostly merges), the way the collector sends prompts; valid text for both engines.
 PROMPT_TEXT = "the model token cache, the server"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 _paths = engine_cache.paths
@@ -42,15 +47,18 @@ class Server:
     def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
         self._f = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self._f, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
     def wait_healthy(self, base: str, deadline_s: float) -> float:
         t0 = time.monotonic()
         while time.monotonic() - t0 < deadline_s:
             if self.proc.poll() is not None:
-                pytest.fail(f"server exited with {self.proc.returncode} while starting; log {self.log}:\n"
-                            + self.log.read_text(errors="replace")[-3000:])
+                pytest.fail(
+                    f"server exited with {self.proc.returncode} while starting; log {self.log}:\n"
+                    + self.log.read_text(errors="replace")[-3000:]
+                )
             try:
                 if httpx.get(base + "/health", timeout=2).status_code == 200:
                     return time.monotonic() - t0
@@ -113,10 +121,29 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Serve
     p = _paths()
     _require(p.llama_server, p.tiny_gguf)
     port = free_port()
-    srv = Server([str(p.llama_server), "-m", str(p.tiny_gguf), "--host", "127.0.0.1", "--port", str(port),
-                  "-t", "1", "-np", "4", "-c", "4096", "--metrics", "--cache-ram", "0",
-                  "--slot-prompt-similarity", "0"],
-                 tmp_path_factory.mktemp("llama") / "server.log")
+    srv = Server(
+        [
+            str(p.llama_server),
+            "-m",
+            str(p.tiny_gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            "1",
+            "-np",
+            "4",
+            "-c",
+            "4096",
+            "--metrics",
+            "--cache-ram",
+            "0",
+            "--slot-prompt-similarity",
+            "0",
+        ],
+        tmp_path_factory.mktemp("llama") / "server.log",
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         srv.wait_healthy(base, 120)
@@ -131,10 +158,27 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Server
     _require(p.vllm_python, p.tiny_hf_dir / "config.json")
     port = free_port()
     env = {**os.environ, **OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    srv = Server([str(p.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(p.tiny_hf_dir),
-                  "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--enforce-eager",
-                  "--max-model-len", "2048", "--no-enable-prefix-caching"],
-                 tmp_path_factory.mktemp("vllm") / "server.log", env=env)
+    srv = Server(
+        [
+            str(p.vllm_python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(p.tiny_hf_dir),
+            "--served-model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--enforce-eager",
+            "--max-model-len",
+            "2048",
+            "--no-enable-prefix-caching",
+        ],
+        tmp_path_factory.mktemp("vllm") / "server.log",
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         srv.wait_healthy(base, 600)
@@ -146,8 +190,17 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Server
 def test_llama_server_streams_one_token_per_event(llama: tuple[str, Server]) -> None:
     base, _ = llama
     ids = _prompt_ids(_paths())
-    events = _stream(base, {"prompt": ids, "max_tokens": N_TOKENS, "ignore_eos": True, "temperature": 0,
-                            "stream": True, "stream_options": {"include_usage": True}})
+    events = _stream(
+        base,
+        {
+            "prompt": ids,
+            "max_tokens": N_TOKENS,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     _check_one_token_per_event(events)
     final = events[-1]
     assert final["usage"]["prompt_tokens"] == len(ids)
@@ -160,8 +213,11 @@ def test_llama_server_reports_the_model(llama: tuple[str, Server]) -> None:
     reader = gguf.GGUFReader(_paths().tiny_gguf)
     assert meta["n_params"] == sum(int(t.n_elements) for t in reader.tensors)
     assert meta["n_vocab"] == len(reader.fields["tokenizer.ggml.tokens"].contents())
-    names = {s.name for fam in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=10).text)
-             for s in fam.samples}
+    names = {
+        s.name
+        for fam in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=10).text)
+        for s in fam.samples
+    }
     assert "llamacpp:tokens_predicted_total" in names
 
 
@@ -177,8 +233,13 @@ def test_llama_quantize_makes_q8_0(tmp_path: Path) -> None:
     p = _paths()
     _require(p.llama_quantize, p.tiny_gguf)
     out = tmp_path / "tiny-q8_0.gguf"
-    r = subprocess.run([str(p.llama_quantize), str(p.tiny_gguf), str(out), "Q8_0", "1"],
-                       capture_output=True, text=True, timeout=300, check=False)
+    r = subprocess.run(
+        [str(p.llama_quantize), str(p.tiny_gguf), str(out), "Q8_0", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     q = gguf.GGUFReader(out)
     assert q.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q8_0
@@ -200,8 +261,14 @@ def test_vllm_tokenizer_loads_in_the_venv() -> None:
         " add_generation_prompt=True)\n"
         "print(json.dumps({'text': t.decode(ids), 'greedy': greedy, 'chat': chat, 'eos': t.eos_token_id}))\n"
     )
-    r = subprocess.run([str(p.vllm_python), "-c", code], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, **OFFLINE_ENV}, check=False)
+    r = subprocess.run(
+        [str(p.vllm_python), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **OFFLINE_ENV},
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["text"] == PROMPT_TEXT  # BPE encode/decode round trip
@@ -213,9 +280,19 @@ def test_vllm_tokenizer_loads_in_the_venv() -> None:
 def test_vllm_streams_one_token_per_event(vllm: tuple[str, Server]) -> None:
     base, _ = vllm
     ids = _prompt_ids(_paths())
-    events = _stream(base, {"model": "tiny", "prompt": ids, "max_tokens": N_TOKENS, "ignore_eos": True,
-                            "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
-                            "return_token_ids": True})
+    events = _stream(
+        base,
+        {
+            "model": "tiny",
+            "prompt": ids,
+            "max_tokens": N_TOKENS,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+        },
+    )
     for e in _check_one_token_per_event(events):
         assert len(e["choices"][0]["token_ids"]) == 1
     assert events[-1]["usage"]["prompt_tokens"] == len(ids)
@@ -223,8 +300,11 @@ def test_vllm_streams_one_token_per_event(vllm: tuple[str, Server]) -> None:
 
 def test_vllm_metrics_and_log(vllm: tuple[str, Server]) -> None:
     base, srv = vllm
-    names = {s.name for fam in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=10).text)
-             for s in fam.samples}
+    names = {
+        s.name
+        for fam in text_string_to_metric_families(httpx.get(base + "/metrics", timeout=10).text)
+        for s in fam.samples
+    }
     assert "vllm:num_preemptions_total" in names
     assert "vllm:kv_cache_usage_perc" in names
     assert any("CPU KV cache size" in line for line in srv.log.read_text(errors="replace").splitlines())

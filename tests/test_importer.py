@@ -87,5 +87,7 @@ def test_reimport_of_a_changed_source_is_refused_and_alters_nothing(tmp_path):
 def test_unrecognised_test_folder_is_a_one_line_error(tmp_path):
     (tmp_path / "src/Round9/x").mkdir(parents=True)
     (tmp_path / "src/Round9/x/notes.txt").write_text("?")
-    result = CliRunner().invoke(main, ["import", str(tmp_path / "src"), "--campaign", "c", "--raw", str(tmp_path / "r")])
+    result = CliRunner().invoke(
+        main, ["import", str(tmp_path / "src"), "--campaign", "c", "--raw", str(tmp_path / "r")]
+    )
     assert result.exit_code == 1 and "cannot tell what this test folder holds" in result.output

@@ -21,7 +21,8 @@ TINY = SHAPES["tiny"]
 TINY_PARAMS_BY_HAND = (
     512 * 256  # embed_tokens
     + 512 * 256  # lm_head (not tied)
-    + 4 * (
+    + 4
+    * (
         (256 * 256 + 256)  # q_proj + bias
         + 2 * (128 * 256 + 128)  # k_proj, v_proj + biases
         + 256 * 256  # o_proj (no bias)
@@ -110,9 +111,18 @@ def test_gguf_tokenizer_metadata(tiny_gguf: Path) -> None:
 
 
 def test_gguf_pads_a_vocab_larger_than_the_tokenizer(tmp_path: Path) -> None:
-    shape = modelgen.ModelShape(name="pad", hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                num_key_value_heads=1, intermediate_size=128, vocab_size=1200,
-                                max_position_embeddings=256, rope_theta=1e4, rms_norm_eps=1e-5)
+    shape = modelgen.ModelShape(
+        name="pad",
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=128,
+        vocab_size=1200,
+        max_position_embeddings=256,
+        rope_theta=1e4,
+        rms_norm_eps=1e-5,
+    )
     r = gguf.GGUFReader(modelgen.write_gguf(tmp_path / "pad.gguf", shape, dtype="f32"))
     tokens = _field(r, "tokenizer.ggml.tokens")
     n_real = len(modelgen.tokenizer_for(shape).tokens)
@@ -162,7 +172,7 @@ def test_hf_safetensors_match_the_shape_and_the_gguf(tiny_hf: Path, tiny_gguf: P
     # Same seed -> same draws: the BF16 q_proj equals the GGUF's F16 one to within both roundings.
     ent = header["model.layers.0.self_attn.q_proj.weight"]
     b0, b1 = ent["data_offsets"]
-    raw = (tiny_hf / "model.safetensors").read_bytes()[data_start + b0: data_start + b1]
+    raw = (tiny_hf / "model.safetensors").read_bytes()[data_start + b0 : data_start + b1]
     hf_q = _bf16_to_f32(np.frombuffer(raw, dtype=np.uint16)).reshape(256, 256)
     r = gguf.GGUFReader(tiny_gguf)
     gg_q = next(t for t in r.tensors if t.name == "blk.0.attn_q.weight").data.astype(np.float32)
@@ -173,8 +183,14 @@ def test_hf_safetensors_match_the_shape_and_the_gguf(tiny_hf: Path, tiny_gguf: P
 def test_hf_config_round_trip(tiny_hf: Path) -> None:
     cfg = json.loads((tiny_hf / "config.json").read_text())
     assert cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["model_type"] == "qwen2"
-    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"],
-            cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"]) == (256, 4, 4, 2, 512, 512)
+    assert (
+        cfg["hidden_size"],
+        cfg["num_hidden_layers"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["intermediate_size"],
+        cfg["vocab_size"],
+    ) == (256, 4, 4, 2, 512, 512)
     assert cfg["tie_word_embeddings"] is False
     tok = json.loads((tiny_hf / "tokenizer.json").read_text())
     assert cfg["eos_token_id"] == next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
@@ -188,11 +204,23 @@ def test_hf_config_round_trip(tiny_hf: Path) -> None:
 def test_qwen25_7b_config_is_the_real_shape(tmp_path: Path) -> None:
     cfg = json.loads(modelgen.write_config(tmp_path / "config.json", SHAPES["qwen2.5-7b"]).read_text())
     # Values of Qwen/Qwen2.5-7B-Instruct's config.json.
-    expected = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
-                "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
-                "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
-                "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-                "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "max_window_layers": 28}
+    expected = {
+        "hidden_size": 3584,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-06,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "max_window_layers": 28,
+    }
     assert {k: cfg[k] for k in expected} == expected
 
 

@@ -11,21 +11,52 @@ from collector.cli import main
 from collector.plan import plan_data
 
 REQUIRED_KEYS = {
-    "params_total", "params_by_component", "params_per_layer", "kv_bytes_per_token", "gqa_factor",
-    "flops_per_token_matmul", "flops_per_token_lm_head", "weight_bytes", "weight_bytes_read_per_step",
-    "kv_pool_bytes", "kv_pool_tokens", "max_concurrency", "max_concurrency_vllm", "decode_step_floor_ms",
-    "decode_tokens_per_s_single_stream", "gpu_bandwidth_bytes_per_s", "gpu_bf16_flops_per_s", "max_model_len",
-    "attention_overtakes_weights_at_tokens", "kv_pool_source",
+    "params_total",
+    "params_by_component",
+    "params_per_layer",
+    "kv_bytes_per_token",
+    "gqa_factor",
+    "flops_per_token_matmul",
+    "flops_per_token_lm_head",
+    "weight_bytes",
+    "weight_bytes_read_per_step",
+    "kv_pool_bytes",
+    "kv_pool_tokens",
+    "max_concurrency",
+    "max_concurrency_vllm",
+    "decode_step_floor_ms",
+    "decode_tokens_per_s_single_stream",
+    "gpu_bandwidth_bytes_per_s",
+    "gpu_bf16_flops_per_s",
+    "max_model_len",
+    "attention_overtakes_weights_at_tokens",
+    "kv_pool_source",
 }
 
-REFERENCE = ["plan", "--model", "Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--kv-pool-gib", "6.41", "--max-model-len", "8192"]
+REFERENCE = [
+    "plan",
+    "--model",
+    "Qwen2.5-7B-Instruct",
+    "--gpu",
+    "rtx4090",
+    "--kv-pool-gib",
+    "6.41",
+    "--max-model-len",
+    "8192",
+]
 
 
 def test_table_has_every_section():
     result = CliRunner().invoke(main, REFERENCE)
     assert result.exit_code == 0, result.output
-    for section in ("== Parameters ==", "== KV cache ==", "== FLOPs per token ==", "== Weights ==",
-                    "== Decode floor ==", "== KV pool =="):
+    for section in (
+        "== Parameters ==",
+        "== KV cache ==",
+        "== FLOPs per token ==",
+        "== Weights ==",
+        "== Decode floor ==",
+        "== KV pool ==",
+    ):
         assert section in result.output
     assert "7,615,616,512" in result.output and "57,344 B" in result.output
     assert "(given)" in result.output
@@ -69,8 +100,25 @@ def test_estimated_pool_is_labelled():
 
 
 def test_gguf_and_kv_dtype_options():
-    result = CliRunner().invoke(main, ["plan", "--model", "qwen2.5-7b", "--gpu", "RTX4090", "--weight-format", "Q4_K_M",
-                                       "--kv-dtype", "q8_0", "--kv-pool-gib", "10", "--max-model-len", "4096", "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            "--model",
+            "qwen2.5-7b",
+            "--gpu",
+            "RTX4090",
+            "--weight-format",
+            "Q4_K_M",
+            "--kv-dtype",
+            "q8_0",
+            "--kv-pool-gib",
+            "10",
+            "--max-model-len",
+            "4096",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     d = json.loads(result.output)
     assert d["weight_format"] == "q4_k_m" and d["kv_bytes_per_token"] == 2 * 28 * 4 * 128 * 34 / 32
@@ -78,11 +126,21 @@ def test_gguf_and_kv_dtype_options():
 
 
 def test_model_from_config_path(tmp_path):
-    cfg = {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 2048}
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 4096,
+        "max_position_embeddings": 2048,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    result = CliRunner().invoke(main, ["plan", "--model", str(path), "--gpu", "h200", "--kv-pool-gib", "1", "--json"])
+    result = CliRunner().invoke(
+        main, ["plan", "--model", str(path), "--gpu", "h200", "--kv-pool-gib", "1", "--json"]
+    )
     assert result.exit_code == 0, result.output
     d = json.loads(result.output)
     assert d["kv_bytes_per_token"] == 2 * 4 * 2 * 64 * 2
@@ -112,8 +170,14 @@ def test_bad_numbers_are_refused():
 
 
 def test_llama_cpp_slots_in_the_dict():
-    d = plan_data("qwen2.5-7b", "rtx4090", weight_format="q4_k_m", kv_dtype="fp16",
-                  llama_cpp_ctx_total=262_144, llama_cpp_slots=64)
+    d = plan_data(
+        "qwen2.5-7b",
+        "rtx4090",
+        weight_format="q4_k_m",
+        kv_dtype="fp16",
+        llama_cpp_ctx_total=262_144,
+        llama_cpp_slots=64,
+    )
     assert d["llama_cpp_n_ctx_slot"] == 4096  # the reference server logged n_ctx_slot = 4096
     assert d["llama_cpp_kv_bytes"] == 262_144 * 2 * 28 * 4 * 128 * 2
 
@@ -134,7 +198,9 @@ def test_cpu_has_no_floor_but_keeps_the_config_theory():
 
 
 def test_llamacpp_pool_is_its_context_cells_whatever_the_device():
-    d = plan_data("Qwen2.5-0.5B-Instruct", "cpu", max_model_len=1024, llama_cpp_ctx_total=8192, llama_cpp_slots=8)
+    d = plan_data(
+        "Qwen2.5-0.5B-Instruct", "cpu", max_model_len=1024, llama_cpp_ctx_total=8192, llama_cpp_slots=8
+    )
     assert d["kv_pool_source"] == "llama.cpp -c"
     assert d["kv_pool_bytes"] == 8192 * 12_288  # -c cells x (24 x 2 x 64 x 2 x 2 B)
     assert d["llama_cpp_n_ctx_slot"] == 1024 and d["kv_pool_tokens"] == 8192

@@ -11,4 +11,6 @@ from tests.seed import SEED
 
 @pytest.mark.skipif(not os.environ.get("CI"), reason="only CI guarantees ../shared beside the checkout")
 def test_reference_campaign_is_present_in_ci():
-    assert (SEED / "Round2" / "01-02-perf-test" / "vllm_c001.json").is_file(), f"reference campaign missing at {SEED}"
+    assert (SEED / "Round2" / "01-02-perf-test" / "vllm_c001.json").is_file(), (
+        f"reference campaign missing at {SEED}"
+    )

@@ -31,7 +31,9 @@ def chromium():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("python package playwright not installed (pip install playwright; no browser download needed)")
+        pytest.skip(
+            "python package playwright not installed (pip install playwright; no browser download needed)"
+        )
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=exe, headless=True, args=br.CHROMIUM_ARGS)
         yield b
@@ -60,7 +62,10 @@ class PageWatch:
                 r.abort()
 
         page.route("**/*", route)
-        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        page.on(
+            "console",
+            lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None,
+        )
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
         page.on("requestfailed", lambda r: self.errors.append(f"requestfailed: {r.url} {r.failure}"))
         page.on(
@@ -95,11 +100,15 @@ def test_every_page_loads_clean_and_every_figure_renders(site, chromium, base_ur
     assert not watch.errors, "\n".join(watch.errors)
     assert not watch.blocked, f"pages tried to reach other hosts: {watch.blocked}"
     ctx.close()
-    svgs = {"/" + p.relative_to(site.site).as_posix() for p in site.site.rglob("*.svg") if "figures" in p.parts}
+    svgs = {
+        "/" + p.relative_to(site.site).as_posix() for p in site.site.rglob("*.svg") if "figures" in p.parts
+    }
     assert svgs and figures_seen == svgs, f"figures not shown on any page: {sorted(svgs - figures_seen)}"
     for svg in svgs:
         text = (site.site / svg.lstrip("/")).read_text(encoding="utf-8")
-        assert "<path" in text and re.search(r"[\u4e00-\u9fff]", text), f"{svg}: empty or without Chinese text"
+        assert "<path" in text and re.search(r"[\u4e00-\u9fff]", text), (
+            f"{svg}: empty or without Chinese text"
+        )
 
 
 def test_internal_links_resolve(site, chromium, base_url):
@@ -152,8 +161,10 @@ def test_screenshots(site, chromium, base_url):
     shots = {
         "home.png": ("", {}),
         "report-concurrency.png": (f"campaigns/{report}/concurrency/", {}),
-        "report-dark.png": (f"campaigns/{report}/{'overload' if report == br.REFERENCE_CAMPAIGN else 'kv'}/",
-                            {"color_scheme": "dark"}),
+        "report-dark.png": (
+            f"campaigns/{report}/{'overload' if report == br.REFERENCE_CAMPAIGN else 'kv'}/",
+            {"color_scheme": "dark"},
+        ),
         "own-campaign-engines.png": (f"campaigns/{site.synthetic}/engines/", {}),
         "structure.png": (f"structure/{report}/", {}),
     }
@@ -162,7 +173,10 @@ def test_screenshots(site, chromium, base_url):
     for c in site.campaigns:
         if c not in (br.REFERENCE_CAMPAIGN, site.synthetic):
             shots[f"campaign-{c}.png"] = (f"campaigns/{c}/", {})
-            for slug in ("engines", "overload"):  # our own campaigns' pages that differ most from the reference
+            for slug in (
+                "engines",
+                "overload",
+            ):  # our own campaigns' pages that differ most from the reference
                 if (site.site / "campaigns" / c / slug / "index.html").exists():
                     shots[f"campaign-{c}-{slug}.png"] = (f"campaigns/{c}/{slug}/", {})
     for name, (rel, kw) in shots.items():

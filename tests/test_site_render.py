@@ -63,15 +63,29 @@ def test_table_cells_formatted_by_column_unit():
 
 FINDINGS = {
     "round2.kv_pool_tokens_log": {
-        "value": 120064, "unit": "tokens", "sources": ["Round2/01-02-perf-test/vllm-server.head.log:58"],
-        "theory": 120000.0, "error_pct": 0.0533, "tolerance_pct": 1.0, "status": "ok",
+        "value": 120064,
+        "unit": "tokens",
+        "sources": ["Round2/01-02-perf-test/vllm-server.head.log:58"],
+        "theory": 120000.0,
+        "error_pct": 0.0533,
+        "tolerance_pct": 1.0,
+        "status": "ok",
     },
     "round2.kv_fit_slope": {
-        "value": 0.8, "unit": "", "sources": [], "theory": 1.0, "error_pct": -20.0, "tolerance_pct": 5.0,
+        "value": 0.8,
+        "unit": "",
+        "sources": [],
+        "theory": 1.0,
+        "error_pct": -20.0,
+        "tolerance_pct": 5.0,
         "status": "mismatch",
     },
     "round1.max_mfu_pct": {
-        "value": None, "unit": "%", "sources": [], "status": "n/a", "reason": "no_sampler_csv",
+        "value": None,
+        "unit": "%",
+        "sources": [],
+        "status": "n/a",
+        "reason": "no_sampler_csv",
         "detail": "Round1/02-perf-test kept no sampler CSV",
     },
 }
@@ -118,8 +132,14 @@ def _render(tmp: Path, page: str, findings=FINDINGS, spec=SPEC):
     old = r.CAMPAIGN_PAGES
     r.CAMPAIGN_PAGES = (("index", "campaign/page.md.j2"),)
     try:
-        renderer = SiteRenderer(results, [], tmp / "docs", templates_dir=_templates(tmp, page), handwritten_dir=None,
-                                assets_dir=None)
+        renderer = SiteRenderer(
+            results,
+            [],
+            tmp / "docs",
+            templates_dir=_templates(tmp, page),
+            handwritten_dir=None,
+            assets_dir=None,
+        )
         renderer.render()
     finally:
         r.CAMPAIGN_PAGES = old
@@ -166,7 +186,9 @@ def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path):
     old = r.CAMPAIGN_PAGES
     r.CAMPAIGN_PAGES = (("index", "campaign/page.md.j2"),)
     try:
-        SiteRenderer(results, [], t / "docs", templates_dir=templates, handwritten_dir=None, assets_dir=None).render()
+        SiteRenderer(
+            results, [], t / "docs", templates_dir=templates, handwritten_dir=None, assets_dir=None
+        ).render()
     finally:
         r.CAMPAIGN_PAGES = old
     text = (t / "docs" / "campaigns" / "demo" / "index.md").read_text(encoding="utf-8")
@@ -233,11 +255,18 @@ def test_raw_index_sizes_hashes_provenance_and_users(tmp_path):
     assert f.source == "Round2/04-perf-test/stress.json"
     assert runs[0].origin == "src/Round2/04-perf-test" and runs[0].status == "complete"
     findings_path = tmp_path / "f.json"
-    findings_path.write_text(json.dumps({
-        "round2.overload.completed": {"value": 128, "unit": "requests",
-                                      "sources": ["Round2/04-perf-test/stress.json:completed"]},
-        "round2.elsewhere": {"value": 1, "unit": "", "sources": ["Round9/x/y.json:z"]},
-    }))
+    findings_path.write_text(
+        json.dumps(
+            {
+                "round2.overload.completed": {
+                    "value": 128,
+                    "unit": "requests",
+                    "sources": ["Round2/04-perf-test/stress.json:completed"],
+                },
+                "round2.elsewhere": {"value": 1, "unit": "", "sources": ["Round9/x/y.json:z"]},
+            }
+        )
+    )
     unmatched = link_findings(runs, load_findings(findings_path))
     assert f.used_by == ["round2.overload.completed"]
     assert unmatched == ["Round9/x/y.json"]
@@ -334,9 +363,16 @@ def test_comparison_speedup_checked_by_hand(reference_site):
 def test_cpu_campaign_is_labelled_as_a_smoke_test(built):
     import browser as br
 
-    cpu = [c for c in built.campaigns if (br.REPO_RAW / c).is_dir() and
-           any(json.loads((r / "run.json").read_text())["meta"].get("gpu") == "cpu"
-               for r in (br.REPO_RAW / c).iterdir() if (r / "run.json").is_file())]
+    cpu = [
+        c
+        for c in built.campaigns
+        if (br.REPO_RAW / c).is_dir()
+        and any(
+            json.loads((r / "run.json").read_text())["meta"].get("gpu") == "cpu"
+            for r in (br.REPO_RAW / c).iterdir()
+            if (r / "run.json").is_file()
+        )
+    ]
     if not cpu:
         pytest.skip("no CPU campaign in raw/")
     overview = (built.docs / "campaigns" / cpu[0] / "index.md").read_text(encoding="utf-8")
@@ -368,10 +404,15 @@ def test_structure_page_lists_the_config_the_theory_used(reference_site):
     import browser as br
 
     page = (reference_site.docs / "structure" / f"{br.REFERENCE_CAMPAIGN}.md").read_text(encoding="utf-8")
-    for row in ("| h | 隐藏维度 | `hidden_size` | 3,584 |", "| I | MLP 中间维度 | `intermediate_size` | 18,944 |",
-                "| L | 层数 | `num_hidden_layers` | 28 |", "| H | 查询头数 | `num_attention_heads` | 28 |",
-                "| K | KV 头数 | `num_key_value_heads` | 4 |", "| V | 词表大小 | `vocab_size` | 152,064 |",
-                "| tied | 词嵌入与输出头共享权重 | `tie_word_embeddings` | 否 |"):
+    for row in (
+        "| h | 隐藏维度 | `hidden_size` | 3,584 |",
+        "| I | MLP 中间维度 | `intermediate_size` | 18,944 |",
+        "| L | 层数 | `num_hidden_layers` | 28 |",
+        "| H | 查询头数 | `num_attention_heads` | 28 |",
+        "| K | KV 头数 | `num_key_value_heads` | 4 |",
+        "| V | 词表大小 | `vocab_size` | 152,064 |",
+        "| tied | 词嵌入与输出头共享权重 | `tie_word_embeddings` | 否 |",
+    ):
         assert row in page, row
     assert "| d | 头维度 | `head_dim`（缺省为 h ÷ H） | 128 |" in page
 
@@ -434,21 +475,44 @@ def test_profile_of_an_own_gpu_campaign_with_random_weights():
     from analysis.report.rawindex import RawRun
     from analysis.report.results import CampaignResults, Table
 
-    rows = [{"series": run, "round": None, "run": run, "engine": "llamacpp", "weight_format": fmt}
-            for run, fmt in (("llamacpp-q4km", "q4_k_m"), ("llamacpp-f16", "fp16"))]
-    c = CampaignResults("h200-x", Path("."), {}, {"roofline_points": Table("roofline_points", Path("."),
-                                                                           list(rows[0]), rows)}, {})
+    rows = [
+        {"series": run, "round": None, "run": run, "engine": "llamacpp", "weight_format": fmt}
+        for run, fmt in (("llamacpp-q4km", "q4_k_m"), ("llamacpp-f16", "fp16"))
+    ]
+    c = CampaignResults(
+        "h200-x",
+        Path("."),
+        {},
+        {"roofline_points": Table("roofline_points", Path("."), list(rows[0]), rows)},
+        {},
+    )
     desc = "H200, llama.cpp (CUDA), F16 GGUF of a random-weight model (random weights; text output is noise)"
-    runs = [RawRun("h200-x", r["run"], True, "complete", "collector-run", {"gpu": "h200", "description": desc},
-                   {}, None, None, []) for r in rows]
+    runs = [
+        RawRun(
+            "h200-x",
+            r["run"],
+            True,
+            "complete",
+            "collector-run",
+            {"gpu": "h200", "description": desc},
+            {},
+            None,
+            None,
+            [],
+        )
+        for r in rows
+    ]
     p = build_profile(c, runs, reference="rtx4090-qwen2.5-7b")
     assert p.collected and not p.cpu and p.random_weights and not p.is_reference
     assert p.gpu == "h200" and "H200" in (p.gpu_display or "")
     assert [s.label for s in p.series] == ["llama.cpp（F16）", "llama.cpp（Q4_K_M）"]
     assert [s.prefix for s in p.series] == ["runs.llamacpp_f16.", "runs.llamacpp_q4km."]
     assert p.engine_label("llamacpp") == "llama.cpp"  # two formats: the engine alone names neither
-    cpu = build_profile(c, [RawRun("h200-x", "x", True, "complete", "collector-run", {"gpu": "cpu"}, {}, None, None,
-                                   [])], reference="r")
+    cpu = build_profile(
+        c,
+        [RawRun("h200-x", "x", True, "complete", "collector-run", {"gpu": "cpu"}, {}, None, None, [])],
+        reference="r",
+    )
     assert cpu.cpu and cpu.gpu is None and not cpu.random_weights
 
 
@@ -459,8 +523,11 @@ def test_home_row_of_measured_ceilings_renders_the_findings(built):
     if h200 not in built.campaigns:
         pytest.skip("the H200 campaign is not in raw/")
     home = (built.docs / "index.md").read_text(encoding="utf-8")
-    (row,) = [line for line in home.splitlines() if line.startswith("| 这块卡实际能跑出多少带宽与算力？")
-              and "4.26 TB/s" in line]
+    (row,) = [
+        line
+        for line in home.splitlines()
+        if line.startswith("| 这块卡实际能跑出多少带宽与算力？") and "4.26 TB/s" in line
+    ]
     assert "4.26 TB/s（数据手册 4.80 TB/s，误差 −11.3%）" in row
     assert "669 TFLOP/s（数据手册 989 TFLOP/s，误差 −32.3%）" in row
     assert '<span class="ia-badge ia-pass">吻合</span> <span class="ia-badge ia-fail">不吻合</span>' in row

@@ -70,7 +70,8 @@ def test_reference_campaign_fetched_at_its_commit_before_the_build(wf):
     build = wf["jobs"]["build"]["steps"]
     site_at = next(i for i, s in enumerate(build) if "nox -s site" in s.get("run", ""))
     fetch_at, fetch = next(
-        (i, s) for i, s in enumerate(build)
+        (i, s)
+        for i, s in enumerate(build)
         if s.get("uses", "").startswith("actions/checkout") and (s.get("with") or {}).get("repository")
     )
     assert fetch["with"]["repository"] == "daleiyang/llm-inference-anatomy"

@@ -37,7 +37,9 @@ def test_files_and_manifest_hashes_match_independent_sha256(tmp_path):
     assert set(manifest["files"]) == {"a.txt", "sub/b.json", "log.txt"}
     assert manifest["files"]["a.txt"]["sha256"] == hashlib.sha256(b"alpha\n").hexdigest()
     assert manifest["files"]["log.txt"]["size"] == len(b"one\ntwo\n")
-    assert (run_dir / SEAL).read_text().strip() == hashlib.sha256((run_dir / MANIFEST).read_bytes()).hexdigest()
+    assert (run_dir / SEAL).read_text().strip() == hashlib.sha256(
+        (run_dir / MANIFEST).read_bytes()
+    ).hexdigest()
     assert manifest["status"] == "complete"
     report = verify(tmp_path)
     assert report.ok and report.runs == 1 and report.sealed == 1 and report.files == 3
@@ -122,9 +124,7 @@ _CHILD = textwrap.dedent(
 
 
 def test_kill_mid_write_leaves_an_unsealed_run_whose_written_files_verify(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "in-write"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)

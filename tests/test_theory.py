@@ -45,7 +45,12 @@ def test_bundled_configs_are_the_hub_values():
     assert (q.tie_word_embeddings, q.qkv_bias, q.o_bias) == (False, True, False)
     ll = load_model_config("Llama-3.1-8B-Instruct")
     assert (ll.hidden_size, ll.intermediate_size, ll.num_hidden_layers) == (4096, 14336, 32)
-    assert (ll.num_attention_heads, ll.num_key_value_heads, ll.head_dim, ll.vocab_size) == (32, 8, 128, 128256)
+    assert (ll.num_attention_heads, ll.num_key_value_heads, ll.head_dim, ll.vocab_size) == (
+        32,
+        8,
+        128,
+        128256,
+    )
     assert (ll.tie_word_embeddings, ll.qkv_bias, ll.o_bias) == (False, False, False)
     raw = json.loads(Path(ll.source).read_text())
     assert raw["rope_scaling"]["rope_type"] == "llama3" and raw["rope_theta"] == 500000.0
@@ -55,14 +60,24 @@ def test_bundled_configs_are_the_hub_values():
     assert s.tie_word_embeddings is True
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-7b-instruct", "QWEN2.5-7B", "Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"])
+@pytest.mark.parametrize(
+    "name", ["qwen2.5-7b-instruct", "QWEN2.5-7B", "Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"]
+)
 def test_model_names_are_case_insensitive(name):
     assert load_model_config(name).name == "Qwen2.5-7B-Instruct"
 
 
 def test_model_from_a_config_path_and_a_folder(tmp_path):
-    cfg = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True}
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "tie_word_embeddings": True,
+    }
     folder = tmp_path / "tiny-qwen"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -83,8 +98,18 @@ def test_bad_configs_name_the_file_and_key(tmp_path):
     with pytest.raises(PlanError) as err:
         load_model_config(broken)
     assert str(broken) in str(err.value) and "'intermediate_size'" in str(err.value)
-    broken.write_text(json.dumps({"model_type": "qwen2", "hidden_size": "64", "intermediate_size": 1,
-                                  "num_hidden_layers": 1, "num_attention_heads": 1, "vocab_size": 1}))
+    broken.write_text(
+        json.dumps(
+            {
+                "model_type": "qwen2",
+                "hidden_size": "64",
+                "intermediate_size": 1,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 1,
+                "vocab_size": 1,
+            }
+        )
+    )
     with pytest.raises(PlanError, match="'hidden_size' must be a positive integer"):
         load_model_config(broken)
     with pytest.raises(PlanError, match="no such model config file"):
@@ -174,7 +199,10 @@ def test_flops_by_hand(qwen7b):
     assert th.flops_prefill(qwen7b, 1024) == (
         1024 * 2 * 28 * matmul_layer + 2 * 152064 * 3584 + 4 * 1024 * 1024 * 28 * 28 * 128
     )
-    assert th.flops_decode_per_token(qwen7b, 2000) == 2 * 28 * matmul_layer + 2 * 152064 * 3584 + 4 * 2000 * 28 * 28 * 128
+    assert (
+        th.flops_decode_per_token(qwen7b, 2000)
+        == 2 * 28 * matmul_layer + 2 * 152064 * 3584 + 4 * 2000 * 28 * 28 * 128
+    )
 
 
 def test_attention_overtakes_weights(qwen7b):
@@ -202,8 +230,12 @@ def test_bf16_weight_bytes_and_bytes_read_per_step(qwen7b, qwen05b):
 
 def test_bpw_and_file_size_helpers():
     assert th.weight_bytes_from_bpw(1_000_000, 4.85) == 606_250
-    assert th.bits_per_weight_from_file_bytes(4_677_120_000, 7_615_616_512) == pytest.approx(4_677_120_000 * 8 / 7_615_616_512)
-    assert th.weight_bytes(load_model_config("qwen2.5-7b"), "8.5bpw") == pytest.approx(7_615_616_512 * 8.5 / 8)
+    assert th.bits_per_weight_from_file_bytes(4_677_120_000, 7_615_616_512) == pytest.approx(
+        4_677_120_000 * 8 / 7_615_616_512
+    )
+    assert th.weight_bytes(load_model_config("qwen2.5-7b"), "8.5bpw") == pytest.approx(
+        7_615_616_512 * 8.5 / 8
+    )
     with pytest.raises(PlanError, match="unknown weight format 'q3_x'"):
         th.weight_bytes(load_model_config("qwen2.5-7b"), "q3_x")
 
@@ -211,7 +243,22 @@ def test_bpw_and_file_size_helpers():
 def test_qwen7b_q4_k_m_by_hand(qwen7b):
     q4k = lambda n: n // 256 * 144  # noqa: E731 - ggml block_q4_K: 256 values in 144 bytes
     q6k = lambda n: n // 256 * 210  # noqa: E731 - ggml block_q6_K: 256 values in 210 bytes
-    more_bits = {0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27}  # first/last eighth of 28, every third between
+    more_bits = {
+        0,
+        1,
+        2,
+        5,
+        8,
+        11,
+        14,
+        17,
+        20,
+        23,
+        24,
+        25,
+        26,
+        27,
+    }  # first/last eighth of 28, every third between
     embd = q4k(152064 * 3584)
     output = q6k(152064 * 3584)
     layers = 0
@@ -268,7 +315,9 @@ def test_decode_floor_by_hand(qwen7b):
     assert th.kv_bytes_read_per_step(57_344, 8, 1000) == kv
     assert th.decode_step_floor_s(read, kv, 1008e9) == pytest.approx(step)
     assert th.tokens_per_s(8, step) == pytest.approx(8 / step)
-    assert 1 / th.decode_step_floor_s(read, 0, get_gpu("rtx4090").bandwidth_bytes_per_s) == pytest.approx(1008e9 / read)
+    assert 1 / th.decode_step_floor_s(read, 0, get_gpu("rtx4090").bandwidth_bytes_per_s) == pytest.approx(
+        1008e9 / read
+    )
 
 
 # --- KV pool -------------------------------------------------------------------------------------------
@@ -341,11 +390,18 @@ def test_estimated_pool_the_vllm_way(qwen7b):
 def test_gpu_specs():
     assert set(GPUS) >= {"rtx4090", "a100-80gb", "h100-sxm", "h200", "l40s"}
     g = get_gpu("RTX 4090")
-    assert (g.name, g.bandwidth_bytes_per_s, g.bf16_flops_per_s, g.memory_bytes) == ("rtx4090", 1008e9, 165.2e12, 24564 * 2**20)
+    assert (g.name, g.bandwidth_bytes_per_s, g.bf16_flops_per_s, g.memory_bytes) == (
+        "rtx4090",
+        1008e9,
+        165.2e12,
+        24564 * 2**20,
+    )
     assert get_gpu("NVIDIA H200").bandwidth_bytes_per_s == 4.8e12
     assert get_gpu("H100").bf16_flops_per_s == 989.4e12
     assert get_gpu("A100-SXM4-80GB").bandwidth_bytes_per_s == 2039e9
     assert get_gpu("l40s").bf16_flops_per_s == 362.05e12
     with pytest.raises(PlanError) as err:
         get_gpu("tpu-v9")
-    assert "unknown GPU 'tpu-v9'" in str(err.value) and "rtx4090, a100-80gb, h100-sxm, h200, l40s" in str(err.value)
+    assert "unknown GPU 'tpu-v9'" in str(err.value) and "rtx4090, a100-80gb, h100-sxm, h200, l40s" in str(
+        err.value
+    )

@@ -60,7 +60,9 @@ def parse_events_jsonl(path: str | Path, allow_torn_tail: bool = False) -> list[
             raise ParseError(path, i, f"unknown event kind {kind!r}")
         if not (_int(obj.get("mono_ns")) and _int(obj.get("unix_ns"))):
             raise ParseError(path, i, "mono_ns and unix_ns should be integers")
-        if kind == "check" and (obj.get("ok") not in (True, False, None) or not isinstance(obj.get("name"), str)):
+        if kind == "check" and (
+            obj.get("ok") not in (True, False, None) or not isinstance(obj.get("name"), str)
+        ):
             raise ParseError(path, i, "a check needs a name and ok: true, false or null")
         rest = {k: v for k, v in obj.items() if k not in ("v", "kind", "mono_ns", "unix_ns")}
         out.append(EventRecord(kind, obj["mono_ns"], obj["unix_ns"], rest))

@@ -125,8 +125,14 @@ def record_from_obj(obj: Any, path: str | Path = "<record>", line: int | None = 
         raise bad("key 'done' should be true or false")
     err = obj.get("error")
     if err is not None:
-        if not isinstance(err, dict) or err.get("kind") not in ERROR_KINDS or not isinstance(err.get("message"), str):
-            raise bad(f"key 'error' should be null or {{kind, message}} with a known kind, got {clip(repr(err), 60)}")
+        if (
+            not isinstance(err, dict)
+            or err.get("kind") not in ERROR_KINDS
+            or not isinstance(err.get("message"), str)
+        ):
+            raise bad(
+                f"key 'error' should be null or {{kind, message}} with a known kind, got {clip(repr(err), 60)}"
+            )
     return RequestRecord(
         **{k: obj[k] for k in _INT + _STR},
         headers_mono_ns=obj.get("headers_mono_ns"),

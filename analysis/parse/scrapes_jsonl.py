@@ -64,10 +64,18 @@ def parse_scrapes_jsonl(path: str | Path, allow_torn_tail: bool = False) -> list
             raise ParseError(path, i, "key 'tag' should be a string")
         out.append(
             ScrapeRecord(
-                source=obj["source"], tag=obj["tag"], k=obj.get("k"), point=obj.get("point"),
-                start_mono_ns=obj["start_mono_ns"], start_unix_ns=obj["start_unix_ns"],
-                end_mono_ns=obj["end_mono_ns"], end_unix_ns=obj["end_unix_ns"],
-                status=obj.get("status"), error=obj.get("error"), text=obj.get("text"), line=i,
+                source=obj["source"],
+                tag=obj["tag"],
+                k=obj.get("k"),
+                point=obj.get("point"),
+                start_mono_ns=obj["start_mono_ns"],
+                start_unix_ns=obj["start_unix_ns"],
+                end_mono_ns=obj["end_mono_ns"],
+                end_unix_ns=obj["end_unix_ns"],
+                status=obj.get("status"),
+                error=obj.get("error"),
+                text=obj.get("text"),
+                line=i,
             )  # fmt: skip
         )
     return out

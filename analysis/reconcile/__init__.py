@@ -49,9 +49,15 @@ class Context:
     def gate_failures(self, point) -> list[str]:
         from analysis.reconcile.gates import SEVERITY
 
-        return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and SEVERITY[g.gate] == "exclude"]
+        return [
+            g.gate
+            for g in self.gates.get(point.key, [])
+            if g.status == "fail" and SEVERITY[g.gate] == "exclude"
+        ]
 
     def gate_flags(self, point) -> list[str]:
         from analysis.reconcile.gates import SEVERITY
 
-        return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and SEVERITY[g.gate] == "flag"]
+        return [
+            g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and SEVERITY[g.gate] == "flag"
+        ]

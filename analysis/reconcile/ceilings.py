@@ -30,21 +30,47 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
     src = th.ceilings_source[0] if th.ceilings_source else ""
     out = []
     for key, field, unit, value, peak, tol, what in (
-        ("ceilings.copy_bytes_per_s", "copy_bytes_per_s", "bytes/s", c.copy_bytes_per_s,
-         gpu.bandwidth_bytes_per_s if gpu else None, COPY_TOLERANCE_PCT,
-         "device-to-device copy, bytes read + written per s, against the datasheet memory bandwidth"),
-        ("ceilings.bf16_matmul_flops_per_s", "bf16_matmul_flops_per_s", "FLOP/s", c.bf16_matmul_flops_per_s,
-         gpu.bf16_flops_per_s if gpu else None, MATMUL_TOLERANCE_PCT,
-         "bf16 matmul (2 n^3 FLOPs per call) per s, against the datasheet dense bf16 tensor peak"),
+        (
+            "ceilings.copy_bytes_per_s",
+            "copy_bytes_per_s",
+            "bytes/s",
+            c.copy_bytes_per_s,
+            gpu.bandwidth_bytes_per_s if gpu else None,
+            COPY_TOLERANCE_PCT,
+            "device-to-device copy, bytes read + written per s, against the datasheet memory bandwidth",
+        ),
+        (
+            "ceilings.bf16_matmul_flops_per_s",
+            "bf16_matmul_flops_per_s",
+            "FLOP/s",
+            c.bf16_matmul_flops_per_s,
+            gpu.bf16_flops_per_s if gpu else None,
+            MATMUL_TOLERANCE_PCT,
+            "bf16 matmul (2 n^3 FLOPs per call) per s, against the datasheet dense bf16 tensor peak",
+        ),
     ):
         sources = [f"{src}:{field}"] if src else []
         if peak is None:
             why = th.gpu_reason or "the GPU has no bundled datasheet"
-            out.append(fnd.measured(key, value, unit, sources, detail=f"{what}; no datasheet to compare: {why}"))
+            out.append(
+                fnd.measured(key, value, unit, sources, detail=f"{what}; no datasheet to compare: {why}")
+            )
             continue
-        detail = (f"{what} ({th.gpu.display_name}); a datasheet peak is not reachable, so the tolerance is how far "  # type: ignore[union-attr]
-                  f"below it a healthy card still lands (±{tol:g} %); further off means a throttled card or a "
-                  "wrong datasheet entry")
-        out.append(fnd.measured(key, value, unit, sources, theory=peak, tolerance_pct=tol, detail=detail,
-                                datasheet_source=th.gpu.source))  # type: ignore[union-attr]
+        detail = (
+            f"{what} ({th.gpu.display_name}); a datasheet peak is not reachable, so the tolerance is how far "  # type: ignore[union-attr]
+            f"below it a healthy card still lands (±{tol:g} %); further off means a throttled card or a "
+            "wrong datasheet entry"
+        )
+        out.append(
+            fnd.measured(
+                key,
+                value,
+                unit,
+                sources,
+                theory=peak,
+                tolerance_pct=tol,
+                detail=detail,
+                datasheet_source=th.gpu.source,
+            )
+        )  # type: ignore[union-attr]
     return Section(name="ceilings", findings=out)

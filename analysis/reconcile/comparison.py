@@ -64,6 +64,7 @@ def speedup(slow_ms: float, fast_ms: float) -> float:
 def slower_first(x: CampaignSummary, y: CampaignSummary) -> tuple[str, str]:
     """A pair's order: the card with the lower datasheet bandwidth first (no datasheet, e.g. a CPU, counts as
     slowest), ties by name — so a pair's speed-up reads "fast ÷ slow card", ≥ 1 when the faster card wins."""
+
     def key(c: CampaignSummary) -> tuple[float, str]:
         return (c.bandwidth_datasheet_bytes_per_s or 0.0, c.name)
 
@@ -104,23 +105,36 @@ def series_rows(c: CampaignSummary) -> list[dict]:
         ok = [i for i in range(len(xs)) if _num(p50[i]) is not None and _num(p99[i]) is not None]
         knee = fits.knee([xs[i] for i in ok], [p50[i] for i in ok], [p99[i] for i in ok]) if ok else None
         best = g.loc[g["output_throughput_tokens_per_s"].idxmax()]
-        row = {"campaign": c.name, "gpu": c.gpu or "", "gpu_display": c.gpu_display or "", "series_key": key,
-               "series": first["series"], "engine": first["engine"], "weight_format": first["weight_format"],
-               "bandwidth_datasheet_bytes_per_s": c.bandwidth_datasheet_bytes_per_s,
-               "bandwidth_measured_bytes_per_s": c.bandwidth_measured_bytes_per_s,
-               "single_stream_concurrency": int(first["concurrency"]),
-               "single_stream_p50_itl_ms": _num(first["p50_itl_ms"]),
-               "floor_datasheet_ms": _num(first.get("floor_datasheet_ms")),
-               "floor_measured_ms": _num(first.get("floor_measured_ms")),
-               "achievement_datasheet_pct": _num(first.get("achievement_datasheet_pct")),
-               "achievement_measured_pct": _num(first.get("achievement_measured_pct")),
-               "knee_concurrency": knee, "max_concurrency_measured": int(g["concurrency"].max()),
-               "peak_output_throughput_tokens_per_s": _num(best["output_throughput_tokens_per_s"]),
-               "peak_concurrency": int(best["concurrency"]), "source": first["source"]}
+        row = {
+            "campaign": c.name,
+            "gpu": c.gpu or "",
+            "gpu_display": c.gpu_display or "",
+            "series_key": key,
+            "series": first["series"],
+            "engine": first["engine"],
+            "weight_format": first["weight_format"],
+            "bandwidth_datasheet_bytes_per_s": c.bandwidth_datasheet_bytes_per_s,
+            "bandwidth_measured_bytes_per_s": c.bandwidth_measured_bytes_per_s,
+            "single_stream_concurrency": int(first["concurrency"]),
+            "single_stream_p50_itl_ms": _num(first["p50_itl_ms"]),
+            "floor_datasheet_ms": _num(first.get("floor_datasheet_ms")),
+            "floor_measured_ms": _num(first.get("floor_measured_ms")),
+            "achievement_datasheet_pct": _num(first.get("achievement_datasheet_pct")),
+            "achievement_measured_pct": _num(first.get("achievement_measured_pct")),
+            "knee_concurrency": knee,
+            "max_concurrency_measured": int(g["concurrency"].max()),
+            "peak_output_throughput_tokens_per_s": _num(best["output_throughput_tokens_per_s"]),
+            "peak_concurrency": int(best["concurrency"]),
+            "source": first["source"],
+        }
         cap = next((x for x in c.capacity if x["series_key"] == key), None)
         if cap:
-            row.update(capacity_tokens=cap.get("tokens"), capacity_tokens_theory=cap.get("theory"),
-                       capacity_tolerance_pct=cap.get("tolerance_pct"), capacity_source=cap.get("source"))
+            row.update(
+                capacity_tokens=cap.get("tokens"),
+                capacity_tokens_theory=cap.get("theory"),
+                capacity_tolerance_pct=cap.get("tolerance_pct"),
+                capacity_source=cap.get("source"),
+            )
         out.append(row)
     return out
 
@@ -130,8 +144,18 @@ def _quant_rows(c: CampaignSummary) -> list[dict]:
     for k in c.findings.keys():
         if k.startswith("quantization.") and k.endswith(".step_ratio"):
             f = c.findings[k]
-            rows.append({"campaign": c.name, "key": k, "engine": k.split(".")[1], "value": f.value, "theory": f.theory,
-                         "error_pct": f.error_pct, "status": f.status, "reason": f.reason or ""})
+            rows.append(
+                {
+                    "campaign": c.name,
+                    "key": k,
+                    "engine": k.split(".")[1],
+                    "value": f.value,
+                    "theory": f.theory,
+                    "error_pct": f.error_pct,
+                    "status": f.status,
+                    "reason": f.reason or "",
+                }
+            )
     return rows
 
 
@@ -145,32 +169,76 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
     for r in series:
         pre = f"comparison.{slug(r['campaign'])}.{r['series_key']}."
         src = [f"{r['campaign']}/{r['source']}"]
-        found.add(fnd.measured(pre + "single_stream_p50_itl_ms", r["single_stream_p50_itl_ms"], "ms", src,
-                               concurrency=r["single_stream_concurrency"], floor_datasheet_ms=r["floor_datasheet_ms"],
-                               floor_measured_ms=r["floor_measured_ms"], gpu=r["gpu"]))
+        found.add(
+            fnd.measured(
+                pre + "single_stream_p50_itl_ms",
+                r["single_stream_p50_itl_ms"],
+                "ms",
+                src,
+                concurrency=r["single_stream_concurrency"],
+                floor_datasheet_ms=r["floor_datasheet_ms"],
+                floor_measured_ms=r["floor_measured_ms"],
+                gpu=r["gpu"],
+            )
+        )
         for tag, reason in (("datasheet", "no_gpu_datasheet"), ("measured", "no_measured_ceiling")):
-            key = pre + ("roofline_achievement_pct" if tag == "datasheet" else "roofline_achievement_measured_ceiling_pct")
+            key = pre + (
+                "roofline_achievement_pct"
+                if tag == "datasheet"
+                else "roofline_achievement_measured_ceiling_pct"
+            )
             v = r[f"achievement_{tag}_pct"]
             if v is None:
-                found.add(fnd.not_available(key, "%", reason, f"{r['campaign']}: no {tag} bandwidth for a floor", src))
+                found.add(
+                    fnd.not_available(
+                        key, "%", reason, f"{r['campaign']}: no {tag} bandwidth for a floor", src
+                    )
+                )
             else:
-                found.add(fnd.measured(key, v, "%", src, floor_ms=r[f"floor_{tag}_ms"],
-                                       bandwidth_bytes_per_s=r[f"bandwidth_{tag}_bytes_per_s"]))
+                found.add(
+                    fnd.measured(
+                        key,
+                        v,
+                        "%",
+                        src,
+                        floor_ms=r[f"floor_{tag}_ms"],
+                        bandwidth_bytes_per_s=r[f"bandwidth_{tag}_bytes_per_s"],
+                    )
+                )
         if r["knee_concurrency"] is None:
-            found.add(fnd.not_available(pre + "knee_concurrency", "requests", "no_knee",
-                                        f"no point up to concurrency {r['max_concurrency_measured']} has p99 ITL > 2 × p50",
-                                        src))
+            found.add(
+                fnd.not_available(
+                    pre + "knee_concurrency",
+                    "requests",
+                    "no_knee",
+                    f"no point up to concurrency {r['max_concurrency_measured']} has p99 ITL > 2 × p50",
+                    src,
+                )
+            )
         else:
             found.add(fnd.measured(pre + "knee_concurrency", int(r["knee_concurrency"]), "requests", src))
-        found.add(fnd.measured(pre + "peak_output_throughput_tokens_per_s", r["peak_output_throughput_tokens_per_s"],
-                               "tokens/s", src, concurrency=r["peak_concurrency"]))
+        found.add(
+            fnd.measured(
+                pre + "peak_output_throughput_tokens_per_s",
+                r["peak_output_throughput_tokens_per_s"],
+                "tokens/s",
+                src,
+                concurrency=r["peak_concurrency"],
+            )
+        )
         if r.get("capacity_tokens") is not None:
             th = r.get("capacity_tokens_theory")
-            found.add(fnd.measured(pre + "capacity_tokens", r["capacity_tokens"], "tokens",
-                                   [f"{r['campaign']}/{r['capacity_source']}"],
-                                   theory=float(th) if th is not None else None,
-                                   tolerance_pct=(r.get("capacity_tolerance_pct") or 0.0) if th is not None else None,
-                                   detail="vLLM: logged KV pool tokens; llama.cpp: slots × n_ctx_slot — vs theory"))
+            found.add(
+                fnd.measured(
+                    pre + "capacity_tokens",
+                    r["capacity_tokens"],
+                    "tokens",
+                    [f"{r['campaign']}/{r['capacity_source']}"],
+                    theory=float(th) if th is not None else None,
+                    tolerance_pct=(r.get("capacity_tolerance_pct") or 0.0) if th is not None else None,
+                    detail="vLLM: logged KV pool tokens; llama.cpp: slots × n_ctx_slot — vs theory",
+                )
+            )
     names = sorted(c.name for c in summaries)
     pair_rows = []
     shape = {c.name: c.model_shape for c in summaries}
@@ -183,33 +251,70 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
             pre = f"comparison.{slug(a)}__vs__{slug(b)}.{key}."
             src = [f"{a}/{ra['source']}", f"{b}/{rb['source']}"]
             meas = speedup(ra["single_stream_p50_itl_ms"], rb["single_stream_p50_itl_ms"])
-            th_ds = (speedup(ra["floor_datasheet_ms"], rb["floor_datasheet_ms"])
-                     if ra["floor_datasheet_ms"] and rb["floor_datasheet_ms"] else None)
-            th_ms = (speedup(ra["floor_measured_ms"], rb["floor_measured_ms"])
-                     if ra["floor_measured_ms"] and rb["floor_measured_ms"] else None)
-            found.add(fnd.measured(
-                pre + "single_stream_speedup", meas, "ratio", src, theory=th_ds,
-                tolerance_pct=SPEEDUP_TOLERANCE_PCT if th_ds is not None else None,
-                theory_measured_ceilings=th_ms, faster=b if meas > 1 else a,
-                detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio of their "
-                       "roofline floors (bytes per step ÷ bandwidth), datasheet; measured ceilings alongside"))
-            pair_rows.append({"a": a, "b": b, "series_key": key, "speedup_measured": meas,
-                              "speedup_theory_datasheet": th_ds, "speedup_theory_measured_ceilings": th_ms,
-                              "achievement_datasheet_pct_a": ra["achievement_datasheet_pct"],
-                              "achievement_datasheet_pct_b": rb["achievement_datasheet_pct"]})
+            th_ds = (
+                speedup(ra["floor_datasheet_ms"], rb["floor_datasheet_ms"])
+                if ra["floor_datasheet_ms"] and rb["floor_datasheet_ms"]
+                else None
+            )
+            th_ms = (
+                speedup(ra["floor_measured_ms"], rb["floor_measured_ms"])
+                if ra["floor_measured_ms"] and rb["floor_measured_ms"]
+                else None
+            )
+            found.add(
+                fnd.measured(
+                    pre + "single_stream_speedup",
+                    meas,
+                    "ratio",
+                    src,
+                    theory=th_ds,
+                    tolerance_pct=SPEEDUP_TOLERANCE_PCT if th_ds is not None else None,
+                    theory_measured_ceilings=th_ms,
+                    faster=b if meas > 1 else a,
+                    detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio of their "
+                    "roofline floors (bytes per step ÷ bandwidth), datasheet; measured ceilings alongside",
+                )
+            )
+            pair_rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "series_key": key,
+                    "speedup_measured": meas,
+                    "speedup_theory_datasheet": th_ds,
+                    "speedup_theory_measured_ceilings": th_ms,
+                    "achievement_datasheet_pct_a": ra["achievement_datasheet_pct"],
+                    "achievement_datasheet_pct_b": rb["achievement_datasheet_pct"],
+                }
+            )
     quant = [q for c in summaries for q in _quant_rows(c)]
     for c in summaries:
         if not any(q["campaign"] == c.name for q in quant):
-            found.add(fnd.not_available(f"comparison.{slug(c.name)}.quantization.step_ratio", "ratio",
-                                        "no_second_format", f"{c.name} measured one weight format per engine"))
+            found.add(
+                fnd.not_available(
+                    f"comparison.{slug(c.name)}.quantization.step_ratio",
+                    "ratio",
+                    "no_second_format",
+                    f"{c.name} measured one weight format per engine",
+                )
+            )
         for q in (q for q in quant if q["campaign"] == c.name):
             qkey = f"comparison.{slug(c.name)}.{q['key']}"
             f = c.findings[q["key"]]
             if f.value is None:
                 found.add(fnd.not_available(qkey, "ratio", f.reason or "unknown", f.detail or "", f.sources))
             else:
-                found.add(fnd.measured(qkey, f.value, "ratio", [f"{c.name}/{s}" for s in f.sources], theory=f.theory,
-                                       tolerance_pct=f.tolerance_pct, detail=f.detail))
+                found.add(
+                    fnd.measured(
+                        qkey,
+                        f.value,
+                        "ratio",
+                        [f"{c.name}/{s}" for s in f.sources],
+                        theory=f.theory,
+                        tolerance_pct=f.tolerance_pct,
+                        detail=f.detail,
+                    )
+                )
     roof = []
     for c in summaries:
         pts = _latest_series(c.tables.get("roofline_points", pd.DataFrame()))

@@ -82,27 +82,29 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         row["output_tokens_from_throughput"] = tokens_from_throughput(r.output_throughput_tok_s, r.duration_s)
     w = ctx.window(p)
     if w is not None:
-        row.update({
-            "window_start_s": w.window.start_s,
-            "window_end_s": w.window.end_s,
-            "sampler_first_row": w.first_row,
-            "sampler_last_row": w.last_row,
-            "activity_end_lag_s": w.end_lag_s,
-            "preemptions": w.delta("preemptions"),
-            "mean_queue_ms": _ms(w.mean_of("queue_sum", "queue_cnt")),
-            "mean_prefill_ms": _ms(w.mean_of("prefill_sum", "prefill_cnt")),
-            "mean_decode_ms": _ms(w.mean_of("decode_sum", "decode_cnt")),
-            "requests_counted": w.delta("queue_cnt"),
-            "tokens_per_iteration": w.mean_of("iter_tok_sum", "iter_tok_cnt"),
-            "iterations": w.delta("iter_tok_cnt"),
-            "flops_delta": w.delta("flops"),
-            "read_bytes_delta": w.delta("read_bytes"),
-            "mean_running": _g(w, "running", "mean"),
-            "max_running": _g(w, "running", "max"),
-            "mean_waiting": _g(w, "waiting", "mean"),
-            "max_waiting": _g(w, "waiting", "max"),
-            "peak_kv_usage_fraction": _g(w, "kv_usage", "max"),
-        })
+        row.update(
+            {
+                "window_start_s": w.window.start_s,
+                "window_end_s": w.window.end_s,
+                "sampler_first_row": w.first_row,
+                "sampler_last_row": w.last_row,
+                "activity_end_lag_s": w.end_lag_s,
+                "preemptions": w.delta("preemptions"),
+                "mean_queue_ms": _ms(w.mean_of("queue_sum", "queue_cnt")),
+                "mean_prefill_ms": _ms(w.mean_of("prefill_sum", "prefill_cnt")),
+                "mean_decode_ms": _ms(w.mean_of("decode_sum", "decode_cnt")),
+                "requests_counted": w.delta("queue_cnt"),
+                "tokens_per_iteration": w.mean_of("iter_tok_sum", "iter_tok_cnt"),
+                "iterations": w.delta("iter_tok_cnt"),
+                "flops_delta": w.delta("flops"),
+                "read_bytes_delta": w.delta("read_bytes"),
+                "mean_running": _g(w, "running", "mean"),
+                "max_running": _g(w, "running", "max"),
+                "mean_waiting": _g(w, "waiting", "mean"),
+                "max_waiting": _g(w, "waiting", "max"),
+                "peak_kv_usage_fraction": _g(w, "kv_usage", "max"),
+            }
+        )
         flops_s = achieved_rate(w.delta("flops"), r.duration_s)
         bytes_s = achieved_rate(w.delta("read_bytes"), r.duration_s)
         row["achieved_tflops_per_s"] = None if flops_s is None else flops_s / 1e12
@@ -135,8 +137,11 @@ def points_frame(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFram
 def sweep_points(campaign: Campaign, rnd: str | None, engine: str) -> list[BenchPoint]:
     """The concurrency-sweep points of one engine in one round: the first sweep run by name (a second
     sweep of the same round is a repeat, used by the reproducibility section)."""
-    runs = [r for r in campaign.select(round=rnd, engine=engine)
-            if any(p.test_kind in SWEEP_KINDS for p in r.points)]
+    runs = [
+        r
+        for r in campaign.select(round=rnd, engine=engine)
+        if any(p.test_kind in SWEEP_KINDS for p in r.points)
+    ]
     if not runs:
         return []
     return run_sweep_points(runs[0])
@@ -144,7 +149,9 @@ def sweep_points(campaign: Campaign, rnd: str | None, engine: str) -> list[Bench
 
 def run_sweep_points(run) -> list[BenchPoint]:
     """One run's concurrency-sweep points (warm-up and other phases left out), in run order."""
-    return [p for p in run.points if not p.warmup and p.concurrency is not None and p.test_kind in SWEEP_KINDS]
+    return [
+        p for p in run.points if not p.warmup and p.concurrency is not None and p.test_kind in SWEEP_KINDS
+    ]
 
 
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
@@ -157,23 +164,66 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             for s in STATS:
                 v = p.result.stat_ms(s, m)
                 if v is not None:
-                    lat_rows.append({"round": p.run.round or "", "engine": p.run.engine,
-                                     "weight_format": th.weight_format_for(p.run), "test": p.run.test,
-                                     "concurrency": p.concurrency, "metric": m, "stat": s, "value_ms": v,
-                                     "gate_ok": ctx.gate_ok(p)})
-    latency = pd.DataFrame(lat_rows, columns=["round", "engine", "weight_format", "test", "concurrency", "metric",
-                                              "stat", "value_ms", "gate_ok"])
+                    lat_rows.append(
+                        {
+                            "round": p.run.round or "",
+                            "engine": p.run.engine,
+                            "weight_format": th.weight_format_for(p.run),
+                            "test": p.run.test,
+                            "concurrency": p.concurrency,
+                            "metric": m,
+                            "stat": s,
+                            "value_ms": v,
+                            "gate_ok": ctx.gate_ok(p),
+                        }
+                    )
+    latency = pd.DataFrame(
+        lat_rows,
+        columns=[
+            "round",
+            "engine",
+            "weight_format",
+            "test",
+            "concurrency",
+            "metric",
+            "stat",
+            "value_ms",
+            "gate_ok",
+        ],
+    )
     thr_rows = []
     for p in iter_points(campaign):
         if p.test_kind not in SWEEP_KINDS:
             continue
-        for series, v in (("output", p.result.output_throughput_tok_s), ("total", p.result.total_token_throughput_tok_s)):
-            thr_rows.append({"round": p.run.round or "", "engine": p.run.engine,
-                             "weight_format": th.weight_format_for(p.run), "test": p.run.test,
-                             "concurrency": p.concurrency, "series": series, "tokens_per_s": v,
-                             "gate_ok": ctx.gate_ok(p)})
-    throughput = pd.DataFrame(thr_rows, columns=["round", "engine", "weight_format", "test", "concurrency", "series",
-                                                 "tokens_per_s", "gate_ok"])
+        for series, v in (
+            ("output", p.result.output_throughput_tok_s),
+            ("total", p.result.total_token_throughput_tok_s),
+        ):
+            thr_rows.append(
+                {
+                    "round": p.run.round or "",
+                    "engine": p.run.engine,
+                    "weight_format": th.weight_format_for(p.run),
+                    "test": p.run.test,
+                    "concurrency": p.concurrency,
+                    "series": series,
+                    "tokens_per_s": v,
+                    "gate_ok": ctx.gate_ok(p),
+                }
+            )
+    throughput = pd.DataFrame(
+        thr_rows,
+        columns=[
+            "round",
+            "engine",
+            "weight_format",
+            "test",
+            "concurrency",
+            "series",
+            "tokens_per_s",
+            "gate_ok",
+        ],
+    )
 
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
@@ -181,7 +231,11 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             pts = sweep_points(campaign, rnd, engine)
             key = f"{pre}{engine}.knee_concurrency"
             if not pts:
-                findings.append(fnd.not_available(key, "requests", "no_such_test", f"no {engine} sweep in {rnd or 'the campaign'}"))
+                findings.append(
+                    fnd.not_available(
+                        key, "requests", "no_such_test", f"no {engine} sweep in {rnd or 'the campaign'}"
+                    )
+                )
                 continue
             # a campaign of our own may run one engine with several formats: these keys rest on its first run
             which = {"run": pts[0].run.name, "weight_format": th.weight_format_for(pts[0].run)}
@@ -191,23 +245,47 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             k = fits.knee(xs, p50, p99)
             srcs = [p.cite("p50_itl_ms") for p in pts] + [p.cite("p99_itl_ms") for p in pts]
             if k is None:
-                findings.append(fnd.not_available(key, "requests", "no_knee", "no point has p99 ITL > 2 × p50 ITL", srcs))
+                findings.append(
+                    fnd.not_available(key, "requests", "no_knee", "no point has p99 ITL > 2 × p50 ITL", srcs)
+                )
             else:
                 kp = next(p for p in pts if p.concurrency == k)
-                findings.append(fnd.measured(
-                    key, int(k), "requests", [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
-                    p50_itl_ms=kp.result.stat_ms("p50", "itl"), p99_itl_ms=kp.result.stat_ms("p99", "itl"),
-                    rests_on=[p.key for p in pts], gated_out=[p.key for p in pts if not ctx.gate_ok(p)], **which,
-                ))
+                findings.append(
+                    fnd.measured(
+                        key,
+                        int(k),
+                        "requests",
+                        [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
+                        p50_itl_ms=kp.result.stat_ms("p50", "itl"),
+                        p99_itl_ms=kp.result.stat_ms("p99", "itl"),
+                        rests_on=[p.key for p in pts],
+                        gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
+                        **which,
+                    )
+                )
             best = max(pts, key=lambda p: p.result.output_throughput_tok_s or 0)
-            findings.append(fnd.measured(
-                f"{pre}{engine}.peak_output_throughput_tokens_per_s", best.result.output_throughput_tok_s, "tokens/s",
-                [best.cite("output_throughput")], concurrency=best.concurrency, gate_ok=ctx.gate_ok(best), **which))
+            findings.append(
+                fnd.measured(
+                    f"{pre}{engine}.peak_output_throughput_tokens_per_s",
+                    best.result.output_throughput_tok_s,
+                    "tokens/s",
+                    [best.cite("output_throughput")],
+                    concurrency=best.concurrency,
+                    gate_ok=ctx.gate_ok(best),
+                    **which,
+                )
+            )
             c1 = next((p for p in pts if p.concurrency == 1), None)
             if c1 is not None:
-                findings.append(fnd.measured(f"{pre}{engine}.single_stream_output_throughput_tokens_per_s",
-                                             c1.result.output_throughput_tok_s, "tokens/s", [c1.cite("output_throughput")],
-                                             **which))
+                findings.append(
+                    fnd.measured(
+                        f"{pre}{engine}.single_stream_output_throughput_tokens_per_s",
+                        c1.result.output_throughput_tok_s,
+                        "tokens/s",
+                        [c1.cite("output_throughput")],
+                        **which,
+                    )
+                )
             findings.extend(_counter_findings(pre, engine, pts, points, campaign))
 
         # consistency of the summaries: throughput × duration = totals
@@ -215,28 +293,56 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         errs = []
         for _, row in sub.iterrows():
             if row.get("output_tokens_from_throughput") is not None and row["total_output_tokens"]:
-                errs.append(abs(fits.error_pct(row["output_tokens_from_throughput"], row["total_output_tokens"])))
+                errs.append(
+                    abs(fits.error_pct(row["output_tokens_from_throughput"], row["total_output_tokens"]))
+                )
         if errs:
             worst = max(errs)
-            findings.append(fnd.Finding(
-                key=f"{pre}consistency.max_throughput_duration_error_pct", value=worst, unit="%",
-                sources=tuple(sub["file"].tolist()[:1]), tolerance_pct=CONSISTENCY_TOLERANCE_PCT,
-                status="ok" if worst <= CONSISTENCY_TOLERANCE_PCT else "mismatch",
-                detail="max over points of |output_throughput × duration − total_output_tokens| ÷ total_output_tokens",
-            ))
-    util_cols = ["round", "engine", "weight_format", "test", "point", "concurrency", "gate_ok", "achieved_tflops_per_s",
-                 "achieved_gb_per_s", "mfu_pct", "mbu_pct", "tokens_per_iteration", "measured_gflop_per_output_token",
-                 "theory_gflop_per_output_token"]
+            findings.append(
+                fnd.Finding(
+                    key=f"{pre}consistency.max_throughput_duration_error_pct",
+                    value=worst,
+                    unit="%",
+                    sources=tuple(sub["file"].tolist()[:1]),
+                    tolerance_pct=CONSISTENCY_TOLERANCE_PCT,
+                    status="ok" if worst <= CONSISTENCY_TOLERANCE_PCT else "mismatch",
+                    detail="max over points of |output_throughput × duration − total_output_tokens| ÷ total_output_tokens",
+                )
+            )
+    util_cols = [
+        "round",
+        "engine",
+        "weight_format",
+        "test",
+        "point",
+        "concurrency",
+        "gate_ok",
+        "achieved_tflops_per_s",
+        "achieved_gb_per_s",
+        "mfu_pct",
+        "mbu_pct",
+        "tokens_per_iteration",
+        "measured_gflop_per_output_token",
+        "theory_gflop_per_output_token",
+    ]
     if "mfu_pct" in points.columns:
         util = points[points["mfu_pct"].notna() & ~points["warmup"]].reindex(columns=util_cols)
     else:
         util = pd.DataFrame(columns=util_cols)
-    return Section(name="concurrency", tables={"concurrency_latency": latency, "concurrency_throughput": throughput,
-                                               "concurrency_utilization": util},
-                   findings=findings)
+    return Section(
+        name="concurrency",
+        tables={
+            "concurrency_latency": latency,
+            "concurrency_throughput": throughput,
+            "concurrency_utilization": util,
+        },
+        findings=findings,
+    )
 
 
-def _counter_findings(pre: str, engine: str, pts: list[BenchPoint], points: pd.DataFrame, campaign: Campaign) -> list:
+def _counter_findings(
+    pre: str, engine: str, pts: list[BenchPoint], points: pd.DataFrame, campaign: Campaign
+) -> list:
     """MFU/MBU, tokens per iteration and the FLOPs counter against theory, where the sampler has them."""
     out: list[fnd.Finding] = []
     rows = points[points["key"].isin({p.key for p in pts})]
@@ -245,31 +351,76 @@ def _counter_findings(pre: str, engine: str, pts: list[BenchPoint], points: pd.D
     srel = run.counter_source
     if engine != "vllm":
         return out
-    names = ("max_mfu_pct", "max_mbu_pct", "flops_per_output_token_gflop", "tokens_per_iteration_at_max_concurrency")
+    names = (
+        "max_mfu_pct",
+        "max_mbu_pct",
+        "flops_per_output_token_gflop",
+        "tokens_per_iteration_at_max_concurrency",
+    )
     if not have:
         for n in names:
-            out.append(fnd.not_available(f"{pre}{engine}.{n}", "%" if n.endswith("pct") else "", "no_sampler_csv",
-                                         f"{run.cite_root} kept no sampler CSV with the MFU counters"))
+            out.append(
+                fnd.not_available(
+                    f"{pre}{engine}.{n}",
+                    "%" if n.endswith("pct") else "",
+                    "no_sampler_csv",
+                    f"{run.cite_root} kept no sampler CSV with the MFU counters",
+                )
+            )
         return out
     r = rows.dropna(subset=["mfu_pct"])
     i_mfu = r["mfu_pct"].idxmax()
     i_mbu = r["mbu_pct"].idxmax()
     src = run.cite(srel, "flops")
-    out.append(fnd.measured(f"{pre}{engine}.max_mfu_pct", float(r.loc[i_mfu, "mfu_pct"]), "%", [src, r.loc[i_mfu, "file"]],
-                            concurrency=int(r.loc[i_mfu, "concurrency"])))
-    out.append(fnd.measured(f"{pre}{engine}.max_mbu_pct", float(r.loc[i_mbu, "mbu_pct"]), "%",
-                            [run.cite(srel, "read_bytes"), r.loc[i_mbu, "file"]], concurrency=int(r.loc[i_mbu, "concurrency"])))
+    out.append(
+        fnd.measured(
+            f"{pre}{engine}.max_mfu_pct",
+            float(r.loc[i_mfu, "mfu_pct"]),
+            "%",
+            [src, r.loc[i_mfu, "file"]],
+            concurrency=int(r.loc[i_mfu, "concurrency"]),
+        )
+    )
+    out.append(
+        fnd.measured(
+            f"{pre}{engine}.max_mbu_pct",
+            float(r.loc[i_mbu, "mbu_pct"]),
+            "%",
+            [run.cite(srel, "read_bytes"), r.loc[i_mbu, "file"]],
+            concurrency=int(r.loc[i_mbu, "concurrency"]),
+        )
+    )
     # FLOPs counter vs theory: the total over the sweep, per output token
     rr = r.dropna(subset=["theory_gflop_per_output_token", "measured_gflop_per_output_token"])
     if len(rr):
-        meas = float((rr["measured_gflop_per_output_token"] * rr["total_output_tokens"]).sum() / rr["total_output_tokens"].sum())
-        theo = float((rr["theory_gflop_per_output_token"] * rr["total_output_tokens"]).sum() / rr["total_output_tokens"].sum())
-        out.append(fnd.measured(f"{pre}{engine}.flops_per_output_token_gflop", meas, "GFLOP/token", [src], theory=theo,
-                                tolerance_pct=FLOPS_TOLERANCE_PCT,
-                                detail="Δestimated_flops_per_gpu_total over the sweep ÷ output tokens; theory: "
-                                       "prefill(S) + Σ decode(S+k), k=1..O−1, per request"))
+        meas = float(
+            (rr["measured_gflop_per_output_token"] * rr["total_output_tokens"]).sum()
+            / rr["total_output_tokens"].sum()
+        )
+        theo = float(
+            (rr["theory_gflop_per_output_token"] * rr["total_output_tokens"]).sum()
+            / rr["total_output_tokens"].sum()
+        )
+        out.append(
+            fnd.measured(
+                f"{pre}{engine}.flops_per_output_token_gflop",
+                meas,
+                "GFLOP/token",
+                [src],
+                theory=theo,
+                tolerance_pct=FLOPS_TOLERANCE_PCT,
+                detail="Δestimated_flops_per_gpu_total over the sweep ÷ output tokens; theory: "
+                "prefill(S) + Σ decode(S+k), k=1..O−1, per request",
+            )
+        )
     top = r.loc[r["concurrency"].idxmax()]
-    out.append(fnd.measured(f"{pre}{engine}.tokens_per_iteration_at_max_concurrency", float(top["tokens_per_iteration"]),
-                            "tokens/iteration", [run.cite(srel, "iter_tok_sum"), run.cite(srel, "iter_tok_cnt")],
-                            concurrency=int(top["concurrency"])))
+    out.append(
+        fnd.measured(
+            f"{pre}{engine}.tokens_per_iteration_at_max_concurrency",
+            float(top["tokens_per_iteration"]),
+            "tokens/iteration",
+            [run.cite(srel, "iter_tok_sum"), run.cite(srel, "iter_tok_cnt")],
+            concurrency=int(top["concurrency"]),
+        )
+    )
     return out

@@ -25,8 +25,9 @@ def mean_context_tokens(input_len: float, output_len: float) -> float:
     return input_len + output_len / 2
 
 
-def roofline_floor_ms(weight_bytes_per_step: float, concurrency: int, kv_bytes_per_request: float,
-                      bandwidth_bytes_per_s: float) -> float:
+def roofline_floor_ms(
+    weight_bytes_per_step: float, concurrency: int, kv_bytes_per_request: float, bandwidth_bytes_per_s: float
+) -> float:
     """Memory-bound floor of one decode step, ms:
     (weight bytes read per step + concurrency × mean KV bytes per request) ÷ bandwidth × 1000."""
     kv = theory.kv_bytes_read_per_step(kv_bytes_per_request, concurrency, 1)
@@ -53,11 +54,19 @@ def byte_ledger(series: list[dict], bandwidth_bytes_per_s: float | None) -> list
             continue
         seen.add(ident)
         wb = s["weight_bytes_per_step"]
-        out.append({"engine": s["engine"], "weight_format": s["weight_format"], "series": s["series"],
-                    "run": s["run"], "weight_bytes_per_step": wb, "kv_bytes_per_token": s["kv_bytes_per_token"],
-                    "bandwidth_bytes_per_s": bandwidth_bytes_per_s,
-                    "weight_floor_ms": wb / bandwidth_bytes_per_s * 1000 if bandwidth_bytes_per_s else None,
-                    "source": s["format_source"]})
+        out.append(
+            {
+                "engine": s["engine"],
+                "weight_format": s["weight_format"],
+                "series": s["series"],
+                "run": s["run"],
+                "weight_bytes_per_step": wb,
+                "kv_bytes_per_token": s["kv_bytes_per_token"],
+                "bandwidth_bytes_per_s": bandwidth_bytes_per_s,
+                "weight_floor_ms": wb / bandwidth_bytes_per_s * 1000 if bandwidth_bytes_per_s else None,
+                "source": s["format_source"],
+            }
+        )
     return out
 
 
@@ -81,12 +90,22 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             for p in s["points"]:
                 r = p.result
                 mean_out = r.total_output_tokens / r.completed if r.completed else None
-                row = {"round": rnd or "", "engine": s["engine"], "weight_format": s["weight_format"],
-                       "series": s["series"], "run": s["run"], "headline": s["run"] == head[s["engine"]],
-                       "point": p.label, "concurrency": p.concurrency,
-                       "gate_ok": ctx.gate_ok(p), "output_throughput_tokens_per_s": r.output_throughput_tok_s,
-                       "p50_itl_ms": r.stat_ms("p50", "itl"), "p99_itl_ms": r.stat_ms("p99", "itl"),
-                       "mean_output_tokens_per_request": mean_out, "source": p.cite("p50_itl_ms")}
+                row = {
+                    "round": rnd or "",
+                    "engine": s["engine"],
+                    "weight_format": s["weight_format"],
+                    "series": s["series"],
+                    "run": s["run"],
+                    "headline": s["run"] == head[s["engine"]],
+                    "point": p.label,
+                    "concurrency": p.concurrency,
+                    "gate_ok": ctx.gate_ok(p),
+                    "output_throughput_tokens_per_s": r.output_throughput_tok_s,
+                    "p50_itl_ms": r.stat_ms("p50", "itl"),
+                    "p99_itl_ms": r.stat_ms("p99", "itl"),
+                    "mean_output_tokens_per_request": mean_out,
+                    "source": p.cite("p50_itl_ms"),
+                }
                 if wb is not None and bw and kvb is not None and p.input_len_tokens and mean_out:
                     kv_req = mean_context_tokens(p.input_len_tokens, mean_out) * kvb
                     floor = roofline_floor_ms(wb, p.concurrency, kv_req, bw)
@@ -94,8 +113,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     row["roofline_achievement_pct"] = achievement_pct(floor, row["p50_itl_ms"])
                 if p.requested_output_len_tokens and r.completed:
                     row["requested_output_len_tokens"] = p.requested_output_len_tokens
-                    row["workload_shortfall_pct"] = shortfall_pct(r.total_output_tokens, r.completed,
-                                                                  p.requested_output_len_tokens)
+                    row["workload_shortfall_pct"] = shortfall_pct(
+                        r.total_output_tokens, r.completed, p.requested_output_len_tokens
+                    )
                 rows.append(row)
         # the per-engine findings below rest on each engine's first sweep (one weight format)
         frame = pd.DataFrame([r for r in rows if r["round"] == (rnd or "") and r["headline"]])
@@ -104,23 +124,40 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         for engine in ENGINES:
             key = f"{pre}{engine}.roofline_achievement_pct"
             sub = frame[frame["engine"] == engine] if len(frame) else frame
-            if not len(sub) or "roofline_achievement_pct" not in sub or sub["roofline_achievement_pct"].isna().all():
+            if (
+                not len(sub)
+                or "roofline_achievement_pct" not in sub
+                or sub["roofline_achievement_pct"].isna().all()
+            ):
                 reason = "engine_missing" if not len(sub) else ("no_gpu_datasheet" if not bw else "no_theory")
-                why = (th.gpu_reason or f"{th.gpu.display_name if th.gpu else 'the device'} has no datasheet bandwidth"
-                       if reason == "no_gpu_datasheet"
-                       else f"no {engine} sweep or no theory for it in {rnd or 'the campaign'}")
+                why = (
+                    th.gpu_reason
+                    or f"{th.gpu.display_name if th.gpu else 'the device'} has no datasheet bandwidth"
+                    if reason == "no_gpu_datasheet"
+                    else f"no {engine} sweep or no theory for it in {rnd or 'the campaign'}"
+                )
                 findings.append(fnd.not_available(key, "%", reason, why))
                 continue
             sub = sub.dropna(subset=["roofline_achievement_pct"]).sort_values("concurrency")
             first = sub.iloc[0]
-            findings.append(fnd.measured(
-                key, float(first["roofline_achievement_pct"]), "%",
-                [first["source"], th.weight_format_source.get(engine, ""), *th.gpu_source],
-                concurrency=int(first["concurrency"]), floor_ms=float(first["roofline_floor_ms"]),
-                p50_itl_ms=float(first["p50_itl_ms"]), weight_format=first["weight_format"], run=first["run"],
-                by_concurrency={str(int(c)): float(v) for c, v in zip(sub["concurrency"], sub["roofline_achievement_pct"],
-                                                                      strict=True)},
-                detail="floor ÷ measured p50 ITL at the lowest concurrency; table engines_points has every point"))
+            findings.append(
+                fnd.measured(
+                    key,
+                    float(first["roofline_achievement_pct"]),
+                    "%",
+                    [first["source"], th.weight_format_source.get(engine, ""), *th.gpu_source],
+                    concurrency=int(first["concurrency"]),
+                    floor_ms=float(first["roofline_floor_ms"]),
+                    p50_itl_ms=float(first["p50_itl_ms"]),
+                    weight_format=first["weight_format"],
+                    run=first["run"],
+                    by_concurrency={
+                        str(int(c)): float(v)
+                        for c, v in zip(sub["concurrency"], sub["roofline_achievement_pct"], strict=True)
+                    },
+                    detail="floor ÷ measured p50 ITL at the lowest concurrency; table engines_points has every point",
+                )
+            )
             # marginal cost per extra request in flight: slope of p50 ITL against concurrency
             ok = sub[sub["gate_ok"]]
             if len(ok) >= 2:
@@ -130,59 +167,141 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     mo = float(ok["mean_output_tokens_per_request"].mean())
                     inp = float(by_engine[engine][0].input_len_tokens)
                     kv_req = mean_context_tokens(inp, mo) * th.kv_bytes_per_token_for(engine) / bw * 1000
-                findings.append(fnd.measured(
-                    f"{pre}{engine}.itl_marginal_ms_per_request", fit.slope, "ms/request", ok["source"].tolist(),
-                    floor_ms_per_request=kv_req, r2=fit.r2, n=fit.n, weight_format=first["weight_format"],
-                    run=first["run"],
-                    detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; floor: one "
-                           "more request's mean KV bytes ÷ bandwidth (a lower bound, not a prediction)"))
+                findings.append(
+                    fnd.measured(
+                        f"{pre}{engine}.itl_marginal_ms_per_request",
+                        fit.slope,
+                        "ms/request",
+                        ok["source"].tolist(),
+                        floor_ms_per_request=kv_req,
+                        r2=fit.r2,
+                        n=fit.n,
+                        weight_format=first["weight_format"],
+                        run=first["run"],
+                        detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; floor: one "
+                        "more request's mean KV bytes ÷ bandwidth (a lower bound, not a prediction)",
+                    )
+                )
         # single-stream step ratio
         key = f"{pre}single_stream_step_ratio"
         c1 = {e: next((p for p in by_engine[e] if p.concurrency == 1), None) for e in ENGINES}
         if c1["vllm"] is None or c1["llamacpp"] is None:
-            findings.append(fnd.not_available(key, "ratio", "no_concurrency_1" if all(by_engine.values()) else "engine_missing",
-                                              f"needs both engines at concurrency 1 in {rnd or 'the campaign'}"))
+            findings.append(
+                fnd.not_available(
+                    key,
+                    "ratio",
+                    "no_concurrency_1" if all(by_engine.values()) else "engine_missing",
+                    f"needs both engines at concurrency 1 in {rnd or 'the campaign'}",
+                )
+            )
         else:
             v, ll = c1["vllm"], c1["llamacpp"]
             meas = v.result.stat_ms("p50", "itl") / ll.result.stat_ms("p50", "itl")
-            fl = {e: frame[(frame["engine"] == e) & (frame["concurrency"] == 1)]["roofline_floor_ms"]
-                  for e in ENGINES} if "roofline_floor_ms" in frame else {}
-            pred = float(fl["vllm"].iloc[0] / fl["llamacpp"].iloc[0]) if fl and len(fl["vllm"]) and len(fl["llamacpp"]) else None
-            findings.append(fnd.measured(key, meas, "ratio", [v.cite("p50_itl_ms"), ll.cite("p50_itl_ms")], theory=pred,
-                                         tolerance_pct=STEP_RATIO_TOLERANCE_PCT if pred is not None else None,
-                                         detail="vLLM p50 ITL ÷ llama.cpp p50 ITL at concurrency 1; theory: ratio of "
-                                                "the roofline floors (bytes read per step)",
-                                         weight_bytes_ratio=(th.weight_bytes_per_step("vllm") /
-                                                             th.weight_bytes_per_step("llamacpp"))
-                                         if th.weight_bytes_per_step("llamacpp") else None))
+            fl = (
+                {
+                    e: frame[(frame["engine"] == e) & (frame["concurrency"] == 1)]["roofline_floor_ms"]
+                    for e in ENGINES
+                }
+                if "roofline_floor_ms" in frame
+                else {}
+            )
+            pred = (
+                float(fl["vllm"].iloc[0] / fl["llamacpp"].iloc[0])
+                if fl and len(fl["vllm"]) and len(fl["llamacpp"])
+                else None
+            )
+            findings.append(
+                fnd.measured(
+                    key,
+                    meas,
+                    "ratio",
+                    [v.cite("p50_itl_ms"), ll.cite("p50_itl_ms")],
+                    theory=pred,
+                    tolerance_pct=STEP_RATIO_TOLERANCE_PCT if pred is not None else None,
+                    detail="vLLM p50 ITL ÷ llama.cpp p50 ITL at concurrency 1; theory: ratio of "
+                    "the roofline floors (bytes read per step)",
+                    weight_bytes_ratio=(
+                        th.weight_bytes_per_step("vllm") / th.weight_bytes_per_step("llamacpp")
+                    )
+                    if th.weight_bytes_per_step("llamacpp")
+                    else None,
+                )
+            )
         # throughput crossover: log–log interpolation on the common concurrencies
         key = f"{pre}engines.throughput_crossover_concurrency"
-        common = sorted({p.concurrency for p in by_engine["vllm"]} & {p.concurrency for p in by_engine["llamacpp"]})
+        common = sorted(
+            {p.concurrency for p in by_engine["vllm"]} & {p.concurrency for p in by_engine["llamacpp"]}
+        )
         if len(common) < 2:
-            findings.append(fnd.not_available(key, "requests", "engine_missing", f"fewer than two common points in {rnd or 'the campaign'}"))
+            findings.append(
+                fnd.not_available(
+                    key,
+                    "requests",
+                    "engine_missing",
+                    f"fewer than two common points in {rnd or 'the campaign'}",
+                )
+            )
         else:
-            va = [next(p for p in by_engine["vllm"] if p.concurrency == c).result.output_throughput_tok_s for c in common]
-            lb = [next(p for p in by_engine["llamacpp"] if p.concurrency == c).result.output_throughput_tok_s for c in common]
+            va = [
+                next(p for p in by_engine["vllm"] if p.concurrency == c).result.output_throughput_tok_s
+                for c in common
+            ]
+            lb = [
+                next(p for p in by_engine["llamacpp"] if p.concurrency == c).result.output_throughput_tok_s
+                for c in common
+            ]
             xs = fits.loglog_crossings(common, va, lb)
-            srcs = [p.cite("output_throughput") for e in ENGINES for p in by_engine[e] if p.concurrency in common]
+            srcs = [
+                p.cite("output_throughput") for e in ENGINES for p in by_engine[e] if p.concurrency in common
+            ]
             if xs:
-                findings.append(fnd.measured(key, xs[0], "requests", srcs, all_crossings=xs,
-                                             faster_below="llamacpp" if lb[0] > va[0] else "vllm"))
+                findings.append(
+                    fnd.measured(
+                        key,
+                        xs[0],
+                        "requests",
+                        srcs,
+                        all_crossings=xs,
+                        faster_below="llamacpp" if lb[0] > va[0] else "vllm",
+                    )
+                )
             else:
-                findings.append(fnd.not_available(key, "requests", "no_crossing",
-                                                  f"{'vllm' if va[0] > lb[0] else 'llamacpp'} leads at every common point",
-                                                  srcs))
+                findings.append(
+                    fnd.not_available(
+                        key,
+                        "requests",
+                        "no_crossing",
+                        f"{'vllm' if va[0] > lb[0] else 'llamacpp'} leads at every common point",
+                        srcs,
+                    )
+                )
         # workload shortfall (ignore-eos not honoured)
         key = f"{pre}llamacpp.workload_shortfall_max_pct"
         sub = frame[frame["engine"] == "llamacpp"] if len(frame) else frame
         if not len(sub) or "workload_shortfall_pct" not in sub or sub["workload_shortfall_pct"].isna().all():
-            findings.append(fnd.not_available(key, "%", "engine_missing", f"no llama.cpp sweep in {rnd or 'the campaign'}"))
+            findings.append(
+                fnd.not_available(
+                    key, "%", "engine_missing", f"no llama.cpp sweep in {rnd or 'the campaign'}"
+                )
+            )
         else:
             s = sub.dropna(subset=["workload_shortfall_pct"])
             i = s["workload_shortfall_pct"].idxmax()
-            findings.append(fnd.measured(key, float(s.loc[i, "workload_shortfall_pct"]), "%", [s.loc[i, "source"]],
-                                         concurrency=int(s.loc[i, "concurrency"]),
-                                         by_concurrency={str(int(c)): float(v) for c, v in
-                                                         zip(s["concurrency"], s["workload_shortfall_pct"], strict=True)}))
-    return Section(name="engines", tables={"engines_points": pd.DataFrame(rows), "engines_byte_ledger": pd.DataFrame(ledger)},
-                   findings=findings)
+            findings.append(
+                fnd.measured(
+                    key,
+                    float(s.loc[i, "workload_shortfall_pct"]),
+                    "%",
+                    [s.loc[i, "source"]],
+                    concurrency=int(s.loc[i, "concurrency"]),
+                    by_concurrency={
+                        str(int(c)): float(v)
+                        for c, v in zip(s["concurrency"], s["workload_shortfall_pct"], strict=True)
+                    },
+                )
+            )
+    return Section(
+        name="engines",
+        tables={"engines_points": pd.DataFrame(rows), "engines_byte_ledger": pd.DataFrame(ledger)},
+        findings=findings,
+    )

@@ -15,8 +15,17 @@ from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.reconcile import Context, Section
 
-GATE_ORDER = ("completed", "no_failures", "output_tokens", "input_tokens", "stream_token_counts", "greedy",
-              "prefix_caching_off", "no_preemptions", "fingerprint")
+GATE_ORDER = (
+    "completed",
+    "no_failures",
+    "output_tokens",
+    "input_tokens",
+    "stream_token_counts",
+    "greedy",
+    "prefix_caching_off",
+    "no_preemptions",
+    "fingerprint",
+)
 # A failed `exclude` gate means the point measured a different workload or server (fewer requests, a
 # cache that skips prefill, preemptions in a run meant to have none): conclusions leave it out. A failed
 # `flag` gate is a weaker protocol lapse (no fingerprint, sampling not forced greedy — output length is
@@ -68,12 +77,21 @@ def prefix_caching_enabled(run) -> tuple[bool | None, str | None]:
 
 
 # collector check name (events.jsonl) -> gate; startup checks apply to every point of the run
-OWN_POINT_CHECKS = {"completed_vs_sent": "completed", "failures": "no_failures", "output_tokens": "output_tokens",
-                    "input_tokens": "input_tokens"}
-OWN_REASONS = {"completed": "completed_below_requested", "no_failures": "failed_requests",
-               "output_tokens": "output_tokens_short", "input_tokens": "input_tokens_differ",
-               "greedy": "temperature_not_zero", "prefix_caching_off": "prefix_caching_on",
-               "no_preemptions": "preemptions_outside_overload"}
+OWN_POINT_CHECKS = {
+    "completed_vs_sent": "completed",
+    "failures": "no_failures",
+    "output_tokens": "output_tokens",
+    "input_tokens": "input_tokens",
+}
+OWN_REASONS = {
+    "completed": "completed_below_requested",
+    "no_failures": "failed_requests",
+    "output_tokens": "output_tokens_short",
+    "input_tokens": "input_tokens_differ",
+    "greedy": "temperature_not_zero",
+    "prefix_caching_off": "prefix_caching_on",
+    "no_preemptions": "preemptions_outside_overload",
+}
 
 
 def stream_counts_agree(chunk_tokens_sum: int, completion_tokens: int | None, source: str | None) -> bool:
@@ -103,51 +121,109 @@ def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
     def from_check(gate: str, name: str, point: str | None) -> None:
         hit = checks.get((name, point))
         if hit is None:
-            out.append(GateResult(gate, "unknown", "unknown", run.cite(erel) if erel else None, f"no {name} check"))
+            out.append(
+                GateResult(gate, "unknown", "unknown", run.cite(erel) if erel else None, f"no {name} check")
+            )
             return
         e, line = hit
         ok = e.get("ok")
         status = "unknown" if ok is None else ("pass" if ok else "fail")
-        out.append(GateResult(gate, status, None if ok else (OWN_REASONS.get(gate) if ok is False else "unknown"),
-                              run.cite(erel, line), str(e.get("detail", ""))))
+        out.append(
+            GateResult(
+                gate,
+                status,
+                None if ok else (OWN_REASONS.get(gate) if ok is False else "unknown"),
+                run.cite(erel, line),
+                str(e.get("detail", "")),
+            )
+        )
 
     for name, gate in OWN_POINT_CHECKS.items():
         from_check(gate, name, p.label)
     rrel, log = run.requests
     recs = [r for r in (log.records if log is not None else []) if r.point == p.label and r.ok]
-    bad = [r.request_id for r in recs if not stream_counts_agree(sum(r.chunk_tokens), r.completion_tokens,
-                                                                  r.token_count_source)]
+    bad = [
+        r.request_id
+        for r in recs
+        if not stream_counts_agree(sum(r.chunk_tokens), r.completion_tokens, r.token_count_source)
+    ]
     sources = sorted({str(r.token_count_source) for r in recs})
-    out.append(GateResult("stream_token_counts", "pass" if not bad else "fail", None if not bad else "token_counts_unreliable",
-                          run.cite(rrel, "chunk_tokens") if rrel else None,
-                          f"{len(bad)} of {len(recs)} requests disagree with usage.completion_tokens; "
-                          f"token_count_source {sources}"))
+    out.append(
+        GateResult(
+            "stream_token_counts",
+            "pass" if not bad else "fail",
+            None if not bad else "token_counts_unreliable",
+            run.cite(rrel, "chunk_tokens") if rrel else None,
+            f"{len(bad)} of {len(recs)} requests disagree with usage.completion_tokens; "
+            f"token_count_source {sources}",
+        )
+    )
     from_check("greedy", "greedy_sampling", None)
     # prefix caching: off at start-up and no cache hit during the point
-    start_hit, point_hit = checks.get(("prefix_caching_off", None)), checks.get(("prefix_cache_hits", p.label))
+    start_hit, point_hit = (
+        checks.get(("prefix_caching_off", None)),
+        checks.get(("prefix_cache_hits", p.label)),
+    )
     oks = [h[0].get("ok") for h in (start_hit, point_hit) if h is not None]
     src = [run.cite(erel, h[1]) for h in (start_hit, point_hit) if h is not None]
     if False in oks:
-        out.append(GateResult("prefix_caching_off", "fail", "prefix_caching_on", src[0],
-                              "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h)))
+        out.append(
+            GateResult(
+                "prefix_caching_off",
+                "fail",
+                "prefix_caching_on",
+                src[0],
+                "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h),
+            )
+        )
     elif oks and all(o is True for o in oks):
-        out.append(GateResult("prefix_caching_off", "pass", None, src[0],
-                              "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h)))
+        out.append(
+            GateResult(
+                "prefix_caching_off",
+                "pass",
+                None,
+                src[0],
+                "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h),
+            )
+        )
     else:
-        out.append(GateResult("prefix_caching_off", "unknown", "unknown", src[0] if src else None, "not decided"))
+        out.append(
+            GateResult("prefix_caching_off", "unknown", "unknown", src[0] if src else None, "not decided")
+        )
     hit = checks.get(("preemptions", p.label))
     if hit is None or hit[0].get("ok") is None:
-        out.append(GateResult("no_preemptions", "unknown", "unknown", run.cite(erel, hit[1]) if hit else None,
-                              str(hit[0].get("detail", "")) if hit else "no preemptions check"))
+        out.append(
+            GateResult(
+                "no_preemptions",
+                "unknown",
+                "unknown",
+                run.cite(erel, hit[1]) if hit else None,
+                str(hit[0].get("detail", "")) if hit else "no preemptions check",
+            )
+        )
     else:
         e, line = hit
         d = (e.get("facts") or {}).get("preemptions_delta")
         ok = p.test_kind == "overload" or d == 0
-        out.append(GateResult("no_preemptions", "pass" if ok else "fail", None if ok else "preemptions_outside_overload",
-                              run.cite(erel, line), str(e.get("detail", ""))))
+        out.append(
+            GateResult(
+                "no_preemptions",
+                "pass" if ok else "fail",
+                None if ok else "preemptions_outside_overload",
+                run.cite(erel, line),
+                str(e.get("detail", "")),
+            )
+        )
     fp = run.docs.files.get("fingerprint_summary")
-    out.append(GateResult("fingerprint", "pass" if fp else "fail", None if fp else "no_fingerprint",
-                          run.cite(fp) if fp else None, "present" if fp else "missing"))
+    out.append(
+        GateResult(
+            "fingerprint",
+            "pass" if fp else "fail",
+            None if fp else "no_fingerprint",
+            run.cite(fp) if fp else None,
+            "present" if fp else "missing",
+        )
+    )
     return out
 
 
@@ -157,47 +233,106 @@ def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
     r = p.result
     out: list[GateResult] = []
     ok = gate_completed(r.num_prompts, r.completed)
-    out.append(GateResult("completed", "pass" if ok else "fail", None if ok else "completed_below_requested",
-                          p.cite("completed"), f"{r.completed}/{r.num_prompts}"))
+    out.append(
+        GateResult(
+            "completed",
+            "pass" if ok else "fail",
+            None if ok else "completed_below_requested",
+            p.cite("completed"),
+            f"{r.completed}/{r.num_prompts}",
+        )
+    )
     failed = r.failed or 0
-    out.append(GateResult("no_failures", "pass" if failed == 0 else "fail", None if failed == 0 else "failed_requests",
-                          p.cite("failed"), f"failed={failed}"))
+    out.append(
+        GateResult(
+            "no_failures",
+            "pass" if failed == 0 else "fail",
+            None if failed == 0 else "failed_requests",
+            p.cite("failed"),
+            f"failed={failed}",
+        )
+    )
     if p.requested_output_len_tokens is None or r.total_output_tokens is None:
-        out.append(GateResult("output_tokens", "unknown", "no_sweep_log", p.cite("total_output_tokens"),
-                              "requested output length unknown"))
+        out.append(
+            GateResult(
+                "output_tokens",
+                "unknown",
+                "no_sweep_log",
+                p.cite("total_output_tokens"),
+                "requested output length unknown",
+            )
+        )
     else:
         want = r.completed * p.requested_output_len_tokens
         ok = gate_output_tokens(r.total_output_tokens, r.completed, p.requested_output_len_tokens)
-        out.append(GateResult("output_tokens", "pass" if ok else "fail", None if ok else "output_tokens_short",
-                              p.cite("total_output_tokens"), f"{r.total_output_tokens}/{want}"))
+        out.append(
+            GateResult(
+                "output_tokens",
+                "pass" if ok else "fail",
+                None if ok else "output_tokens_short",
+                p.cite("total_output_tokens"),
+                f"{r.total_output_tokens}/{want}",
+            )
+        )
     if p.sweep_point is None:
         out.append(GateResult("greedy", "unknown", "no_sweep_log", None, "no client log kept for this run"))
     else:
         t = p.sweep_point.namespace.get("temperature")
         ok = t == 0
         sweep_rel, _ = p.run.sweep
-        out.append(GateResult("greedy", "pass" if ok else "fail", None if ok else "temperature_not_zero",
-                              p.run.cite(sweep_rel, p.sweep_point.namespace_line), f"temperature={t!r}"))
+        out.append(
+            GateResult(
+                "greedy",
+                "pass" if ok else "fail",
+                None if ok else "temperature_not_zero",
+                p.run.cite(sweep_rel, p.sweep_point.namespace_line),
+                f"temperature={t!r}",
+            )
+        )
     enabled, src = prefix_caching_enabled(p.run)
     if enabled is None:
-        out.append(GateResult("prefix_caching_off", "unknown", "no_server_log", src, "server log does not say"))
+        out.append(
+            GateResult("prefix_caching_off", "unknown", "no_server_log", src, "server log does not say")
+        )
     else:
-        out.append(GateResult("prefix_caching_off", "fail" if enabled else "pass",
-                              "prefix_caching_on" if enabled else None, src, f"prefix_caching={enabled}"))
+        out.append(
+            GateResult(
+                "prefix_caching_off",
+                "fail" if enabled else "pass",
+                "prefix_caching_on" if enabled else None,
+                src,
+                f"prefix_caching={enabled}",
+            )
+        )
     w = ctx.window(p)
     if w is None or w.delta("preemptions") is None:
-        out.append(GateResult("no_preemptions", "unknown", "no_sampler_csv", None, "no counter for this point"))
+        out.append(
+            GateResult("no_preemptions", "unknown", "no_sampler_csv", None, "no counter for this point")
+        )
     else:
         n = w.delta("preemptions")
         overload = p.test_kind == "overload"
         ok = overload or n == 0
         srel = p.run.counter_source
-        out.append(GateResult("no_preemptions", "pass" if ok else "fail",
-                              None if ok else "preemptions_outside_overload", p.run.cite(srel, "preemptions"),
-                              f"preemptions={n:g}" + (" (overload run: expected)" if overload else "")))
+        out.append(
+            GateResult(
+                "no_preemptions",
+                "pass" if ok else "fail",
+                None if ok else "preemptions_outside_overload",
+                p.run.cite(srel, "preemptions"),
+                f"preemptions={n:g}" + (" (overload run: expected)" if overload else ""),
+            )
+        )
     frel, fp = p.run.fingerprint
-    out.append(GateResult("fingerprint", "pass" if fp is not None else "fail", None if fp is not None else "no_fingerprint",
-                          p.run.cite(frel) if frel else None, "present" if fp is not None else "missing"))
+    out.append(
+        GateResult(
+            "fingerprint",
+            "pass" if fp is not None else "fail",
+            None if fp is not None else "no_fingerprint",
+            p.run.cite(frel) if frel else None,
+            "present" if fp is not None else "missing",
+        )
+    )
     return out
 
 
@@ -211,13 +346,37 @@ def run(campaign: Campaign, ctx: Context) -> Section:
     rows = []
     for p in iter_points(campaign, include_warmup=True):
         for g in ctx.gates[p.key]:
-            rows.append({
-                "round": p.run.round or "", "engine": p.run.engine, "test": p.run.test, "point": p.label,
-                "warmup": p.warmup, "gate": g.gate, "severity": SEVERITY[g.gate], "status": g.status, "reason": g.reason or "",
-                "detail": g.detail, "source": g.source or "",
-            })
-    table = pd.DataFrame(rows, columns=["round", "engine", "test", "point", "warmup", "gate", "severity", "status", "reason",
-                                        "detail", "source"])
+            rows.append(
+                {
+                    "round": p.run.round or "",
+                    "engine": p.run.engine,
+                    "test": p.run.test,
+                    "point": p.label,
+                    "warmup": p.warmup,
+                    "gate": g.gate,
+                    "severity": SEVERITY[g.gate],
+                    "status": g.status,
+                    "reason": g.reason or "",
+                    "detail": g.detail,
+                    "source": g.source or "",
+                }
+            )
+    table = pd.DataFrame(
+        rows,
+        columns=[
+            "round",
+            "engine",
+            "test",
+            "point",
+            "warmup",
+            "gate",
+            "severity",
+            "status",
+            "reason",
+            "detail",
+            "source",
+        ],
+    )
     findings: list[fnd.Finding] = []
     for rnd in campaign.rounds:
         pts = [p for p in iter_points(campaign, include_warmup=True) if p.run.round == rnd]
@@ -226,17 +385,38 @@ def run(campaign: Campaign, ctx: Context) -> Section:
         unknown = sorted({g.gate for p in pts for g in ctx.gates[p.key] if g.status == "unknown"})
         pre = campaign.prefix(rnd)
         srcs = [g.source for p in pts for g in ctx.gates[p.key] if g.status == "fail" and g.source]
-        findings.append(fnd.measured(f"{pre}gates.points_total", len(pts), "count", [p.cite() for p in pts][:1]))
-        findings.append(fnd.Finding(
-            key=f"{pre}gates.points_failed", value=failed, unit="list", sources=tuple(srcs),
-            status="ok" if not failed else "mismatch",
-            detail="points failing an exclude-severity gate: kept in tables and figures, left out of conclusions",
-        ))
-        findings.append(fnd.measured(f"{pre}gates.points_flagged", flagged, "list", [],
-                                     detail="points failing only flag-severity gates: used, and listed"))
+        findings.append(
+            fnd.measured(f"{pre}gates.points_total", len(pts), "count", [p.cite() for p in pts][:1])
+        )
+        findings.append(
+            fnd.Finding(
+                key=f"{pre}gates.points_failed",
+                value=failed,
+                unit="list",
+                sources=tuple(srcs),
+                status="ok" if not failed else "mismatch",
+                detail="points failing an exclude-severity gate: kept in tables and figures, left out of conclusions",
+            )
+        )
+        findings.append(
+            fnd.measured(
+                f"{pre}gates.points_flagged",
+                flagged,
+                "list",
+                [],
+                detail="points failing only flag-severity gates: used, and listed",
+            )
+        )
         findings.append(fnd.measured(f"{pre}gates.points_failed_count", len(failed), "count", srcs))
-        findings.append(fnd.measured(f"{pre}gates.gates_unknown", unknown, "list", [],
-                                     detail="gates that could not be checked for some point (file missing)"))
+        findings.append(
+            fnd.measured(
+                f"{pre}gates.gates_unknown",
+                unknown,
+                "list",
+                [],
+                detail="gates that could not be checked for some point (file missing)",
+            )
+        )
         by_gate = {}
         for gate in GATE_ORDER:
             res = [g for p in pts for g in ctx.gates[p.key] if g.gate == gate]
@@ -247,6 +427,14 @@ def run(campaign: Campaign, ctx: Context) -> Section:
                 "fail": sum(g.status == "fail" for g in res),
                 "unknown": sum(g.status == "unknown" for g in res),
             }
-        findings.append(fnd.measured(f"{pre}gates.all_passed", not failed and not flagged, "bool", srcs, by_gate=by_gate,
-                                     severity={g: SEVERITY[g] for g in by_gate}))
+        findings.append(
+            fnd.measured(
+                f"{pre}gates.all_passed",
+                not failed and not flagged,
+                "bool",
+                srcs,
+                by_gate=by_gate,
+                severity={g: SEVERITY[g] for g in by_gate},
+            )
+        )
     return Section(name="gates", tables={"gates": table}, findings=findings)

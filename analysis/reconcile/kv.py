@@ -40,7 +40,9 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
     if run.own or log.kv_cache_memory_gib is None:
         return None  # our own runs: reconciled exactly by the capacity section
     row = {
-        "round": run.round or "", "test": run.test, "run": run.name,
+        "round": run.round or "",
+        "test": run.test,
+        "run": run.name,
         "kv_pool_gib_log": log.kv_cache_memory_gib,
         "kv_pool_tokens_log": log.kv_cache_tokens,
         "max_concurrency_log": log.max_concurrency_x,
@@ -55,16 +57,20 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
         blocks = theory.vllm_num_gpu_blocks(pool_bytes, BLOCK_SIZE_DEFAULT, kvb)
         lo, hi = theory.vllm_tokens_range_for_logged_gib(log.kv_cache_memory_gib, kvb, BLOCK_SIZE_DEFAULT)
         mml = row["max_model_len_tokens"]
-        row.update({
-            "kv_bytes_per_token": kvb,
-            "kv_pool_tokens_theory": theory.kv_pool_tokens(pool_bytes, kvb),
-            "kv_pool_tokens_theory_blocks": theory.vllm_kv_cache_tokens(blocks, BLOCK_SIZE_DEFAULT),
-            "kv_pool_tokens_theory_min": lo,
-            "kv_pool_tokens_theory_max": hi,
-            "max_concurrency_theory": theory.vllm_max_concurrency(blocks, BLOCK_SIZE_DEFAULT, mml) if mml else None,
-            "max_concurrency_theory_min": lo / mml if mml else None,
-            "max_concurrency_theory_max": hi / mml if mml else None,
-        })
+        row.update(
+            {
+                "kv_bytes_per_token": kvb,
+                "kv_pool_tokens_theory": theory.kv_pool_tokens(pool_bytes, kvb),
+                "kv_pool_tokens_theory_blocks": theory.vllm_kv_cache_tokens(blocks, BLOCK_SIZE_DEFAULT),
+                "kv_pool_tokens_theory_min": lo,
+                "kv_pool_tokens_theory_max": hi,
+                "max_concurrency_theory": theory.vllm_max_concurrency(blocks, BLOCK_SIZE_DEFAULT, mml)
+                if mml
+                else None,
+                "max_concurrency_theory_min": lo / mml if mml else None,
+                "max_concurrency_theory_max": hi / mml if mml else None,
+            }
+        )
     rel_s, scrape = run.scrape
     cc = scrape.cache_config() if scrape is not None else None
     if cc is not None:
@@ -88,83 +94,174 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd)
         rp = [r for r in pools if r["round"] == (rnd or "")]
-        own_pool = next((t for t in (pool_tokens_measured(r)[0] for r in campaign.select(round=rnd, engine="vllm")
-                                     if r.own) if t), None)
+        own_pool = next(
+            (
+                t
+                for t in (
+                    pool_tokens_measured(r)[0] for r in campaign.select(round=rnd, engine="vllm") if r.own
+                )
+                if t
+            ),
+            None,
+        )
         if not rp and campaign.own:
             pool_tokens = own_pool
         elif not rp:
-            for k, u in (("kv_pool_gib_log", "GiB"), ("kv_pool_tokens_log", "tokens"), ("max_concurrency_log", "requests"),
-                         ("kv_pool_tokens_theory", "tokens"), ("max_concurrency_theory", "requests")):
-                findings.append(fnd.not_available(f"{pre}{k}", u, "no_server_log", f"no vLLM start-up log in {rnd or 'the campaign'}"))
+            for k, u in (
+                ("kv_pool_gib_log", "GiB"),
+                ("kv_pool_tokens_log", "tokens"),
+                ("max_concurrency_log", "requests"),
+                ("kv_pool_tokens_theory", "tokens"),
+                ("max_concurrency_theory", "requests"),
+            ):
+                findings.append(
+                    fnd.not_available(
+                        f"{pre}{k}", u, "no_server_log", f"no vLLM start-up log in {rnd or 'the campaign'}"
+                    )
+                )
             pool_tokens = None
         else:
             r0 = sorted(rp, key=lambda r: r["run"])[0]
             pool_tokens = r0["kv_pool_tokens_log"]
-            findings.append(fnd.measured(f"{pre}kv_pool_gib_log", r0["kv_pool_gib_log"], "GiB", [r0["source_gib"]],
-                                         run=r0["run"]))
+            findings.append(
+                fnd.measured(
+                    f"{pre}kv_pool_gib_log", r0["kv_pool_gib_log"], "GiB", [r0["source_gib"]], run=r0["run"]
+                )
+            )
             if "kv_pool_tokens_theory" in r0:
-                tol = _half_range_pct(r0["kv_pool_tokens_theory_min"], r0["kv_pool_tokens_theory_max"],
-                                      r0["kv_pool_tokens_theory"])
-                ok_range = r0["kv_pool_tokens_theory_min"] <= r0["kv_pool_tokens_log"] <= r0["kv_pool_tokens_theory_max"]
-                f = fnd.measured(f"{pre}kv_pool_tokens_log", r0["kv_pool_tokens_log"], "tokens", [r0["source_tokens"]],
-                                 theory=float(r0["kv_pool_tokens_theory"]), tolerance_pct=tol,
-                                 theory_range=[r0["kv_pool_tokens_theory_min"], r0["kv_pool_tokens_theory_max"]],
-                                 within_logged_gib_rounding=ok_range, run=r0["run"])
+                tol = _half_range_pct(
+                    r0["kv_pool_tokens_theory_min"],
+                    r0["kv_pool_tokens_theory_max"],
+                    r0["kv_pool_tokens_theory"],
+                )
+                ok_range = (
+                    r0["kv_pool_tokens_theory_min"]
+                    <= r0["kv_pool_tokens_log"]
+                    <= r0["kv_pool_tokens_theory_max"]
+                )
+                f = fnd.measured(
+                    f"{pre}kv_pool_tokens_log",
+                    r0["kv_pool_tokens_log"],
+                    "tokens",
+                    [r0["source_tokens"]],
+                    theory=float(r0["kv_pool_tokens_theory"]),
+                    tolerance_pct=tol,
+                    theory_range=[r0["kv_pool_tokens_theory_min"], r0["kv_pool_tokens_theory_max"]],
+                    within_logged_gib_rounding=ok_range,
+                    run=r0["run"],
+                )
                 findings.append(f)
-                findings.append(fnd.measured(
-                    f"{pre}kv_pool_tokens_theory", r0["kv_pool_tokens_theory"], "tokens",
-                    [r0["source_gib"], *th.model_source],
-                    detail="floor(Available KV cache memory × 2^30 ÷ KV bytes per token)",
-                    kv_bytes_per_token=r0["kv_bytes_per_token"]))
-                mc_tol = _half_range_pct(r0["max_concurrency_theory_min"], r0["max_concurrency_theory_max"],
-                                         r0["max_concurrency_theory"])
+                findings.append(
+                    fnd.measured(
+                        f"{pre}kv_pool_tokens_theory",
+                        r0["kv_pool_tokens_theory"],
+                        "tokens",
+                        [r0["source_gib"], *th.model_source],
+                        detail="floor(Available KV cache memory × 2^30 ÷ KV bytes per token)",
+                        kv_bytes_per_token=r0["kv_bytes_per_token"],
+                    )
+                )
+                mc_tol = _half_range_pct(
+                    r0["max_concurrency_theory_min"],
+                    r0["max_concurrency_theory_max"],
+                    r0["max_concurrency_theory"],
+                )
                 # vLLM prints the concurrency with two decimals: widen by its rounding
                 mc_tol += 0.005 / r0["max_concurrency_theory"] * 100
-                findings.append(fnd.measured(f"{pre}max_concurrency_log", r0["max_concurrency_log"], "requests",
-                                             [r0["source_concurrency"]], theory=r0["max_concurrency_theory"],
-                                             tolerance_pct=mc_tol, run=r0["run"]))
-                findings.append(fnd.measured(
-                    f"{pre}max_concurrency_theory", r0["max_concurrency_theory"], "requests",
-                    [r0["source_gib"], *th.model_source],
-                    detail="num_gpu_blocks ÷ ceil(max_model_len ÷ 16), blocks from the logged pool bytes"))
+                findings.append(
+                    fnd.measured(
+                        f"{pre}max_concurrency_log",
+                        r0["max_concurrency_log"],
+                        "requests",
+                        [r0["source_concurrency"]],
+                        theory=r0["max_concurrency_theory"],
+                        tolerance_pct=mc_tol,
+                        run=r0["run"],
+                    )
+                )
+                findings.append(
+                    fnd.measured(
+                        f"{pre}max_concurrency_theory",
+                        r0["max_concurrency_theory"],
+                        "requests",
+                        [r0["source_gib"], *th.model_source],
+                        detail="num_gpu_blocks ÷ ceil(max_model_len ÷ 16), blocks from the logged pool bytes",
+                    )
+                )
             if len({r["kv_pool_tokens_log"] for r in rp}) > 1:
                 vals = sorted(r["kv_pool_tokens_log"] for r in rp)
-                findings.append(fnd.measured(f"{pre}kv_pool_tokens_log_spread", vals[-1] - vals[0], "tokens",
-                                             [r["source_tokens"] for r in rp],
-                                             per_run={r["run"]: r["kv_pool_tokens_log"] for r in rp}))
+                findings.append(
+                    fnd.measured(
+                        f"{pre}kv_pool_tokens_log_spread",
+                        vals[-1] - vals[0],
+                        "tokens",
+                        [r["source_tokens"] for r in rp],
+                        per_run={r["run"]: r["kv_pool_tokens_log"] for r in rp},
+                    )
+                )
             if "kv_pool_tokens_scrape" in r0 or any("kv_pool_tokens_scrape" in r for r in rp):
                 rs = next(r for r in rp if "kv_pool_tokens_scrape" in r)
-                findings.append(fnd.measured(f"{pre}kv_pool_tokens_scrape", rs["kv_pool_tokens_scrape"], "tokens",
-                                             [rs["source_scrape"]], theory=float(rs["kv_pool_tokens_log"]),
-                                             tolerance_pct=0.0,
-                                             detail="vllm:cache_config_info kv_cache_size_tokens vs the log line"))
+                findings.append(
+                    fnd.measured(
+                        f"{pre}kv_pool_tokens_scrape",
+                        rs["kv_pool_tokens_scrape"],
+                        "tokens",
+                        [rs["source_scrape"]],
+                        theory=float(rs["kv_pool_tokens_log"]),
+                        tolerance_pct=0.0,
+                        detail="vllm:cache_config_info kv_cache_size_tokens vs the log line",
+                    )
+                )
 
         # --- linearity: the length sweep -------------------------------------------------------------
         ls = [p for p in iter_points(campaign, round=rnd, engine="vllm", test_kind="length_sweep")]
         names = ("kv_fit_slope", "kv_fit_intercept", "kv_fit_r2")
         units = ("tokens/token", "tokens", "ratio")
-        usable = [p for p in ls if ctx.window(p) is not None and ctx.window(p).gauges.get("kv_usage") is not None
-                  and ctx.window(p).gauges["kv_usage"].max is not None
-                  and ctx.window(p).gauges["kv_usage"].n >= MIN_SAMPLES_FOR_PEAK]
-        other = [p for p in iter_points(campaign, round=rnd, test_kind="length_sweep") if p.run.engine != "vllm"]
+        usable = [
+            p
+            for p in ls
+            if ctx.window(p) is not None
+            and ctx.window(p).gauges.get("kv_usage") is not None
+            and ctx.window(p).gauges["kv_usage"].max is not None
+            and ctx.window(p).gauges["kv_usage"].n >= MIN_SAMPLES_FOR_PEAK
+        ]
+        other = [
+            p for p in iter_points(campaign, round=rnd, test_kind="length_sweep") if p.run.engine != "vllm"
+        ]
         if not ls and other:
             # llama.cpp's /metrics (this build) has no KV usage gauge: its length sweep cannot be fitted
             for n, u in zip(names, units, strict=True):
-                findings.append(fnd.not_available(
-                    f"{pre}{n}", u, "no_kv_usage_gauge",
-                    f"the length sweep ran on {', '.join(sorted({p.run.engine for p in other}))} only, whose "
-                    "/metrics carry no KV usage gauge to fit", [other[0].run.cite(other[0].run.counter_source or "")]))
+                findings.append(
+                    fnd.not_available(
+                        f"{pre}{n}",
+                        u,
+                        "no_kv_usage_gauge",
+                        f"the length sweep ran on {', '.join(sorted({p.run.engine for p in other}))} only, whose "
+                        "/metrics carry no KV usage gauge to fit",
+                        [other[0].run.cite(other[0].run.counter_source or "")],
+                    )
+                )
         elif not ls:
             for n, u in zip(names, units, strict=True):
-                findings.append(fnd.not_available(f"{pre}{n}", u, "no_such_test",
-                                                  f"no length sweep in {rnd or 'the campaign'}"))
+                findings.append(
+                    fnd.not_available(
+                        f"{pre}{n}", u, "no_such_test", f"no length sweep in {rnd or 'the campaign'}"
+                    )
+                )
         elif len(usable) < 2 or pool_tokens is None:
             own = ls[0].run.own
             for n, u in zip(names, units, strict=True):
-                findings.append(fnd.not_available(
-                    f"{pre}{n}", u, "too_few_points" if own else "no_sampler_csv",
-                    f"fewer than 2 length-sweep points with ≥ {MIN_SAMPLES_FOR_PEAK} kv_usage samples in their window"
-                    if own else f"{ls[0].run.cite_root} kept no sampler CSV (kv_usage)", [p.cite() for p in ls]))
+                findings.append(
+                    fnd.not_available(
+                        f"{pre}{n}",
+                        u,
+                        "too_few_points" if own else "no_sampler_csv",
+                        f"fewer than 2 length-sweep points with ≥ {MIN_SAMPLES_FOR_PEAK} kv_usage samples in their window"
+                        if own
+                        else f"{ls[0].run.cite_root} kept no sampler CSV (kv_usage)",
+                        [p.cite() for p in ls],
+                    )
+                )
         else:
             xs, ys = [], []
             srel = usable[0].run.counter_source
@@ -174,19 +271,37 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 y = usage_tokens(w.gauges["kv_usage"].max, pool_tokens)
                 xs.append(x)
                 ys.append(y)
-                fit_rows.append({"round": rnd or "", "point": p.label, "concurrency": p.concurrency,
-                                 "input_len_tokens": p.input_len_tokens,
-                                 "output_len_tokens": p.requested_output_len_tokens,
-                                 "tokens_in_flight": x, "peak_kv_usage_fraction": w.gauges["kv_usage"].max,
-                                 "peak_kv_usage_tokens": y, "gate_ok": ctx.gate_ok(p), "source": p.cite()})
+                fit_rows.append(
+                    {
+                        "round": rnd or "",
+                        "point": p.label,
+                        "concurrency": p.concurrency,
+                        "input_len_tokens": p.input_len_tokens,
+                        "output_len_tokens": p.requested_output_len_tokens,
+                        "tokens_in_flight": x,
+                        "peak_kv_usage_fraction": w.gauges["kv_usage"].max,
+                        "peak_kv_usage_tokens": y,
+                        "gate_ok": ctx.gate_ok(p),
+                        "source": p.cite(),
+                    }
+                )
             fit = fits.least_squares(xs, ys)
             for r in fit_rows:
                 if r["round"] == (rnd or ""):
                     r["fit_tokens"] = fit.predict(r["tokens_in_flight"])
             src = [usable[0].run.cite(srel, "kv_usage"), *[p.cite() for p in usable]]
-            findings.append(fnd.measured(f"{pre}kv_fit_slope", fit.slope, "tokens/token", src, theory=1.0,
-                                         tolerance_pct=KV_SLOPE_TOLERANCE_PCT, n=fit.n,
-                                         detail="peak KV usage (tokens) vs concurrency × (input + output)"))
+            findings.append(
+                fnd.measured(
+                    f"{pre}kv_fit_slope",
+                    fit.slope,
+                    "tokens/token",
+                    src,
+                    theory=1.0,
+                    tolerance_pct=KV_SLOPE_TOLERANCE_PCT,
+                    n=fit.n,
+                    detail="peak KV usage (tokens) vs concurrency × (input + output)",
+                )
+            )
             findings.append(fnd.measured(f"{pre}kv_fit_intercept", fit.intercept, "tokens", src))
             findings.append(fnd.measured(f"{pre}kv_fit_r2", fit.r2, "ratio", src))
 
@@ -201,12 +316,22 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     continue
                 out_len = p.requested_output_len_tokens or 0
                 pred = tokens_in_flight(p.concurrency, p.input_len_tokens, out_len)
-                pred_rows.append({
-                    "round": rnd or "", "test": p.run.test, "point": p.label, "concurrency": p.concurrency,
-                    "predicted_peak_kv_tokens": pred,
-                    "predicted_peak_kv_usage_pct": min(100.0, pred / pool_tokens * 100),
-                    "measured_peak_kv_usage_pct": g.max * 100, "measured_peak_kv_tokens": usage_tokens(g.max, pool_tokens),
-                    "gate_ok": ctx.gate_ok(p),
-                })
-    tables = {"kv_pool": pool_df, "kv_fit": pd.DataFrame(fit_rows), "kv_usage_predicted": pd.DataFrame(pred_rows)}
+                pred_rows.append(
+                    {
+                        "round": rnd or "",
+                        "test": p.run.test,
+                        "point": p.label,
+                        "concurrency": p.concurrency,
+                        "predicted_peak_kv_tokens": pred,
+                        "predicted_peak_kv_usage_pct": min(100.0, pred / pool_tokens * 100),
+                        "measured_peak_kv_usage_pct": g.max * 100,
+                        "measured_peak_kv_tokens": usage_tokens(g.max, pool_tokens),
+                        "gate_ok": ctx.gate_ok(p),
+                    }
+                )
+    tables = {
+        "kv_pool": pool_df,
+        "kv_fit": pd.DataFrame(fit_rows),
+        "kv_usage_predicted": pd.DataFrame(pred_rows),
+    }
     return Section(name="kv", tables=tables, findings=findings)

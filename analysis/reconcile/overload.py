@@ -56,8 +56,12 @@ def tokens_freed(kv_before: float, kv_after: float, pool_tokens: int, n: float) 
     return (kv_before - kv_after) * pool_tokens / n
 
 
-PREEMPTION_KEYS = (("preemptions", "count"), ("itl_share_touched_by_preemptions_pct", "%"),
-                   ("tokens_freed_per_preemption", "tokens"), ("kv_usage_at_preemption_pct", "%"))
+PREEMPTION_KEYS = (
+    ("preemptions", "count"),
+    ("itl_share_touched_by_preemptions_pct", "%"),
+    ("tokens_freed_per_preemption", "tokens"),
+    ("kv_usage_at_preemption_pct", "%"),
+)
 
 
 def point_cut(p: BenchPoint) -> bool:
@@ -124,122 +128,263 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
     rrel, recs = _requests(p)
     if n_slots is None or n_ctx is None:
         for k, u in (("concurrency_over_slots", "ratio"), ("output_tokens_per_request", "tokens")):
-            out.append(fnd.not_available(pre + k, u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log",
-                                         [p.cite()]))
+            out.append(
+                fnd.not_available(
+                    pre + k, u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log", [p.cite()]
+                )
+            )
         return out
-    out.append(fnd.measured(pre + "concurrency_over_slots", p.concurrency / n_slots, "ratio",
-                            [slot_src, p.cite("max_concurrency")], concurrency=p.concurrency, slots=n_slots,
-                            detail="concurrency ÷ slots (-np): at most 1, every request gets a slot at once and none "
-                                   "waits in the server's deferred queue"))
+    out.append(
+        fnd.measured(
+            pre + "concurrency_over_slots",
+            p.concurrency / n_slots,
+            "ratio",
+            [slot_src, p.cite("max_concurrency")],
+            concurrency=p.concurrency,
+            slots=n_slots,
+            detail="concurrency ÷ slots (-np): at most 1, every request gets a slot at once and none "
+            "waits in the server's deferred queue",
+        )
+    )
     if out_len is None or in_len is None:
-        out.append(fnd.not_available(pre + "output_tokens_per_request", "tokens", "no_sweep_log",
-                                     "requested lengths unknown", [p.cite()]))
+        out.append(
+            fnd.not_available(
+                pre + "output_tokens_per_request",
+                "tokens",
+                "no_sweep_log",
+                "requested lengths unknown",
+                [p.cite()],
+            )
+        )
         return out
     limit = slot_output_limit_tokens(out_len, in_len, n_ctx)
     if not recs:
         r = p.result
         if r.completed:
-            out.append(fnd.measured(pre + "output_tokens_per_request", r.total_output_tokens / r.completed, "tokens",
-                                    [p.cite("total_output_tokens"), p.cite("completed"), slot_src],
-                                    theory=float(limit), tolerance_pct=0.0, requested_output_tokens=out_len,
-                                    n_ctx_slot=n_ctx, detail="mean output per request vs min(requested, n_ctx_slot − "
-                                                             "prompt)"))
+            out.append(
+                fnd.measured(
+                    pre + "output_tokens_per_request",
+                    r.total_output_tokens / r.completed,
+                    "tokens",
+                    [p.cite("total_output_tokens"), p.cite("completed"), slot_src],
+                    theory=float(limit),
+                    tolerance_pct=0.0,
+                    requested_output_tokens=out_len,
+                    n_ctx_slot=n_ctx,
+                    detail="mean output per request vs min(requested, n_ctx_slot − prompt)",
+                )
+            )
         return out
     done = [r for r in recs if r.ok]
     if cut or not done:
         streamed = [sum(r.chunk_tokens) for r in recs]
-        out.append(fnd.not_available(
-            pre + "output_tokens_per_request", "tokens", "point_cut",
-            "the point was cut before its requests finished: how far each had got is kept, nothing is concluded",
-            [p.run.cite(rrel, "chunk_tokens"), slot_src], slot_limit_tokens=limit,
-            streamed_tokens_min=min(streamed) if streamed else None,
-            streamed_tokens_max=max(streamed) if streamed else None, requests=len(recs)))
+        out.append(
+            fnd.not_available(
+                pre + "output_tokens_per_request",
+                "tokens",
+                "point_cut",
+                "the point was cut before its requests finished: how far each had got is kept, nothing is concluded",
+                [p.run.cite(rrel, "chunk_tokens"), slot_src],
+                slot_limit_tokens=limit,
+                streamed_tokens_min=min(streamed) if streamed else None,
+                streamed_tokens_max=max(streamed) if streamed else None,
+                requests=len(recs),
+            )
+        )
         return out
     toks = [r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens) for r in done]
     truncated = [r for r, n in zip(done, toks, strict=True) if n < r.max_tokens]
     reasons: dict[str, int] = {}
     for r in done:
         reasons[str(r.finish_reason)] = reasons.get(str(r.finish_reason), 0) + 1
-    out.append(fnd.measured(pre + "truncated_requests", len(truncated), "requests",
-                            [p.run.cite(rrel, "usage.completion_tokens"), p.run.cite(rrel, "finish_reason")],
-                            completed=len(done), finish_reasons=reasons,
-                            detail="completed requests that got fewer tokens than max_tokens"))
-    out.append(fnd.measured(
-        pre + "output_tokens_per_request", sum(toks) / len(toks), "tokens",
-        [p.run.cite(rrel, "usage.completion_tokens"), slot_src, p.protocol_source or p.cite()],
-        theory=float(limit), tolerance_pct=0.0, min_tokens=min(toks), max_tokens=max(toks),
-        requested_output_tokens=out_len, input_tokens=in_len, n_ctx_slot=n_ctx,
-        detail="mean output per completed request vs min(requested, n_ctx_slot − prompt): a slot's context is "
-               "fixed and context shift is off, so generation stops when the slot is full"))
+    out.append(
+        fnd.measured(
+            pre + "truncated_requests",
+            len(truncated),
+            "requests",
+            [p.run.cite(rrel, "usage.completion_tokens"), p.run.cite(rrel, "finish_reason")],
+            completed=len(done),
+            finish_reasons=reasons,
+            detail="completed requests that got fewer tokens than max_tokens",
+        )
+    )
+    out.append(
+        fnd.measured(
+            pre + "output_tokens_per_request",
+            sum(toks) / len(toks),
+            "tokens",
+            [p.run.cite(rrel, "usage.completion_tokens"), slot_src, p.protocol_source or p.cite()],
+            theory=float(limit),
+            tolerance_pct=0.0,
+            min_tokens=min(toks),
+            max_tokens=max(toks),
+            requested_output_tokens=out_len,
+            input_tokens=in_len,
+            n_ctx_slot=n_ctx,
+            detail="mean output per completed request vs min(requested, n_ctx_slot − prompt): a slot's context is "
+            "fixed and context shift is off, so generation stops when the slot is full",
+        )
+    )
     return out
 
 
-def _point_findings(pre: str, p: BenchPoint, campaign: Campaign, ctx: Context, rnd: str | None,
-                    timeline_rows: list[dict], event_rows: list[dict]) -> list[fnd.Finding]:
+def _point_findings(
+    pre: str,
+    p: BenchPoint,
+    campaign: Campaign,
+    ctx: Context,
+    rnd: str | None,
+    timeline_rows: list[dict],
+    event_rows: list[dict],
+) -> list[fnd.Finding]:
     findings: list[fnd.Finding] = []
     r = p.result
     cut = point_cut(p)
     llama = p.run.engine == "llamacpp"
     out_len = p.requested_output_len_tokens
     in_len = _input_len(p)
-    borrowed = {"protocol_borrowed": True, "protocol_source": p.protocol_source} if p.protocol_borrowed else {}
+    borrowed = (
+        {"protocol_borrowed": True, "protocol_source": p.protocol_source} if p.protocol_borrowed else {}
+    )
     why, why_src = _abort_reason(p)
-    findings.append(fnd.checked(pre + "all_requests_completed", not cut,
-                                [p.cite("completed"), p.cite("failed"), *([why_src] if why_src else [])],
-                                detail=("every request sent came back complete" if not cut else
-                                        f"cut: {why}" if why else "some requests failed or never came back"),
-                                completed=r.completed, num_prompts=r.num_prompts, failed=r.failed or 0, run=p.run.name,
-                                aborted=why))
+    findings.append(
+        fnd.checked(
+            pre + "all_requests_completed",
+            not cut,
+            [p.cite("completed"), p.cite("failed"), *([why_src] if why_src else [])],
+            detail=(
+                "every request sent came back complete"
+                if not cut
+                else f"cut: {why}"
+                if why
+                else "some requests failed or never came back"
+            ),
+            completed=r.completed,
+            num_prompts=r.num_prompts,
+            failed=r.failed or 0,
+            run=p.run.name,
+            aborted=why,
+        )
+    )
     log_rel, log = p.run.server_log
     if llama:
         n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
         if n_ctx is None or out_len is None or not in_len:
-            findings.append(fnd.not_available(pre + "oversubscription", "ratio", "no_server_log",
-                                              "slot context or requested lengths unknown", [p.cite()]))
+            findings.append(
+                fnd.not_available(
+                    pre + "oversubscription",
+                    "ratio",
+                    "no_server_log",
+                    "slot context or requested lengths unknown",
+                    [p.cite()],
+                )
+            )
         else:
-            findings.append(fnd.measured(
-                pre + "oversubscription", slot_oversubscription(in_len, out_len, n_ctx), "ratio",
-                [p.run.cite(log_rel, log.lines.get("n_ctx_slot")), p.protocol_source or p.cite("total_input_tokens")],
-                demand_tokens=in_len + out_len, pool_tokens=n_ctx, basis="per_slot",
-                detail="one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells"))
+            findings.append(
+                fnd.measured(
+                    pre + "oversubscription",
+                    slot_oversubscription(in_len, out_len, n_ctx),
+                    "ratio",
+                    [
+                        p.run.cite(log_rel, log.lines.get("n_ctx_slot")),
+                        p.protocol_source or p.cite("total_input_tokens"),
+                    ],
+                    demand_tokens=in_len + out_len,
+                    pool_tokens=n_ctx,
+                    basis="per_slot",
+                    detail="one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells",
+                )
+            )
     else:
         pool, pool_src = _pool_tokens(p.run, campaign)
         if pool is None or out_len is None or not p.input_len_tokens:
-            findings.append(fnd.not_available(pre + "oversubscription", "ratio", "no_server_log",
-                                              "pool or requested lengths unknown", [p.cite()]))
+            findings.append(
+                fnd.not_available(
+                    pre + "oversubscription",
+                    "ratio",
+                    "no_server_log",
+                    "pool or requested lengths unknown",
+                    [p.cite()],
+                )
+            )
         else:
-            findings.append(fnd.measured(
-                pre + "oversubscription", oversubscription(p.concurrency, p.input_len_tokens, out_len, pool), "ratio",
-                [pool_src, p.cite("max_concurrency"), p.cite("total_input_tokens"),
-                 *([p.protocol_source] if p.protocol_source else [])],
-                demand_tokens=p.concurrency * (p.input_len_tokens + out_len), pool_tokens=pool, basis="pool",
-                **borrowed))
+            findings.append(
+                fnd.measured(
+                    pre + "oversubscription",
+                    oversubscription(p.concurrency, p.input_len_tokens, out_len, pool),
+                    "ratio",
+                    [
+                        pool_src,
+                        p.cite("max_concurrency"),
+                        p.cite("total_input_tokens"),
+                        *([p.protocol_source] if p.protocol_source else []),
+                    ],
+                    demand_tokens=p.concurrency * (p.input_len_tokens + out_len),
+                    pool_tokens=pool,
+                    basis="pool",
+                    **borrowed,
+                )
+            )
     findings.append(fnd.measured(pre + "failed_requests", r.failed or 0, "requests", [p.cite("failed")]))
-    findings.append(fnd.measured(pre + "completed_requests", r.completed, "requests", [p.cite("completed")],
-                                 num_prompts=r.num_prompts))
+    findings.append(
+        fnd.measured(
+            pre + "completed_requests",
+            r.completed,
+            "requests",
+            [p.cite("completed")],
+            num_prompts=r.num_prompts,
+        )
+    )
     if out_len is None:
-        findings.append(fnd.not_available(pre + "output_tokens_complete", "bool", "no_sweep_log",
-                                          "requested output length unknown", [p.cite("total_output_tokens")]))
+        findings.append(
+            fnd.not_available(
+                pre + "output_tokens_complete",
+                "bool",
+                "no_sweep_log",
+                "requested output length unknown",
+                [p.cite("total_output_tokens")],
+            )
+        )
     elif cut or not r.completed:
-        findings.append(fnd.not_available(pre + "output_tokens_complete", "bool", "point_cut",
-                                          "no request of the point completed: nothing to count", [p.cite("completed")]))
+        findings.append(
+            fnd.not_available(
+                pre + "output_tokens_complete",
+                "bool",
+                "point_cut",
+                "no request of the point completed: nothing to count",
+                [p.cite("completed")],
+            )
+        )
     else:
         ok = r.total_output_tokens == r.completed * out_len
-        findings.append(fnd.checked(pre + "output_tokens_complete", ok,
-                                    [p.cite("total_output_tokens"), p.cite("completed"),
-                                     *([p.protocol_source] if p.protocol_source else [])],
-                                    detail=None if ok or not llama else
-                                    "llama.cpp truncates at the slot context: see output_tokens_per_request",
-                                    total_output_tokens=r.total_output_tokens,
-                                    expected_tokens=r.completed * out_len, **borrowed))
+        findings.append(
+            fnd.checked(
+                pre + "output_tokens_complete",
+                ok,
+                [
+                    p.cite("total_output_tokens"),
+                    p.cite("completed"),
+                    *([p.protocol_source] if p.protocol_source else []),
+                ],
+                detail=None
+                if ok or not llama
+                else "llama.cpp truncates at the slot context: see output_tokens_per_request",
+                total_output_tokens=r.total_output_tokens,
+                expected_tokens=r.completed * out_len,
+                **borrowed,
+            )
+        )
     if llama:
         findings += _llamacpp_findings(pre, p, cut)
     w = ctx.window(p)
     srel = p.run.counter_source
     if w is None or p.run.name not in ctx.sampler_series:
         for k, u in (("mean_running_requests", "requests"), *PREEMPTION_KEYS):
-            findings.append(fnd.not_available(pre + k, u, "no_sampler_csv",
-                                              f"{p.run.cite_root} kept no sampler CSV", [p.cite()]))
+            findings.append(
+                fnd.not_available(
+                    pre + k, u, "no_sampler_csv", f"{p.run.cite_root} kept no sampler CSV", [p.cite()]
+                )
+            )
         return findings
     ts, cols = ctx.sampler_series[p.run.name]
     idx = window_indices(ts, w.window)
@@ -248,8 +393,13 @@ def _point_findings(pre: str, p: BenchPoint, campaign: Campaign, ctx: Context, r
     i0 = max(0, idx.start - 1)
     pre_base = cols["preemptions"][i0] if has_pre else None
     for i in range(idx.start, idx.stop):
-        row = {"round": rnd or "", "run": p.run.name, "engine": p.run.engine, "t_s": ts[i] - w.window.start_s,
-               "row": i}
+        row = {
+            "round": rnd or "",
+            "run": p.run.name,
+            "engine": p.run.engine,
+            "t_s": ts[i] - w.window.start_s,
+            "row": i,
+        }
         for c, scale in (("kv_usage", 100.0), ("running", 1.0), ("waiting", 1.0)):
             if c in cols:
                 row["kv_usage_pct" if c == "kv_usage" else c] = cols[c][i] * scale
@@ -259,70 +409,147 @@ def _point_findings(pre: str, p: BenchPoint, campaign: Campaign, ctx: Context, r
     mean_run = w.gauges["running"].mean if "running" in w.gauges else None
     if llama:
         max_conc = getattr(log, "n_slots", None) if log is not None else None
-        detail = ("mean of llamacpp:requests_processing over the window; the server's limit is its slots (-np)")
+        detail = "mean of llamacpp:requests_processing over the window; the server's limit is its slots (-np)"
     else:
         max_conc = getattr(log, "max_concurrency_x", None) if log is not None else None
-        detail = ("mean of the running gauge over the window; the log's maximum concurrency is for requests of "
-                  "max_model_len tokens, which these reach only at their last token")
+        detail = (
+            "mean of the running gauge over the window; the log's maximum concurrency is for requests of "
+            "max_model_len tokens, which these reach only at their last token"
+        )
     if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)):
-        findings.append(fnd.not_available(pre + "mean_running_requests", "requests", "counter_not_enclosed",
-                                          "no running gauge inside the window", [p.run.cite(srel)]))
+        findings.append(
+            fnd.not_available(
+                pre + "mean_running_requests",
+                "requests",
+                "counter_not_enclosed",
+                "no running gauge inside the window",
+                [p.run.cite(srel)],
+            )
+        )
     else:
-        findings.append(fnd.measured(
-            pre + "mean_running_requests", mean_run, "requests", [p.run.cite(srel, "running")], detail=detail,
-            max_concurrency_log=max_conc,
-            max_waiting=w.gauges["waiting"].max if "waiting" in w.gauges else None))
+        findings.append(
+            fnd.measured(
+                pre + "mean_running_requests",
+                mean_run,
+                "requests",
+                [p.run.cite(srel, "running")],
+                detail=detail,
+                max_concurrency_log=max_conc,
+                max_waiting=w.gauges["waiting"].max if "waiting" in w.gauges else None,
+            )
+        )
     if not has_pre:
         for k, u in PREEMPTION_KEYS:
-            findings.append(fnd.not_available(pre + k, u, "no_preemption_counter",
-                                              f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
-                                              "that outgrows it is truncated (see output_tokens_per_request)",
-                                              [p.run.cite(srel)]))
+            findings.append(
+                fnd.not_available(
+                    pre + k,
+                    u,
+                    "no_preemption_counter",
+                    f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
+                    "that outgrows it is truncated (see output_tokens_per_request)",
+                    [p.run.cite(srel)],
+                )
+            )
         return findings
     pool, _ = _pool_tokens(p.run, campaign)
     ev_start = len(event_rows)
     for i in range(max(idx.start, 1), idx.stop + 1 if idx.stop < len(ts) else idx.stop):
         d = cols["preemptions"][i] - cols["preemptions"][i - 1]
         if d > 0 and not math.isnan(d):
-            event_rows.append({"round": rnd or "", "run": p.run.name, "t_s": ts[i] - w.window.start_s, "row": i,
-                               "preemptions": d,
-                               "kv_usage_before_pct": cols["kv_usage"][i - 1] * 100,
-                               "kv_usage_after_pct": cols["kv_usage"][i] * 100,
-                               "tokens_freed_per_preemption": tokens_freed(cols["kv_usage"][i - 1],
-                                                                           cols["kv_usage"][i], pool, d)
-                               if pool else None,
-                               "source": ctx.sample_cite(p.run, i)})
+            event_rows.append(
+                {
+                    "round": rnd or "",
+                    "run": p.run.name,
+                    "t_s": ts[i] - w.window.start_s,
+                    "row": i,
+                    "preemptions": d,
+                    "kv_usage_before_pct": cols["kv_usage"][i - 1] * 100,
+                    "kv_usage_after_pct": cols["kv_usage"][i] * 100,
+                    "tokens_freed_per_preemption": tokens_freed(
+                        cols["kv_usage"][i - 1], cols["kv_usage"][i], pool, d
+                    )
+                    if pool
+                    else None,
+                    "source": ctx.sample_cite(p.run, i),
+                }
+            )
     n_pre = w.delta("preemptions")
-    findings.append(fnd.measured(pre + "preemptions", int(n_pre), "count", [p.run.cite(srel, "preemptions")],
-                                 sampler_rows=[ctx.sample_line(p.run, w.first_row), ctx.sample_line(p.run, w.last_row)]))
+    findings.append(
+        fnd.measured(
+            pre + "preemptions",
+            int(n_pre),
+            "count",
+            [p.run.cite(srel, "preemptions")],
+            sampler_rows=[ctx.sample_line(p.run, w.first_row), ctx.sample_line(p.run, w.last_row)],
+        )
+    )
     if out_len and r.completed:
-        findings.append(fnd.measured(pre + "itl_share_touched_by_preemptions_pct",
-                                     itl_share_touched_pct(n_pre, r.completed, out_len), "%",
-                                     [p.run.cite(srel, "preemptions"), p.cite("completed")],
-                                     p99_itl_ms=r.stat_ms("p99", "itl"), p50_itl_ms=r.stat_ms("p50", "itl")))
+        findings.append(
+            fnd.measured(
+                pre + "itl_share_touched_by_preemptions_pct",
+                itl_share_touched_pct(n_pre, r.completed, out_len),
+                "%",
+                [p.run.cite(srel, "preemptions"), p.cite("completed")],
+                p99_itl_ms=r.stat_ms("p99", "itl"),
+                p50_itl_ms=r.stat_ms("p50", "itl"),
+            )
+        )
     else:
-        findings.append(fnd.not_available(pre + "itl_share_touched_by_preemptions_pct", "%", "point_cut",
-                                          "no completed request to share the intervals", [p.cite("completed")]))
+        findings.append(
+            fnd.not_available(
+                pre + "itl_share_touched_by_preemptions_pct",
+                "%",
+                "point_cut",
+                "no completed request to share the intervals",
+                [p.cite("completed")],
+            )
+        )
     ev = event_rows[ev_start:]
     if ev:
         freed = [e["tokens_freed_per_preemption"] for e in ev if e["tokens_freed_per_preemption"] is not None]
-        findings.append(fnd.measured(pre + "kv_usage_at_preemption_pct",
-                                     sum(e["kv_usage_before_pct"] for e in ev) / len(ev), "%",
-                                     [e["source"] for e in ev][:5], events=len(ev),
-                                     min_pct=min(e["kv_usage_before_pct"] for e in ev)))
+        findings.append(
+            fnd.measured(
+                pre + "kv_usage_at_preemption_pct",
+                sum(e["kv_usage_before_pct"] for e in ev) / len(ev),
+                "%",
+                [e["source"] for e in ev][:5],
+                events=len(ev),
+                min_pct=min(e["kv_usage_before_pct"] for e in ev),
+            )
+        )
         if freed:
-            findings.append(fnd.measured(pre + "tokens_freed_per_preemption", sum(freed) / len(freed), "tokens",
-                                         [e["source"] for e in ev][:5], pool_tokens=pool,
-                                         detail="mean over preemption samples of Δkv_usage × pool ÷ Δpreemptions "
-                                                "(other requests finishing in the same second blur it)"))
+            findings.append(
+                fnd.measured(
+                    pre + "tokens_freed_per_preemption",
+                    sum(freed) / len(freed),
+                    "tokens",
+                    [e["source"] for e in ev][:5],
+                    pool_tokens=pool,
+                    detail="mean over preemption samples of Δkv_usage × pool ÷ Δpreemptions "
+                    "(other requests finishing in the same second blur it)",
+                )
+            )
         else:
-            findings.append(fnd.not_available(pre + "tokens_freed_per_preemption", "tokens", "no_kv_pool_line",
-                                              "pool size unknown", [e["source"] for e in ev][:5]))
+            findings.append(
+                fnd.not_available(
+                    pre + "tokens_freed_per_preemption",
+                    "tokens",
+                    "no_kv_pool_line",
+                    "pool size unknown",
+                    [e["source"] for e in ev][:5],
+                )
+            )
     else:
-        findings.append(fnd.not_available(pre + "kv_usage_at_preemption_pct", "%", "unknown",
-                                          "no preemption inside the window"))
-        findings.append(fnd.not_available(pre + "tokens_freed_per_preemption", "tokens", "unknown",
-                                          "no preemption inside the window"))
+        findings.append(
+            fnd.not_available(
+                pre + "kv_usage_at_preemption_pct", "%", "unknown", "no preemption inside the window"
+            )
+        )
+        findings.append(
+            fnd.not_available(
+                pre + "tokens_freed_per_preemption", "tokens", "unknown", "no preemption inside the window"
+            )
+        )
     return findings
 
 
@@ -334,18 +561,30 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         pre = campaign.prefix(rnd) + "overload."
         ov = overload_points(campaign, rnd)
         if not ov:
-            for k, u in (("oversubscription", "ratio"), ("output_tokens_complete", "bool"), ("preemptions", "count")):
-                findings.append(fnd.not_available(pre + k, u, "no_such_test", f"no overload run in {rnd or 'the campaign'}"))
+            for k, u in (
+                ("oversubscription", "ratio"),
+                ("output_tokens_complete", "bool"),
+                ("preemptions", "count"),
+            ):
+                findings.append(
+                    fnd.not_available(
+                        pre + k, u, "no_such_test", f"no overload run in {rnd or 'the campaign'}"
+                    )
+                )
             continue
         head = headline(ov, ctx)
         findings += _point_findings(pre, head, campaign, ctx, rnd, timeline_rows, event_rows)
         for p in ov:
             if p is not head:
-                findings += _point_findings(run_prefix(p.run) + "overload.", p, campaign, ctx, rnd, timeline_rows,
-                                            event_rows)
+                findings += _point_findings(
+                    run_prefix(p.run) + "overload.", p, campaign, ctx, rnd, timeline_rows, event_rows
+                )
     # the weight format names the series in the figure's legend (llama.cpp（F16）), not the run's folder name
     formats = {r.name: th.weight_format_for(r) for r in campaign.runs}
     for row in timeline_rows:
         row["weight_format"] = formats.get(row["run"])
-    tables = {"overload_timeline": pd.DataFrame(timeline_rows), "overload_preemptions": pd.DataFrame(event_rows)}
+    tables = {
+        "overload_timeline": pd.DataFrame(timeline_rows),
+        "overload_preemptions": pd.DataFrame(event_rows),
+    }
     return Section(name="overload", tables=tables, findings=findings)

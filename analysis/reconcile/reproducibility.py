@@ -15,12 +15,19 @@ ENGINES = ("vllm", "llamacpp")
 
 
 def _sweep_runs(campaign: Campaign, rnd, engine):
-    return [r for r in campaign.select(round=rnd, engine=engine) if any(p.test_kind in SWEEP_KINDS for p in r.points)]
+    return [
+        r
+        for r in campaign.select(round=rnd, engine=engine)
+        if any(p.test_kind in SWEEP_KINDS for p in r.points)
+    ]
 
 
 def _by_conc(run) -> dict[int, BenchPoint]:
-    return {p.concurrency: p for p in run.points if not p.warmup and p.concurrency is not None
-            and p.test_kind in SWEEP_KINDS}
+    return {
+        p.concurrency: p
+        for p in run.points
+        if not p.warmup and p.concurrency is not None and p.test_kind in SWEEP_KINDS
+    }
 
 
 def _pairs(a_run, b_run, label: str, ctx: Context) -> list[dict]:
@@ -29,13 +36,26 @@ def _pairs(a_run, b_run, label: str, ctx: Context) -> list[dict]:
     for c in sorted(set(a) & set(b)):
         pa, pb = a[c], b[c]
         ta, tb = pa.result.output_throughput_tok_s, pb.result.output_throughput_tok_s
-        rows.append({"comparison": label, "engine": a_run.engine, "concurrency": c, "a": pa.key, "b": pb.key,
-                     "a_output_throughput_tokens_per_s": ta, "b_output_throughput_tokens_per_s": tb,
-                     "delta_pct": fits.error_pct(tb, ta),
-                     "a_p50_itl_ms": pa.result.stat_ms("p50", "itl"), "b_p50_itl_ms": pb.result.stat_ms("p50", "itl"),
-                     "p50_itl_delta_pct": fits.error_pct(pb.result.stat_ms("p50", "itl"), pa.result.stat_ms("p50", "itl")),
-                     "gate_ok": ctx.gate_ok(pa) and ctx.gate_ok(pb),
-                     "source_a": pa.cite("output_throughput"), "source_b": pb.cite("output_throughput")})
+        rows.append(
+            {
+                "comparison": label,
+                "engine": a_run.engine,
+                "concurrency": c,
+                "a": pa.key,
+                "b": pb.key,
+                "a_output_throughput_tokens_per_s": ta,
+                "b_output_throughput_tokens_per_s": tb,
+                "delta_pct": fits.error_pct(tb, ta),
+                "a_p50_itl_ms": pa.result.stat_ms("p50", "itl"),
+                "b_p50_itl_ms": pb.result.stat_ms("p50", "itl"),
+                "p50_itl_delta_pct": fits.error_pct(
+                    pb.result.stat_ms("p50", "itl"), pa.result.stat_ms("p50", "itl")
+                ),
+                "gate_ok": ctx.gate_ok(pa) and ctx.gate_ok(pb),
+                "source_a": pa.cite("output_throughput"),
+                "source_b": pb.cite("output_throughput"),
+            }
+        )
     return rows
 
 
@@ -52,8 +72,18 @@ def _changes(campaign: Campaign, r1, r2) -> list[dict]:
 
     for what, attr, getter, line_key in (
         ("kv_pool_tokens", "server_log", lambda x: getattr(x, "kv_cache_tokens", None), "kv_cache_tokens"),
-        ("kv_pool_gib", "server_log", lambda x: getattr(x, "kv_cache_memory_gib", None), "kv_cache_memory_gib"),
-        ("vllm_non_default_args", "server_log", lambda x: getattr(x, "non_default_args", None), "non_default_args"),
+        (
+            "kv_pool_gib",
+            "server_log",
+            lambda x: getattr(x, "kv_cache_memory_gib", None),
+            "kv_cache_memory_gib",
+        ),
+        (
+            "vllm_non_default_args",
+            "server_log",
+            lambda x: getattr(x, "non_default_args", None),
+            "non_default_args",
+        ),
         ("driver_version", "fingerprint", lambda x: x.smi_driver_version, "smi_driver_version"),
         ("cuda_version", "fingerprint", lambda x: x.smi_cuda_version, "smi_driver_version"),
         ("host_mem_total_gib", "fingerprint", lambda x: x.mem_total_gib, "mem_total_gib"),
@@ -71,9 +101,16 @@ def _changes(campaign: Campaign, r1, r2) -> list[dict]:
                 v = getter(rec) if rec is not None else None
                 src = run.cite(rel, rec.lines.get(line_key)) if rec is not None else ""
             vals.append((v, src))
-        rows.append({"what": what, "a": repr(vals[0][0]) if isinstance(vals[0][0], dict) else vals[0][0],
-                     "b": repr(vals[1][0]) if isinstance(vals[1][0], dict) else vals[1][0],
-                     "changed": vals[0][0] != vals[1][0], "source_a": vals[0][1], "source_b": vals[1][1]})
+        rows.append(
+            {
+                "what": what,
+                "a": repr(vals[0][0]) if isinstance(vals[0][0], dict) else vals[0][0],
+                "b": repr(vals[1][0]) if isinstance(vals[1][0], dict) else vals[1][0],
+                "changed": vals[0][0] != vals[1][0],
+                "source_a": vals[0][1],
+                "source_b": vals[1][1],
+            }
+        )
     return rows
 
 
@@ -97,9 +134,16 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             rows += rep
             if rep:
                 worst = max(rep, key=lambda r: abs(r["delta_pct"]))
-                findings.append(fnd.measured(f"{rnd}.reproducibility.repeat_max_abs_throughput_delta_pct",
-                                             abs(worst["delta_pct"]), "%", [worst["source_a"], worst["source_b"]],
-                                             concurrency=worst["concurrency"], runs=[runs[0].name, runs[1].name]))
+                findings.append(
+                    fnd.measured(
+                        f"{rnd}.reproducibility.repeat_max_abs_throughput_delta_pct",
+                        abs(worst["delta_pct"]),
+                        "%",
+                        [worst["source_a"], worst["source_b"]],
+                        concurrency=worst["concurrency"],
+                        runs=[runs[0].name, runs[1].name],
+                    )
+                )
     key = "reproducibility.max_abs_throughput_delta_pct"
     change_rows: list[dict] = []
     if len(rounds) < 2:
@@ -115,24 +159,49 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         ok = [r for r in between if r["gate_ok"]]
         if ok:
             worst = max(ok, key=lambda r: abs(r["delta_pct"]))
-            findings.append(fnd.measured(key, abs(worst["delta_pct"]), "%", [worst["source_a"], worst["source_b"]],
-                                         engine=worst["engine"], concurrency=worst["concurrency"],
-                                         signed_delta_pct=worst["delta_pct"], rounds=[a, b],
-                                         excluded_gated_out=[f'{r["engine"]}@{r["concurrency"]}' for r in between
-                                                             if not r["gate_ok"]]))
+            findings.append(
+                fnd.measured(
+                    key,
+                    abs(worst["delta_pct"]),
+                    "%",
+                    [worst["source_a"], worst["source_b"]],
+                    engine=worst["engine"],
+                    concurrency=worst["concurrency"],
+                    signed_delta_pct=worst["delta_pct"],
+                    rounds=[a, b],
+                    excluded_gated_out=[
+                        f"{r['engine']}@{r['concurrency']}" for r in between if not r["gate_ok"]
+                    ],
+                )
+            )
             for engine in ENGINES:
                 eo = [r for r in ok if r["engine"] == engine]
                 if eo:
                     w = max(eo, key=lambda r: abs(r["delta_pct"]))
-                    findings.append(fnd.measured(f"reproducibility.{engine}.max_abs_throughput_delta_pct",
-                                                 abs(w["delta_pct"]), "%", [w["source_a"], w["source_b"]],
-                                                 concurrency=w["concurrency"], signed_delta_pct=w["delta_pct"]))
+                    findings.append(
+                        fnd.measured(
+                            f"reproducibility.{engine}.max_abs_throughput_delta_pct",
+                            abs(w["delta_pct"]),
+                            "%",
+                            [w["source_a"], w["source_b"]],
+                            concurrency=w["concurrency"],
+                            signed_delta_pct=w["delta_pct"],
+                        )
+                    )
         else:
             findings.append(fnd.not_available(key, "%", "engine_missing", "no common gated-in sweep point"))
         change_rows = _changes(campaign, a, b)
         changed = [r["what"] for r in change_rows if r["changed"]]
-        findings.append(fnd.measured("reproducibility.changed_between_rounds", changed, "list",
-                                     [s for r in change_rows if r["changed"] for s in (r["source_a"], r["source_b"]) if s]))
-    return Section(name="reproducibility", tables={"reproducibility": pd.DataFrame(rows),
-                                                   "reproducibility_changes": pd.DataFrame(change_rows)},
-                   findings=findings)
+        findings.append(
+            fnd.measured(
+                "reproducibility.changed_between_rounds",
+                changed,
+                "list",
+                [s for r in change_rows if r["changed"] for s in (r["source_a"], r["source_b"]) if s],
+            )
+        )
+    return Section(
+        name="reproducibility",
+        tables={"reproducibility": pd.DataFrame(rows), "reproducibility_changes": pd.DataFrame(change_rows)},
+        findings=findings,
+    )

@@ -55,41 +55,70 @@ def sweep_series(campaign: Campaign, th: TheoryCtx) -> list[dict]:
             if not pts:
                 continue
             fmt = th.run_formats.get(run.name)
-            out.append({"series": run.name, "round": "", "run": run.name, "engine": run.engine,
-                        "weight_format": fmt[0] if fmt else None, "kv_dtype": fmt[1] if fmt else None,
-                        "kv_bytes_per_token": th.kv_bytes_per_token_for_run(run.name),
-                        "weight_bytes_per_step": th.weight_bytes_per_step_for_run(run.name),
-                        "format_source": fmt[2] if fmt else "", "points": pts})
+            out.append(
+                {
+                    "series": run.name,
+                    "round": "",
+                    "run": run.name,
+                    "engine": run.engine,
+                    "weight_format": fmt[0] if fmt else None,
+                    "kv_dtype": fmt[1] if fmt else None,
+                    "kv_bytes_per_token": th.kv_bytes_per_token_for_run(run.name),
+                    "weight_bytes_per_step": th.weight_bytes_per_step_for_run(run.name),
+                    "format_source": fmt[2] if fmt else "",
+                    "points": pts,
+                }
+            )
         return out
     for rnd in campaign.rounds:
         for engine in ENGINES:
             pts = sweep_points(campaign, rnd, engine)
             if not pts:
                 continue
-            out.append({"series": f"{rnd}/{engine}" if rnd else engine, "round": rnd or "", "run": pts[0].run.name,
-                        "engine": engine, "weight_format": th.weight_formats.get(engine),
-                        "kv_dtype": th.kv_dtypes.get(engine),
-                        "kv_bytes_per_token": th.kv_bytes_per_token_for(engine),
-                        "weight_bytes_per_step": th.weight_bytes_per_step(engine),
-                        "format_source": th.weight_format_source.get(engine, ""), "points": pts})
+            out.append(
+                {
+                    "series": f"{rnd}/{engine}" if rnd else engine,
+                    "round": rnd or "",
+                    "run": pts[0].run.name,
+                    "engine": engine,
+                    "weight_format": th.weight_formats.get(engine),
+                    "kv_dtype": th.kv_dtypes.get(engine),
+                    "kv_bytes_per_token": th.kv_bytes_per_token_for(engine),
+                    "weight_bytes_per_step": th.weight_bytes_per_step(engine),
+                    "format_source": th.weight_format_source.get(engine, ""),
+                    "points": pts,
+                }
+            )
     return out
 
 
 def _point_row(s: dict, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
     r = p.result
     mean_out = r.total_output_tokens / r.completed if r.completed else None
-    row = {"series": s["series"], "round": s["round"], "run": s["run"], "engine": s["engine"],
-           "weight_format": s["weight_format"], "concurrency": p.concurrency, "gate_ok": ctx.gate_ok(p),
-           "input_len_tokens": p.input_len_tokens, "mean_output_tokens_per_request": mean_out,
-           "p50_itl_ms": r.stat_ms("p50", "itl"), "p99_itl_ms": r.stat_ms("p99", "itl"),
-           "mean_tpot_ms": r.stat_ms("mean", "tpot"),
-           "output_throughput_tokens_per_s": r.output_throughput_tok_s, "source": p.cite("p50_itl_ms")}
+    row = {
+        "series": s["series"],
+        "round": s["round"],
+        "run": s["run"],
+        "engine": s["engine"],
+        "weight_format": s["weight_format"],
+        "concurrency": p.concurrency,
+        "gate_ok": ctx.gate_ok(p),
+        "input_len_tokens": p.input_len_tokens,
+        "mean_output_tokens_per_request": mean_out,
+        "p50_itl_ms": r.stat_ms("p50", "itl"),
+        "p99_itl_ms": r.stat_ms("p99", "itl"),
+        "mean_tpot_ms": r.stat_ms("mean", "tpot"),
+        "output_throughput_tokens_per_s": r.output_throughput_tok_s,
+        "source": p.cite("p50_itl_ms"),
+    }
     wb, kvb = s["weight_bytes_per_step"], s["kv_bytes_per_token"]
     if wb is not None and kvb is not None and p.input_len_tokens and mean_out:
         kv_req = mean_context_tokens(p.input_len_tokens, mean_out) * kvb
         row["bytes_per_step"] = wb + p.concurrency * kv_req
-        for tag, bw in (("datasheet", th.gpu.bandwidth_bytes_per_s if th.gpu else None),
-                        ("measured", th.ceilings.copy_bytes_per_s if th.ceilings else None)):
+        for tag, bw in (
+            ("datasheet", th.gpu.bandwidth_bytes_per_s if th.gpu else None),
+            ("measured", th.ceilings.copy_bytes_per_s if th.ceilings else None),
+        ):
             if bw and row["p50_itl_ms"]:
                 floor = roofline_floor_ms(wb, p.concurrency, kv_req, bw)
                 row[f"floor_{tag}_ms"] = floor
@@ -116,10 +145,22 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
         findings += _own_series_findings(run, s, s_rows, ctx, th)
     if any(r.own for r in campaign.runs):
         findings += _quantization(series, rows, th)
-    cols = ["series", "round", "run", "engine", "weight_format", "concurrency", "gate_ok", "p50_itl_ms",
-            "output_throughput_tokens_per_s"]
-    return Section(name="roofline", tables={"roofline_points": pd.DataFrame(rows, columns=None if rows else cols)},
-                   findings=findings)
+    cols = [
+        "series",
+        "round",
+        "run",
+        "engine",
+        "weight_format",
+        "concurrency",
+        "gate_ok",
+        "p50_itl_ms",
+        "output_throughput_tokens_per_s",
+    ]
+    return Section(
+        name="roofline",
+        tables={"roofline_points": pd.DataFrame(rows, columns=None if rows else cols)},
+        findings=findings,
+    )
 
 
 def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: TheoryCtx) -> list[fnd.Finding]:
@@ -132,40 +173,87 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
     srcs = [p.cite("p50_itl_ms") for p in pts]
     k = fits.knee(xs, p50, p99) if all(v is not None for v in p50 + p99) else None
     if k is None:
-        out.append(fnd.not_available(pre + "knee_concurrency", "requests", "no_knee",
-                                     "no sweep point has p99 ITL > 2 × p50 ITL", srcs))
+        out.append(
+            fnd.not_available(
+                pre + "knee_concurrency",
+                "requests",
+                "no_knee",
+                "no sweep point has p99 ITL > 2 × p50 ITL",
+                srcs,
+            )
+        )
     else:
         kp = next(p for p in pts if p.concurrency == k)
-        out.append(fnd.measured(pre + "knee_concurrency", int(k), "requests", [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
-                                p50_itl_ms=kp.result.stat_ms("p50", "itl"), p99_itl_ms=kp.result.stat_ms("p99", "itl"),
-                                gated_out=[p.key for p in pts if not ctx.gate_ok(p)]))
+        out.append(
+            fnd.measured(
+                pre + "knee_concurrency",
+                int(k),
+                "requests",
+                [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
+                p50_itl_ms=kp.result.stat_ms("p50", "itl"),
+                p99_itl_ms=kp.result.stat_ms("p99", "itl"),
+                gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
+            )
+        )
     best = max(pts, key=lambda p: p.result.output_throughput_tok_s or 0)
-    out.append(fnd.measured(pre + "peak_output_throughput_tokens_per_s", best.result.output_throughput_tok_s, "tokens/s",
-                            [best.cite("output_throughput")], concurrency=best.concurrency, gate_ok=ctx.gate_ok(best)))
+    out.append(
+        fnd.measured(
+            pre + "peak_output_throughput_tokens_per_s",
+            best.result.output_throughput_tok_s,
+            "tokens/s",
+            [best.cite("output_throughput")],
+            concurrency=best.concurrency,
+            gate_ok=ctx.gate_ok(best),
+        )
+    )
     first = min(s_rows, key=lambda r: r["concurrency"])
-    out.append(fnd.measured(pre + "single_stream_p50_itl_ms", first["p50_itl_ms"], "ms", [first["source"]],
-                            concurrency=first["concurrency"], floor_datasheet_ms=first.get("floor_datasheet_ms"),
-                            floor_measured_ms=first.get("floor_measured_ms"),
-                            server_token_ms=first.get("server_token_ms"),
-                            output_throughput_tokens_per_s=first["output_throughput_tokens_per_s"]))
-    for tag, reason, why in (("datasheet", "no_gpu_datasheet", th.gpu_reason or "no GPU datasheet for this campaign"),
-                             ("measured", "no_measured_ceiling", "no ceilings.json in the campaign")):
-        key = pre + ("roofline_achievement_pct" if tag == "datasheet" else "roofline_achievement_measured_ceiling_pct")
+    out.append(
+        fnd.measured(
+            pre + "single_stream_p50_itl_ms",
+            first["p50_itl_ms"],
+            "ms",
+            [first["source"]],
+            concurrency=first["concurrency"],
+            floor_datasheet_ms=first.get("floor_datasheet_ms"),
+            floor_measured_ms=first.get("floor_measured_ms"),
+            server_token_ms=first.get("server_token_ms"),
+            output_throughput_tokens_per_s=first["output_throughput_tokens_per_s"],
+        )
+    )
+    for tag, reason, why in (
+        ("datasheet", "no_gpu_datasheet", th.gpu_reason or "no GPU datasheet for this campaign"),
+        ("measured", "no_measured_ceiling", "no ceilings.json in the campaign"),
+    ):
+        key = pre + (
+            "roofline_achievement_pct" if tag == "datasheet" else "roofline_achievement_measured_ceiling_pct"
+        )
         have = [r for r in s_rows if r.get(f"achievement_{tag}_pct") is not None]
         if s["weight_bytes_per_step"] is None:
-            out.append(fnd.not_available(key, "%", "no_theory", th.model_reason or "no model config or weight format"))
+            out.append(
+                fnd.not_available(
+                    key, "%", "no_theory", th.model_reason or "no model config or weight format"
+                )
+            )
         elif not have:
             out.append(fnd.not_available(key, "%", reason, why, [first["source"]]))
         else:
             h0 = min(have, key=lambda r: r["concurrency"])
             bw_src = th.gpu_source if tag == "datasheet" else th.ceilings_source
-            out.append(fnd.measured(
-                key, h0[f"achievement_{tag}_pct"], "%", [h0["source"], s["format_source"], *bw_src, *th.model_source],
-                concurrency=h0["concurrency"], floor_ms=h0[f"floor_{tag}_ms"], p50_itl_ms=h0["p50_itl_ms"],
-                bandwidth_bytes_per_s=h0[f"bandwidth_{tag}_bytes_per_s"],
-                by_concurrency={str(int(r["concurrency"])): r[f"achievement_{tag}_pct"] for r in have},
-                detail=f"floor ({tag} bandwidth) ÷ measured p50 ITL at the lowest concurrency; table roofline_points "
-                       "has every point"))
+            out.append(
+                fnd.measured(
+                    key,
+                    h0[f"achievement_{tag}_pct"],
+                    "%",
+                    [h0["source"], s["format_source"], *bw_src, *th.model_source],
+                    concurrency=h0["concurrency"],
+                    floor_ms=h0[f"floor_{tag}_ms"],
+                    p50_itl_ms=h0["p50_itl_ms"],
+                    bandwidth_bytes_per_s=h0[f"bandwidth_{tag}_bytes_per_s"],
+                    by_concurrency={str(int(r["concurrency"])): r[f"achievement_{tag}_pct"] for r in have},
+                    detail=f"floor ({tag} bandwidth) ÷ measured p50 ITL at the lowest concurrency; table roofline_points "
+                    "has every point",
+                )
+            )
     return out
 
 
@@ -181,33 +269,67 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
         group = by_engine.get(engine, [])
         fmts = sorted({s["weight_format"] for s in group})
         if len(fmts) < 2:
-            out.append(fnd.not_available(f"quantization.{engine}.step_ratio", "ratio", "no_second_format",
-                                         f"{engine}: one weight format only ({', '.join(fmts) or 'unknown'})"))
+            out.append(
+                fnd.not_available(
+                    f"quantization.{engine}.step_ratio",
+                    "ratio",
+                    "no_second_format",
+                    f"{engine}: one weight format only ({', '.join(fmts) or 'unknown'})",
+                )
+            )
             continue
         lightest = min(group, key=lambda s: s["weight_bytes_per_step"])
         for heavy in sorted(group, key=lambda s: (-s["weight_bytes_per_step"], s["series"])):
             if heavy is lightest or heavy["weight_format"] == lightest["weight_format"]:
                 continue
-            key = f"quantization.{engine}.{heavy['weight_format']}_over_{lightest['weight_format']}.step_ratio"
+            key = (
+                f"quantization.{engine}.{heavy['weight_format']}_over_{lightest['weight_format']}.step_ratio"
+            )
             hr = {r["concurrency"]: r for r in rows if r["series"] == heavy["series"]}
             lr = {r["concurrency"]: r for r in rows if r["series"] == lightest["series"]}
             common = sorted(set(hr) & set(lr))
             if not common:
-                out.append(fnd.not_available(key, "ratio", "no_concurrency_1", "no concurrency measured in both runs"))
+                out.append(
+                    fnd.not_available(
+                        key, "ratio", "no_concurrency_1", "no concurrency measured in both runs"
+                    )
+                )
                 continue
             c = common[0]
             h, lo = hr[c], lr[c]
             meas = step_ratio(h["p50_itl_ms"], lo["p50_itl_ms"])
-            theo = h["bytes_per_step"] / lo["bytes_per_step"] if h.get("bytes_per_step") and lo.get("bytes_per_step") else None
-            out.append(fnd.measured(
-                key, meas, "ratio", [h["source"], lo["source"], heavy["format_source"], lightest["format_source"],
-                                     *th.model_source],
-                theory=theo, tolerance_pct=QUANT_RATIO_TOLERANCE_PCT if theo is not None else None, concurrency=c,
-                weight_bytes_ratio=heavy["weight_bytes_per_step"] / lightest["weight_bytes_per_step"],
-                throughput_ratio_by_concurrency={
-                    str(int(x)): lr[x]["output_throughput_tokens_per_s"] / hr[x]["output_throughput_tokens_per_s"]
-                    for x in common if hr[x]["output_throughput_tokens_per_s"]},
-                itl_ratio_by_concurrency={str(int(x)): step_ratio(hr[x]["p50_itl_ms"], lr[x]["p50_itl_ms"]) for x in common},
-                detail=f"p50 ITL {heavy['weight_format']} ÷ p50 ITL {lightest['weight_format']} at concurrency {c}; "
-                       "theory: ratio of the bytes each step reads (weights + KV), i.e. of the roofline floors"))
+            theo = (
+                h["bytes_per_step"] / lo["bytes_per_step"]
+                if h.get("bytes_per_step") and lo.get("bytes_per_step")
+                else None
+            )
+            out.append(
+                fnd.measured(
+                    key,
+                    meas,
+                    "ratio",
+                    [
+                        h["source"],
+                        lo["source"],
+                        heavy["format_source"],
+                        lightest["format_source"],
+                        *th.model_source,
+                    ],
+                    theory=theo,
+                    tolerance_pct=QUANT_RATIO_TOLERANCE_PCT if theo is not None else None,
+                    concurrency=c,
+                    weight_bytes_ratio=heavy["weight_bytes_per_step"] / lightest["weight_bytes_per_step"],
+                    throughput_ratio_by_concurrency={
+                        str(int(x)): lr[x]["output_throughput_tokens_per_s"]
+                        / hr[x]["output_throughput_tokens_per_s"]
+                        for x in common
+                        if hr[x]["output_throughput_tokens_per_s"]
+                    },
+                    itl_ratio_by_concurrency={
+                        str(int(x)): step_ratio(hr[x]["p50_itl_ms"], lr[x]["p50_itl_ms"]) for x in common
+                    },
+                    detail=f"p50 ITL {heavy['weight_format']} ÷ p50 ITL {lightest['weight_format']} at concurrency {c}; "
+                    "theory: ratio of the bytes each step reads (weights + KV), i.e. of the roofline floors",
+                )
+            )
     return out

@@ -22,8 +22,11 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     curve_rows: list[dict] = []
     guide_rows: list[dict] = []
-    fmt_of = (dict(zip(points["key"], points["weight_format"], strict=True))
-              if len(points) and "weight_format" in points else {})
+    fmt_of = (
+        dict(zip(points["key"], points["weight_format"], strict=True))
+        if len(points) and "weight_format" in points
+        else {}
+    )
     for rnd in campaign.rounds:
         pre = campaign.prefix(rnd) + "selection."
         fronts: dict[str, tuple[list[float], list[float]]] = {}
@@ -36,49 +39,105 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             gain = [p.result.output_throughput_tok_s for p in pts]
             front = fits.pareto_front(cost, gain) if pts else []
             for p in allpts:
-                curve_rows.append({"round": rnd or "", "engine": engine, "weight_format": fmt_of.get(p.key),
-                                   "concurrency": p.concurrency,
-                                   "p99_ttft_ms": p.result.p99_ttft_ms,
-                                   "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,
-                                   "gate_ok": ctx.gate_ok(p), "on_front": p in [pts[i] for i in front],
-                                   "source": p.cite("p99_ttft_ms")})
+                curve_rows.append(
+                    {
+                        "round": rnd or "",
+                        "engine": engine,
+                        "weight_format": fmt_of.get(p.key),
+                        "concurrency": p.concurrency,
+                        "p99_ttft_ms": p.result.p99_ttft_ms,
+                        "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,
+                        "gate_ok": ctx.gate_ok(p),
+                        "on_front": p in [pts[i] for i in front],
+                        "source": p.cite("p99_ttft_ms"),
+                    }
+                )
             if front:
                 fronts[engine] = ([cost[i] for i in front], [gain[i] for i in front])
-                srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [pts[i].cite("output_throughput") for i in front]
+                srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [
+                    pts[i].cite("output_throughput") for i in front
+                ]
             for b in BUDGETS_MS:
                 pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
-                guide_rows.append({"round": rnd or "", "engine": engine,
-                                   "weight_format": fmt_of.get(allpts[0].key) if allpts else None,
-                                   "p99_ttft_budget_ms": "none" if math.isinf(b) else int(b),
-                                   "concurrency": pts[pick.index].concurrency if pick.index is not None else None,
-                                   "output_throughput_tokens_per_s": pick.gain, "p99_ttft_ms": pick.cost})
+                guide_rows.append(
+                    {
+                        "round": rnd or "",
+                        "engine": engine,
+                        "weight_format": fmt_of.get(allpts[0].key) if allpts else None,
+                        "p99_ttft_budget_ms": "none" if math.isinf(b) else int(b),
+                        "concurrency": pts[pick.index].concurrency if pick.index is not None else None,
+                        "output_throughput_tokens_per_s": pick.gain,
+                        "p99_ttft_ms": pick.cost,
+                    }
+                )
         key = pre + "boundary_p99_ttft_ms"
         if len(fronts) < 2:
-            findings.append(fnd.not_available(key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd or 'the campaign'}"))
+            findings.append(
+                fnd.not_available(
+                    key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd or 'the campaign'}"
+                )
+            )
             continue
         (ac, ag), (bc, bg) = fronts["vllm"], fronts["llamacpp"]
         xs = fits.envelope_crossings(ac, ag, bc, bg)
         if not xs:
-            lead = "vllm" if (fits.envelope_gain(max(ac[0], bc[0]), ac, ag) or 0) > \
-                (fits.envelope_gain(max(ac[0], bc[0]), bc, bg) or 0) else "llamacpp"
-            findings.append(fnd.not_available(key, "ms", "no_crossing", f"{lead} is better at every shared budget",
-                                              srcs, better=lead))
+            lead = (
+                "vllm"
+                if (fits.envelope_gain(max(ac[0], bc[0]), ac, ag) or 0)
+                > (fits.envelope_gain(max(ac[0], bc[0]), bc, bg) or 0)
+                else "llamacpp"
+            )
+            findings.append(
+                fnd.not_available(
+                    key, "ms", "no_crossing", f"{lead} is better at every shared budget", srcs, better=lead
+                )
+            )
         else:
             x = xs[0]
-            below = "vllm" if (fits.envelope_gain(x * 0.99, ac, ag) or 0) > (fits.envelope_gain(x * 0.99, bc, bg) or 0) \
+            below = (
+                "vllm"
+                if (fits.envelope_gain(x * 0.99, ac, ag) or 0) > (fits.envelope_gain(x * 0.99, bc, bg) or 0)
                 else "llamacpp"
-            findings.append(fnd.measured(key, x, "ms", srcs, all_boundaries_ms=xs, better_below=below,
-                                         better_above="vllm" if below == "llamacpp" else "llamacpp",
-                                         only_engine_below_ms={"engine": "vllm" if ac[0] < bc[0] else "llamacpp",
-                                                               "ms": max(ac[0], bc[0])}))
+            )
+            findings.append(
+                fnd.measured(
+                    key,
+                    x,
+                    "ms",
+                    srcs,
+                    all_boundaries_ms=xs,
+                    better_below=below,
+                    better_above="vllm" if below == "llamacpp" else "llamacpp",
+                    only_engine_below_ms={
+                        "engine": "vllm" if ac[0] < bc[0] else "llamacpp",
+                        "ms": max(ac[0], bc[0]),
+                    },
+                )
+            )
         for engine in ENGINES:
             for row in guide_rows:
-                if row["round"] == (rnd or "") and row["engine"] == engine and row["p99_ttft_budget_ms"] == 1000:
+                if (
+                    row["round"] == (rnd or "")
+                    and row["engine"] == engine
+                    and row["p99_ttft_budget_ms"] == 1000
+                ):
                     k = f"{pre}{engine}.best_under_1000ms_tokens_per_s"
                     if row["output_throughput_tokens_per_s"] is None:
-                        findings.append(fnd.not_available(k, "tokens/s", "unknown", "no point has p99 TTFT < 1000 ms"))
+                        findings.append(
+                            fnd.not_available(k, "tokens/s", "unknown", "no point has p99 TTFT < 1000 ms")
+                        )
                     else:
-                        findings.append(fnd.measured(k, row["output_throughput_tokens_per_s"], "tokens/s", srcs,
-                                                     concurrency=row["concurrency"]))
-    return Section(name="selection", tables={"selection_curve": pd.DataFrame(curve_rows),
-                                             "selection_guide": pd.DataFrame(guide_rows)}, findings=findings)
+                        findings.append(
+                            fnd.measured(
+                                k,
+                                row["output_throughput_tokens_per_s"],
+                                "tokens/s",
+                                srcs,
+                                concurrency=row["concurrency"],
+                            )
+                        )
+    return Section(
+        name="selection",
+        tables={"selection_curve": pd.DataFrame(curve_rows), "selection_guide": pd.DataFrame(guide_rows)},
+        findings=findings,
+    )

@@ -108,18 +108,27 @@ def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str |
     for run in campaign.runs:
         d = run.docs
         if d.model_config_file:
-            return load_model_config(run.info.path / d.model_config_file), [run.cite(d.model_config_file)], None
+            return (
+                load_model_config(run.info.path / d.model_config_file),
+                [run.cite(d.model_config_file)],
+                None,
+            )
         pred = d.prediction.prediction if d.prediction else None
         if pred and isinstance(pred.get("config"), dict) and pred.get("model_type"):
             data = {**pred["config"], "model_type": pred["model_type"]}
-            cfg = model_config_from_dict(data, name=str(pred.get("model") or run.name),
-                                         source=run.info.path / d.files["prediction"])
+            cfg = model_config_from_dict(
+                data, name=str(pred.get("model") or run.name), source=run.info.path / d.files["prediction"]
+            )
             return cfg, [run.cite(d.files["prediction"], "prediction.config")], None
         if d.prediction and d.prediction.error:
             reasons.append(f"{run.cite(d.files['prediction'])}: {d.prediction.error}")
         if d.plan is not None:
             try:
-                return load_model_config(d.plan.model.config), [run.cite(d.files["plan"], "model.config")], None
+                return (
+                    load_model_config(d.plan.model.config),
+                    [run.cite(d.files["plan"], "model.config")],
+                    None,
+                )
             except AnatomyError as err:
                 reasons.append(f"{run.cite(d.files['plan'])}: model.config: {err}")
     return None, [], "; ".join(reasons) or None
@@ -138,18 +147,24 @@ def _own_gpu(campaign: Campaign, ctx: TheoryCtx) -> None:
                 ctx.gpu_source = [run.cite(d.files["fingerprint_summary"], "gpus.0.name")]
                 return
             except AnatomyError:
-                ctx.gpu_reason = f"{run.cite(d.files['fingerprint_summary'])}: GPU {name!r} has no bundled datasheet"
+                ctx.gpu_reason = (
+                    f"{run.cite(d.files['fingerprint_summary'])}: GPU {name!r} has no bundled datasheet"
+                )
         if d.plan is not None:
             try:
                 ctx.gpu = get_gpu(d.plan.model.gpu)
                 ctx.gpu_source = [run.cite(d.files["plan"], "model.gpu")]
                 if not ctx.gpu.has_datasheet:
-                    ctx.gpu_reason = (f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "
-                                      "(a CPU run has no GPU bandwidth or FLOP/s to be a roofline)")
+                    ctx.gpu_reason = (
+                        f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "
+                        "(a CPU run has no GPU bandwidth or FLOP/s to be a roofline)"
+                    )
                 return
             except AnatomyError:
-                ctx.gpu_reason = (f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "
-                                  "(a CPU run has no GPU bandwidth or FLOP/s to be a roofline)")
+                ctx.gpu_reason = (
+                    f"{run.cite(d.files['plan'], 'model.gpu')}: {d.plan.model.gpu!r} has no datasheet "
+                    "(a CPU run has no GPU bandwidth or FLOP/s to be a roofline)"
+                )
 
 
 def _own_formats(campaign: Campaign, ctx: TheoryCtx) -> None:

@@ -53,11 +53,17 @@ def _llamacpp_queue_share(p, key: str) -> fnd.Finding | None:
     mean_ttft = sum(t for t, _ in pairs) / len(pairs)
     mean_wait = sum(llamacpp_wait_ms(t, pm) for t, pm in pairs) / len(pairs)
     return fnd.measured(
-        key, share_pct(mean_wait, mean_ttft), "%",
+        key,
+        share_pct(mean_wait, mean_ttft),
+        "%",
         [p.run.cite(rel, "engine_timings.prompt_ms"), p.run.cite(rel, "chunk_mono_ns")],
-        mean_wait_ms=mean_wait, mean_ttft_ms=mean_ttft, mean_prompt_ms=mean_ttft - mean_wait, requests=len(pairs),
+        mean_wait_ms=mean_wait,
+        mean_ttft_ms=mean_ttft,
+        mean_prompt_ms=mean_ttft - mean_wait,
+        requests=len(pairs),
         detail="mean over requests of (TTFT − llama.cpp's timings.prompt_ms) ÷ mean TTFT: waiting for a slot or "
-               "for the prompt batches, plus the first decode step and transport (llama.cpp has no queue histogram)")
+        "for the prompt batches, plus the first decode step and transport (llama.cpp has no queue histogram)",
+    )
 
 
 def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
@@ -70,8 +76,16 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             continue
         q = w.mean_of("queue_sum", "queue_cnt")
         pf = w.mean_of("prefill_sum", "prefill_cnt")
-        base = {"round": p.run.round or "", "engine": p.run.engine, "test": p.run.test, "point": p.label,
-                "concurrency": p.concurrency, "warmup": p.warmup, "gate_ok": ctx.gate_ok(p), "mean_ttft_ms": ttft}
+        base = {
+            "round": p.run.round or "",
+            "engine": p.run.engine,
+            "test": p.run.test,
+            "point": p.label,
+            "concurrency": p.concurrency,
+            "warmup": p.warmup,
+            "gate_ok": ctx.gate_ok(p),
+            "mean_ttft_ms": ttft,
+        }
         if q is None or pf is None:
             # llama.cpp: no queue histogram; its prompt seconds counter gives the mean prefill per request
             lp = llamacpp_prefill_ms(w.delta("prompt_s"), p.result.completed)
@@ -89,7 +103,9 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         ov = overload.overload_points(campaign, rnd)
         key = f"{pre}overload.ttft_queue_share_pct"
         if not ov:
-            findings.append(fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd or 'the campaign'}"))
+            findings.append(
+                fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd or 'the campaign'}")
+            )
             continue
         p = overload.headline(ov, ctx)
         w = ctx.window(p)
@@ -99,12 +115,25 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             findings.append(lq)
             continue
         if q is None:
-            findings.append(fnd.not_available(key, "%", "no_sampler_csv",
-                                              f"{p.run.cite_root} kept no sampler CSV (request_queue_time)", [p.cite()]))
+            findings.append(
+                fnd.not_available(
+                    key,
+                    "%",
+                    "no_sampler_csv",
+                    f"{p.run.cite_root} kept no sampler CSV (request_queue_time)",
+                    [p.cite()],
+                )
+            )
             continue
         srel = p.run.counter_source
-        findings.append(fnd.measured(
-            key, share_pct(q * 1000, p.result.mean_ttft_ms), "%",
-            [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
-            mean_queue_ms=q * 1000, mean_ttft_ms=p.result.mean_ttft_ms))
+        findings.append(
+            fnd.measured(
+                key,
+                share_pct(q * 1000, p.result.mean_ttft_ms),
+                "%",
+                [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
+                mean_queue_ms=q * 1000,
+                mean_ttft_ms=p.result.mean_ttft_ms,
+            )
+        )
     return Section(name="ttft", tables={"ttft_anatomy": table}, findings=findings)

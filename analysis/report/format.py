@@ -148,4 +148,3 @@ def fmt_value(value: object, unit: str | None = None) -> str:
     if u in _UNIT_SUFFIX:
         return fmt_num(value) + _UNIT_SUFFIX[u]
     return f"{fmt_num(value)} {u}"
-

@@ -95,7 +95,10 @@ def series_of(c: CampaignResults, collected: bool) -> list[Series]:
 
 
 def build_profile(
-    c: CampaignResults, runs: list[RawRun], reference: str, gpu_display: dict[str, tuple[str, str]] | None = None
+    c: CampaignResults,
+    runs: list[RawRun],
+    reference: str,
+    gpu_display: dict[str, tuple[str, str]] | None = None,
 ) -> CampaignProfile:
     """``gpu_display``: campaign -> (datasheet key, display name), from the comparison when there is one."""
     from analysis.gpus import get_gpu
@@ -120,7 +123,9 @@ def build_profile(
     for s in series:
         if s.weight_format and s.weight_format not in formats.setdefault(s.engine, []):
             formats[s.engine].append(s.weight_format)
-    engines = sorted({s.engine for s in series} | {str(r["engine"]) for r in _rows(c, "points") if r.get("engine")})
+    engines = sorted(
+        {s.engine for s in series} | {str(r["engine"]) for r in _rows(c, "points") if r.get("engine")}
+    )
     return CampaignProfile(
         name=c.name,
         collected=collected,

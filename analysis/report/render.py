@@ -69,11 +69,19 @@ def _always(_c: CampaignResults) -> bool:
 
 CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] = (
     ("index", "campaign/overview.md.j2", _always),
-    ("concurrency", "campaign/concurrency.md.j2", lambda c: _has_rows(c, "points", test_kind="concurrency_sweep")),
+    (
+        "concurrency",
+        "campaign/concurrency.md.j2",
+        lambda c: _has_rows(c, "points", test_kind="concurrency_sweep"),
+    ),
     ("ttft", "campaign/ttft.md.j2", lambda c: _has_rows(c, "ttft_anatomy")),
     ("kv", "campaign/kv.md.j2", lambda c: any(_has_rows(c, t) for t in ("kv_pool", "capacity", "kv_fit"))),
     ("overload", "campaign/overload.md.j2", lambda c: _has_rows(c, "points", test_kind="overload")),
-    ("engines", "campaign/engines.md.j2", lambda c: _has_rows(c, "engines_points") or _has_rows(c, "roofline_points")),
+    (
+        "engines",
+        "campaign/engines.md.j2",
+        lambda c: _has_rows(c, "engines_points") or _has_rows(c, "roofline_points"),
+    ),
     ("selection", "campaign/selection.md.j2", lambda c: _has_rows(c, "selection_guide")),
     (
         "reproducibility",
@@ -278,9 +286,13 @@ class PageContext:
         # dictionary) or another campaign has: the templates serve every kind of campaign. A suffix that is
         # neither is a typo or a renamed finding: that fails the build.
         known = set(known)
-        missing = [s for s in suffixes if s not in seen and s not in known and s not in self.site.known_suffixes]
+        missing = [
+            s for s in suffixes if s not in seen and s not in known and s not in self.site.known_suffixes
+        ]
         if missing:
-            raise RenderError(f"{self.page_path}: no campaign has findings {missing} (typo or renamed finding?)")
+            raise RenderError(
+                f"{self.page_path}: no campaign has findings {missing} (typo or renamed finding?)"
+            )
         return out
 
     def keys(self, prefix: str = "", section: str | None = None, round: str | None = None) -> list[str]:
@@ -354,7 +366,9 @@ class PageContext:
         return key
 
     def has_table(self, name: str) -> bool:
-        return self.campaign is not None and name in self.campaign.tables and len(self.campaign.tables[name]) > 0
+        return (
+            self.campaign is not None and name in self.campaign.tables and len(self.campaign.tables[name]) > 0
+        )
 
     def table(
         self,
@@ -375,11 +389,13 @@ class PageContext:
             tab = tab.where(**where)
         # A bare column name takes its Chinese header from labels_zh.COLUMNS.
         cols: list[tuple[str, str]] = [
-            tuple(c) if not isinstance(c, str) else (c, labels_zh.COLUMNS.get(c, c)) for c in columns  # type: ignore[misc]
+            tuple(c) if not isinstance(c, str) else (c, labels_zh.COLUMNS.get(c, c))
+            for c in columns  # type: ignore[misc]
         ]
         if optional:
             cols = [
-                (c, h) for c, h in cols
+                (c, h)
+                for c, h in cols
                 if c not in optional or (c in tab.columns and any(r.get(c) is not None for r in tab.rows))
             ]
         for col, _ in cols:
@@ -388,7 +404,9 @@ class PageContext:
                     f"{self.page_path}: table {tab.name!r} has no column {col!r} (has: {', '.join(tab.columns)})"
                 )
         if not tab.rows:
-            raise RenderError(f"{self.page_path}: table {tab.name!r} has no rows{' for ' + str(where) if where else ''}")
+            raise RenderError(
+                f"{self.page_path}: table {tab.name!r} has no rows{' for ' + str(where) if where else ''}"
+            )
         relabel = relabel or {}
 
         def cell(col: str, value: Any) -> str:
@@ -404,7 +422,11 @@ class PageContext:
 
         body = [[cell(col, row[col]) for col, _ in cols] for row in tab.rows]
         numeric = [
-            all(isinstance(r[col], (int, float)) and not isinstance(r[col], bool) for r in tab.rows if r[col] is not None)
+            all(
+                isinstance(r[col], (int, float)) and not isinstance(r[col], bool)
+                for r in tab.rows
+                if r[col] is not None
+            )
             and col not in relabel
             for col, _ in cols
         ]
@@ -420,9 +442,11 @@ class PageContext:
         if not caption.strip():
             raise RenderError(f"{self.page_path}: figure {name!r} needs a caption saying what to look at")
         # Layered specs may carry their title only in labels_zh.FIGURES (the analysis' source of titles).
-        title = title or figs.spec_title(figs.load_spec(self.campaign.figures[name])) or labels_zh.FIGURES.get(
-            name.rsplit("/", 1)[-1], {}
-        ).get("title")
+        title = (
+            title
+            or figs.spec_title(figs.load_spec(self.campaign.figures[name]))
+            or labels_zh.FIGURES.get(name.rsplit("/", 1)[-1], {}).get("title")
+        )
         rel = self.site.write_figure(self.campaign, name, self.page_path, title)
         shown_title = title or name
         return (
@@ -486,7 +510,11 @@ class PageContext:
         for file_part, details in groups.items():
             short = "/".join(file_part.split("/")[-2:])
             hit = self._find(file_part)
-            text = f"[{short}]({self.link(f'data/{hit.campaign}.md')}#{file_anchor(hit.run, hit.rel)})" if hit else short
+            text = (
+                f"[{short}]({self.link(f'data/{hit.campaign}.md')}#{file_anchor(hit.run, hit.rel)})"
+                if hit
+                else short
+            )
             if details:
                 text += " :" + ", ".join(details)
             parts.append(f'<span class="ia-src">{text}</span>')
@@ -611,7 +639,9 @@ class SiteRenderer:
     # output folder ---------------------------------------------------------------------------------------
     def _prepare_out(self) -> None:
         if self.out.exists() and any(self.out.iterdir()) and not (self.out / MARKER).exists():
-            raise RenderError(f"{self.out}: exists, is not empty and was not written by the renderer; not touching it")
+            raise RenderError(
+                f"{self.out}: exists, is not empty and was not written by the renderer; not touching it"
+            )
         if self.out.exists():
             shutil.rmtree(self.out)
         self.out.mkdir(parents=True)
@@ -624,7 +654,9 @@ class SiteRenderer:
     def _write(self, page: Page) -> None:
         target = self.out / page.path
         if target.exists():
-            raise RenderError(f"{page.path}: rendered page would overwrite a hand-written page of the same path")
+            raise RenderError(
+                f"{page.path}: rendered page would overwrite a hand-written page of the same path"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(page.text, encoding="utf-8")
         self.report.pages.append(page.path)
@@ -676,7 +708,9 @@ class SiteRenderer:
             target.write_text(svg, encoding="utf-8")
         self._figures_pending.clear()
 
-    def render_template(self, template: str, page_path: str, campaign: CampaignResults | None, **data: Any) -> Page:
+    def render_template(
+        self, template: str, page_path: str, campaign: CampaignResults | None, **data: Any
+    ) -> Page:
         ctx = PageContext(self, page_path, campaign)
         try:
             tmpl = self.env.get_template(template)
@@ -709,7 +743,9 @@ class SiteRenderer:
             campaign_dirs = [d for d in campaign_dirs if d.name in self.only]
         campaigns = [load_campaign(d) for d in campaign_dirs]
         if not campaigns:
-            raise RenderError(f"{self.results_dir}: no campaign with a findings.json (run `collector analyze`)")
+            raise RenderError(
+                f"{self.results_dir}: no campaign with a findings.json (run `collector analyze`)"
+            )
         self.campaign_names = {c.name for c in campaigns}
         for c in campaigns:
             for k in c.findings:
@@ -719,7 +755,9 @@ class SiteRenderer:
         if comparison is not None and "comparison_series" in comparison.tables:
             for row in comparison.tables["comparison_series"].rows:
                 if row.get("gpu"):
-                    gpu_display.setdefault(str(row["campaign"]), (str(row["gpu"]), str(row.get("gpu_display") or "")))
+                    gpu_display.setdefault(
+                        str(row["campaign"]), (str(row["gpu"]), str(row.get("gpu_display") or ""))
+                    )
         reference = self.env.get_template("_site.j2").module.reference_campaign
         for c in campaigns:
             self.profiles[c.name] = build_profile(c, self.runs, reference, gpu_display)
@@ -739,13 +777,19 @@ class SiteRenderer:
         runs = self.runs
         site_mod = self.env.get_template("_site.j2").module  # section names (Chinese) live in a template
         nav: list[Any] = []
-        common = {"campaigns": campaigns, "profiles": self.profiles, "comparison": self.comparison,
-                  "reference_campaign": site_mod.reference_campaign}
+        common = {
+            "campaigns": campaigns,
+            "profiles": self.profiles,
+            "comparison": self.comparison,
+            "reference_campaign": site_mod.reference_campaign,
+        }
 
         structure_entries = []
         for c in campaigns:
             path = f"structure/{c.name}.md"
-            page = self.render_template("structure.md.j2", path, c, model_config=self.model_config(c), **common)
+            page = self.render_template(
+                "structure.md.j2", path, c, model_config=self.model_config(c), **common
+            )
             self._write(page)
             structure_entries.append({page.title: path})
         campaign_navs = []
@@ -753,10 +797,14 @@ class SiteRenderer:
             c_runs = [r for r in runs if r.campaign == c.name]
             unmatched = link_findings(c_runs, c.findings)
             for u in unmatched:
-                if (REPO_ROOT / u).is_file():  # a file of this repository (bundled model config), not raw data
+                if (
+                    REPO_ROOT / u
+                ).is_file():  # a file of this repository (bundled model config), not raw data
                     continue
                 self.report.notes.append(f"{c.name}: cited source {u!r} matches no raw file")
-            pages = [(slug, template) for slug, template, *needs in CAMPAIGN_PAGES if not needs or needs[0](c)]
+            pages = [
+                (slug, template) for slug, template, *needs in CAMPAIGN_PAGES if not needs or needs[0](c)
+            ]
             skipped = [slug for slug, _t, *needs in CAMPAIGN_PAGES if needs and not needs[0](c)]
             if skipped:
                 self.report.notes.append(f"{c.name}: no data for pages {', '.join(skipped)}")
@@ -775,7 +823,9 @@ class SiteRenderer:
 
         comparison_entry = None
         if self.comparison is not None:
-            page = self.render_template("comparison.md.j2", "comparison.md", self.comparison, runs=runs, **common)
+            page = self.render_template(
+                "comparison.md.j2", "comparison.md", self.comparison, runs=runs, **common
+            )
             self._write(page)
             comparison_entry = {site_mod.nav_comparison: page.path}
 
@@ -802,11 +852,18 @@ class SiteRenderer:
                 path = f"data/{name}.md"
                 c_runs = [r for r in other_runs if r.campaign == name]
                 page = self.render_template(
-                    "raw_index.md.j2", path, None, runs=c_runs, raw_files=_files_of(c_runs), campaign_name=name
+                    "raw_index.md.j2",
+                    path,
+                    None,
+                    runs=c_runs,
+                    raw_files=_files_of(c_runs),
+                    campaign_name=name,
                 )
                 self._write(page)
                 data_entries.append({page.title: path})
-                self.report.notes.append(f"{name}: raw runs without analysis results (listed in the data index)")
+                self.report.notes.append(
+                    f"{name}: raw runs without analysis results (listed in the data index)"
+                )
 
         method_entries = []
         for rel in site_mod.handwritten_pages:
@@ -819,14 +876,17 @@ class SiteRenderer:
 
         self._convert_figures()
         (self.out / FIGURES_FILE).write_text(
-            json.dumps({"left_out": self.figures_left_out}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+            json.dumps({"left_out": self.figures_left_out}, ensure_ascii=False, indent=1) + "\n",
+            encoding="utf-8",
         )
         for c in [*campaigns, *([self.comparison] if self.comparison else [])]:
             shown = {k[1] for k in self._figures_written if k[0] == c.name}
             unused = sorted(set(c.figures) - shown - set(self.figures_left_out.get(c.name, {})))
             for u in unused:
                 self.report.notes.append(f"{c.name}: figure {u!r} is on no page")
-        (self.out / NAV_FILE).write_text(json.dumps(nav, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        (self.out / NAV_FILE).write_text(
+            json.dumps(nav, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
         return self.report
 
 
@@ -847,7 +907,9 @@ def render_site(
     on_line: Callable[[str], None] | None = None,
 ) -> RenderReport:
     """Render every page into ``out_docs_dir`` (emptied first; only a folder the renderer made is emptied)."""
-    renderer = SiteRenderer(results_dir, raw_roots, out_docs_dir, templates_dir=templates_dir, campaigns=campaigns)
+    renderer = SiteRenderer(
+        results_dir, raw_roots, out_docs_dir, templates_dir=templates_dir, campaigns=campaigns
+    )
     report = renderer.render()
     if on_line:
         for line in report.lines():
@@ -864,15 +926,21 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.parse.errors import ParseError
 
     ap = argparse.ArgumentParser(description="Render the Chinese report pages from the analysis output.")
-    ap.add_argument("--results", type=Path, default=REPO_ROOT / "build" / "results", help="collector analyze output")
-    ap.add_argument("--raw", type=Path, action="append", help="raw store root(s) for the data index (repeatable)")
+    ap.add_argument(
+        "--results", type=Path, default=REPO_ROOT / "build" / "results", help="collector analyze output"
+    )
+    ap.add_argument(
+        "--raw", type=Path, action="append", help="raw store root(s) for the data index (repeatable)"
+    )
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "site" / "docs", help="MkDocs docs_dir")
     ap.add_argument("--quiet", action="store_true", help="print only the summary line")
     ap.add_argument("campaigns", nargs="*", help="only these campaigns (default: all with results)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     try:
-        report = render_site(args.results, args.raw or [REPO_ROOT / "raw"], args.out, campaigns=args.campaigns or None)
+        report = render_site(
+            args.results, args.raw or [REPO_ROOT / "raw"], args.out, campaigns=args.campaigns or None
+        )
     except (RenderError, ParseError) as err:
         print(f"render: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1

@@ -153,7 +153,17 @@ def load_findings(path: Path) -> dict[str, Finding]:
     for key, entry in raw.items():
         if not isinstance(entry, dict) or "value" not in entry:
             raise ParseError(path, 1, f"finding {key!r} has no 'value'")
-        known = {"value", "unit", "sources", "theory", "error_pct", "status", "tolerance_pct", "reason", "detail"}
+        known = {
+            "value",
+            "unit",
+            "sources",
+            "theory",
+            "error_pct",
+            "status",
+            "tolerance_pct",
+            "reason",
+            "detail",
+        }
         sources = entry.get("sources") or ()
         if isinstance(sources, (str, dict)):
             sources = (sources,)
@@ -164,7 +174,9 @@ def load_findings(path: Path) -> dict[str, Finding]:
             unit=str(entry.get("unit") or ""),
             sources=tuple(sources),
             theory=entry.get("theory"),
-            error_pct=None if err_pct is None or (isinstance(err_pct, float) and math.isnan(err_pct)) else err_pct,
+            error_pct=None
+            if err_pct is None or (isinstance(err_pct, float) and math.isnan(err_pct))
+            else err_pct,
             status=str(entry.get("status") or ""),
             tolerance_pct=entry.get("tolerance_pct"),
             reason=entry.get("reason"),
@@ -258,7 +270,9 @@ def load_campaign(path: Path, findings_file: str = FINDINGS_FILE) -> CampaignRes
         t = load_table(p)
         name = _short_name(p, path, ".csv", "tables")
         tables[name] = Table(name, t.path, t.columns, t.rows)
-    figures = {_short_name(p, path, FIGURE_SUFFIX, "figures"): p for p in sorted(path.rglob(f"*{FIGURE_SUFFIX}"))}
+    figures = {
+        _short_name(p, path, FIGURE_SUFFIX, "figures"): p for p in sorted(path.rglob(f"*{FIGURE_SUFFIX}"))
+    }
     return CampaignResults(
         name=path.name,
         path=path,
