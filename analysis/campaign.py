@@ -20,7 +20,7 @@ from analysis.parse import parser_for
 from analysis.parse.bench_json import BenchResult
 from analysis.rundocs import RunDocs
 from analysis.windows import naive_as_utc_epoch_s
-from collector.store import RawStore, RunInfo
+from collector.raw.store import RawStore, RunInfo
 
 # Store bookkeeping that no parser covers: never measurement data.
 _STORE_FILES = {"run.json", "journal.jsonl", "manifest.json", "SEALED"}

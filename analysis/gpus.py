@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 

@@ -33,7 +33,7 @@ from analysis.reconcile import (
     ttft,
 )
 from analysis.windows import PointTiming, align_points
-from collector.errors import AnatomyError
+from collector.raw.errors import AnatomyError
 
 SAMPLER_COUNTERS = (
     "preemptions",

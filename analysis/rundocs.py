@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.errors import AnatomyError
+from collector.raw.errors import AnatomyError
 
 PLAN_FILE = "plan.toml"
 PREDICTION_FILE = "prediction.json"
@@ -97,8 +97,8 @@ def gpu_name_from_summary(summary: dict[str, Any]) -> str | None:
 
 
 def read_plan(path: Path) -> Any:
-    """plan.toml as the collector typed it (``collector.config.Plan``)."""
-    from collector.config import parse_plan
+    """plan.toml as the collector typed it (``collector.raw.plan.Plan``)."""
+    from collector.raw.plan import parse_plan
 
     try:
         text = path.read_text(encoding="utf-8")

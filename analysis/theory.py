@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from analysis.model_config import ModelConfig
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
 
 GIB = 2**30
 

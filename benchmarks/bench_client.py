@@ -26,9 +26,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector.clock import process_cpu_ns  # noqa: E402
-from collector.config import PointPlan  # noqa: E402
 from collector.engines import engine_paths  # noqa: E402
 from collector.loadgen import Abort, run_point  # noqa: E402
+from collector.raw.plan import PointPlan  # noqa: E402
 from collector.server import LlamaCppAdapter  # noqa: E402
 
 

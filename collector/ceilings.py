@@ -157,7 +157,7 @@ def measure(
 
 def store_run(doc: dict[str, Any], raw_root: Path, campaign: str, run_name: str = "ceilings") -> Path:
     """The result as a sealed run of ``campaign`` (kind ``ceilings``); the name gets -2, -3 ... if taken."""
-    from collector.store import RawStore
+    from collector.raw.store import RawStore
 
     store = RawStore(raw_root)
     name = store.unique_run_name(campaign, run_name)

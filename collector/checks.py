@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.parse.errors import ParseError
 from analysis.parse.prometheus import PromSnapshot, parse_prometheus_text
-from collector.config import PointPlan, ServerPlan
+from collector.raw.errors import ParseError
+from collector.raw.plan import PointPlan, ServerPlan
 
 PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"

@@ -1,7 +1,7 @@
 """The `collector` command line: parse options, call one library function per command, map errors.
 
 Each command is one call into a library function of the same name (the sqlite-utils way); library
-errors (``AnatomyError`` and parser errors) become a one-line message and exit status 1.
+errors (``AnatomyError``, parse errors included) become a one-line message and exit status 1.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from collector import __version__
-from collector.errors import AnatomyError
+from collector.raw.errors import AnatomyError
 
 DEFAULT_RAW = Path("raw")
 
@@ -21,11 +21,9 @@ DEFAULT_RAW = Path("raw")
 def _one_line_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from analysis.parse.errors import ParseError
-
         try:
             return fn(*args, **kwargs)
-        except (AnatomyError, ParseError) as err:
+        except AnatomyError as err:
             raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
 
     return wrapper
@@ -102,7 +100,7 @@ def import_(src: Path, campaign: str, raw: Path) -> None:
 @_one_line_errors
 def verify(raw: Path) -> None:
     """Re-hash every run under the raw store; report changed, missing or unexpected files."""
-    from collector.store import verify as verify_fn
+    from collector.raw.store import verify as verify_fn
 
     report = verify_fn(raw)
     for line in report.lines():

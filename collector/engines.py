@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.errors import AnatomyError
+from collector.raw.errors import AnatomyError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # PyPI sdist whose vendor/llama.cpp is the llama.cpp source
 LLAMA_CPP_COMMIT = "0c1e57098"  # the llama.cpp commit vendored in that sdist

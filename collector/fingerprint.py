@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from collector import __version__
-from collector.config import ServerPlan
+from collector.raw.plan import ServerPlan
 from collector.server import Adapter, run_capture
 
 REDACTED = "<redacted>"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.errors import ImportSourceError, StoreError
-from collector.store import RawStore, open_run, sha256_file
+from collector.raw.errors import ImportSourceError, StoreError
+from collector.raw.store import RawStore, open_run, sha256_file
 
 DOCS_RUN = "campaign-docs"
 

@@ -13,14 +13,14 @@ from typing import Any
 
 from analysis.parse import parser_for
 from analysis.parse.bench_json import BenchResult
-from analysis.parse.errors import ParseError
 from analysis.parse.fingerprint_txt import Fingerprint
 from analysis.parse.llamacpp_log import LlamacppServerLog
 from analysis.parse.prometheus import PromSnapshot
 from analysis.parse.sampler_csv import SamplerTable
 from analysis.parse.sweep_log import SweepLog
 from analysis.parse.vllm_log import VllmServerLog
-from collector.store import RawStore
+from collector.raw.errors import ParseError
+from collector.raw.store import RawStore
 
 
 def _at(rel: str, line: int | None) -> str:

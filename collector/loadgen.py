@@ -19,7 +19,7 @@ import numpy as np
 
 from collector.client import stream_completion
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
-from collector.config import PointPlan
+from collector.raw.plan import PointPlan
 
 
 def prompt_token_ids(seed: int, n_requests: int, input_len: int, low: int, high: int) -> list[list[int]]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from analysis import theory as th
 from analysis.gpus import get_gpu
 from analysis.model_config import load_model_config
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 DEFAULT_DECODE_CONTEXT_TOKENS = 1024

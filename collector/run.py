@@ -32,12 +32,12 @@ from collector import checks as ck
 from collector import fingerprint
 from collector.bench_summary import bench_summary
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
-from collector.config import Plan, PointPlan, load_plan
-from collector.errors import AnatomyError, RunError
 from collector.loadgen import Abort, run_point
+from collector.raw.errors import AnatomyError, RunError
+from collector.raw.plan import Plan, PointPlan, load_plan
+from collector.raw.store import RawStore, Run
 from collector.sampler import Sampler, ScrapeLog, nvidia_smi_available, query_nvidia_smi, scrape_metrics
 from collector.server import ServerProcess, server_env
-from collector.store import RawStore, Run
 
 RUN_KIND = "collector-run"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from collector.config import ServerPlan
-from collector.errors import RunError
+from collector.raw.errors import RunError
+from collector.raw.plan import ServerPlan
 
 _READ = 1 << 16
 

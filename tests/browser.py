@@ -82,7 +82,7 @@ def synthetic_gpu_campaign(raw: Path) -> str:
     import test_analysis_own as own  # tests/ is on sys.path under pytest (and for this module's importers)
 
     from collector.ceilings import store_run
-    from collector.store import RawStore
+    from collector.raw.store import RawStore
 
     store = RawStore(raw)
     own._own_run(store, "llamacpp-f16", "fp16")

@@ -216,7 +216,7 @@ def test_figures_carry_chinese_titles(out):
 
 
 def test_unknown_campaign_is_a_one_line_error(tmp_path):
-    from collector.errors import AnatomyError
+    from collector.raw.errors import AnatomyError
 
     with pytest.raises(AnatomyError, match="nope"):
         list(analyze([tmp_path], tmp_path / "o", ["nope"]))

@@ -88,7 +88,7 @@ def test_bench_result_from_records(tmp_path):
 
 def test_own_campaign_flows_through_analyze(tmp_path):
     from analysis.pipeline import analyze
-    from collector.store import RawStore
+    from collector.raw.store import RawStore
 
     store = RawStore(tmp_path / "raw")
     run = store.create_run(

@@ -23,7 +23,7 @@ from analysis.pipeline import analyze
 from collector.bench_summary import bench_summary
 from collector.ceilings import store_run
 from collector.plan import plan_data
-from collector.store import RawStore
+from collector.raw.store import RawStore
 from tests.seed import SEED
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from collector.client import stream_completion
-from collector.config import PointPlan
 from collector.loadgen import Abort, completion_body, prompt_token_ids, run_point
+from collector.raw.plan import PointPlan
 from tests.fault_server import FaultServer
 from tests.loopback import free_port
 

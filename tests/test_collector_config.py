@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import load_plan, parse_plan
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
+from collector.raw.plan import load_plan, parse_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = """

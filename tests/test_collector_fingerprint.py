@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collector.config import ServerPlan
 from collector.fingerprint import REDACTED, collect, looks_like_secret, redact_args, redact_env
+from collector.raw.plan import ServerPlan
 from collector.server import adapter_for
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.parse.errors import ParseError
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples, parse_scrapes_jsonl
+from collector.raw.errors import ParseError
 from collector.run import execute_run
 from tests.test_collector_run import make_plan
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from collector.ceilings import copy_bytes_per_s, matmul_flops_per_s
-from collector.config import load_plan
-from collector.errors import StoreError
-from collector.store import RawStore, verify
+from collector.raw.errors import StoreError
+from collector.raw.plan import load_plan
+from collector.raw.store import RawStore, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 CAMPAIGN_SH = ROOT / "scripts" / "h200" / "campaign.sh"

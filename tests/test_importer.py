@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.store import MANIFEST, RawStore
+from collector.raw.store import MANIFEST, RawStore
 from tests.seed import SEED
 
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason=f"reference campaign not found at {SEED}")

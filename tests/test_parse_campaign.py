@@ -14,7 +14,7 @@ from analysis.parse.sweep_log import SweepLog
 from analysis.parse.vllm_log import VllmServerLog
 from collector.importer import import_results
 from collector.inspect import inspect
-from collector.store import RawStore
+from collector.raw.store import RawStore
 from tests.seed import SEED
 
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")

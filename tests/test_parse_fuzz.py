@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.parse.bench_json import parse_bench_json_bytes
-from analysis.parse.errors import ParseError
 from analysis.parse.fingerprint_txt import parse_fingerprint_bytes
 from analysis.parse.llamacpp_log import parse_llamacpp_log_bytes
 from analysis.parse.prometheus import parse_prometheus_bytes
 from analysis.parse.sampler_csv import parse_sampler_csv_bytes
 from analysis.parse.sweep_log import parse_sweep_log_bytes
 from analysis.parse.vllm_log import parse_vllm_log_bytes
+from collector.raw.errors import ParseError
 from tests.seed import SEED
 
 pytestmark = [

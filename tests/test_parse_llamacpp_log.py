@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.parse.errors import ParseError
 from analysis.parse.llamacpp_log import parse_llamacpp_log, parse_llamacpp_log_bytes
+from collector.raw.errors import ParseError
 from tests.seed import SEED
 
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.parse.errors import ParseError
 from analysis.parse.sampler_csv import CUMULATIVE, parse_sampler_csv, parse_sampler_csv_bytes
+from collector.raw.errors import ParseError
 from tests.seed import SEED
 
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from analysis.parse.bench_json import parse_bench_json
-from analysis.parse.errors import ParseError
 from analysis.parse.sweep_log import parse_kwargs, parse_sweep_log, parse_sweep_log_bytes, split_kwargs
+from collector.raw.errors import ParseError
 from tests.seed import SEED
 
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.parse.errors import ParseError
 from analysis.parse.prometheus import parse_prometheus
 from analysis.parse.vllm_log import parse_vllm_log, parse_vllm_log_bytes
+from collector.raw.errors import ParseError
 from tests.seed import SEED
 
 pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not on this machine")

@@ -14,7 +14,7 @@ from analysis.report.figures import check_publishable, prepare_spec, spec_to_svg
 from analysis.report.rawindex import index_runs, link_findings
 from analysis.report.render import SiteRenderer, format_cell, render_site
 from analysis.report.results import RenderError, load_findings
-from collector.store import RawStore
+from collector.raw.store import RawStore
 
 # -- formatting, checked against numbers worked out by hand ---------------------------------------------
 

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.errors import StoreError
-from collector.store import MANIFEST, SEAL, RawStore, verify
+from collector.raw.errors import StoreError
+from collector.raw.store import MANIFEST, SEAL, RawStore, verify
 
 
 def _sealed_run(root: Path) -> Path:
@@ -105,7 +105,7 @@ _CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import collector.store as store
+    import collector.raw.store as store
 
     run = store.RawStore(Path(sys.argv[1])).create_run("camp", "crash", kind="test")
     run.write_text("done.txt", "finished before the crash\\n")

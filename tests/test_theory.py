@@ -12,7 +12,7 @@ import pytest
 from analysis import theory as th
 from analysis.gpus import GPUS, get_gpu
 from analysis.model_config import bundled_model_names, load_model_config
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
 from tests.seed import SEED
 
 GIB = 2**30

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 # --- shared text helpers -------------------------------------------------------------------------------
 

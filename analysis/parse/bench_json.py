@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse import clip, decode_text, read_bytes
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 

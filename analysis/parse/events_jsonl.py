@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.parse.errors import ParseError
 from analysis.parse.requests_jsonl import iter_json_lines
+from collector.raw.errors import ParseError
 
 KINDS = frozenset({
     "run_start", "run_end", "server_start", "server_healthy", "server_exit", "check", "phase_start", "phase_end",

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from analysis.parse import clip, read_bytes, split_lines
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 _SECTION = re.compile(r"^=== (?P<name>.+?) ===$")
 _SMI = re.compile(r"Driver Version: (?P<drv>\S+)\s+CUDA Version: (?P<cuda>\S+)")

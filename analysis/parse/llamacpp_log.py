@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.parse import clip, read_bytes, split_lines
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 _NUM = r"-?(?:\d+(?:\.\d+)?|inf|nan)"
 _PREFIX = re.compile(

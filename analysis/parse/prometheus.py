@@ -16,7 +16,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.parse import clip, read_bytes, split_lines
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse import clip, read_bytes
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 ERROR_KINDS = frozenset(
     {"http", "timeout", "connect", "stream_cut", "protocol", "server_error_event", "http_other", "aborted"}

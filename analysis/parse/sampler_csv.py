@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse import clip, read_bytes, split_lines
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 # CSV column -> field name with units. "ts" is handled apart (exact ns kept).
 COLUMNS: dict[str, str] = {

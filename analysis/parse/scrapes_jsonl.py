@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.parse.errors import ParseError
 from analysis.parse.prometheus import parse_prometheus_text
 from analysis.parse.requests_jsonl import iter_json_lines
+from collector.raw.errors import ParseError
 
 SOURCES = ("metrics", "nvidia-smi")
 

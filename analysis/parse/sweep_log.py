@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse import clip, read_bytes, split_lines
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 _MARKER = re.compile(r"^=+ (?:(?P<tag>\S+) )?concurrency=(?P<c>\d+)(?: seed=(?P<seed>-?\d+))? =+$")
 _RESULT_HEAD = re.compile(r"^=+ Serving Benchmark Result =+$")

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse import clip, read_bytes, split_lines
-from analysis.parse.errors import ParseError
 from analysis.parse.sweep_log import literal, parse_kwargs
+from collector.raw.errors import ParseError
 
 _RECORD = re.compile(
     r"^(?:\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\) ?)?"

@@ -19,7 +19,7 @@ from analysis import theory
 from analysis.campaign import Campaign
 from analysis.gpus import GpuSpec, get_gpu
 from analysis.model_config import ModelConfig, load_model_config
-from collector.errors import AnatomyError
+from collector.raw.errors import AnatomyError
 
 
 @dataclass

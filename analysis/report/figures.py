@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from analysis.parse.errors import ParseError
+from collector.raw.errors import ParseError
 
 # Where Debian/Ubuntu put CJK fonts (fonts-noto-cjk, fonts-wqy-*); the first that exists is registered.
 CJK_FONT_DIRS = (

@@ -102,7 +102,7 @@ def build_profile(
 ) -> CampaignProfile:
     """``gpu_display``: campaign -> (datasheet key, display name), from the comparison when there is one."""
     from analysis.gpus import get_gpu
-    from collector.errors import AnatomyError
+    from collector.raw.errors import AnatomyError
 
     mine = [r for r in runs if r.campaign == c.name]
     collected = any(r.kind == "collector-run" for r in mine) or any(k.startswith("runs.") for k in c.findings)

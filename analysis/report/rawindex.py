@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.report.results import Finding, source_file
-from collector.store import RawStore, read_journal
+from collector.raw.store import RawStore, read_journal
 
 
 @dataclass

@@ -596,7 +596,7 @@ class SiteRenderer:
         """The model config the theory was computed from: the file ``model.params_total`` cites, read by the
         analysis' own parser (the structure page shows the inputs of its derivations). None if not found."""
         from analysis.model_config import load_model_config
-        from collector.errors import AnatomyError
+        from collector.raw.errors import AnatomyError
 
         found = campaign.findings.get("model.params_total")
         for src in found.sources if found else ():
@@ -923,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import time
 
-    from analysis.parse.errors import ParseError
+    from collector.raw.errors import ParseError
 
     ap = argparse.ArgumentParser(description="Render the Chinese report pages from the analysis output.")
     ap.add_argument(

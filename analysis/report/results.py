@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis import labels_zh
-from analysis.parse.errors import ParseError
 from analysis.report import format as fmt
+from collector.raw.errors import ParseError
 
 FINDINGS_FILE = "findings.json"
 FIGURE_SUFFIX = ".vl.json"

@@ -1,8 +1,12 @@
-"""The exception tree a user sees as one-line messages (the CLI prints ``str(err)`` and exits 1)."""
+"""The one error tree of the project; the CLI prints ``str(err)`` (one line) and exits 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 
 class AnatomyError(Exception):
-    """Base of every error the CLI turns into a one-line message."""
+    """Root of every error the project raises on purpose: the CLI turns it into a one-line message."""
 
 
 class StoreError(AnatomyError):
@@ -19,3 +23,17 @@ class PlanError(AnatomyError):
 
 class RunError(AnatomyError):
     """`collector run` could not run or finish its protocol."""
+
+
+class ParseError(AnatomyError, ValueError):
+    """A raw file did not have the shape its parser expects: ``file:line: what``. Never a silent guess.
+
+    Also a ValueError, so code that validates values with ``except ValueError`` sees bad files too.
+    """
+
+    def __init__(self, path: str | Path, line: int | None, what: str):
+        self.path = str(path)
+        self.line = line
+        self.what = what
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {what}")

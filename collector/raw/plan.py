@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.errors import PlanError
+from collector.raw.errors import PlanError
 
 ENGINES = ("vllm", "llamacpp")
 PHASE_KINDS = ("warmup", "concurrency", "length", "overload")

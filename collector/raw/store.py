@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collector import __version__
-from collector.errors import StoreError
+from collector.raw.errors import StoreError
 
 RUN_FILE = "run.json"
 JOURNAL = "journal.jsonl"

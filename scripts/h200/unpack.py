@@ -7,7 +7,7 @@ Each archive holds exactly one run folder ``<campaign>/<run>/`` written by ``col
 ``collector.ceilings``) with the store on the device, so its manifest and seal travel with it. Parts
 ``X.tar.gz.part00``, ``X.tar.gz.part01`` ... are joined in order. For each run, nothing is written under
 the raw root until the whole archive has been read, extracted beside it and verified: every file against
-the run's manifest (``collector.store.verify``), and the run must be sealed. A run folder that exists
+the run's manifest (``collector.raw.store.verify``), and the run must be sealed. A run folder that exists
 already is never touched: the archive is refused. Only then is the verified folder renamed into place.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path, PurePosixPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from collector.errors import StoreError  # noqa: E402
-from collector.store import SEAL, verify  # noqa: E402
+from collector.raw.errors import StoreError  # noqa: E402
+from collector.raw.store import SEAL, verify  # noqa: E402
 
 DEFAULT_CAMPAIGN = "h200-qwen2.5-7b-random"
 _PART = re.compile(r"^(?P<base>.+\.tar\.gz)\.part(?P<n>\d+)$")
