@@ -29,6 +29,7 @@ from collector.clock import process_cpu_ns  # noqa: E402
 from collector.engines import engine_paths  # noqa: E402
 from collector.loadgen import Abort, run_point  # noqa: E402
 from collector.raw.plan import PointPlan  # noqa: E402
+from collector.raw.records import RequestRecord  # noqa: E402
 from collector.server import LlamaCppAdapter  # noqa: E402
 
 
@@ -38,14 +39,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def client_tpot_ms(rec: dict) -> float:
+def client_tpot_ms(rec: RequestRecord) -> float:
     """Client TPOT, ms = (last token chunk − first token chunk) [ns] / 1e6 / (tokens − 1)."""
-    t = [m for m, n in zip(rec["chunk_mono_ns"], rec["chunk_tokens"], strict=True) if n > 0]
-    return (t[-1] - t[0]) / 1e6 / (sum(rec["chunk_tokens"]) - 1)
+    t = [m for m, n in zip(rec.chunk_mono_ns, rec.chunk_tokens, strict=True) if n > 0]
+    return (t[-1] - t[0]) / 1e6 / (sum(rec.chunk_tokens) - 1)
 
 
 def measure(url: str, concurrency: int, requests: int, output_len: int) -> dict:
-    recs: list[dict] = []
+    recs: list[RequestRecord] = []
     pt = PointPlan(phase="bench", kind="concurrency", index=0, concurrency=concurrency, requests=requests,
                    input_len=64, output_len=output_len, seed=concurrency, expect_preemptions="any")  # fmt: skip
     cpu0, wall0 = process_cpu_ns(), time.monotonic_ns()
@@ -53,10 +54,10 @@ def measure(url: str, concurrency: int, requests: int, output_len: int) -> dict:
                           engine_extra=LlamaCppAdapter("llamacpp").request_extra(), plan_extra={},
                           request_timeout_s=600, read_timeout_s=120, sink=recs.append, abort=Abort()))  # fmt: skip
     cpu_s, wall_s = (process_cpu_ns() - cpu0) / 1e9, (time.monotonic_ns() - wall0) / 1e9
-    assert all(r["error"] is None for r in recs), [r["error"] for r in recs if r["error"]]
-    tokens = sum(sum(r["chunk_tokens"]) for r in recs)
+    assert all(r.ok for r in recs), [r.error_message for r in recs if not r.ok]
+    tokens = sum(sum(r.chunk_tokens) for r in recs)
     client = [client_tpot_ms(r) for r in recs]
-    server = [r["engine_timings"]["predicted_per_token_ms"] for r in recs]
+    server = [r.engine_timings["predicted_per_token_ms"] for r in recs]
     return {
         "concurrency": concurrency,
         "requests": requests,

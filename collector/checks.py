@@ -8,41 +8,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.parse.llamacpp_log import parse_llamacpp_log_bytes
 from analysis.parse.prometheus import PromSnapshot, parse_prometheus_text
+from analysis.parse.vllm_log import parse_vllm_log_bytes
 from collector.raw.errors import ParseError
 from collector.raw.plan import PointPlan, ServerPlan
+from collector.raw.records import CheckResult, RequestRecord
 
 PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 # Request fields that would make sampling non-greedy or change what is generated.
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                  "frequency_penalty", "seed", "n", "best_of", "logit_bias")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Check:
-    scope: str  # "startup" | "point"
-    name: str
-    ok: bool | None  # None: not applicable / could not be decided (detail says why)
-    detail: str
-    point: str | None = None
-    facts: dict[str, Any] | None = None
-
-    def event(self) -> dict[str, Any]:
-        ev = {"scope": self.scope, "name": self.name, "ok": self.ok, "detail": self.detail}
-        if self.point is not None:
-            ev["point"] = self.point
-        if self.facts:
-            ev["facts"] = self.facts
-        return ev
-
-    @property
-    def mark(self) -> str:
-        return {True: "PASS", False: "FAIL", None: "n/a "}[self.ok]
 
 
 def _scrape(text: str | None) -> PromSnapshot | None:
@@ -90,16 +70,14 @@ def flag_value(args: Sequence[str], *names: str) -> str | None:
 # --------------------------------------------------------------------------------------- start-up
 
 
-def check_health(waited_s: float, url: str) -> Check:
-    return Check("startup", "health", True, f"{url}/health answered 200 after {waited_s:.1f} s")
+def check_health(waited_s: float, url: str) -> CheckResult:
+    return CheckResult("startup", "health", True, f"{url}/health answered 200 after {waited_s:.1f} s")
 
 
-def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> Check:
+def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> CheckResult:
     """KV pool tokens and maximum concurrency, from the log lines and from /metrics' cache_config_info."""
     facts: dict[str, Any] = {}
     if log_path is not None and log_path.exists():
-        from analysis.parse.vllm_log import parse_vllm_log_bytes
-
         log = parse_vllm_log_bytes(_complete_lines(log_path), log_path)
         facts.update(
             log_kv_cache_tokens=log.kv_cache_tokens,
@@ -118,17 +96,15 @@ def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> Check:
         f"for {facts.get('log_max_concurrency_tokens_per_request')} tokens/request; /metrics blocks "
         f"{facts.get('metrics_num_gpu_blocks')} x {facts.get('metrics_block_size')}"
     )
-    return Check(
+    return CheckResult(
         "startup", "kv_pool", ok, detail if ok else "no KV pool lines in the log nor in /metrics", facts=facts
     )
 
 
-def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> Check:
+def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> CheckResult:
     """Slots and per-slot context, from the log (``n_slots``, ``n_ctx_slot``) and from /props."""
     facts: dict[str, Any] = {}
     if log_path is not None and log_path.exists():
-        from analysis.parse.llamacpp_log import parse_llamacpp_log_bytes
-
         log = parse_llamacpp_log_bytes(_complete_lines(log_path), log_path)
         facts.update(log_n_slots=log.n_slots, log_n_ctx_slot=log.n_ctx_slot)
     if props:
@@ -138,16 +114,16 @@ def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> 
     slots = facts.get("log_n_slots") or facts.get("props_total_slots")
     per_slot = facts.get("log_n_ctx_slot") or facts.get("props_n_ctx")
     detail = f"slots {slots}, context per slot {per_slot} tokens"
-    return Check(
+    return CheckResult(
         "startup", "kv_pool", ok, detail if ok else "no n_slots/n_ctx_slot in the log nor /props", facts=facts
     )
 
 
-def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> Check:
+def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> CheckResult:
     """vLLM: ``--no-enable-prefix-caching`` given (V1 turns it on by default) and the engine config line agrees;
     llama.cpp: ``--cache-ram 0`` and ``--slot-prompt-similarity 0`` (no reuse of an earlier prompt)."""
     if sp.attach:
-        return Check(
+        return CheckResult(
             "startup",
             "prefix_caching_off",
             None,
@@ -157,44 +133,44 @@ def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> Check:
         flag = "--no-enable-prefix-caching" in sp.args
         logged = None
         if log_path is not None and log_path.exists():
-            from analysis.parse.vllm_log import parse_vllm_log_bytes
-
             cfg = parse_vllm_log_bytes(_complete_lines(log_path), log_path).engine_config
             logged = cfg.enable_prefix_caching if cfg is not None else None
         ok = flag and logged is not True
-        return Check("startup", "prefix_caching_off", ok,
-                     f"--no-enable-prefix-caching {'given' if flag else 'MISSING'}; engine config enable_prefix_caching={logged}")  # fmt: skip
+        return CheckResult("startup", "prefix_caching_off", ok,
+                           f"--no-enable-prefix-caching {'given' if flag else 'MISSING'}; engine config enable_prefix_caching={logged}")  # fmt: skip
     cram = flag_value(sp.args, "--cache-ram", "-cram")
     sps = flag_value(sp.args, "--slot-prompt-similarity", "-sps")
     ok = cram == "0" and sps is not None and float(sps) == 0.0
-    return Check("startup", "prefix_caching_off", ok, f"--cache-ram {cram}, --slot-prompt-similarity {sps}")
+    return CheckResult(
+        "startup", "prefix_caching_off", ok, f"--cache-ram {cram}, --slot-prompt-similarity {sps}"
+    )
 
 
-def check_greedy(extra_body: dict[str, Any]) -> Check:
+def check_greedy(extra_body: dict[str, Any]) -> CheckResult:
     """Every request says temperature 0 and nothing in the plan's extra body changes sampling."""
     overridden = {k: v for k, v in extra_body.items() if k in SAMPLING_KEYS}
     ok = not overridden or overridden == {"temperature": 0} or overridden == {"temperature": 0.0}
     detail = "temperature=0 in every request" + (
         f"; plan extra_body sets {json.dumps(overridden)}" if overridden else ""
     )
-    return Check("startup", "greedy_sampling", ok, detail)
+    return CheckResult("startup", "greedy_sampling", ok, detail)
 
 
-def check_sampling_overrides(engine: str, log_path: Path | None) -> Check:
+def check_sampling_overrides(engine: str, log_path: Path | None) -> CheckResult:
     """vLLM warns when the model's generation_config replaces its default sampling parameters; requests set
     temperature explicitly, but other knobs (repetition_penalty, top_k) from that config would still apply."""
     if engine != "vllm" or log_path is None or not log_path.exists():
-        return Check(
+        return CheckResult(
             "startup", "engine_sampling_overrides", None, "only vLLM logs default-sampling overrides"
         )
-    from analysis.parse.vllm_log import parse_vllm_log_bytes
-
     ovr = parse_vllm_log_bytes(_complete_lines(log_path), log_path).sampling_overrides
     if not ovr:
-        return Check("startup", "engine_sampling_overrides", True, "no default-sampling override in the log")
+        return CheckResult(
+            "startup", "engine_sampling_overrides", True, "no default-sampling override in the log"
+        )
     params = [o.params for o in ovr]
-    return Check("startup", "engine_sampling_overrides", False, f"model generation_config overrides sampling: {params}",
-                 facts={"overrides": params})  # fmt: skip
+    return CheckResult("startup", "engine_sampling_overrides", False, f"model generation_config overrides sampling: {params}",
+                       facts={"overrides": params})  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------- per point
@@ -202,62 +178,66 @@ def check_sampling_overrides(engine: str, log_path: Path | None) -> Check:
 
 def point_checks(
     point: PointPlan,
-    records: Sequence[dict[str, Any]],
+    records: Sequence[RequestRecord],
     sent: int,
     engine: str,
     metrics_before: str | None,
     metrics_after: str | None,
-) -> list[Check]:
+) -> list[CheckResult]:
     pid = point.point_id
-    ok_recs = [r for r in records if r.get("error") is None]
+    ok_recs = [r for r in records if r.error_kind is None]
     errors: dict[str, int] = {}
     for r in records:
-        if r.get("error") is not None:
-            errors[r["error"]["kind"]] = errors.get(r["error"]["kind"], 0) + 1
+        if r.error_kind is not None:
+            errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
     out = [
-        Check("point", "completed_vs_sent", len(ok_recs) == sent == point.requests,
-              f"{len(ok_recs)} completed of {sent} sent ({point.requests} planned)", pid),
-        Check("point", "failures", not errors, f"{sum(errors.values())} failed: {errors}" if errors else "none", pid),
+        CheckResult("point", "completed_vs_sent", len(ok_recs) == sent == point.requests,
+                    f"{len(ok_recs)} completed of {sent} sent ({point.requests} planned)", pid),
+        CheckResult("point", "failures", not errors, f"{sum(errors.values())} failed: {errors}" if errors else "none", pid),
     ]  # fmt: skip
 
-    def usage(r: dict[str, Any], key: str) -> Any:
-        return (r.get("usage") or {}).get(key)
+    def usage(r: RequestRecord, key: str) -> Any:
+        return (r.usage or {}).get(key)
 
-    bad_out = [r["request_id"] for r in ok_recs if usage(r, "completion_tokens") != point.output_len]
-    bad_chunks = [r["request_id"] for r in ok_recs if sum(r["chunk_tokens"]) != point.output_len]
-    out.append(Check("point", "output_tokens", (not bad_out and not bad_chunks) if ok_recs else None,
-                     f"usage.completion_tokens != {point.output_len} in {len(bad_out)}, streamed tokens != "
-                     f"{point.output_len} in {len(bad_chunks)} of {len(ok_recs)} completed", pid))  # fmt: skip
-    bad_in = [r["request_id"] for r in ok_recs if usage(r, "prompt_tokens") != point.input_len]
-    out.append(Check("point", "input_tokens", not bad_in if ok_recs else None,
-                     f"usage.prompt_tokens != {point.input_len} in {len(bad_in)} of {len(ok_recs)} completed", pid))  # fmt: skip
+    bad_out = [r.request_id for r in ok_recs if usage(r, "completion_tokens") != point.output_len]
+    bad_chunks = [r.request_id for r in ok_recs if sum(r.chunk_tokens) != point.output_len]
+    out.append(CheckResult("point", "output_tokens", (not bad_out and not bad_chunks) if ok_recs else None,
+                           f"usage.completion_tokens != {point.output_len} in {len(bad_out)}, streamed tokens != "
+                           f"{point.output_len} in {len(bad_chunks)} of {len(ok_recs)} completed", pid))  # fmt: skip
+    bad_in = [r.request_id for r in ok_recs if usage(r, "prompt_tokens") != point.input_len]
+    out.append(CheckResult("point", "input_tokens", not bad_in if ok_recs else None,
+                           f"usage.prompt_tokens != {point.input_len} in {len(bad_in)} of {len(ok_recs)} completed", pid))  # fmt: skip
 
     if engine == "vllm":
         before, after = metric_total(metrics_before, PREEMPTIONS), metric_total(metrics_after, PREEMPTIONS)
         if before is None or after is None:
             out.append(
-                Check("point", "preemptions", None, "no preemption counter (a /metrics scrape failed)", pid)
+                CheckResult(
+                    "point", "preemptions", None, "no preemption counter (a /metrics scrape failed)", pid
+                )
             )
         else:
             d = after - before
             want = {"none": d == 0, "some": d > 0, "any": True}[point.expect_preemptions]
-            out.append(Check("point", "preemptions", want, f"{d:g} preemptions (expected {point.expect_preemptions})",
-                             pid, facts={"preemptions_delta": d}))  # fmt: skip
+            out.append(CheckResult("point", "preemptions", want, f"{d:g} preemptions (expected {point.expect_preemptions})",
+                                   pid, facts={"preemptions_delta": d}))  # fmt: skip
         hb, ha = metric_total(metrics_before, PREFIX_HITS), metric_total(metrics_after, PREFIX_HITS)
         if hb is None or ha is None:
-            out.append(Check("point", "prefix_cache_hits", None, "no prefix-cache counter in /metrics", pid))
+            out.append(
+                CheckResult("point", "prefix_cache_hits", None, "no prefix-cache counter in /metrics", pid)
+            )
         else:
-            out.append(Check("point", "prefix_cache_hits", ha - hb == 0, f"{ha - hb:g} prefix-cache hit tokens", pid,
-                             facts={"prefix_cache_hits_delta": ha - hb}))  # fmt: skip
+            out.append(CheckResult("point", "prefix_cache_hits", ha - hb == 0, f"{ha - hb:g} prefix-cache hit tokens", pid,
+                                   facts={"prefix_cache_hits_delta": ha - hb}))  # fmt: skip
     else:
-        out.append(Check("point", "preemptions", None, f"{engine} has no preemption counter", pid))
+        out.append(CheckResult("point", "preemptions", None, f"{engine} has no preemption counter", pid))
         # llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache.
-        prompt_n = [(r.get("engine_timings") or {}).get("prompt_n") for r in ok_recs]
+        prompt_n = [(r.engine_timings or {}).get("prompt_n") for r in ok_recs]
         if not ok_recs or any(n is None for n in prompt_n):
-            out.append(Check("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid))
+            out.append(CheckResult("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid))
         else:
             reused = sum(point.input_len - n for n in prompt_n)
-            out.append(Check("point", "prefix_cache_hits", reused == 0,
+            out.append(CheckResult("point", "prefix_cache_hits", reused == 0,
                              f"{reused} prompt tokens not evaluated (taken from cache)", pid,
                              facts={"prefix_cache_hits_delta": reused}))  # fmt: skip
     return out

@@ -1,6 +1,6 @@
 """One streaming ``/v1/completions`` request → one request record (observations only, no statistics).
 
-A record is one line of ``requests.jsonl`` (format: ``analysis/parse/requests_jsonl.py``). It keeps the send
+A record is one line of ``requests.jsonl`` (``collector.raw.records.RequestRecord``). It keeps the send
 time, and for every streamed chunk that carries ``choices`` its receive time on both clocks and how many
 tokens it carried; the final usage, finish reason, the engine's own timings (llama.cpp), the HTTP status and,
 if the request did not end with ``[DONE]``, what went wrong. Every outcome, including cancellation, produces a
@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 
-from collector.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.raw.records import RequestRecord
 from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json
 
-RECORD_VERSION = 1
 _ERROR_BODY_BYTES = 2000
 
 
@@ -67,11 +67,12 @@ class _TokenCounter:
         return n
 
 
-def _error(kind: str, err: BaseException | str) -> dict[str, str]:
+def _error(kind: str, err: BaseException | str) -> tuple[str, str]:
+    """(error kind, message) of a request that did not end with ``[DONE]``."""
     msg = (
         err if isinstance(err, str) else (f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
     )
-    return {"kind": kind, "message": msg[:1000]}
+    return kind, msg[:1000]
 
 
 async def stream_completion(
@@ -83,17 +84,18 @@ async def stream_completion(
     request_timeout_s: float,
     clock: Clock = SYSTEM_CLOCK,
     on_chunk: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Send one streaming completion and return its record. Never raises, except CancelledError (after
+) -> RequestRecord:
+    """Send one streaming completion and return its record. ``meta`` holds the record's identity fields
+    (``request_id`` ... ``max_tokens``) and optionally ``_sink``. Never raises, except CancelledError (after
     the partial record has been handed to ``meta['_sink']`` if one was given)."""
-    rec: dict[str, Any] = {"v": RECORD_VERSION, **{k: v for k, v in meta.items() if not k.startswith("_")}}
+    identity = {k: v for k, v in meta.items() if not k.startswith("_")}
     chunk_mono: list[int] = []
     chunk_unix: list[int] = []
     chunk_tokens: list[int] = []
     counter = _TokenCounter()
     decoder = SSEDecoder()
     state: dict[str, Any] = {"done": False, "usage": None, "timings": None, "finish_reason": None, "id": None}
-    error: dict[str, str] | None = None
+    error: tuple[str, str] | None = None
     status: int | None = None
     headers_at = None
     sent = stamp(clock)
@@ -152,35 +154,48 @@ async def stream_completion(
     except httpx.HTTPError as err:
         error = _error("http_other", err)
     except asyncio.CancelledError:
-        rec.update(
-            _finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter)
-        )
-        rec["error"] = _error("aborted", "cancelled by the collector (run aborted)")
+        rec = _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
+                      counter, _error("aborted", "cancelled by the collector (run aborted)"))  # fmt: skip
         sink = meta.get("_sink")
         if sink is not None:
             sink(rec)
         raise
-    rec.update(_finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter))
-    rec["error"] = error
-    return rec
+    return _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
+                   counter, error)  # fmt: skip
 
 
-def _finish(clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens, counter) -> dict:
+def _finish(
+    identity: dict[str, Any],
+    clock: Clock,
+    sent: Stamp,
+    headers_at: Stamp | None,
+    status: int | None,
+    state: dict[str, Any],
+    chunk_mono: list[int],
+    chunk_unix: list[int],
+    chunk_tokens: list[int],
+    counter: _TokenCounter,
+    error: tuple[str, str] | None,
+) -> RequestRecord:
+    """The request's record, built once when it ended (the per-chunk path only appends to three lists)."""
     end = stamp(clock)
-    return {
-        "send_mono_ns": sent.mono_ns,
-        "send_unix_ns": sent.unix_ns,
-        "headers_mono_ns": headers_at.mono_ns if headers_at else None,
-        "end_mono_ns": end.mono_ns,
-        "end_unix_ns": end.unix_ns,
-        "http_status": status,
-        "chunk_mono_ns": chunk_mono,
-        "chunk_unix_ns": chunk_unix,
-        "chunk_tokens": chunk_tokens,
-        "token_count_source": counter.source,
-        "done": state["done"],
-        "usage": state["usage"],
-        "finish_reason": state["finish_reason"],
-        "engine_timings": state["timings"],
-        "response_id": state["id"],
-    }
+    return RequestRecord(
+        **identity,
+        send_mono_ns=sent.mono_ns,
+        send_unix_ns=sent.unix_ns,
+        headers_mono_ns=headers_at.mono_ns if headers_at else None,
+        end_mono_ns=end.mono_ns,
+        end_unix_ns=end.unix_ns,
+        http_status=status,
+        chunk_mono_ns=tuple(chunk_mono),
+        chunk_unix_ns=tuple(chunk_unix),
+        chunk_tokens=tuple(chunk_tokens),
+        token_count_source=counter.source,
+        done=state["done"],
+        usage=state["usage"],
+        finish_reason=state["finish_reason"],
+        engine_timings=state["timings"],
+        response_id=state["id"],
+        error_kind=error[0] if error else None,
+        error_message=error[1] if error else None,
+    )

@@ -20,6 +20,7 @@ import numpy as np
 from collector.client import stream_completion
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.plan import PointPlan
+from collector.raw.records import RequestRecord
 
 
 def prompt_token_ids(seed: int, n_requests: int, input_len: int, low: int, high: int) -> list[list[int]]:
@@ -90,10 +91,10 @@ async def run_point(
     plan_extra: dict[str, Any],
     request_timeout_s: float,
     read_timeout_s: float,
-    sink: Callable[[dict[str, Any]], None],
+    sink: Callable[[RequestRecord], None],
     abort: Abort,
     on_chunk: Callable[[int], None] | None = None,
-    on_request: Callable[[dict[str, Any]], None] | None = None,
+    on_request: Callable[[RequestRecord], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> PointOutcome:
@@ -103,16 +104,17 @@ async def run_point(
     state = {"next": 0, "connect_fail_streak": 0}
     unreachable_after = max(3, point.concurrency)
 
-    def record(rec: dict[str, Any]) -> None:
+    def record(rec: RequestRecord) -> None:
         sink(rec)
         out.finished += 1
-        err = rec.get("error")
-        if err is None:
+        if rec.error_kind is None:
             out.ok += 1
             state["connect_fail_streak"] = 0
         else:
-            out.errors[err["kind"]] += 1
-            state["connect_fail_streak"] = state["connect_fail_streak"] + 1 if err["kind"] == "connect" else 0
+            out.errors[rec.error_kind] += 1
+            state["connect_fail_streak"] = (
+                state["connect_fail_streak"] + 1 if rec.error_kind == "connect" else 0
+            )
             if state["connect_fail_streak"] >= unreachable_after:
                 abort.set(f"server unreachable: {state['connect_fail_streak']} connection failures in a row")
         if on_request is not None:

@@ -1,5 +1,6 @@
 """The sampler: every interval, the server's raw ``/metrics`` text (and ``nvidia-smi`` query output when there
-is a GPU), appended verbatim with both clocks to ``scrapes.jsonl`` (format: ``analysis/parse/scrapes_jsonl.py``).
+is a GPU), appended verbatim with both clocks to ``scrapes.jsonl`` (one ``collector.raw.records.ScrapeRecord`` a
+line).
 
 It runs in its own thread with its own HTTP client, so a slow scrape never delays the load client's event loop
 and a busy event loop never delays a scrape. The schedule is drift-free: tick k is due at
@@ -18,8 +19,8 @@ from typing import Any
 import httpx
 
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.raw.records import ScrapeRecord
 
-SCRAPE_VERSION = 1
 NVIDIA_SMI_QUERY = (
     "timestamp,index,uuid,memory.used,memory.total,utilization.gpu,utilization.memory,power.draw,"
     "temperature.gpu,clocks.sm,clocks.mem,pstate"
@@ -33,46 +34,70 @@ class ScrapeLog:
         self._stream = stream
         self._lock = threading.Lock()
 
-    def write(self, obj: dict[str, Any]) -> None:
+    def write(self, rec: ScrapeRecord) -> None:
+        obj = rec.to_obj()
         with self._lock:
             self._stream.write_json(obj)
 
 
-def scrape_metrics(client: httpx.Client, url: str, clock: Clock = SYSTEM_CLOCK) -> dict[str, Any]:
+def scrape_metrics(
+    client: httpx.Client,
+    url: str,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    tag: str,
+    k: int | None = None,
+    due_mono_ns: int | None = None,
+    point: str | None = None,
+) -> ScrapeRecord:
     """GET ``url`` once; the body is kept verbatim (parsing is the analysis's job)."""
     start = stamp(clock)
-    rec: dict[str, Any] = {"v": SCRAPE_VERSION, "source": "metrics", "url": url}
+    status: int | None = None
+    text: str | None = None
+    error: str | None = None
     try:
         resp = client.get(url)
-        rec.update(status=resp.status_code, text=resp.text, error=None)
+        status, text = resp.status_code, resp.text
     except httpx.HTTPError as err:
-        rec.update(status=None, text=None, error=f"{type(err).__name__}: {err}"[:500])
+        error = f"{type(err).__name__}: {err}"[:500]
     end = stamp(clock)
-    rec.update(start.as_dict("start_"), **end.as_dict("end_"))
-    return rec
+    return ScrapeRecord(
+        source="metrics", tag=tag, start_mono_ns=start.mono_ns, start_unix_ns=start.unix_ns,
+        end_mono_ns=end.mono_ns, end_unix_ns=end.unix_ns, status=status, error=error, text=text,
+        k=k, due_mono_ns=due_mono_ns, point=point, url=url,
+    )  # fmt: skip
 
 
 def nvidia_smi_available() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def query_nvidia_smi(clock: Clock = SYSTEM_CLOCK, timeout_s: float = 5.0) -> dict[str, Any]:
+def query_nvidia_smi(
+    clock: Clock = SYSTEM_CLOCK,
+    timeout_s: float = 5.0,
+    *,
+    tag: str,
+    k: int | None = None,
+    due_mono_ns: int | None = None,
+) -> ScrapeRecord:
     """One ``nvidia-smi --query-gpu`` call, CSV output verbatim."""
     cmd = ["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}", "--format=csv,nounits"]
     start = stamp(clock)
-    rec: dict[str, Any] = {"v": SCRAPE_VERSION, "source": "nvidia-smi", "query": NVIDIA_SMI_QUERY}
+    status: int | None = None
+    text: str | None = None
+    error: str | None = None
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        rec.update(
-            status=p.returncode,
-            text=p.stdout,
-            error=(p.stderr.strip()[:500] or None) if p.returncode else None,
-        )
+        status, text = p.returncode, p.stdout
+        error = (p.stderr.strip()[:500] or None) if p.returncode else None
     except (OSError, subprocess.TimeoutExpired) as err:
-        rec.update(status=None, text=None, error=f"{type(err).__name__}: {err}"[:500])
+        error = f"{type(err).__name__}: {err}"[:500]
     end = stamp(clock)
-    rec.update(start.as_dict("start_"), **end.as_dict("end_"))
-    return rec
+    return ScrapeRecord(
+        source="nvidia-smi", tag=tag, start_mono_ns=start.mono_ns, start_unix_ns=start.unix_ns,
+        end_mono_ns=end.mono_ns, end_unix_ns=end.unix_ns, status=status, error=error, text=text,
+        k=k, due_mono_ns=due_mono_ns, query=NVIDIA_SMI_QUERY,
+    )  # fmt: skip
 
 
 class Sampler:
@@ -125,18 +150,15 @@ class Sampler:
 
     def _tick(self, client: httpx.Client, k: int, due_ns: int) -> None:
         if self.metrics:
-            rec = scrape_metrics(client, self.url, self.clock)
-            rec.update(k=k, due_mono_ns=due_ns, tag="tick")
+            rec = scrape_metrics(client, self.url, self.clock, tag="tick", k=k, due_mono_ns=due_ns)
             self.log.write(rec)
             self.scrapes += 1
-            failing = rec["error"] is not None or rec["status"] != 200
+            failing = rec.error is not None or rec.status != 200
             if failing != self.metrics_failing:
                 self.metrics_failing = failing
                 if failing:
-                    self.emit("metrics_unreachable", url=self.url, status=rec["status"], error=rec["error"])
+                    self.emit("metrics_unreachable", url=self.url, status=rec.status, error=rec.error)
                 else:
                     self.emit("metrics_back", url=self.url)
         if self.nvidia_smi:
-            rec = query_nvidia_smi(self.clock)
-            rec.update(k=k, due_mono_ns=due_ns, tag="tick")
-            self.log.write(rec)
+            self.log.write(query_nvidia_smi(self.clock, tag="tick", k=k, due_mono_ns=due_ns))

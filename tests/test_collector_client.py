@@ -15,8 +15,13 @@ import pytest
 from collector.client import stream_completion
 from collector.loadgen import Abort, completion_body, prompt_token_ids, run_point
 from collector.raw.plan import PointPlan
+from collector.raw.records import RequestRecord
 from tests.fault_server import FaultServer
 from tests.loopback import free_port
+
+# The identity fields a record carries (loadgen fills them per request).
+META = {"request_id": "r", "phase": "t", "phase_kind": "concurrency", "point": "p", "point_index": 0, "index": 0,
+        "worker": 0, "concurrency": 1, "seed": 0, "input_len": 5, "max_tokens": 6}  # fmt: skip
 
 
 def _one(
@@ -25,7 +30,7 @@ def _one(
     async def go():
         body = completion_body("m", list(range(40, 40 + prompt_len)), max_tokens, extra or {}, {})
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=read_timeout_s)) as c:
-            return await stream_completion(c, f"{server.url}/v1/completions", body, {"request_id": "r"},
+            return await stream_completion(c, f"{server.url}/v1/completions", body, META,
                                            request_timeout_s=request_timeout_s)  # fmt: skip
 
     return asyncio.run(go())
@@ -48,16 +53,16 @@ def server():
 )
 def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source):
     rec = _one(server, max_tokens=6, extra=extra)
-    assert rec["error"] is None and rec["done"] and rec["http_status"] == 200
-    assert rec["chunk_tokens"] == [1] * 6 and rec["token_count_source"] == source
-    assert len(rec["chunk_mono_ns"]) == len(rec["chunk_unix_ns"]) == 6
-    assert rec["send_mono_ns"] <= rec["headers_mono_ns"] <= rec["chunk_mono_ns"][0]
-    assert (
-        rec["chunk_mono_ns"] == sorted(rec["chunk_mono_ns"])
-        and rec["chunk_mono_ns"][-1] <= rec["end_mono_ns"]
-    )
-    assert rec["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
-    assert rec["finish_reason"] == "length" and rec["response_id"] == "cmpl-1"
+    assert rec.error_kind is None and rec.done and rec.http_status == 200
+    assert rec.chunk_tokens == (1,) * 6 and rec.token_count_source == source
+    assert len(rec.chunk_mono_ns) == len(rec.chunk_unix_ns) == 6
+    assert rec.send_mono_ns <= rec.headers_mono_ns <= rec.chunk_mono_ns[0]
+    assert list(rec.chunk_mono_ns) == sorted(rec.chunk_mono_ns) and rec.chunk_mono_ns[-1] <= rec.end_mono_ns
+    assert rec.usage == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+    assert rec.finish_reason == "length" and rec.response_id == "cmpl-1"
+    # what the collector writes is what analysis reads back, field for field
+    line = json.loads(json.dumps(rec.to_obj(), sort_keys=True))
+    assert RequestRecord.from_obj(line, "requests.jsonl", 1) == rec
 
 
 @pytest.mark.parametrize(
@@ -75,11 +80,12 @@ def test_faults_become_error_records_with_what_arrived(fault, kind, status, chun
         rec = _one(s, max_tokens=8)
     finally:
         s.stop()
-    assert rec["error"]["kind"] == kind, rec["error"]
-    assert rec["http_status"] == status and not rec["done"]
-    assert len(rec["chunk_mono_ns"]) == chunks
+    assert rec.error_kind == kind, rec.error_message
+    assert rec.http_status == status and not rec.done
+    assert len(rec.chunk_mono_ns) == chunks
     if kind == "http":
-        assert f"HTTP {status}" in rec["error"]["message"] and "injected" in rec["error"]["message"]
+        assert f"HTTP {status}" in rec.error_message and "injected" in rec.error_message
+    assert RequestRecord.from_obj(rec.to_obj()) == rec
 
 
 def test_slow_first_byte_hits_the_read_timeout():
@@ -88,7 +94,7 @@ def test_slow_first_byte_hits_the_read_timeout():
         rec = _one(s, read_timeout_s=0.3)
     finally:
         s.stop()
-    assert rec["error"]["kind"] == "timeout" and rec["chunk_mono_ns"] == [] and rec["http_status"] == 200
+    assert rec.error_kind == "timeout" and rec.chunk_mono_ns == () and rec.http_status == 200
 
 
 def test_hanging_stream_hits_the_request_timeout():
@@ -97,18 +103,18 @@ def test_hanging_stream_hits_the_request_timeout():
         rec = _one(s, request_timeout_s=0.5, read_timeout_s=30)
     finally:
         s.stop()
-    assert rec["error"]["kind"] == "timeout" and "request_timeout_s" in rec["error"]["message"]
+    assert rec.error_kind == "timeout" and "request_timeout_s" in rec.error_message
 
 
 def test_connection_refused():
     s = FaultServer()
     s.port = free_port()
     rec = _one(s)
-    assert rec["error"]["kind"] == "connect" and rec["http_status"] is None
+    assert rec.error_kind == "connect" and rec.http_status is None
 
 
 def test_cancelled_request_leaves_its_partial_record(server):
-    seen: list[dict] = []
+    seen: list[RequestRecord] = []
     chunks: list[int] = []
 
     async def go():
@@ -122,14 +128,14 @@ def test_cancelled_request_leaves_its_partial_record(server):
 
         async with httpx.AsyncClient() as c:
             task = asyncio.create_task(stream_completion(
-                c, f"{server.url}/v1/completions", body, {"request_id": "r", "_sink": seen.append},
+                c, f"{server.url}/v1/completions", body, {**META, "_sink": seen.append},
                 request_timeout_s=30, on_chunk=on_chunk))  # fmt: skip
             with pytest.raises(asyncio.CancelledError):
                 await task
 
     asyncio.run(go())
     (rec,) = seen
-    assert rec["error"]["kind"] == "aborted" and len(rec["chunk_mono_ns"]) == 3 and "_sink" not in rec
+    assert rec.error_kind == "aborted" and len(rec.chunk_mono_ns) == 3 and rec.request_id == "r"
 
 
 def test_prompts_are_seeded_exact_length_and_in_range():
@@ -159,10 +165,10 @@ def test_closed_loop_keeps_concurrency_and_records_every_request(server):
 
     out = asyncio.run(go())
     assert out.sent == out.finished == out.ok == 10 and not out.errors and out.aborted is None
-    assert sorted(r["index"] for r in recs) == list(range(10))
+    assert sorted(r.index for r in recs) == list(range(10))
     assert server.max_running == 3 and server.connections == 10  # one fresh connection per request
-    assert {r["worker"] for r in recs} == {0, 1, 2}
-    assert all(r["usage"]["prompt_tokens"] == 9 for r in recs)
+    assert {r.worker for r in recs} == {0, 1, 2}
+    assert all(r.usage["prompt_tokens"] == 9 for r in recs)
 
 
 def test_abort_stops_sending_and_records_in_flight_requests(server):
@@ -178,7 +184,7 @@ def test_abort_stops_sending_and_records_in_flight_requests(server):
     out = asyncio.run(go())
     assert out.aborted == "test abort" and out.sent < 50
     assert out.finished == out.sent == len(recs)
-    assert out.errors["aborted"] == 2 and all(r["error"]["kind"] == "aborted" for r in recs if r["error"])
+    assert out.errors["aborted"] == 2 and all(r.error_kind == "aborted" for r in recs if r.error_kind)
 
 
 def test_unreachable_server_aborts_the_point():
@@ -226,9 +232,9 @@ def test_llamacpp_last_event_is_not_counted_twice():
 
     async def go():
         async with httpx.AsyncClient(transport=transport) as c:
-            return await stream_completion(c, "http://x/v1/completions", {}, {}, request_timeout_s=5)
+            return await stream_completion(c, "http://x/v1/completions", {}, META, request_timeout_s=5)
 
     rec = asyncio.run(go())
-    assert rec["error"] is None and rec["token_count_source"] == "timings"
-    assert rec["chunk_tokens"] == [1, 1, 1, 0] and rec["usage"]["completion_tokens"] == 3
-    assert rec["engine_timings"]["predicted_ms"] == 1.0 and rec["finish_reason"] == "length"
+    assert rec.error_kind is None and rec.token_count_source == "timings"
+    assert rec.chunk_tokens == (1, 1, 1, 0) and rec.usage["completion_tokens"] == 3
+    assert rec.engine_timings["predicted_ms"] == 1.0 and rec.finish_reason == "length"

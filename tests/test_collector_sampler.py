@@ -43,11 +43,11 @@ def test_ticks_follow_the_grid_without_drift():
     finally:
         srv.stop()
     interval_ns = 50_000_000
-    start = rows[0]["due_mono_ns"]
-    ks = [r["k"] for r in rows]
+    start = rows[0].due_mono_ns
+    ks = [r.k for r in rows]
     assert ks[0] == 0 and all(b > a for a, b in zip(ks, ks[1:], strict=False))
-    assert all(r["due_mono_ns"] - start == r["k"] * interval_ns for r in rows)
-    assert all(r["start_mono_ns"] >= r["due_mono_ns"] and r["status"] == 200 and r["text"] for r in rows)
+    assert all(r.due_mono_ns - start == r.k * interval_ns for r in rows)
+    assert all(r.start_mono_ns >= r.due_mono_ns and r.status == 200 and r.text for r in rows)
     assert s.skipped_ticks >= ks[-1] + 1 - len(ks) and events == []  # any jump in k was counted as skipped
 
 
@@ -57,13 +57,13 @@ def test_slow_scrapes_skip_ticks_instead_of_stretching_the_interval():
         s, rows, _ = _sample(srv, 0.05, 4)
     finally:
         srv.stop()
-    ks = [r["k"] for r in rows]
+    ks = [r.k for r in rows]
     assert all(
         b - a >= 2 for a, b in zip(ks, ks[1:], strict=False)
     )  # a 120 ms scrape spans 2+ ticks of 50 ms
     assert s.skipped_ticks >= sum(b - a - 1 for a, b in zip(ks, ks[1:], strict=False)) > 0
-    start = rows[0]["due_mono_ns"]
-    assert all((r["due_mono_ns"] - start) == r["k"] * 50_000_000 for r in rows)
+    start = rows[0].due_mono_ns
+    assert all((r.due_mono_ns - start) == r.k * 50_000_000 for r in rows)
 
 
 def test_metrics_going_away_is_one_event_and_scraping_goes_on():
@@ -72,5 +72,5 @@ def test_metrics_going_away_is_one_event_and_scraping_goes_on():
         _, rows, events = _sample(srv, 0.05, 6)
     finally:
         srv.stop()
-    assert [r["status"] for r in rows[:3]] == [200, 200, 503]
+    assert [r.status for r in rows[:3]] == [200, 200, 503]
     assert [k for k, _ in events] == ["metrics_unreachable"] and events[0][1]["status"] == 503

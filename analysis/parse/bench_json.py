@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.parse import clip, decode_text, read_bytes
+from analysis.parse.text import decode_text
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from analysis.parse import clip, read_bytes, split_lines
+from analysis.parse.text import split_lines
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 _SECTION = re.compile(r"^=== (?P<name>.+?) ===$")
 _SMI = re.compile(r"Driver Version: (?P<drv>\S+)\s+CUDA Version: (?P<cuda>\S+)")

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.parse import clip, read_bytes, split_lines
+from analysis.parse.text import split_lines
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 _NUM = r"-?(?:\d+(?:\.\d+)?|inf|nan)"
 _PREFIX = re.compile(

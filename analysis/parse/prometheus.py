@@ -15,8 +15,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.parse import clip, read_bytes, split_lines
+from analysis.parse.text import split_lines
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 
 @dataclass(frozen=True)

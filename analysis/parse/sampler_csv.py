@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.parse import clip, read_bytes, split_lines
+from analysis.parse.text import split_lines
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 # CSV column -> field name with units. "ts" is handled apart (exact ns kept).
 COLUMNS: dict[str, str] = {

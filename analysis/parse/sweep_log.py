@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.parse import clip, read_bytes, split_lines
+from analysis.parse.text import split_lines
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 _MARKER = re.compile(r"^=+ (?:(?P<tag>\S+) )?concurrency=(?P<c>\d+)(?: seed=(?P<seed>-?\d+))? =+$")
 _RESULT_HEAD = re.compile(r"^=+ Serving Benchmark Result =+$")

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.parse import clip, read_bytes, split_lines
 from analysis.parse.sweep_log import literal, parse_kwargs
+from analysis.parse.text import split_lines
 from collector.raw.errors import ParseError
+from collector.raw.jsonl import clip, read_bytes
 
 _RECORD = re.compile(
     r"^(?:\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\) ?)?"

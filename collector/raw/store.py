@@ -97,6 +97,11 @@ def _create_exclusive(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def json_line(obj: Any) -> str:
+    """One line of a JSONL stream (no newline): compact, sorted keys, UTF-8 text kept as is."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 class Stream:
     """An append-only file inside a run; each write is flushed to the OS at once."""
 
@@ -113,7 +118,7 @@ class Stream:
         self.write(line.rstrip("\n").encode() + b"\n")
 
     def write_json(self, obj: Any) -> None:
-        self.write_line(json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")))
+        self.write_line(json_line(obj))
 
     def fileno(self) -> int:
         return self._fh.fileno()
