@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.raw.errors import AnatomyError
+from collector.raw.plan import parse_plan
 
 PLAN_FILE = "plan.toml"
 PREDICTION_FILE = "prediction.json"
@@ -98,8 +99,6 @@ def gpu_name_from_summary(summary: dict[str, Any]) -> str | None:
 
 def read_plan(path: Path) -> Any:
     """plan.toml as the collector typed it (``collector.raw.plan.Plan``)."""
-    from collector.raw.plan import parse_plan
-
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from collector.raw.errors import AnatomyError
+from collector.raw.store import RawStore
+
 COPY_BYTES = 4 << 30  # 4 GiB source: ~70x the H200's 60 MB L2, so the copy streams from HBM
 COPIES_PER_REPEAT = 5
 MATMUL_N = 8192  # 8192^3 bf16: 1.1 TFLOP per product, compute-bound on any current GPU
@@ -36,7 +39,7 @@ RUN_KIND = "ceilings"
 EXIT_NO_CUDA = 2
 
 
-class NoCudaError(RuntimeError):
+class NoCudaError(AnatomyError):
     """PyTorch is missing or sees no CUDA device."""
 
 
@@ -157,8 +160,6 @@ def measure(
 
 def store_run(doc: dict[str, Any], raw_root: Path, campaign: str, run_name: str = "ceilings") -> Path:
     """The result as a sealed run of ``campaign`` (kind ``ceilings``); the name gets -2, -3 ... if taken."""
-    from collector.raw.store import RawStore
-
     store = RawStore(raw_root)
     name = store.unique_run_name(campaign, run_name)
     meta = {

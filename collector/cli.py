@@ -12,8 +12,14 @@ from pathlib import Path
 
 import click
 
+from analysis.pipeline import analyze as analyze_fn
 from collector import __version__
+from collector.importer import import_results
+from collector.inspect import inspect as inspect_fn
+from collector.plan import plan as plan_fn
 from collector.raw.errors import AnatomyError
+from collector.raw.store import verify as verify_fn
+from collector.run import execute_run
 
 DEFAULT_RAW = Path("raw")
 
@@ -66,8 +72,6 @@ def main() -> None:
 @_one_line_errors
 def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> None:
     """Print the theory for a model on a GPU: params, KV bytes, FLOPs, decode floor, pool capacity."""
-    from collector.plan import plan as plan_fn
-
     click.echo(
         plan_fn(
             model=model,
@@ -89,8 +93,6 @@ def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_
 @_one_line_errors
 def import_(src: Path, campaign: str, raw: Path) -> None:
     """Import an existing results folder into the raw store (byte-identical, with provenance)."""
-    from collector.importer import import_results
-
     for line in import_results(src, campaign=campaign, raw_root=raw):
         click.echo(line)
 
@@ -100,8 +102,6 @@ def import_(src: Path, campaign: str, raw: Path) -> None:
 @_one_line_errors
 def verify(raw: Path) -> None:
     """Re-hash every run under the raw store; report changed, missing or unexpected files."""
-    from collector.raw.store import verify as verify_fn
-
     report = verify_fn(raw)
     for line in report.lines():
         click.echo(line)
@@ -115,8 +115,6 @@ def verify(raw: Path) -> None:
 @_one_line_errors
 def inspect(raw: Path, campaign: str | None) -> None:
     """Print, per run, what the parsers found in it."""
-    from collector.inspect import inspect as inspect_fn
-
     for line in inspect_fn(raw, campaign):
         click.echo(line)
 
@@ -142,8 +140,6 @@ def inspect(raw: Path, campaign: str | None) -> None:
 @_one_line_errors
 def analyze(raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...]) -> None:
     """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign."""
-    from analysis.pipeline import analyze as analyze_fn
-
     for line in analyze_fn(list(raws), out, list(campaigns) or None):
         click.echo(line)
 
@@ -154,8 +150,6 @@ def analyze(raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...]) -> No
 @_one_line_errors
 def run(plan_file: Path, raw: Path) -> None:
     """Run a measurement plan against a real server and write a sealed run into the raw store."""
-    from collector.run import execute_run
-
     result = execute_run(plan_file, raw_root=raw)
     click.echo(str(result))
 

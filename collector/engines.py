@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from collector import modelgen
 from collector.raw.errors import AnatomyError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # PyPI sdist whose vendor/llama.cpp is the llama.cpp source
@@ -331,8 +332,6 @@ def install_vllm(cache_dir: Path) -> EnginePaths:
 
 def generate_models(cache_dir: Path) -> EnginePaths:
     """The tiny qwen2 model as an HF directory (vLLM) and an F16 GGUF (llama.cpp), same seed, same weights."""
-    from collector import modelgen
-
     paths = engine_paths(cache_dir)
     models = paths.root / "models"
     stamp = models / "STAMP.json"

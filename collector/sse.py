@@ -12,10 +12,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from collector.raw.errors import AnatomyError
+
 DONE = "[DONE]"
 
 
-class SSEError(ValueError):
+class SSEError(AnatomyError):
     """The byte stream was not a well-formed event stream of JSON objects."""
 
 

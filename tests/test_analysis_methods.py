@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.reconcile import concurrency, engines, gates, kv, overload, ttft
+from analysis.reconcile import concurrency, engines, gates, kv, overload, roofline, ttft
 
 
 def test_overload_formulas():
@@ -18,9 +18,9 @@ def test_overload_formulas():
 
 def test_roofline_floor_by_hand():
     # 1000 B of weights + 4 requests × 250 B of KV = 2000 B at 1e6 B/s = 2 ms
-    assert engines.roofline_floor_ms(1000, 4, 250, 1e6) == pytest.approx(2.0)
-    assert engines.achievement_pct(2.0, 2.5) == pytest.approx(80)
-    assert engines.mean_context_tokens(1024, 256) == 1152
+    assert roofline.roofline_floor_ms(1000, 4, 250, 1e6) == pytest.approx(2.0)
+    assert roofline.achievement_pct(2.0, 2.5) == pytest.approx(80)
+    assert roofline.mean_context_tokens(1024, 256) == 1152
     # 10 requests asked for 256 tokens, 2500 came back: 10 short of 2560 -> 2.34375 %
     assert engines.shortfall_pct(2500, 10, 256) == pytest.approx(60 / 2560 * 100)
 

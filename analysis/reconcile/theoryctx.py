@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from analysis import theory
 from analysis.campaign import Campaign
 from analysis.gpus import GpuSpec, get_gpu
-from analysis.model_config import ModelConfig, load_model_config
+from analysis.model_config import ModelConfig, load_model_config, model_config_from_dict
+from analysis.rundocs import gpu_name_from_summary
 from collector.raw.errors import AnatomyError
 
 
@@ -102,8 +103,6 @@ def gpu_name_from_fingerprint(fp) -> str | None:
 
 def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str | None]:
     """The model's shape from the collector runs' own records (see the module docstring)."""
-    from analysis.model_config import model_config_from_dict
-
     reasons = []
     for run in campaign.runs:
         d = run.docs
@@ -136,8 +135,6 @@ def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str |
 
 def _own_gpu(campaign: Campaign, ctx: TheoryCtx) -> None:
     """GPU by what nvidia-smi saw (fingerprint/summary.json), else the plan's `model.gpu`."""
-    from analysis.rundocs import gpu_name_from_summary
-
     for run in campaign.runs:
         d = run.docs
         name = gpu_name_from_summary(d.fingerprint_summary) if d.fingerprint_summary else None

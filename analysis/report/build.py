@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.pipeline import analyze as analyze_fn
 from analysis.report.render import REPO_ROOT, render_site
+from collector.importer import import_results
 
 MKDOCS_YML = REPO_ROOT / "mkdocs.yml"
 
@@ -56,16 +58,12 @@ def build_site(
     say = on_line or (lambda _line: None)
     t = time.perf_counter()
     if imports:
-        from collector.importer import import_results
-
         for src, campaign in imports:
             for line in import_results(Path(src), campaign=campaign, raw_root=Path(raw_roots[0])):
                 say(line)
     times.steps["import"] = time.perf_counter() - t
     if analyze:
         t = time.perf_counter()
-        from analysis.pipeline import analyze as analyze_fn
-
         for line in analyze_fn([Path(r) for r in raw_roots], Path(results_dir), None):
             say(line)
         times.steps["analyze"] = time.perf_counter() - t

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from collector.raw.errors import ParseError
+from collector.raw.errors import AnatomyError, ParseError
 
 # Where Debian/Ubuntu put CJK fonts (fonts-noto-cjk, fonts-wqy-*); the first that exists is registered.
 CJK_FONT_DIRS = (
@@ -33,7 +33,7 @@ FONT_STACK = '"Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsof
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-class FigureError(ValueError):
+class FigureError(AnatomyError):
     """A figure spec that cannot be published (no Chinese title, an axis without a title)."""
 
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis import labels_zh
+from analysis.gpus import get_gpu
+from analysis.keys import slug as run_slug  # the analysis' own key segment for a run
 from analysis.report.rawindex import RawRun
 from analysis.report.results import CampaignResults, Table
+from collector.raw.errors import AnatomyError
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,6 @@ def _rows(c: CampaignResults, table: str) -> list[dict[str, Any]]:
 
 def series_of(c: CampaignResults, collected: bool) -> list[Series]:
     """The campaign's series from ``roofline_points`` (one row per sweep point); the newest round only."""
-    from analysis.reconcile.capacity import run_slug  # the analysis' own key segment for a run
-
     rows = _rows(c, "roofline_points")
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -101,9 +102,6 @@ def build_profile(
     gpu_display: dict[str, tuple[str, str]] | None = None,
 ) -> CampaignProfile:
     """``gpu_display``: campaign -> (datasheet key, display name), from the comparison when there is one."""
-    from analysis.gpus import get_gpu
-    from collector.raw.errors import AnatomyError
-
     mine = [r for r in runs if r.campaign == c.name]
     collected = any(r.kind == "collector-run" for r in mine) or any(k.startswith("runs.") for k in c.findings)
     gpus = {str(r.meta.get("gpu")) for r in mine if r.meta.get("gpu")}

@@ -26,6 +26,8 @@ from typing import Any
 import jinja2
 
 from analysis import labels_zh
+from analysis.keys import slug as campaign_slug
+from analysis.model_config import load_model_config
 from analysis.report import figures as figs
 from analysis.report import format as fmt
 from analysis.report.profile import CampaignProfile, Series, build_profile, format_label
@@ -42,6 +44,7 @@ from analysis.report.results import (
     source_path,
     status_class,
 )
+from collector.raw.errors import AnatomyError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = REPO_ROOT / "site" / "templates"
@@ -347,9 +350,7 @@ class PageContext:
 
     def comparison_parts(self, key: str) -> dict[str, Any]:
         """``comparison.<a>__vs__<b>.<series>.<quantity>`` → campaigns (their names), series, quantity."""
-        from analysis.reconcile.comparison import slug
-
-        by_slug = {slug(n): n for n in self.site.campaign_names}
+        by_slug = {campaign_slug(n): n for n in self.site.campaign_names}
         parts = key.split(".")
         if len(parts) < 3 or parts[0] != "comparison":
             return {"campaigns": [], "series": "", "quantity": key}
@@ -595,9 +596,6 @@ class SiteRenderer:
     def model_config(self, campaign: CampaignResults) -> Any:
         """The model config the theory was computed from: the file ``model.params_total`` cites, read by the
         analysis' own parser (the structure page shows the inputs of its derivations). None if not found."""
-        from analysis.model_config import load_model_config
-        from collector.raw.errors import AnatomyError
-
         found = campaign.findings.get("model.params_total")
         for src in found.sources if found else ():
             path = self.raw_path(campaign.name, source_file(src))
@@ -923,8 +921,6 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import time
 
-    from collector.raw.errors import ParseError
-
     ap = argparse.ArgumentParser(description="Render the Chinese report pages from the analysis output.")
     ap.add_argument(
         "--results", type=Path, default=REPO_ROOT / "build" / "results", help="collector analyze output"
@@ -941,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
         report = render_site(
             args.results, args.raw or [REPO_ROOT / "raw"], args.out, campaigns=args.campaigns or None
         )
-    except (RenderError, ParseError) as err:
+    except AnatomyError as err:
         print(f"render: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     lines = report.lines()
