@@ -3,8 +3,13 @@
 Every raw file goes through its one parser (``analysis.parse.parser_for``); this module only arranges
 the records: runs by round/engine/test kind, and one ``BenchPoint`` per `vllm bench serve` summary with
 the request parameters found for it in a sweep log, and a citation root so every finding can name the
-file it came from. A campaign of our own collector reads the same way: its bench-schema summary JSON
-files become points; its `requests.jsonl` is parsed when present (``RunData.requests``).
+file it came from.
+
+A run with a ``requests.jsonl`` (our collector's) is summarised from it: one point per point id, every
+number recomputed by ``analysis.metrics`` (canonical definitions), so a fix there reaches every run already
+collected. The per-point ``bench/*.json`` copies such a run also holds are never read. A run without one
+(the reference campaign: files written by ``vllm bench serve``) is read from its summary JSON files, numbers
+of vllm bench's own definitions. Each point says which (``BenchPoint.metric_definition``).
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from analysis import metrics
 from analysis.parse import parser_for
-from analysis.parse.bench_json import BenchResult
+from analysis.parse.bench_json import BenchResult, parse_bench_json
 from analysis.rundocs import RunDocs
 from analysis.windows import naive_as_utc_epoch_s
 from collector.raw.store import RawStore, RunInfo
@@ -77,6 +83,9 @@ class BenchPoint:
     sweep_point: Any | None  # the matching analysis.parse.sweep_log.SweepPoint, if the run has a log
     order: int  # position in the sweep log (ground truth of the order), else by date
     kind: str | None = None  # own runs: the point's test kind (PHASE_TEST_KIND); None: the run's
+    # which definitions the result's latencies/throughputs follow: metrics.CANONICAL (recomputed from
+    # requests.jsonl) or metrics.VLLM_BENCH (a file written by `vllm bench serve`)
+    metric_definition: str = metrics.VLLM_BENCH
 
     @property
     def test_kind(self) -> str:
@@ -273,7 +282,9 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
     }
     records: dict[str, Any] = {}
     own = info.kind in (COLLECTOR_RUN_KIND, CEILINGS_RUN_KIND)
-    for rel in sorted(info.data_files()):
+    files = sorted(info.data_files())
+    has_requests = any(Path(rel).name == REQUESTS_FILE for rel in files)
+    for rel in files:
         if Path(rel).name in _STORE_FILES:
             continue
         if Path(rel).name in streams:
@@ -284,6 +295,10 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
             continue
         parser = parser_for(info.path / rel)
         if parser is None:
+            continue
+        if has_requests and parser is parse_bench_json:
+            # the collector's per-point convenience copies (bench/<point>.json): frozen at collection time,
+            # never read; the points are recomputed from requests.jsonl (_points_from_requests)
             continue
         records[rel] = parser(info.path / rel)
     return records
@@ -312,6 +327,9 @@ def _is_warmup(label: str) -> bool:
 
 
 def _build_points(run: RunData) -> None:
+    if run.requests[1] is not None:
+        run.points = sorted(_points_from_requests(run), key=lambda p: p.order)
+        return
     sweep_rel, sweep = run.sweep
     by_file: dict[str, Any] = {}
     if sweep is not None:
@@ -347,9 +365,7 @@ def _build_points(run: RunData) -> None:
                 order=sp.index if sp is not None else -1,
             )
         )
-    if run.own:
-        _own_point_facts(run, pts)
-    elif any(p.sweep_point is None for p in pts):
+    if any(p.sweep_point is None for p in pts):
         # No log position: order by the client's end time (then name), after any logged points.
         base = max((p.order for p in pts), default=-1) + 1
         unlogged = sorted(
@@ -357,38 +373,13 @@ def _build_points(run: RunData) -> None:
         )
         for i, p in enumerate(unlogged):
             p.order = base + i
-    if not pts:
-        pts = _points_from_requests(run)
     run.points = sorted(pts, key=lambda p: p.order)
 
 
-def _own_point_facts(run: RunData, pts: list[BenchPoint]) -> None:
-    """A collector run's points: kind, warm-up, requested lengths and order from their requests.jsonl
-    records (the plan's truth, written per request), not guessed from file names."""
-    rel, log = run.requests
-    by_point: dict[str, Any] = {}
-    for r in log.records if log is not None else []:
-        by_point.setdefault(r.point, r)
-    for p in pts:
-        first = by_point.get(p.label)
-        if first is None:
-            continue
-        p.kind = PHASE_TEST_KIND.get(first.phase_kind, first.phase_kind)
-        p.warmup = first.phase_kind == "warmup"
-        p.requested_output_len_tokens = first.max_tokens
-        p.protocol_source = run.cite(rel, "max_tokens")
-        p.order = first.point_index
-        if p.concurrency is None:
-            p.concurrency = first.concurrency
-        if p.input_len_tokens is None:
-            # no completed request (a point cut short): the prompt length the collector sent
-            p.input_len_tokens = float(first.input_len)
-
-
 def _points_from_requests(run: RunData) -> list[BenchPoint]:
-    """Our own runs: one point per `point` id of requests.jsonl, summarised in the bench schema."""
-    from analysis import metrics
-
+    """A run with requests.jsonl: one point per `point` id, its numbers recomputed from the request records by
+    analysis.metrics (canonical); kind, warm-up, requested lengths and order from the records (the plan's
+    truth, written per request)."""
     rel, log = run.requests
     if log is None or not log.records:
         return []
@@ -397,7 +388,7 @@ def _points_from_requests(run: RunData) -> list[BenchPoint]:
         groups.setdefault(r.point, []).append(r)
     pts = []
     for point, recs in groups.items():
-        res = metrics.bench_result(recs, str(run.info.path / rel))
+        res = metrics.point_result(recs, str(run.info.path / rel))
         first = recs[0]
         pts.append(
             BenchPoint(
@@ -407,13 +398,19 @@ def _points_from_requests(run: RunData) -> list[BenchPoint]:
                 label=point,
                 warmup=first.phase_kind == "warmup",
                 concurrency=first.concurrency,
-                input_len_tokens=res.total_input_tokens / res.completed if res.completed else None,
+                # no completed request (a point cut short): the prompt length the collector sent
+                input_len_tokens=(
+                    res.total_input_tokens / res.completed
+                    if res.completed and res.total_input_tokens is not None
+                    else float(first.input_len)
+                ),
                 requested_output_len_tokens=first.max_tokens,
                 protocol_source=run.cite(rel, "max_tokens"),
                 protocol_borrowed=False,
                 sweep_point=None,
                 order=first.point_index,
                 kind=PHASE_TEST_KIND.get(first.phase_kind, first.phase_kind),
+                metric_definition=metrics.CANONICAL,
             )
         )
     return pts

@@ -1,64 +1,133 @@
-"""Per-request latency metrics from our own collector's request records (requests.jsonl), chunk-aware,
-and a point summary in the `vllm bench serve` schema so our runs flow through the same reconciliations.
+"""The one definition of every latency and throughput metric, from our collector's request records
+(``requests.jsonl``, parsed into ``RequestRecord``). Times are the collector's monotonic clock, ns; results
+carry their unit in the name.
 
-Definitions (all from the collector's monotonic clock, ns → ms):
-- TTFT = first chunk with tokens − send;  E2E = end − send;
-- ITL: the gaps between consecutive token-carrying chunks; a chunk carrying n > 1 tokens stands for n
-  intervals of gap ÷ n each (otherwise a server that batches tokens into chunks would look faster per
-  interval and show fewer, longer gaps);
-- TPOT = (E2E − TTFT) ÷ (output tokens − 1), per request with ≥ 2 tokens;
-- percentiles: linear interpolation between order statistics (numpy's default, as vllm bench uses).
+Two views, both computed here and nowhere else; every number says which one it is (``metric_definition``):
+
+- **canonical** (``CANONICAL``): chunk-aware, the numbers of every run of ours. A chunk carrying n tokens
+  stands for n tokens (a server that batches tokens into chunks must not look faster per interval, nor show
+  fewer, longer gaps); chunks carrying no token (llama.cpp's closing chunk) are not tokens; a request ends
+  when its stream ends (``[DONE]``, or the error that cut it).
+- **vllm-bench-compatible** (``VLLM_BENCH``, functions suffixed ``_vllm_bench``): vLLM's ``calculate_metrics``
+  as ``vllm bench serve`` computes it, quirks included — every chunk carrying ``choices`` is one "token" and
+  one inter-token gap whatever it carried, a request ends at its last such chunk, empty samples summarise to
+  0. Used only where a number is compared with files written by that tool: the per-point convenience copy
+  the collector writes in its schema (``bench/<point>.json``), which analysis never reads back. The reference
+  campaign's files were written by that tool, so its numbers are of this definition too.
+
+Both views share ``output_tokens``, ``duration_s``, the throughputs and ``stats``: there they agree.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from analysis.parse.bench_json import BenchResult, LatencyStats
+from analysis.parse.requests_jsonl import RequestRecord
 
+CANONICAL = "canonical"
+VLLM_BENCH = "vllm-bench-compatible"
 NS_PER_MS = 1_000_000
-PERCENTILES = (50.0, 90.0, 99.0)
+NS_PER_S = 1_000_000_000
+PERCENTILES = (50.0, 90.0, 99.0)  # the ones vllm bench writes: p50, p90, p99
+BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"  # vllm bench's `date` field
 
 
-@dataclass(frozen=True)
-class RequestTiming:
-    ttft_ms: float | None
-    e2el_ms: float
-    itls_ms: tuple[float, ...]
-    output_tokens: int
-    tpot_ms: float | None
+# --- canonical, per request ---------------------------------------------------------------------------------
 
 
-def request_timing(
-    send_ns: int, end_ns: int, chunk_ns: Sequence[int], chunk_tokens: Sequence[int]
-) -> RequestTiming:
-    """One request's TTFT, E2E, chunk-aware ITLs and TPOT (ms) from its send/chunk/end times (ns)."""
-    toks = [(t, n) for t, n in zip(chunk_ns, chunk_tokens, strict=True) if n > 0]
-    out_tokens = sum(n for _, n in toks)
-    e2el = (end_ns - send_ns) / NS_PER_MS
+def _token_chunks(r: RequestRecord) -> list[tuple[int, int]]:
+    """(receive time ns, tokens) of the chunks that carried at least one token."""
+    return [(t, n) for t, n in zip(r.chunk_mono_ns, r.chunk_tokens, strict=True) if n > 0]
+
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    """Time to first token, ms = (receive of the first chunk carrying a token − send) [ns] / 1e6;
+    None when no chunk carried a token."""
+    toks = _token_chunks(r)
+    return (toks[0][0] - r.send_mono_ns) / NS_PER_MS if toks else None
+
+
+def e2el_ms(r: RequestRecord) -> float:
+    """End-to-end latency, ms = (stream end − send) [ns] / 1e6; the stream ends at ``[DONE]`` (the usage
+    chunk and any closing chunk included) or at the error that ended it."""
+    return (r.end_mono_ns - r.send_mono_ns) / NS_PER_MS
+
+
+def itls_ms(r: RequestRecord) -> list[float]:
+    """Inter-token latencies, ms, chunk-aware: a chunk carrying n tokens after a gap g [ns] from the
+    previous token-carrying chunk gives n intervals of g / n / 1e6 each; the first chunk's extra tokens
+    arrived with the first token and give n − 1 intervals of 0. One value per token after the first
+    (output tokens − 1 of them when the stream and the server agree on the count)."""
+    toks = _token_chunks(r)
     if not toks:
-        return RequestTiming(None, e2el, (), 0, None)
-    ttft = (toks[0][0] - send_ns) / NS_PER_MS
-    itls: list[float] = []
-    # the first chunk's extra tokens arrived with the first token: they add zero-length intervals
-    itls.extend([0.0] * (toks[0][1] - 1))
+        return []
+    out = [0.0] * (toks[0][1] - 1)
     for (t0, _), (t1, n) in zip(toks, toks[1:], strict=False):
-        gap = (t1 - t0) / NS_PER_MS
-        itls.extend([gap / n] * n)
-    tpot = (e2el - ttft) / (out_tokens - 1) if out_tokens > 1 else None
-    return RequestTiming(ttft, e2el, tuple(itls), out_tokens, tpot)
+        out.extend([(t1 - t0) / NS_PER_MS / n] * n)
+    return out
 
 
-def stats(values: Sequence[float]) -> LatencyStats:
-    """mean, median, std (population, as numpy) and p50/p90/p99 of a sample (ms); empty → all None."""
-    if not values:
+def output_tokens(r: RequestRecord) -> int:
+    """Generated tokens, count: the server's ``usage.completion_tokens``; without usage (a cut stream), the
+    sum of the tokens the chunks carried. Both views (vLLM counts the same way)."""
+    return r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens)
+
+
+def input_tokens(r: RequestRecord) -> int:
+    """Prompt tokens, count: the server's ``usage.prompt_tokens``; without usage, the prompt ids sent."""
+    return r.prompt_tokens if r.prompt_tokens is not None else r.input_len
+
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    """Time per output token after the first, ms = (e2el_ms − ttft_ms) / (output tokens − 1); None for a
+    request with fewer than 2 tokens or none that arrived."""
+    n, ttft = output_tokens(r), ttft_ms(r)
+    return (e2el_ms(r) - ttft) / (n - 1) if n > 1 and ttft is not None else None
+
+
+# --- canonical, per point -----------------------------------------------------------------------------------
+
+
+def completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The requests that ended without error (failed ones are in no latency, no token total)."""
+    return [r for r in records if r.ok]
+
+
+def duration_s(records: Sequence[RequestRecord]) -> float:
+    """Point duration, s = (last stream end − first send) [ns] / 1e9, over every request sent (failed ones
+    included: they took part in the load). Both views."""
+    return (max(r.end_mono_ns for r in records) - min(r.send_mono_ns for r in records)) / NS_PER_S
+
+
+def request_throughput_req_s(completed_requests: int, duration_s: float) -> float | None:
+    """Completed requests per second = completed ÷ duration [s]; None for a zero duration. Both views."""
+    return completed_requests / duration_s if duration_s > 0 else None
+
+
+def output_throughput_tok_s(output_tokens_total: int, duration_s: float) -> float | None:
+    """Output tokens per second = output tokens of the completed requests ÷ duration [s]. Both views."""
+    return output_tokens_total / duration_s if duration_s > 0 else None
+
+
+def total_token_throughput_tok_s(
+    input_tokens_total: int, output_tokens_total: int, duration_s: float
+) -> float | None:
+    """(Prompt + output) tokens per second = (input + output tokens of the completed requests) ÷ duration [s].
+    Both views."""
+    return (input_tokens_total + output_tokens_total) / duration_s if duration_s > 0 else None
+
+
+def stats(values_ms: Sequence[float]) -> LatencyStats:
+    """mean, median, std (population, numpy's and vllm bench's) and p50/p90/p99 (linear interpolation between
+    order statistics, numpy's default) of a sample, ms; an empty sample → every field None. Both views."""
+    if not values_ms:
         return LatencyStats()
-    a = np.asarray(values, dtype=float)
+    a = np.asarray(values_ms, dtype=float)
     return LatencyStats(
         mean_ms=float(a.mean()),
         median_ms=float(np.median(a)),
@@ -67,39 +136,160 @@ def stats(values: Sequence[float]) -> LatencyStats:
     )
 
 
-def bench_result(records: Sequence, path: str, model_id: str | None = None) -> BenchResult:
-    """A point's summary in the bench schema from its request records (analysis.parse.requests_jsonl).
+def end_date_utc(records: Sequence[RequestRecord]) -> str:
+    """The wall clock of the last stream end, UTC, truncated to the second, as vllm bench's ``date``
+    (``20260825-212205``)."""
+    end_s = max(r.end_unix_ns for r in records) // NS_PER_S
+    return datetime.fromtimestamp(end_s, UTC).strftime(BENCH_DATE_FORMAT)
 
-    duration = last end − first send (monotonic); throughput = tokens ÷ duration; `date` = the wall clock
-    of the last end, UTC, to the second (the same truncation as vllm bench's field)."""
-    ok = [r for r in records if r.ok]
-    timings = [request_timing(r.send_mono_ns, r.end_mono_ns, r.chunk_mono_ns, r.chunk_tokens) for r in ok]
-    t0 = min(r.send_mono_ns for r in records)
-    t1 = max(r.end_mono_ns for r in records)
-    duration_s = (t1 - t0) / 1e9
-    out_tokens = sum(t.output_tokens for t in timings)
-    in_tokens = sum(r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ok)
-    end_wall = max(r.end_unix_ns for r in records) / 1e9
-    date = datetime.fromtimestamp(math.floor(end_wall), tz=UTC).strftime("%Y%m%d-%H%M%S")
-    latency = {
-        "ttft": stats([t.ttft_ms for t in timings if t.ttft_ms is not None]),
-        "tpot": stats([t.tpot_ms for t in timings if t.tpot_ms is not None]),
-        "itl": stats([x for t in timings for x in t.itls_ms]),
-        "e2el": stats([t.e2el_ms for t in timings]),
-    }
+
+def point_result(records: Sequence[RequestRecord], path: str, model_id: str | None = None) -> BenchResult:
+    """One point's canonical summary (the fields the reconciliations read, in the bench schema's record) from
+    all its request records, failed ones included. Latencies over the completed requests; TPOT over those with
+    ≥ 2 tokens; ITL over every token interval of every completed request."""
+    if not records:
+        raise ValueError(f"{path}: a point without requests has no summary")
+    done = completed(records)
+    dur = duration_s(records)
+    out_total = sum(output_tokens(r) for r in done)
+    in_total = sum(input_tokens(r) for r in done)
+    ttfts = [t for r in done if (t := ttft_ms(r)) is not None]
+    tpots = [t for r in done if (t := tpot_ms(r)) is not None]
     return BenchResult(
         path=path,
-        completed=len(ok),
-        duration_s=duration_s,
-        date=date,
+        completed=len(done),
+        duration_s=dur,
+        date=end_date_utc(records),
         model_id=model_id,
         num_prompts=len(records),
         max_concurrency=max(r.concurrency for r in records),
-        failed=len(records) - len(ok),
-        total_input_tokens=in_tokens,
-        total_output_tokens=out_tokens,
-        request_throughput_req_s=len(ok) / duration_s if duration_s > 0 else None,
-        output_throughput_tok_s=out_tokens / duration_s if duration_s > 0 else None,
-        total_token_throughput_tok_s=(in_tokens + out_tokens) / duration_s if duration_s > 0 else None,
-        latency=latency,
+        failed=len(records) - len(done),
+        total_input_tokens=in_total,
+        total_output_tokens=out_total,
+        request_throughput_req_s=request_throughput_req_s(len(done), dur),
+        output_throughput_tok_s=output_throughput_tok_s(out_total, dur),
+        total_token_throughput_tok_s=total_token_throughput_tok_s(in_total, out_total, dur),
+        latency={
+            "ttft": stats(ttfts),
+            "tpot": stats(tpots),
+            "itl": stats([x for r in done for x in itls_ms(r)]),
+            "e2el": stats([e2el_ms(r) for r in done]),
+        },
     )
+
+
+# --- vllm-bench-compatible view (only to compare with files `vllm bench serve` wrote) ----------------------
+
+
+def completed_vllm_bench(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """vllm bench's successful requests: ended without error and received at least one chunk."""
+    return [r for r in records if r.ok and r.chunk_mono_ns]
+
+
+def ttft_ms_vllm_bench(r: RequestRecord) -> float:
+    """vllm bench's TTFT, ms = (receive of the first chunk carrying ``choices``, even an empty one − send)
+    [ns] / 1e6. Needs a chunk (``completed_vllm_bench``)."""
+    return (r.chunk_mono_ns[0] - r.send_mono_ns) / NS_PER_MS
+
+
+def e2el_ms_vllm_bench(r: RequestRecord) -> float:
+    """vllm bench's ``latency``, ms = (last chunk carrying ``choices`` − send) [ns] / 1e6: the usage chunk
+    and ``[DONE]`` after it are not in it."""
+    return (r.chunk_mono_ns[-1] - r.send_mono_ns) / NS_PER_MS
+
+
+def itls_ms_vllm_bench(r: RequestRecord) -> list[float]:
+    """vllm bench's ITLs, ms: one gap per chunk after the first, (chunk[i] − chunk[i−1]) [ns] / 1e6, whatever
+    the chunk carried (several tokens, or none)."""
+    c = r.chunk_mono_ns
+    return [(b - a) / NS_PER_MS for a, b in zip(c, c[1:], strict=False)]
+
+
+def tpot_ms_vllm_bench(r: RequestRecord) -> float | None:
+    """vllm bench's TPOT, ms = (e2el_ms_vllm_bench − ttft_ms_vllm_bench) / (output tokens − 1); None for < 2
+    tokens."""
+    n = output_tokens(r)
+    return (e2el_ms_vllm_bench(r) - ttft_ms_vllm_bench(r)) / (n - 1) if n > 1 else None
+
+
+def input_tokens_vllm_bench(r: RequestRecord) -> int:
+    """vllm bench's prompt length, count: the prompt the client built (our ``input_len``), not the server's
+    count."""
+    return r.input_len
+
+
+def peaks_vllm_bench(done: Sequence[RequestRecord]) -> tuple[float, int]:
+    """vllm bench's (``max_output_tokens_per_s``, ``max_concurrent_requests``): in 1-s buckets counted from
+    the first send of a completed request, the most chunks received in one bucket (each chunk one "token")
+    and the most requests active (send … last chunk) in one bucket; (0, 0) for no request."""
+    if not done:
+        return 0.0, 0
+    t0 = min(r.send_mono_ns for r in done)
+    t_end = max(r.chunk_mono_ns[-1] for r in done)
+    n = int(np.ceil((t_end - t0) / NS_PER_S)) + 1
+    chunks = np.zeros(n)
+    active = np.zeros(n)
+    for r in done:
+        for t in r.chunk_mono_ns:
+            chunks[(t - t0) // NS_PER_S] += 1
+        first, last = (r.send_mono_ns - t0) // NS_PER_S, (r.chunk_mono_ns[-1] - t0) // NS_PER_S
+        active[first : last + 1] += 1
+    return float(chunks.max()), int(active.max())
+
+
+def _stats_keys_vllm_bench(name: str, values_ms: Sequence[float]) -> dict[str, float | None]:
+    """``mean_<name>_ms`` … ``p99_<name>_ms`` by ``stats``; an empty sample summarises to 0, as vllm bench
+    writes."""
+    st = stats(list(values_ms) or [0.0])
+    out = {f"mean_{name}_ms": st.mean_ms, f"median_{name}_ms": st.median_ms, f"std_{name}_ms": st.std_ms}
+    for p in PERCENTILES:
+        out[f"p{p:g}_{name}_ms"] = st.percentiles_ms[p]
+    return out
+
+
+def point_summary_vllm_bench(
+    records: Sequence[RequestRecord],
+    *,
+    model_id: str,
+    max_concurrency: int,
+    num_prompts: int,
+    label: str | None,
+) -> dict[str, Any]:
+    """One point in the ``vllm bench serve --save-result`` schema (its keys, in its order), by the
+    vllm-bench-compatible view: what that tool would have written for the same requests."""
+    if not records:
+        raise ValueError("no requests: a point without requests has no summary")
+    done = completed_vllm_bench(records)
+    dur = duration_s(records)
+    in_total = sum(input_tokens_vllm_bench(r) for r in done)
+    out_total = sum(output_tokens(r) for r in done)
+    peak_tok, peak_active = peaks_vllm_bench(done)
+    out: dict[str, Any] = {
+        "date": end_date_utc(records),
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "label": label,
+        "model_id": model_id,
+        "tokenizer_id": model_id,
+        "num_prompts": num_prompts,
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": max_concurrency,
+        "duration": dur,
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "total_input_tokens": in_total,
+        "total_output_tokens": out_total,
+        "request_throughput": request_throughput_req_s(len(done), dur),
+        "request_goodput": None,
+        "output_throughput": output_throughput_tok_s(out_total, dur),
+        "total_token_throughput": total_token_throughput_tok_s(in_total, out_total, dur),
+        "max_output_tokens_per_s": peak_tok,
+        "max_concurrent_requests": peak_active,
+        "rtfx": 0.0,
+    }
+    out |= _stats_keys_vllm_bench("ttft", [ttft_ms_vllm_bench(r) for r in done])
+    out |= _stats_keys_vllm_bench("tpot", [t for r in done if (t := tpot_ms_vllm_bench(r)) is not None])
+    out |= _stats_keys_vllm_bench("itl", [g for r in done for g in itls_ms_vllm_bench(r)])
+    out |= _stats_keys_vllm_bench("e2el", [e2el_ms_vllm_bench(r) for r in done])
+    return out

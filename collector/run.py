@@ -2,7 +2,8 @@
 
 Order (each step writes before the next starts): store → plan copy → prediction.json → fingerprint/ →
 server (log streamed into server.log) → start-up checks → sampler → phases and points (requests.jsonl,
-bench/<point>.json, per-point checks) → stop sampler and server → seal.
+bench/<point>.json — a convenience copy by analysis.metrics' vllm-bench-compatible view, never read back —,
+per-point checks) → stop sampler and server → seal.
 
 Faults never lose data: every request that ended is already on disk (appended as it ended); a dead server,
 Ctrl-C/SIGTERM or an unreachable server aborts the point (its in-flight requests are recorded as cut or
@@ -27,14 +28,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analysis.parse.requests_jsonl import record_from_obj
+from analysis import metrics
 from collector import checks as ck
 from collector import fingerprint
-from collector.bench_summary import bench_summary
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.loadgen import Abort, run_point
+from collector.plan import plan_data
 from collector.raw.errors import AnatomyError, RunError
 from collector.raw.plan import Plan, PointPlan, load_plan
+from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
 from collector.raw.store import RawStore, Run
 from collector.sampler import Sampler, ScrapeLog, nvidia_smi_available, query_nvidia_smi, scrape_metrics
 from collector.server import ServerProcess, server_env
@@ -51,11 +53,11 @@ class EventLog:
         self.count: dict[str, int] = {}
 
     def emit(self, kind: str, **fields: Any) -> None:
+        if kind not in EVENT_KINDS:  # a kind the contract does not know would make the run unreadable
+            raise ValueError(f"event kind {kind!r} is not in collector.raw.records.EVENT_KINDS")
         t = stamp(self._clock)
         with self._lock:
-            self._stream.write_json(
-                {"v": 1, "kind": kind, "mono_ns": t.mono_ns, "unix_ns": t.unix_ns, **fields}
-            )
+            self._stream.write_json(EventRecord(kind, t.mono_ns, t.unix_ns, fields).to_obj())
             self.count[kind] = self.count.get(kind, 0) + 1
         if self._echo is not None and kind in (
             "fault",
@@ -109,8 +111,8 @@ class _Live:
     def chunk(self, n: int) -> None:
         self.tokens += n
 
-    def request(self, rec: dict[str, Any]) -> None:
-        self.errors += rec.get("error") is not None
+    def request(self, rec: RequestRecord) -> None:
+        self.errors += rec.error_kind is not None
         dt = (SYSTEM_CLOCK.mono_ns() - self.t0) / 1e9
         self.progress.update(
             self.task, advance=1, tok_s=self.tokens / dt if dt > 0 else 0.0, errors=self.errors
@@ -146,8 +148,6 @@ def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
         inputs["llama_cpp_slots"] = _flag_int(plan.server.args, "-np", "--parallel")
     doc: dict[str, Any] = {"v": 1, "inputs": inputs, "prediction": None, "error": None}
     try:
-        from collector.plan import plan_data
-
         doc["prediction"] = plan_data(**inputs)
     except AnatomyError as err:
         doc["error"] = str(err)
@@ -202,13 +202,14 @@ class _Protocol:
         self.fault(f"server exited with code {code}{where}", grace_s=5.0)
 
     # -- steps ---------------------------------------------------------------------------------------
-    def record_check(self, c: ck.Check) -> None:
-        self.events.emit("check", **c.event())
+    def record_check(self, c: CheckResult) -> None:
+        self.events.emit("check", **c.event_fields())
         if c.ok is False:
             self.checks_failed.append(f"{c.point or 'startup'}:{c.name}")
         style = {True: "green", False: "red", None: "dim"}[c.ok]
+        mark = {True: "PASS", False: "FAIL", None: "n/a "}[c.ok]
         self.console.print(
-            f"[{style}]{c.mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}",
+            f"[{style}]{mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}",
             highlight=False,
             soft_wrap=True,
         )
@@ -245,7 +246,7 @@ class _Protocol:
             if p == "/props" and isinstance(body, dict):
                 props = body
         rec = self._boundary_scrape("startup", None) if self.plan.sampling.metrics else None
-        metrics_text = rec["text"] if rec else None
+        metrics_text = rec.text if rec else None
         log_path = None if sp.attach else self.run.path / "server.log"
         if sp.engine == "vllm":
             self.record_check(ck.check_pool_vllm(log_path, metrics_text))
@@ -256,10 +257,9 @@ class _Protocol:
         self.record_check(ck.check_sampling_overrides(sp.engine, log_path))
         return metrics_text
 
-    def _boundary_scrape(self, tag: str, point: str | None) -> dict[str, Any]:
+    def _boundary_scrape(self, tag: str, point: str | None) -> ScrapeRecord:
         with httpx.Client(timeout=10.0) as c:
-            rec = scrape_metrics(c, f"{self.plan.server.base_url}/metrics", self.clock)
-        rec.update(tag=tag, point=point)
+            rec = scrape_metrics(c, f"{self.plan.server.base_url}/metrics", self.clock, tag=tag, point=point)
         self.scrapes.write(rec)
         return rec
 
@@ -267,9 +267,7 @@ class _Protocol:
         s = self.plan.sampling
         gpu = s.nvidia_smi == "on" or (s.nvidia_smi == "auto" and nvidia_smi_available())
         if gpu:
-            rec = query_nvidia_smi(self.clock)
-            rec.update(tag="startup")
-            self.scrapes.write(rec)
+            self.scrapes.write(query_nvidia_smi(self.clock, tag="startup"))
         self.sampler = Sampler(self.plan.server.base_url, s.interval_s, self.scrapes, self.events.emit,
                                metrics=s.metrics, nvidia_smi=gpu, clock=self.clock)  # fmt: skip
         self.sampler.start()
@@ -322,10 +320,10 @@ class _Protocol:
             if p.sampling.metrics
             else None
         )
-        records: list[dict[str, Any]] = []
+        records: list[RequestRecord] = []
 
-        def sink(rec: dict[str, Any]) -> None:
-            self.requests.write_json(rec)
+        def sink(rec: RequestRecord) -> None:
+            self.requests.write_json(rec.to_obj())
             records.append(rec)
 
         live.start_point(pt)
@@ -352,12 +350,21 @@ class _Protocol:
         self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
                          errors=dict(out.errors), aborted=out.aborted)  # fmt: skip
         if records:
-            summary = bench_summary([record_from_obj(r, "requests.jsonl") for r in records], model_id=sp.served_model_name,
-                                    max_concurrency=pt.concurrency, num_prompts=pt.requests,
-                                    label=f"inference-anatomy collector: {pt.point_id}")  # fmt: skip
-            self.run.write_json(f"bench/{pt.point_id}.json", summary, source="collector.bench_summary")
+            # A convenience copy for people, in `vllm bench serve`'s schema and by its definitions
+            # (analysis.metrics' vllm-bench-compatible view: the collector defines no statistic). Analysis
+            # never reads it back: it recomputes every point from requests.jsonl.
+            summary = metrics.point_summary_vllm_bench(
+                records,
+                model_id=sp.served_model_name,
+                max_concurrency=pt.concurrency,
+                num_prompts=pt.requests,
+                label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
+            )
+            self.run.write_json(
+                f"bench/{pt.point_id}.json", summary, source="analysis.metrics.point_summary_vllm_bench"
+            )
         for c in ck.point_checks(
-            pt, records, out.sent, sp.engine, (before or {}).get("text"), (after or {}).get("text")
+            pt, records, out.sent, sp.engine, before.text if before else None, after.text if after else None
         ):
             self.record_check(c)
         if not out.aborted:

@@ -1,92 +1,285 @@
-"""Per-request metrics from hand-made request records, read through the real requests.jsonl parser,
-and a campaign of our own (requests.jsonl only) flowing through `analyze`."""
+"""analysis.metrics, the one definition of every latency/throughput metric: each function against numbers
+computed by hand on request records of the real shape (read through the real record reader), the two views
+(canonical, vllm-bench-compatible) differing exactly where they should, the committed raw runs, and a campaign
+of our own flowing through `analyze` from requests.jsonl alone.
+
+The hand fixture (ms from 0; every request asked for 10 prompt tokens):
+- A, ok: send 0; chunks 100 (1 token), 110 (1), 130 (2), 132 (0: llama.cpp's closing chunk); end 140;
+  usage 4 completion tokens.
+- B, ok: send 50; chunks 250 (3 tokens in the first chunk), 270 (1); end 280; usage 4.
+- C, failed: send 60; HTTP 500, no chunk; end 90.
+- D, ok, 1 token: send 0; chunks 30 (0: a chunk with no token), 40 (1), 45 (0); end 50; usage 1 completion,
+  11 prompt tokens (the server counted one more than the client sent).
+"""
 
 from __future__ import annotations
 
+import collections
+import csv
 import json
+import math
+from pathlib import Path
 
 import pytest
 
 from analysis import metrics
+from analysis.parse.bench_json import parse_bench_json
 from analysis.parse.requests_jsonl import parse_requests_jsonl
+from collector.raw.records import RequestRecord
+from tests.seed import SEED
 
-MS = 1_000_000
-
-
-def test_request_timing_is_chunk_aware():
-    # sent at 0; tokens at 100 ms (1), 110 ms (1), 130 ms (2 tokens in one chunk); ended at 131 ms
-    t = metrics.request_timing(0, 131 * MS, [100 * MS, 110 * MS, 130 * MS], [1, 1, 2])
-    assert t.ttft_ms == 100
-    assert t.itls_ms == (10.0, 10.0, 10.0)  # the 20 ms gap carried 2 tokens: two 10 ms intervals
-    assert t.output_tokens == 4
-    assert t.e2el_ms == 131
-    assert t.tpot_ms == pytest.approx((131 - 100) / 3)
+MS = 1_000_000  # ns per ms
+RAW = Path(__file__).resolve().parents[1] / "raw"
+CPU_VLLM = RAW / "cpu-tiny-qwen2" / "vllm"
+T0_UNIX_NS = 1_700_000_000_000 * MS
 
 
-def test_request_without_tokens():
-    t = metrics.request_timing(0, 5 * MS, [3 * MS], [0])
-    assert t.ttft_ms is None and t.output_tokens == 0 and t.tpot_ms is None
+def obj(i, send_ms, chunks, end_ms, completion=None, prompt=10, error=None, point="pt", concurrency=2):
+    """One requests.jsonl line; chunks = [(receive ms, tokens), ...]."""
+    return {
+        "v": 1, "request_id": f"r{i}", "phase": "p", "phase_kind": "concurrency", "point": point,
+        "point_index": 0, "index": i, "worker": i % 2, "concurrency": concurrency, "seed": 1, "input_len": 10,
+        "max_tokens": 4, "send_mono_ns": send_ms * MS, "send_unix_ns": T0_UNIX_NS + send_ms * MS,
+        "headers_mono_ns": None, "end_mono_ns": end_ms * MS, "end_unix_ns": T0_UNIX_NS + end_ms * MS,
+        "http_status": 200 if error is None else 500,
+        "chunk_mono_ns": [t * MS for t, _ in chunks], "chunk_unix_ns": [T0_UNIX_NS + t * MS for t, _ in chunks],
+        "chunk_tokens": [n for _, n in chunks], "token_count_source": "usage", "done": error is None,
+        "usage": None if completion is None else {"prompt_tokens": prompt, "completion_tokens": completion},
+        "finish_reason": "length", "engine_timings": None, "response_id": None,
+        "error": None if error is None else {"kind": "http", "message": error},
+    }  # fmt: skip
 
 
-def test_stats_percentiles_linear():
+A = RequestRecord.from_obj(obj(0, 0, [(100, 1), (110, 1), (130, 2), (132, 0)], 140, completion=4))
+B = RequestRecord.from_obj(obj(1, 50, [(250, 3), (270, 1)], 280, completion=4))
+C = RequestRecord.from_obj(obj(2, 60, [], 90, error="HTTP 500: boom"))
+D = RequestRecord.from_obj(obj(3, 0, [(30, 0), (40, 1), (45, 0)], 50, completion=1, prompt=11))
+POINT = [A, B, C, D]
+
+
+# --- canonical, per request ---------------------------------------------------------------------------------
+
+
+def test_ttft_is_the_first_chunk_that_carried_a_token():
+    assert metrics.ttft_ms(A) == 100
+    assert metrics.ttft_ms(B) == 200
+    assert metrics.ttft_ms(D) == 40  # the empty chunk at 30 ms is no token
+    assert metrics.ttft_ms(C) is None
+
+
+def test_e2el_runs_to_the_stream_end():
+    assert (metrics.e2el_ms(A), metrics.e2el_ms(B), metrics.e2el_ms(C), metrics.e2el_ms(D)) == (
+        140,
+        230,
+        30,
+        50,
+    )
+
+
+def test_itls_are_chunk_aware():
+    # A: 100→110 one token (10); 110→130 carried 2 tokens: two intervals of 10; the empty closing chunk is none
+    assert metrics.itls_ms(A) == [10.0, 10.0, 10.0]
+    # B: 3 tokens in the first chunk arrived together (two intervals of 0), then 20 ms for one token
+    assert metrics.itls_ms(B) == [0.0, 0.0, 20.0]
+    assert metrics.itls_ms(C) == [] and metrics.itls_ms(D) == []  # one token: no interval
+    # one interval per token after the first
+    assert len(metrics.itls_ms(A)) == metrics.output_tokens(A) - 1
+
+
+def test_output_and_input_tokens():
+    assert [metrics.output_tokens(r) for r in POINT] == [4, 4, 0, 1]
+    # without usage (a cut stream) the tokens the chunks carried
+    cut = RequestRecord.from_obj(
+        {**obj(4, 0, [(10, 1), (20, 2)], 25), "error": {"kind": "stream_cut", "message": "x"}, "done": False}
+    )
+    assert metrics.output_tokens(cut) == 3
+    assert [metrics.input_tokens(r) for r in (A, C, D)] == [10, 10, 11]  # usage when sent, else input_len
+
+
+def test_tpot():
+    assert metrics.tpot_ms(A) == pytest.approx((140 - 100) / 3)
+    assert metrics.tpot_ms(B) == pytest.approx((230 - 200) / 3)
+    assert metrics.tpot_ms(C) is None and metrics.tpot_ms(D) is None  # fewer than 2 tokens
+
+
+# --- canonical, per point -----------------------------------------------------------------------------------
+
+
+def test_completed_duration_and_throughputs():
+    assert metrics.completed(POINT) == [A, B, D]
+    assert metrics.duration_s(POINT) == pytest.approx(0.280)  # first send 0 .. last end 280 ms, C included
+    assert metrics.request_throughput_req_s(3, 0.28) == pytest.approx(3 / 0.28)
+    assert metrics.output_throughput_tok_s(9, 0.28) == pytest.approx(9 / 0.28)
+    assert metrics.total_token_throughput_tok_s(31, 9, 0.28) == pytest.approx(40 / 0.28)
+    assert metrics.output_throughput_tok_s(9, 0.0) is None
+
+
+def test_stats_percentiles_linear_and_population_std():
     s = metrics.stats([1.0, 2.0, 3.0, 4.0])
     assert s.mean_ms == 2.5 and s.median_ms == 2.5
+    assert s.std_ms == pytest.approx(math.sqrt(1.25))  # population: Σ(x − 2.5)² ÷ 4
     assert s.percentiles_ms[90.0] == pytest.approx(3.7)  # 1 + 0.9 × 3
+    assert s.percentiles_ms[99.0] == pytest.approx(3.97)
+    empty = metrics.stats([])
+    assert empty.mean_ms is None and empty.percentiles_ms == {}  # missing, never a zero
 
 
-def _record(i: int, send_ms: int, chunks_ms: list[int], end_ms: int, point: str = "c2", error=None) -> dict:
-    return {
-        "v": 1,
-        "request_id": f"r{i}",
-        "phase": "sweep",
-        "phase_kind": "concurrency",
-        "point": point,
-        "point_index": 0,
-        "index": i,
-        "worker": i % 2,
-        "concurrency": 2,
-        "seed": 1,
-        "input_len": 8,
-        "max_tokens": 3,
-        "send_mono_ns": send_ms * MS,
-        "send_unix_ns": 1_700_000_000_000_000_000 + send_ms * MS,
-        "headers_mono_ns": None,
-        "end_mono_ns": end_ms * MS,
-        "end_unix_ns": 1_700_000_000_000_000_000 + end_ms * MS,
-        "http_status": 200,
-        "chunk_mono_ns": [c * MS for c in chunks_ms],
-        "chunk_unix_ns": [c * MS for c in chunks_ms],
-        "chunk_tokens": [1] * len(chunks_ms),
-        "token_count_source": "usage",
-        "done": True,
-        "usage": {"prompt_tokens": 8, "completion_tokens": len(chunks_ms)},
-        "finish_reason": "length",
-        "engine_timings": None,
-        "response_id": None,
-        "error": error,
-    }
+def test_point_result_by_hand():
+    res = metrics.point_result(POINT, "requests.jsonl")
+    assert (res.completed, res.failed, res.num_prompts, res.max_concurrency) == (3, 1, 4, 2)
+    assert res.duration_s == pytest.approx(0.28)
+    assert (res.total_input_tokens, res.total_output_tokens) == (31, 9)
+    assert res.request_throughput_req_s == pytest.approx(3 / 0.28)
+    assert res.output_throughput_tok_s == pytest.approx(9 / 0.28)
+    assert res.total_token_throughput_tok_s == pytest.approx(40 / 0.28)
+    assert res.mean_ttft_ms == pytest.approx((100 + 200 + 40) / 3) and res.median_ttft_ms == 100
+    assert res.mean_tpot_ms == pytest.approx((40 / 3 + 10) / 2)
+    assert res.mean_itl_ms == pytest.approx(50 / 6) and res.stat_ms("median", "itl") == 10
+    assert res.mean_e2el_ms == pytest.approx((140 + 230 + 50) / 3)
+    assert res.date == "20231114-221320"  # 1,700,000,000.28 s → UTC, truncated to the second
+    assert res.max_output_tokens_per_s is None and res.max_concurrent_requests is None  # vllm-bench only
+    with pytest.raises(ValueError):
+        metrics.point_result([], "requests.jsonl")
 
 
-def test_bench_result_from_records(tmp_path):
-    p = tmp_path / "requests.jsonl"
-    recs = [
-        _record(0, 0, [50, 60, 70], 71),
-        _record(1, 0, [40, 60, 80], 81),
-        _record(2, 71, [120, 130, 140], 141),
-    ]
-    p.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    res = metrics.bench_result(parse_requests_jsonl(p), str(p))
-    assert res.completed == 3 and res.failed == 0
-    assert res.duration_s == pytest.approx(0.141)
-    assert res.total_output_tokens == 9 and res.total_input_tokens == 24
-    assert res.output_throughput_tok_s == pytest.approx(9 / 0.141)
-    # TTFTs 50, 40, 49 ms -> mean 46.333
-    assert res.mean_ttft_ms == pytest.approx((50 + 40 + 49) / 3)
-    # ITLs: 10,10 | 20,20 | 10,10 -> p50 10
-    assert res.stat_ms("p50", "itl") == 10
+def test_a_point_of_failures_only_has_no_latencies():
+    res = metrics.point_result([C], "requests.jsonl")
+    assert res.completed == 0 and res.failed == 1
+    assert res.mean_ttft_ms is None and res.stat_ms("p99", "itl") is None  # n/a, not 0
 
 
-def test_own_campaign_flows_through_analyze(tmp_path):
+# --- the vllm-bench-compatible view: differs exactly where vllm bench's quirks are -------------------------
+
+
+def test_views_differ_exactly_where_vllm_bench_counts_chunks():
+    # TTFT: the first chunk, even one without a token (D)
+    assert [metrics.ttft_ms_vllm_bench(r) for r in (A, B, D)] == [100, 200, 30]
+    # E2E: to the last chunk, not the stream end
+    assert [metrics.e2el_ms_vllm_bench(r) for r in (A, B, D)] == [132, 220, 45]
+    # ITL: one gap per chunk, whatever it carried (A's 2-token chunk is one 20 ms gap, the empty one a 2 ms gap)
+    assert metrics.itls_ms_vllm_bench(A) == [10, 20, 2]
+    assert metrics.itls_ms_vllm_bench(B) == [20]
+    assert metrics.itls_ms_vllm_bench(D) == [10, 5]
+    assert metrics.tpot_ms_vllm_bench(A) == pytest.approx((132 - 100) / 3)
+    assert metrics.tpot_ms_vllm_bench(D) is None
+    # the prompt the client built, not the server's count
+    assert metrics.input_tokens_vllm_bench(D) == 10 != metrics.input_tokens(D)
+    # successful = ended without error and got a chunk
+    assert metrics.completed_vllm_bench(POINT) == [A, B, D]
+    # where there is no quirk the views agree: a request of one-token chunks ending at its last chunk
+    plain = RequestRecord.from_obj(obj(5, 0, [(10, 1), (15, 1), (22, 1)], 22, completion=3))
+    assert metrics.ttft_ms(plain) == metrics.ttft_ms_vllm_bench(plain)
+    assert metrics.itls_ms(plain) == metrics.itls_ms_vllm_bench(plain)
+    assert metrics.e2el_ms(plain) == metrics.e2el_ms_vllm_bench(plain)
+    assert metrics.tpot_ms(plain) == metrics.tpot_ms_vllm_bench(plain)
+
+
+def test_per_second_buckets_like_vllm():
+    a = RequestRecord.from_obj(obj(0, 0, [(500, 1), (1200, 1)], 1210, completion=2))
+    b = RequestRecord.from_obj(obj(1, 900, [(1100, 1), (1300, 1), (2050, 1)], 2060, completion=3))
+    # chunks per 1-s bucket from t=0: [1, 3, 1]; active: a in buckets 0..1, b in 0..2 → [2, 2, 1]
+    assert metrics.peaks_vllm_bench([a, b]) == (3.0, 2)
+    assert metrics.peaks_vllm_bench([]) == (0.0, 0)
+
+
+def test_point_summary_vllm_bench_by_hand():
+    s = metrics.point_summary_vllm_bench(POINT, model_id="m", max_concurrency=2, num_prompts=4, label=None)
+    assert (s["completed"], s["failed"], s["total_input_tokens"], s["total_output_tokens"]) == (3, 1, 30, 9)
+    assert s["duration"] == pytest.approx(0.280)
+    assert s["request_throughput"] == pytest.approx(3 / 0.28)
+    assert s["total_token_throughput"] == pytest.approx(39 / 0.28)
+    assert (s["mean_ttft_ms"], s["median_ttft_ms"]) == pytest.approx((110, 100))
+    assert s["mean_itl_ms"] == pytest.approx((10 + 20 + 2 + 20 + 10 + 5) / 6)
+    assert s["median_itl_ms"] == pytest.approx(10)
+    assert s["mean_tpot_ms"] == pytest.approx((32 / 3 + 20 / 3) / 2)
+    assert s["mean_e2el_ms"] == pytest.approx((132 + 220 + 45) / 3)
+    assert (s["max_output_tokens_per_s"], s["max_concurrent_requests"]) == (9.0, 3)
+    # no completed request: vllm bench writes zeros, not missing values
+    only_failed = metrics.point_summary_vllm_bench(
+        [C], model_id="m", max_concurrency=1, num_prompts=1, label=None
+    )
+    assert only_failed["mean_ttft_ms"] == 0 and only_failed["p99_itl_ms"] == 0
+    with pytest.raises(ValueError):
+        metrics.point_summary_vllm_bench([], model_id="m", max_concurrency=1, num_prompts=0, label=None)
+
+
+@pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not available")
+def test_vllm_bench_view_has_the_tools_keys_and_the_parser_reads_it(tmp_path):
+    s = metrics.point_summary_vllm_bench(POINT, model_id="m", max_concurrency=2, num_prompts=4, label="x")
+    ref = json.loads((SEED / "Round2/01-02-perf-test/vllm_c001.json").read_text())
+    assert list(s) == list(ref)
+    p = tmp_path / "pt.json"
+    p.write_text(json.dumps(s))
+    parsed = parse_bench_json(p)
+    assert parsed.completed == 3 and parsed.failed == 1 and parsed.mean_ttft_ms == pytest.approx(110)
+    assert not parsed.extra
+
+
+# --- the committed raw runs ---------------------------------------------------------------------------------
+
+
+def _raw_lines(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x]
+
+
+@pytest.mark.skipif(not CPU_VLLM.is_dir(), reason="raw/cpu-tiny-qwen2 is not committed")
+def test_canonical_tpot_on_the_committed_cpu_vllm_run_by_hand():
+    # p06: vLLM's API server coalesced several steps into one chunk under CPU contention
+    point = "p06-length-c004-i128-o32"
+    lines = [x for x in _raw_lines(CPU_VLLM) if x["point"] == point and x["error"] is None]
+    line = next(x for x in lines if max(x["chunk_tokens"]) > 1)
+    first = next(t for t, n in zip(line["chunk_mono_ns"], line["chunk_tokens"], strict=True) if n > 0)
+    ttft = (first - line["send_mono_ns"]) / 1e6
+    e2e = (line["end_mono_ns"] - line["send_mono_ns"]) / 1e6
+    n = line["usage"]["completion_tokens"]
+    rec = RequestRecord.from_obj(line)
+    assert metrics.tpot_ms(rec) == pytest.approx((e2e - ttft) / (n - 1), rel=1e-12)
+    # the point's canonical mean TPOT is the mean of that formula over its completed requests ...
+    by_hand = []
+    for x in lines:
+        f = next(t for t, k in zip(x["chunk_mono_ns"], x["chunk_tokens"], strict=True) if k > 0)
+        k = x["usage"]["completion_tokens"]
+        by_hand.append(((x["end_mono_ns"] - x["send_mono_ns"]) - (f - x["send_mono_ns"])) / 1e6 / (k - 1))
+    recs = [r for r in parse_requests_jsonl(CPU_VLLM / "requests.jsonl") if r.point == point]
+    res = metrics.point_result(recs, "requests.jsonl")
+    assert res.mean_tpot_ms == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
+    # ... and not the collector's frozen vllm-bench copy of the same point (10.21 ms there, 14.95 ms here)
+    frozen = json.loads((CPU_VLLM / "bench" / f"{point}.json").read_text())
+    assert round(frozen["mean_tpot_ms"], 2) == 10.21 and round(res.mean_tpot_ms, 2) == 14.95
+
+
+@pytest.mark.skipif(not RAW.is_dir(), reason="no committed raw runs")
+def test_vllm_bench_view_reproduces_every_committed_bench_copy():
+    """The collector wrote bench/<point>.json by vllm bench's definitions; the view recomputes every one of them
+    from requests.jsonl (so the view is the same definition, and the copies hold nothing requests.jsonl lacks)."""
+    runs = sorted(p.parent for p in RAW.glob("*/*/requests.jsonl"))
+    assert runs
+    for run in runs:
+        by_point = collections.defaultdict(list)
+        for r in parse_requests_jsonl(run / "requests.jsonl"):
+            by_point[r.point].append(r)
+        for point, recs in by_point.items():
+            frozen = json.loads((run / "bench" / f"{point}.json").read_text())
+            again = metrics.point_summary_vllm_bench(
+                recs,
+                model_id=frozen["model_id"],
+                max_concurrency=frozen["max_concurrency"],
+                num_prompts=frozen["num_prompts"],
+                label=frozen["label"],
+            )
+            assert set(again) == set(frozen), (run, point)
+            for k, v in frozen.items():
+                assert again[k] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), (
+                    run,
+                    point,
+                    k,
+                )
+
+
+# --- a campaign of our own: points from requests.jsonl, never from bench/*.json ----------------------------
+
+
+def test_own_campaign_flows_through_analyze_from_requests_only(tmp_path):
     from analysis.pipeline import analyze
     from collector.raw.store import RawStore
 
@@ -98,12 +291,20 @@ def test_own_campaign_flows_through_analyze(tmp_path):
         meta={"engine": "llamacpp", "test_kind": "concurrency_sweep", "test": "sweep"},
     )
     with run.open_stream("requests.jsonl") as s:
-        for r in (_record(0, 0, [50, 60, 70], 71), _record(1, 0, [40, 60, 80], 81)):
+        for r in (
+            obj(0, 0, [(50, 1), (60, 1), (70, 1)], 71, completion=3, point="c2"),
+            obj(1, 0, [(40, 1), (60, 1), (80, 1)], 81, completion=3, point="c2"),
+            obj(2, 200, [(250, 1), (300, 1), (350, 1)], 351, completion=3, point="c1", concurrency=1),
+        ):
             s.write_line(json.dumps(r))
-        for r in (_record(2, 200, [250, 300, 350], 351, point="c1"),):
-            s.write_line(json.dumps(r))
+    # a frozen summary that disagrees with requests.jsonl: analysis must not read it
+    run.write_json("bench/c2.json", {"completed": 2, "duration": 0.001, "output_throughput": 1e9})
     run.seal("complete")
     lines = list(analyze([tmp_path / "raw"], tmp_path / "out", ["own"]))
     assert "own" in lines[0]
     found = json.loads((tmp_path / "out" / "own" / "findings.json").read_text())
     assert found["llamacpp.peak_output_throughput_tokens_per_s"]["value"] == pytest.approx(6 / 0.081)
+    with open(tmp_path / "out" / "own" / "tables" / "points.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(r["point"] for r in rows) == ["c1", "c2"]
+    assert all(r["metric_definition"] == metrics.CANONICAL for r in rows)

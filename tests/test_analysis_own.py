@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from analysis import theory
+from analysis import metrics, theory
 from analysis.model_config import load_model_config
-from analysis.parse.requests_jsonl import record_from_obj
 from analysis.pipeline import analyze
-from collector.bench_summary import bench_summary
 from collector.ceilings import store_run
 from collector.plan import plan_data
+from collector.raw.records import RequestRecord
 from collector.raw.store import RawStore
 from tests.seed import SEED
 
@@ -216,10 +215,12 @@ def _own_run(store: RawStore, run_name: str, fmt: str) -> None:
             }
         )
         t += 2_000_000
-        parsed = [record_from_obj(r) for r in recs]
+        parsed = [RequestRecord.from_obj(r) for r in recs]
         run.write_json(
             f"bench/{pid}.json",
-            bench_summary(parsed, model_id="m", max_concurrency=c, num_prompts=n, label=pid),
+            metrics.point_summary_vllm_bench(
+                parsed, model_id="m", max_concurrency=c, num_prompts=n, label=pid
+            ),
         )
         for name, ok in (
             ("completed_vs_sent", True),

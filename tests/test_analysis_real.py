@@ -78,15 +78,23 @@ def _requests(run: str, campaign: str = H200) -> list[dict]:
     ]
 
 
-def _bench(run: str, point: str) -> dict:
-    return json.loads((RAW / H200 / run / "bench" / f"{point}.json").read_text())
-
-
 def _itls_ms(req: dict) -> list[float]:
-    """Gaps between consecutive streamed chunks, ms, counted the way `vllm bench serve` counts them (and so the
-    collector's bench summary): every chunk is a gap, the trailing empty one before the usage chunk included."""
-    t = req["chunk_mono_ns"]
-    return [(b - a) / 1e6 for a, b in zip(t, t[1:], strict=False)]
+    """Inter-token intervals, ms, written out here from the raw fields (the canonical, chunk-aware definition):
+    between consecutive chunks that carried tokens, the gap ÷ the later chunk's tokens, once per token; a chunk
+    carrying none (llama.cpp's closing chunk) is no interval."""
+    toks = [(t, n) for t, n in zip(req["chunk_mono_ns"], req["chunk_tokens"], strict=True) if n > 0]
+    out = [0.0] * (toks[0][1] - 1) if toks else []
+    for (a, _), (b, n) in zip(toks, toks[1:], strict=False):
+        out += [(b - a) / 1e6 / n] * n
+    return out
+
+
+def _point_ok(run: str, point: str) -> list[dict]:
+    return [r for r in _requests(run) if r["point"] == point and r["error"] is None]
+
+
+def _p50_itl_ms(run: str, point: str) -> float:
+    return float(np.percentile([g for r in _point_ok(run, point) for g in _itls_ms(r)], 50))
 
 
 # --- the raw data itself: internally consistent -------------------------------------------------------------
@@ -168,11 +176,11 @@ def test_single_stream_itl_is_the_median_of_the_raw_gaps(out):
     for run, slug in (("llamacpp-q4km", "llamacpp_q4km"), ("llamacpp-f16", "llamacpp_f16")):
         reqs = [r for r in _requests(run) if r["point"] == "p01-sweep-c001-i1024-o256"]
         gaps = [g for r in reqs for g in _itls_ms(r)]
-        assert len(gaps) == len(reqs) * OUT_LEN  # 256 token chunks + the empty last chunk
+        # 256 one-token chunks and an empty closing chunk: 255 intervals per request
         assert all(r["chunk_tokens"] == [1] * OUT_LEN + [0] for r in reqs)
+        assert len(gaps) == len(reqs) * (OUT_LEN - 1)
         p50 = float(np.percentile(gaps, 50))
         assert f[f"runs.{slug}.single_stream_p50_itl_ms"]["value"] == pytest.approx(p50, rel=1e-9)
-        assert p50 == pytest.approx(_bench(run, "p01-sweep-c001-i1024-o256")["p50_itl_ms"], rel=1e-9)
 
 
 def test_f16_floors_and_achievement_by_hand(out):
@@ -214,8 +222,8 @@ def test_quantization_ratio_against_the_byte_ledger(out):
     w_q4 = q4_pred["weight_bytes_read_per_step"]  # written by `collector plan` before the run
     assert w_q4 / 2**30 == pytest.approx(4.07, abs=0.01)  # 4.37 GB
     g = f["quantization.llamacpp.fp16_over_q4_k_m.step_ratio"]
-    f16 = _bench("llamacpp-f16", "p01-sweep-c001-i1024-o256")["p50_itl_ms"]
-    q4 = _bench("llamacpp-q4km", "p01-sweep-c001-i1024-o256")["p50_itl_ms"]
+    f16 = _p50_itl_ms("llamacpp-f16", "p01-sweep-c001-i1024-o256")
+    q4 = _p50_itl_ms("llamacpp-q4km", "p01-sweep-c001-i1024-o256")
     assert g["value"] == pytest.approx(f16 / q4, rel=1e-9)
     kv = (IN_LEN + OUT_LEN / 2) * KV_BYTES_PER_TOKEN
     assert g["theory"] == pytest.approx((W_F16_READ + kv) / (w_q4 + kv), rel=1e-9)
@@ -224,19 +232,33 @@ def test_quantization_ratio_against_the_byte_ledger(out):
     assert g["status"] == "mismatch" and g["value"] < g["theory"]
 
 
-def test_knee_and_peak_from_the_bench_files(out):
+def test_knee_and_peak_from_the_request_records(out):
     f = _findings(out, H200)
     for run, slug in (("llamacpp-q4km", "llamacpp_q4km"), ("llamacpp-f16", "llamacpp_f16")):
-        pts = sorted((RAW / H200 / run / "bench").glob("p0[1-9]-sweep-*.json"))
-        data = [json.loads(p.read_text()) for p in pts]
-        knee = min(d["max_concurrency"] for d in data if d["p99_itl_ms"] > 2 * d["p50_itl_ms"])
+        points: dict[str, list[dict]] = {}
+        for r in _requests(run):
+            if r["phase_kind"] == "concurrency":
+                points.setdefault(r["point"], []).append(r)
+        data = []
+        for recs in points.values():
+            ok = [r for r in recs if r["error"] is None]
+            gaps = [g for r in ok for g in _itls_ms(r)]
+            # output throughput: generated tokens of the completed requests ÷ (last end − first send)
+            duration_s = (max(r["end_mono_ns"] for r in recs) - min(r["send_mono_ns"] for r in recs)) / 1e9
+            tokens = sum(r["usage"]["completion_tokens"] for r in ok)
+            data.append(
+                {
+                    "c": recs[0]["concurrency"],
+                    "p50": float(np.percentile(gaps, 50)),
+                    "p99": float(np.percentile(gaps, 99)),
+                    "tok_s": tokens / duration_s,
+                }
+            )
+        knee = min(d["c"] for d in data if d["p99"] > 2 * d["p50"])
         assert f[f"runs.{slug}.knee_concurrency"]["value"] == knee
-        best = max(data, key=lambda d: d["output_throughput"])
+        best = max(data, key=lambda d: d["tok_s"])
         peak = f[f"runs.{slug}.peak_output_throughput_tokens_per_s"]
-        assert (
-            peak["value"] == pytest.approx(best["output_throughput"])
-            and peak["concurrency"] == best["max_concurrency"]
-        )
+        assert peak["value"] == pytest.approx(best["tok_s"]) and peak["concurrency"] == best["c"]
 
 
 # --- overload: llama.cpp truncates, and the cut point says it was cut ------------------------------------
@@ -368,7 +390,7 @@ def test_comparison_pair_reads_slower_card_first(out):
     ]
     g = comp[pairs[0]]
     ref_ms = json.loads((SEED / "Round2/05-perf-test/llamacpp_c001.json").read_text())["p50_itl_ms"]
-    h200_ms = _bench("llamacpp-q4km", "p01-sweep-c001-i1024-o256")["p50_itl_ms"]
+    h200_ms = _p50_itl_ms("llamacpp-q4km", "p01-sweep-c001-i1024-o256")
     assert g["value"] == pytest.approx(ref_ms / h200_ms, rel=1e-9) and g["value"] > 1
     assert g["faster"] == H200
     assert math.isclose(g["value"], 1.374, abs_tol=0.001)

@@ -52,6 +52,7 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         "point": p.label,
         "key": p.key,
         "file": p.cite(),
+        "metric_definition": p.metric_definition,  # canonical (requests.jsonl) | vllm-bench-compatible
         "order": p.order,
         "warmup": p.warmup,
         "gate_ok": ctx.gate_ok(p),

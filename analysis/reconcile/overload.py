@@ -20,6 +20,7 @@ import math
 import pandas as pd
 
 from analysis import findings as fnd
+from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.reconcile import Context, Section
 from analysis.reconcile.capacity import run_prefix
@@ -175,7 +176,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
                 )
             )
         return out
-    done = [r for r in recs if r.ok]
+    done = metrics.completed(recs)
     if cut or not done:
         streamed = [sum(r.chunk_tokens) for r in recs]
         out.append(
@@ -192,7 +193,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
             )
         )
         return out
-    toks = [r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens) for r in done]
+    toks = [metrics.output_tokens(r) for r in done]
     truncated = [r for r, n in zip(done, toks, strict=True) if n < r.max_tokens]
     reasons: dict[str, int] = {}
     for r in done:

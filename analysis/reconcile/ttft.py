@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
+from analysis import metrics
 from analysis.campaign import Campaign, iter_points
 from analysis.reconcile import Context, Section, overload
 
@@ -38,16 +39,14 @@ def llamacpp_wait_ms(ttft_ms: float, prompt_ms: float) -> float:
 def _llamacpp_queue_share(p, key: str) -> fnd.Finding | None:
     """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part of
     TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
-    from analysis.metrics import request_timing
-
     rel, log = p.run.requests
-    recs = [r for r in (log.records if log is not None else []) if r.point == p.label and r.ok]
+    recs = metrics.completed([r for r in (log.records if log is not None else []) if r.point == p.label])
     pairs = []
     for r in recs:
-        t = request_timing(r.send_mono_ns, r.end_mono_ns, r.chunk_mono_ns, r.chunk_tokens)
+        ttft = metrics.ttft_ms(r)
         pm = (r.engine_timings or {}).get("prompt_ms")
-        if t.ttft_ms is not None and isinstance(pm, int | float):
-            pairs.append((t.ttft_ms, float(pm)))
+        if ttft is not None and isinstance(pm, int | float):
+            pairs.append((ttft, float(pm)))
     if not pairs:
         return None
     mean_ttft = sum(t for t, _ in pairs) / len(pairs)
