@@ -84,10 +84,13 @@ def input_tokens(r: RequestRecord) -> int:
 
 
 def tpot_ms(r: RequestRecord) -> float | None:
-    """Time per output token after the first, ms = (e2el_ms − ttft_ms) / (output tokens − 1); None for a
-    request with fewer than 2 tokens or none that arrived."""
-    n, ttft = output_tokens(r), ttft_ms(r)
-    return (e2el_ms(r) - ttft) / (n - 1) if n > 1 and ttft is not None else None
+    """Time per output token after the first, ms = (receive of the last token-carrying chunk − receive of the
+    first) [ns] / 1e6 / (tokens the chunks carried − 1) — the mean of the request's ``itls_ms``. The stream's
+    tail after the last token (closing chunk, usage chunk, ``[DONE]``) is in E2E, not here: it is no decode
+    step, and on a fast model it would swamp the per-token time. None for fewer than 2 tokens."""
+    toks = _token_chunks(r)
+    n = sum(k for _, k in toks)
+    return (toks[-1][0] - toks[0][0]) / NS_PER_MS / (n - 1) if n > 1 else None
 
 
 # --- canonical, per point -----------------------------------------------------------------------------------
