@@ -261,8 +261,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) ->
 
 def _decode_floor_lines(d: dict, T: int) -> list[str]:
     out: list[str] = []
+    peak = d["gpu_bf16_flops_per_s"]  # None where the datasheet publishes no tensor rate (A10G)
+    peak_text = f"{peak / 1e12:,.1f} TFLOP/s dense bf16" if peak else "no datasheet bf16 rate"
     out.append(
-        f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {d['gpu_bf16_flops_per_s'] / 1e12:,.1f} TFLOP/s dense bf16; "
+        f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {peak_text}; "
         f"each sequence holds {T:,} tokens of KV"
     )
     out.append(
@@ -274,7 +276,7 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
             _bytes(r["kv_bytes_read_per_step"]),
             f"{r['step_floor_ms']:.2f}",
             f"{r['tokens_per_s']:,.1f}",
-            f"{r['compute_floor_ms']:.2f}",
+            f"{r['compute_floor_ms']:.2f}" if r["compute_floor_ms"] is not None else "n/a",
             "yes" if r["fits_kv_pool"] else "no",
         ]
         for r in d["decode_by_batch"]
