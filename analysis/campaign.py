@@ -21,10 +21,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from analysis import metrics
+from analysis import metrics, rundocs
 from analysis.parse import parser_for
 from analysis.parse.bench_json import BenchResult, parse_bench_json
-from analysis.rundocs import RunDocs
+from analysis.parse.events_jsonl import parse_events_jsonl
+from analysis.parse.requests_jsonl import parse_requests_jsonl
+from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
+from analysis.rundocs import RunDocs, read_run_docs
 from analysis.windows import naive_as_utc_epoch_s
 from collector.raw.store import RawStore, RunInfo
 
@@ -259,8 +262,6 @@ def _cite_root(info: RunInfo) -> str:
 
 def _is_document(rel: str) -> bool:
     """Run documents read by analysis.rundocs (or verbatim fingerprint files): no measurement parser."""
-    from analysis import rundocs
-
     name = Path(rel).name
     return (
         rel.startswith("fingerprint/")
@@ -270,10 +271,6 @@ def _is_document(rel: str) -> bool:
 
 
 def _parse_run(info: RunInfo) -> dict[str, Any]:
-    from analysis.parse.events_jsonl import parse_events_jsonl
-    from analysis.parse.requests_jsonl import parse_requests_jsonl
-    from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
-
     # the collector's append streams; an unsealed run may end in a torn line
     streams = {
         REQUESTS_FILE: (parse_requests_jsonl, RequestLog),
@@ -316,8 +313,6 @@ def load_run(info: RunInfo) -> RunData:
     )
     run.records = _parse_run(info)
     if info.kind in (COLLECTOR_RUN_KIND, CEILINGS_RUN_KIND):
-        from analysis.rundocs import read_run_docs
-
         run.docs = read_run_docs(info.path, info.data_files())
     return run
 
