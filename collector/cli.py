@@ -15,6 +15,7 @@ import click
 from analysis.pipeline import analyze as analyze_fn
 from collector import __version__
 from collector.importer import import_results
+from collector.init import init_plan
 from collector.inspect import inspect as inspect_fn
 from collector.plan import plan as plan_fn
 from collector.raw.errors import AnatomyError
@@ -84,6 +85,39 @@ def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_
             as_json=as_json,
         )
     )
+
+
+@main.command(name="init")
+@click.option(
+    "--model",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="A .gguf file or a Hugging Face model folder (config.json, tokenizer.json).",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path, dir_okay=False), default=Path("plan.toml"), show_default=True
+)
+@click.option("--engine-path", type=click.Path(path_type=Path), default=None, help="The llama-server to use.")
+@click.option(
+    "--vllm-python", type=click.Path(path_type=Path), default=None, help="A python that imports vllm."
+)
+@click.option("--campaign", default=None, help="Campaign name (default: <gpu>-<model>).")
+@click.option("--port", type=int, default=None, help="Server port (default: a free one).")
+@click.option("--max-model-len", type=int, default=None, help="Context per request (default: from the box).")
+@_one_line_errors
+def init_(model, out, engine_path, vllm_python, campaign, port, max_model_len) -> None:
+    """Write a commented plan for this box: engine, model, GPU, a free port. Never replaces a file."""
+    result = init_plan(
+        out,
+        model,
+        engine_path=engine_path,
+        vllm_python=vllm_python,
+        campaign=campaign,
+        port=port,
+        max_model_len=max_model_len,
+    )
+    for line in result.lines:
+        click.echo(line)
 
 
 @main.command(name="import")

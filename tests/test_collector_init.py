@@ -1,0 +1,482 @@
+"""`collector init` on this machine, the datasheet table it matches GPUs against, the bundled configs, and the
+refusals for configs the theory cannot represent.
+
+Real files throughout: the tiny model and llama-server from the engines cache, the bundled config.json files,
+real config.json contents of MoE / MLA / sliding-window models written to tmp. The one stand-in is
+``nvidia-smi``: a script on PATH printing a real nvidia-smi line, because CI has no GPU to query.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis import theory as th
+from analysis.gpus import CPU, GPUS, MIB, NVIDIA_SMI_NAMES, match_nvidia_smi
+from analysis.model_config import bundled_model_names, load_model_config
+from collector.cli import main
+from collector.init import (
+    Engine,
+    Gpu,
+    ModelFacts,
+    init_plan,
+    render_plan,
+    size_vllm,
+    token_id_range,
+    vocab_from_config,
+    vocab_from_tokenizer_json,
+)
+from collector.raw.errors import PlanError
+from collector.raw.plan import load_plan, parse_plan
+from tests import engine_cache
+
+REFUSED = {
+    "gemma-2-2b-it": "sliding_window",
+    "gemma-2-9b-it": "sliding_window",
+}  # alternate 4,096-token windows
+
+# Public config.json contents (the Hub files, as copied into ai-dynamo/aiconfigurator's model_configs/ and
+# mlc-ai/mlc-llm's model_preset.py), cut to the keys that matter here.
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "head_dim": 128,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "sliding_window": None,
+    "vocab_size": 32000,
+}
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "hidden_size": 2048,
+    "intermediate_size": 10944,
+    "kv_lora_rank": 512,
+    "model_type": "deepseek_v2",
+    "n_routed_experts": 64,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 27,
+    "num_key_value_heads": 16,
+    "vocab_size": 102400,
+}
+MISTRAL_7B_V01 = {  # every layer attends over a 4,096-token window
+    "architectures": ["MistralForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "sliding_window": 4096,
+    "vocab_size": 32000,
+}
+
+
+def _config_dir(tmp_path: Path, name: str, data: dict) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def _fake_nvidia_smi(bin_dir: Path, *lines: str) -> None:
+    """An nvidia-smi that prints real `--query-gpu=name,memory.total --format=csv,noheader,nounits` lines."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\n" + "".join(f"echo '{ln}'\n" for ln in lines))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------- datasheets
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_every_datasheet_entry_is_cited_and_plausible(name):
+    g = GPUS[name]
+    assert g.source and g.memory_bytes and g.bandwidth_bytes_per_s, name
+    assert 16 * 2**30 < g.memory_bytes < 160 * 2**30
+    assert 250e9 <= g.bandwidth_bytes_per_s <= 5e12
+    if g.bf16_flops_per_s is None:  # only where no vendor publishes one, said in the source
+        assert "no published tensor rate" in g.source
+        return
+    ridge_flops_per_byte = g.bf16_flops_per_s / g.bandwidth_bytes_per_s
+    assert 50 < ridge_flops_per_byte < 500, (name, ridge_flops_per_byte)
+
+
+def test_geforce_entries_are_the_fp32_accumulate_rate():
+    # Half the FP16-accumulate dense figure: SMs x 1,024 FP16-accumulate FLOP/clk x boost clock, halved.
+    for name, sms, boost_ghz in (("rtx3090", 82, 1.695), ("rtx4090", 128, 2.52), ("rtx5090", 170, 2.407)):
+        fp16_acc = sms * 1024 * boost_ghz * 1e9
+        assert GPUS[name].bf16_flops_per_s == pytest.approx(fp16_acc / 2, rel=0.01), name
+
+
+@pytest.mark.parametrize(
+    ("smi_name", "mib", "entry"),
+    [
+        ("NVIDIA H100 80GB HBM3", 81559, "h100-sxm"),
+        ("NVIDIA H100 PCIe", 81559, "h100-pcie"),
+        ("NVIDIA H200", 143771, "h200"),
+        ("NVIDIA A100-SXM4-40GB", 40960, "a100-40gb"),
+        ("NVIDIA A100-PCIE-40GB", 40960, "a100-40gb"),
+        ("NVIDIA A100-SXM4-80GB", 81920, "a100-80gb"),
+        ("NVIDIA A100 80GB PCIe", 81920, "a100-80gb-pcie"),
+        ("NVIDIA L40S", 46068, "l40s"),
+        ("NVIDIA L4", 23034, "l4"),
+        ("NVIDIA A10G", 23028, "a10g"),
+        ("NVIDIA GeForce RTX 3090", 24576, "rtx3090"),
+        ("NVIDIA GeForce RTX 4090", 24564, "rtx4090"),
+        ("NVIDIA GeForce RTX 5090", 32607, "rtx5090"),
+        ("NVIDIA GeForce RTX 4090", None, "rtx4090"),  # no memory column: the name alone
+    ],
+)
+def test_nvidia_smi_names_match_their_entry(smi_name, mib, entry):
+    assert match_nvidia_smi(smi_name, mib).name == entry
+
+
+@pytest.mark.parametrize(
+    ("smi_name", "mib"),
+    [
+        ("NVIDIA H100 NVL", 95830),  # 94 GB, 3.9 TB/s: not the SXM card
+        ("NVIDIA H200 NVL", 143771),  # same memory as the H200 SXM, lower clocks
+        ("NVIDIA GeForce RTX 4090 D", 24564),  # fewer SMs than the 4090
+        ("NVIDIA L40", 46068),
+        ("NVIDIA A100-SXM4-80GB", 40960),  # a MIG slice or a vGPU profile, not the whole card
+        ("Tesla T4", 15360),
+    ],
+)
+def test_other_boards_are_unknown(smi_name, mib):
+    assert match_nvidia_smi(smi_name, mib) is None
+
+
+def test_every_nvidia_smi_name_points_at_an_entry():
+    assert set(NVIDIA_SMI_NAMES.values()) == set(GPUS)
+
+
+# ------------------------------------------------------------------------------------------ bundled configs
+
+
+@pytest.mark.parametrize("model", bundled_model_names())
+def test_collector_plan_runs_for_every_bundled_model_on_every_card(model):
+    runner = CliRunner()
+    for gpu in [*GPUS, "cpu"]:
+        args = ["plan", "--model", model, "--gpu", gpu, "--max-model-len", "4096"]
+        result = runner.invoke(main, [*args, "--kv-pool-gib", "1"] if gpu == "cpu" else args)
+        if model in REFUSED:
+            assert result.exit_code == 1 and f"key '{REFUSED[model]}'" in result.output, result.output
+            assert len(result.output.strip().splitlines()) == 1
+        else:
+            assert result.exit_code == 0, (model, gpu, result.output)
+            assert "== KV pool ==" in result.output
+
+
+def test_explicit_head_dim_is_what_the_theory_uses():
+    # Qwen3-32B: head_dim 128 while hidden/heads = 5120/64 = 80.
+    cfg = load_model_config("Qwen3-32B")
+    assert (cfg.head_dim, cfg.hidden_size // cfg.num_attention_heads, cfg.qk_norm) == (128, 80, True)
+    assert th.q_proj_params(cfg) == 5120 * 64 * 128
+    assert th.o_proj_params(cfg) == 64 * 128 * 5120
+    assert th.kv_bytes_per_token(cfg, "bf16") == 2 * 64 * 8 * 128 * 2
+    # Qwen3-0.6B by hand: the model card's "0.44B" non-embedding parameters, tied embeddings.
+    small = load_model_config("Qwen3-0.6B")
+    layer = 1024 * 16 * 128 * 2 + 1024 * 8 * 128 * 2 + 3 * 1024 * 3072 + 2 * 1024 + 2 * 128
+    assert th.params_total(small) == 151936 * 1024 + 28 * layer + 1024 == 596_049_920
+
+
+@pytest.mark.parametrize(
+    ("name", "published_params"),
+    [  # model cards' parameter counts
+        ("Llama-3.2-1B-Instruct", 1.24e9),
+        ("Llama-3.2-3B-Instruct", 3.21e9),
+        ("Llama-3.1-70B-Instruct", 70.6e9),
+        ("Qwen2.5-1.5B-Instruct", 1.54e9),
+        ("Qwen2.5-3B-Instruct", 3.09e9),
+        ("Qwen2.5-14B-Instruct", 14.7e9),
+        ("Qwen2.5-32B-Instruct", 32.5e9),
+        ("Qwen2.5-72B-Instruct", 72.7e9),
+        ("Qwen3-4B", 4.0e9),
+        ("Qwen3-8B", 8.2e9),
+        ("Qwen3-14B", 14.8e9),
+        ("Mistral-7B-v0.3", 7.25e9),
+    ],
+)
+def test_bundled_configs_add_up_to_the_published_size(name, published_params):
+    assert th.params_total(load_model_config(name)) == pytest.approx(published_params, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        (QWEN3_30B_A3B, "num_experts"),
+        (MIXTRAL_8X7B, "num_local_experts"),
+        (DEEPSEEK_V2_LITE, "n_routed_experts"),
+        ({**DEEPSEEK_V2_LITE, "n_routed_experts": None}, "kv_lora_rank"),
+        (MISTRAL_7B_V01, "sliding_window"),
+        ({**json.loads(Path(load_model_config("Qwen2.5-7B-Instruct").source).read_text()), "use_sliding_window": True},
+         "use_sliding_window"),
+        ({**QWEN3_30B_A3B, "num_experts": None, "model_type": "qwen3", "layer_types": ["sliding_attention"] * 48},
+         "layer_types"),
+    ],
+)  # fmt: skip
+def test_configs_the_theory_cannot_represent_are_refused_in_one_line(tmp_path, data, key):
+    folder = _config_dir(tmp_path, "m", data)
+    with pytest.raises(PlanError) as err:
+        load_model_config(folder)
+    msg = str(err.value)
+    assert len(msg.splitlines()) == 1 and msg.startswith(str(folder / "config.json"))
+    assert f"key '{key}'" in msg and "the theory covers dense decoder layers" in msg
+
+
+def test_dense_configs_that_name_full_attention_layers_are_fine(tmp_path):
+    data = json.loads(Path(load_model_config("Qwen3-8B").source).read_text())
+    folder = _config_dir(tmp_path, "q", {**data, "layer_types": ["full_attention"] * 36})
+    assert load_model_config(folder).num_hidden_layers == 36
+
+
+# ------------------------------------------------------------------------------------------ token ids
+
+
+def test_token_range_from_the_config_avoids_its_special_ids():
+    for name, high in (("Qwen2.5-7B-Instruct", 151643), ("Llama-3.1-8B-Instruct", 128000)):
+        cfg = load_model_config(name)
+        low, hi, why = token_id_range(vocab_from_config(Path(cfg.source), cfg.vocab_size), cfg.vocab_size)
+        assert (low, hi) == (1000, high) and "check" in why
+
+
+def test_token_range_of_the_tiny_tokenizer_is_its_printable_bytes():
+    p = engine_cache.paths()
+    engine_cache.require(p.tiny_hf_dir / "tokenizer.json")
+    vocab = vocab_from_tokenizer_json(p.tiny_hf_dir / "tokenizer.json")
+    low, high, why = token_id_range(vocab, 512)
+    assert (low, high) == (32, 127) and "printable" in why
+    assert not vocab.special_ids & set(range(low, high))
+
+
+# ----------------------------------------------------------------------------------------------- init
+
+
+@pytest.fixture
+def box(tmp_path, monkeypatch):
+    """PATH with the real llama-server and nothing else of ours: no nvidia-smi, unless a test adds one."""
+    p = engine_cache.paths()
+    engine_cache.require(p.llama_server, p.tiny_gguf, p.tiny_hf_dir)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "llama-server").symlink_to(p.llama_server)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    return p, bin_dir
+
+
+@pytest.mark.engines
+def test_init_for_the_tiny_folder_and_llama_server_on_path(box, tmp_path):
+    p, _ = box
+    result = init_plan(tmp_path / "box.toml", p.tiny_hf_dir)
+    plan = load_plan(result.plan_path)
+    assert plan.server.engine == "llamacpp"
+    assert plan.server.binary == p.llama_server.resolve()
+    assert Path(plan.server.model) == p.tiny_gguf.resolve()  # the GGUF beside the folder is what is served
+    assert plan.model.config == str((p.tiny_hf_dir / "config.json").resolve())
+    assert (plan.model.token_id_low, plan.model.token_id_high) == (32, 127)
+    assert plan.model.gpu == "cpu" and "-ngl" not in plan.server.args
+    assert _port_is_free(plan.server.port)
+    assert {ph.kind for ph in plan.phases} == {"warmup", "concurrency", "length", "overload"}
+    for pt in plan.points:  # every request fits a slot except the overload's, whose prompt still does
+        slot = plan.model.max_model_len
+        if pt.kind == "overload":
+            assert pt.input_len < slot < pt.input_len + pt.output_len
+        else:
+            assert pt.input_len + pt.output_len <= slot, pt.point_id
+    text = result.plan_path.read_text()
+    assert "no nvidia-smi on PATH" in text
+
+
+@pytest.mark.engines
+def test_init_for_a_gguf_reads_its_metadata(box, tmp_path):
+    p, _ = box
+    result = init_plan(tmp_path / "g.toml", p.tiny_gguf, engine_path=p.llama_server)
+    plan = load_plan(result.plan_path)
+    cfg = load_model_config(plan.model.config)  # the shape written from the GGUF metadata
+    assert result.config_path == Path(plan.model.config)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.vocab_size) == (
+        256,
+        4,
+        2,
+        512,
+    )
+    assert cfg.max_position_embeddings == 4096 and cfg.tie_word_embeddings is False
+    assert plan.model.weight_format == "fp16"  # general.file_type 1 (MOSTLY_F16)
+    assert (plan.model.token_id_low, plan.model.token_id_high) == (32, 127)
+
+
+@pytest.mark.engines
+def test_init_matches_an_h100_from_nvidia_smi(box, tmp_path):
+    p, bin_dir = box
+    _fake_nvidia_smi(bin_dir, "NVIDIA H100 80GB HBM3, 81559")
+    plan = load_plan(init_plan(tmp_path / "h.toml", p.tiny_gguf).plan_path)
+    assert plan.model.gpu == "h100-sxm" and plan.campaign.startswith("h100-sxm-")
+    assert plan.server.args[:2] == ("-ngl", "99")
+    np_ = int(plan.server.args[plan.server.args.index("-np") + 1])
+    ctx = int(plan.server.args[plan.server.args.index("-c") + 1])
+    assert np_ == 64 and ctx == 64 * plan.model.max_model_len  # 64 slots of the model's 4,096 tokens
+    assert max(pt.concurrency for pt in plan.points if pt.kind == "concurrency") == np_
+
+
+@pytest.mark.engines
+def test_init_says_measure_the_ceilings_for_an_unknown_gpu(box, tmp_path):
+    p, bin_dir = box
+    _fake_nvidia_smi(bin_dir, "NVIDIA H100 NVL, 95830")
+    result = init_plan(tmp_path / "u.toml", p.tiny_gguf)
+    text = result.plan_path.read_text()
+    assert "unknown: measure the ceilings" in text
+    assert "python -m collector.ceilings --out ceilings.json" in text
+    plan = load_plan(result.plan_path)
+    assert plan.model.gpu == "cpu" and plan.campaign.startswith("h100-nvl-")  # named as nvidia-smi names it
+
+
+@pytest.mark.engines
+def test_init_never_replaces_a_file(box, tmp_path):
+    p, _ = box
+    out = tmp_path / "plan.toml"
+    out.write_text("mine\n")
+    with pytest.raises(PlanError, match="exists; collector init never replaces"):
+        init_plan(out, p.tiny_gguf)
+    assert out.read_text() == "mine\n"
+
+
+def test_init_refuses_a_moe_model_in_one_line(tmp_path):
+    folder = _config_dir(tmp_path, "Qwen3-30B-A3B", QWEN3_30B_A3B)
+    (folder / "Qwen3-30B-A3B-q4_k_m.gguf").write_bytes(
+        b""
+    )  # llama.cpp would serve it; the theory refuses first
+    with pytest.raises(PlanError) as err:
+        init_plan(tmp_path / "moe.toml", folder)
+    assert "key 'num_experts' = 128" in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert not (tmp_path / "moe.toml").exists()
+
+
+@pytest.mark.engines
+def test_collector_init_command_and_gguf_refusal_for_vllm_only(box, tmp_path):
+    p, _ = box
+    r = CliRunner().invoke(main, ["init", "--model", str(p.tiny_gguf), "--out", str(tmp_path / "c.toml")])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0] == f"wrote {tmp_path / 'c.toml'}" and "next: collector run" in r.output
+    bad = CliRunner().invoke(
+        main, ["init", "--model", str(tmp_path / "nothing"), "--out", str(tmp_path / "d.toml")]
+    )
+    assert bad.exit_code == 1 and "no such model file or folder" in bad.output
+
+
+def test_vllm_plan_on_an_h100_overloads_its_estimated_pool():
+    """The vLLM sizing from the theory alone (no engine needed): the overload point asks for more KV than the
+    pool the card holds, every other point fits it, and the loader takes the text."""
+    cfg = load_model_config("Qwen2.5-7B-Instruct")
+    weights = th.weight_bytes(cfg, "bf16")
+    facts = ModelFacts(
+        cfg, cfg.name, Path("/models/Qwen2.5-7B-Instruct"), cfg.name, None, "bf16", weights, 32768
+    )
+    gpu = Gpu(GPUS["h100-sxm"], "NVIDIA H100 80GB HBM3", 81559, 1)
+    sizing = size_vllm(facts, gpu, None)
+    pool_tokens = th.kv_pool_tokens(th.estimated_kv_pool_bytes(81559 * MIB, weights), 57344)
+    c, n, inp, out = sizing.overload
+    assert c * (inp + out) > pool_tokens and n == 2 * c
+    assert sizing.sweep[-1] * (sizing.input_len + sizing.output_len) <= pool_tokens
+    max_seqs = int(dict((a[0], a[1]) for a in sizing.args)["--max-num-seqs"])
+    assert max_seqs >= c
+    text = render_plan(
+        engine=Engine("vllm", Path("/opt/vllm/bin/python"), "test"),
+        model=facts,
+        gpu=gpu,
+        sizing=sizing,
+        port=8000,
+        campaign="h100-sxm-qwen",
+        config_ref=cfg.name,
+        token_range=(1000, 151643, "test"),
+    )
+    plan = parse_plan(text, Path("v.toml"))
+    assert plan.model.kv_pool_gib is None  # a known card: the theory estimates the pool itself
+    assert "--no-enable-prefix-caching" in plan.server.args and plan.model.max_model_len == 8192
+
+
+def test_vllm_plan_for_an_unknown_card_carries_the_pool_estimate():
+    cfg = load_model_config("Qwen3-8B")
+    weights = th.weight_bytes(cfg, "bf16")
+    facts = ModelFacts(cfg, cfg.name, Path("/m"), cfg.name, None, "bf16", weights, 40960)
+    sizing = size_vllm(facts, Gpu(CPU, "NVIDIA H100 NVL", 95830, 1), None)
+    assert sizing.kv_pool_gib == pytest.approx((0.9 * 95830 * MIB - weights - 2**30) / 2**30, abs=0.01)
+
+
+# ------------------------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.engines
+def test_init_then_collector_run_measures_the_plan(box, tmp_path):
+    """The plan init writes runs as written: collector run starts the real llama-server and measures every
+    point (the tiny model on this machine's CPU; about a minute)."""
+    p, _ = box
+    out = tmp_path / "e2e.toml"
+    init_plan(out, p.tiny_hf_dir, campaign="init-e2e")
+    raw = tmp_path / "raw"
+    r = CliRunner().invoke(main, ["run", str(out), "--raw", str(raw)])
+    runs = list((raw / "init-e2e").iterdir())
+    assert len(runs) == 1, r.output
+    run = runs[0]
+    assert (run / "SEALED").is_file(), r.output
+    plan = load_plan(out)
+    records = [json.loads(ln) for ln in (run / "requests.jsonl").read_text().splitlines() if ln.strip()]
+    assert len(records) == sum(pt.requests for pt in plan.points), r.output
+    assert all(rec["http_status"] == 200 and rec["error"] is None for rec in records), r.output
+    measured = [rec for rec in records if rec["phase_kind"] != "overload"]
+    assert all(rec["usage"]["completion_tokens"] == rec["max_tokens"] for rec in measured)
+    prediction = json.loads((run / "prediction.json").read_text())
+    assert prediction["error"] is None and prediction["prediction"]["llama_cpp_slots"] == 8
+
+
+def test_init_rejects_a_model_file_that_is_not_gguf(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a gguf")
+    with pytest.raises(PlanError, match=r"model\.gguf: not a readable GGUF file \(ValueError"):
+        init_plan(tmp_path / "p.toml", bad)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    with pytest.raises(
+        PlanError, match="not a .gguf file; --model takes a .gguf or a Hugging Face model folder"
+    ):
+        init_plan(tmp_path / "p.toml", weights)
+    assert not (tmp_path / "p.toml").exists()
