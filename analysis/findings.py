@@ -1,36 +1,55 @@
-"""The Finding record (a named quantity the report states, with where it came from) and the writers
-that make the analysis output byte-identical for the same raw input.
+"""The Finding type — a named quantity the report states, with where it came from — used both to write
+findings.json (analysis/reconcile, the pipeline) and to read it back (analysis/report); and the writers that
+make the analysis output byte-identical for the same raw input.
 
-A finding: ``{"value", "unit", "sources", "theory", "error_pct", "tolerance_pct", "status", "reason",
-"detail"}``. `sources` are citations `path/relative/to/campaign:line` or `path:field`; `status` is
-``ok`` (measured and, where there is a theory, within tolerance), ``mismatch`` (outside tolerance,
-shown as a failed reconciliation) or ``n/a`` (not computable from this campaign; `reason` is a code that
-`labels_zh.REASONS` turns into prose and `detail` says which file is missing, in English).
+A finding is addressed by structured fields (`analysis.keys.At`: campaign, round, engine, weight format, run,
+series, topic, metric …); readers select findings by those fields, and its key is only an id. It carries
+``value``, ``unit``, ``sources`` (citations `path/relative/to/campaign:line` or `path:field`), ``theory``,
+``error_pct``, ``tolerance_pct``, ``status`` — ``ok`` (measured and, where there is a theory, within
+tolerance), ``mismatch`` (outside tolerance, shown as a failed reconciliation) or ``n/a`` (not computable from
+this campaign: ``value`` is null, ``reason`` a code that `labels_zh.REASONS` turns into prose and ``detail``
+says which file is missing, in English) — and any further named numbers in ``extra``.
+
+findings.json maps each key to ``{value, unit, …, <address fields>, <extra>}``, flat.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from analysis.keys import ADDRESS_FIELDS, At, matches
+from collector.raw.store import RUN_STATES
+
 STATUSES = ("ok", "mismatch", "n/a")
-KEY_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
 # Fixed float formatting: ten significant digits survive every platform's last-bit differences.
 FLOAT_DIGITS = 10
+MEASUREMENT_FIELDS = (
+    "value",
+    "unit",
+    "sources",
+    "theory",
+    "error_pct",
+    "tolerance_pct",
+    "status",
+    "reason",
+    "detail",
+    "run_state",
+)
+RESERVED = frozenset(MEASUREMENT_FIELDS) | frozenset(ADDRESS_FIELDS)
 
 Value = float | int | str | bool | None | list
 
 
 @dataclass(frozen=True)
 class Finding:
-    key: str
+    at: At
     value: Value
     unit: str
     sources: tuple[str, ...] = ()
@@ -41,14 +60,88 @@ class Finding:
     reason: str | None = None
     detail: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # the state of the run(s) the finding comes from (collector.raw.store.RUN_STATES: sealed-complete,
+    # sealed-failed, unsealed; the least trusted when several); None: from no run (theory only)
+    run_state: str | None = None
 
     def __post_init__(self) -> None:
-        if not KEY_RE.match(self.key):
-            raise ValueError(f"finding key {self.key!r} is not dotted snake_case")
+        key = self.at.key  # raises on a malformed address
         if self.status not in STATUSES:
-            raise ValueError(f"finding {self.key}: status {self.status!r} not in {STATUSES}")
+            raise ValueError(f"finding {key}: status {self.status!r} not in {STATUSES}")
         if self.status == "n/a" and not self.reason:
-            raise ValueError(f"finding {self.key}: status n/a needs a reason")
+            raise ValueError(f"finding {key}: status n/a needs a reason")
+        if self.status != "n/a" and self.value is None:
+            raise ValueError(f"finding {key}: no value; a missing value is an n/a finding with its reason")
+        if self.run_state is not None and self.run_state not in RUN_STATES:
+            raise ValueError(f"finding {key}: run_state {self.run_state!r} not in {RUN_STATES}")
+        clash = RESERVED & set(self.extra)
+        if clash:
+            raise ValueError(f"finding {key}: extra field(s) {sorted(clash)} collide with the record's own")
+
+    # the address, field by field (templates select and label by these)
+    @property
+    def key(self) -> str:
+        return self.at.key
+
+    @property
+    def metric(self) -> str:
+        return self.at.metric
+
+    @property
+    def topic(self) -> str | None:
+        return self.at.topic
+
+    @property
+    def level(self) -> str:
+        return self.at.level
+
+    @property
+    def campaign(self) -> str | None:
+        return self.at.campaign
+
+    @property
+    def versus(self) -> str | None:
+        return self.at.versus
+
+    @property
+    def round(self) -> str | None:
+        return self.at.round
+
+    @property
+    def engine(self) -> str | None:
+        return self.at.engine
+
+    @property
+    def weight_format(self) -> str | None:
+        return self.at.weight_format
+
+    @property
+    def run(self) -> str | None:
+        return self.at.run
+
+    @property
+    def series(self) -> str | None:
+        return self.at.series
+
+    @property
+    def test(self) -> str | None:
+        return self.at.test
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        return self.at.formats
+
+    # the verdict
+    @property
+    def available(self) -> bool:
+        return self.status != "n/a"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "mismatch"
+
+    def with_campaign(self, campaign: str) -> Finding:
+        return replace(self, at=self.at.with_(campaign=campaign))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -61,14 +154,41 @@ class Finding:
             "status": self.status,
             "reason": self.reason,
             "detail": self.detail,
+            "run_state": self.run_state,
         }
+        out.update(self.at.to_json())
         for k, v in self.extra.items():
             out[k] = v
         return normalize(out)
 
+    @classmethod
+    def from_json(cls, key: str, obj: Mapping[str, Any]) -> Finding:
+        """A finding as findings.json holds it. Raises ValueError (the reader names the file) when the entry
+        is not a finding or its fields do not make its key."""
+        if not isinstance(obj, Mapping) or "value" not in obj:
+            raise ValueError(f"finding {key!r} has no 'value'")
+        at = At.from_json({k: v for k, v in obj.items() if k in ADDRESS_FIELDS})
+        if at.key != key:
+            raise ValueError(f"finding {key!r}: its fields make the key {at.key!r}")
+        sources = obj.get("sources") or ()
+        return cls(
+            at=at,
+            value=obj["value"],
+            unit=str(obj.get("unit") or ""),
+            sources=tuple(str(s) for s in sources),
+            theory=obj.get("theory"),
+            error_pct=obj.get("error_pct"),
+            tolerance_pct=obj.get("tolerance_pct"),
+            status=str(obj.get("status") or "ok"),
+            reason=obj.get("reason"),
+            detail=obj.get("detail"),
+            run_state=obj.get("run_state"),
+            extra={k: v for k, v in obj.items() if k not in RESERVED},
+        )
+
 
 def measured(
-    key: str,
+    at: At,
     value: Value,
     unit: str,
     sources: Iterable[str],
@@ -82,17 +202,17 @@ def measured(
     err = None
     status = "ok"
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        raise ValueError(f"finding {key}: measured value missing; use not_available()")
+        raise ValueError(f"finding {at.key}: measured value missing; use not_available()")
     if theory is not None and tolerance_pct is None:
         # a theory without a tolerance would read as "reconciled" whatever the gap; a mere reference
         # value (a floor, a ceiling) goes into `extra` under its own name instead
-        raise ValueError(f"finding {key}: a theory value needs a tolerance_pct")
+        raise ValueError(f"finding {at.key}: a theory value needs a tolerance_pct")
     if theory is not None and isinstance(value, int | float) and not isinstance(value, bool) and theory != 0:
         err = (float(value) - theory) / theory * 100.0
         if tolerance_pct is not None and abs(err) > tolerance_pct:
             status = "mismatch"
     return Finding(
-        key=key,
+        at=at,
         value=value,
         unit=unit,
         sources=tuple(sources),
@@ -106,11 +226,11 @@ def measured(
 
 
 def not_available(
-    key: str, unit: str, reason: str, detail: str, sources: Iterable[str] = (), **extra: Any
+    at: At, unit: str, reason: str, detail: str, sources: Iterable[str] = (), **extra: Any
 ) -> Finding:
     """A finding the campaign cannot support: value null, status n/a, reason code + English detail."""
     return Finding(
-        key=key,
+        at=at,
         value=None,
         unit=unit,
         sources=tuple(sources),
@@ -121,10 +241,10 @@ def not_available(
     )
 
 
-def checked(key: str, ok: bool, sources: Iterable[str], detail: str | None = None, **extra: Any) -> Finding:
+def checked(at: At, ok: bool, sources: Iterable[str], detail: str | None = None, **extra: Any) -> Finding:
     """A yes/no check: value = ok; status mismatch when the check fails."""
     return Finding(
-        key=key,
+        at=at,
         value=bool(ok),
         unit="bool",
         sources=tuple(sources),
@@ -166,10 +286,12 @@ def dumps(obj: Any) -> str:
 
 
 class FindingSet:
-    """Findings collected across the sections; a duplicate key is a bug and raises."""
+    """Findings collected across the sections (or read back from findings.json), by key; a duplicate key is a
+    bug and raises. Select by fields with `find` / `select`, never by taking keys apart."""
 
-    def __init__(self) -> None:
+    def __init__(self, findings: Iterable[Finding] = ()) -> None:
         self._by_key: dict[str, Finding] = {}
+        self.extend(findings)
 
     def add(self, *findings: Finding) -> None:
         for f in findings:
@@ -183,8 +305,14 @@ class FindingSet:
     def __getitem__(self, key: str) -> Finding:
         return self._by_key[key]
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._by_key
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self._by_key[k] for k in sorted(self._by_key))
+
+    def get(self, key: str) -> Finding | None:
+        return self._by_key.get(key)
 
     def keys(self) -> list[str]:
         return sorted(self._by_key)
@@ -192,8 +320,23 @@ class FindingSet:
     def __len__(self) -> int:
         return len(self._by_key)
 
+    def select(self, **query: Any) -> list[Finding]:
+        """Every finding whose fields equal the query's (``topic`` always counts: see keys.matches)."""
+        return [f for f in self if matches(f.at, query)]
+
+    def find(self, **query: Any) -> Finding | None:
+        """The one finding the query names, None when there is none; two is an ambiguous query and raises."""
+        hits = self.select(**query)
+        if len(hits) > 1:
+            raise LookupError(f"{query} names {len(hits)} findings: {[f.key for f in hits]}")
+        return hits[0] if hits else None
+
     def to_json(self) -> dict[str, Any]:
         return {k: self._by_key[k].to_json() for k in sorted(self._by_key)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> FindingSet:
+        return cls(Finding.from_json(k, v) for k, v in obj.items())
 
 
 def write_findings(path: Path, findings: FindingSet) -> None:

@@ -1,13 +1,19 @@
-"""Chinese names and number formatting: the only Python module with CJK text.
+"""Chinese labels and number formatting: the one module that names things in Chinese and prints numbers.
 
-Figures take their titles and axis titles from here; the site's templates use the same formatting
-helpers (千分位 thousands separators, units, percentage precision) so a number reads the same in a
-chart tooltip, a table and the prose.
+Figures take their titles and axis titles from here; the report's templates get the same labels and
+formatters as jinja filters and globals (analysis/report/env.py), so a number reads the same in a chart, a
+table and the prose. Templates keep the prose; every name of a finding, unit, column, engine, round, gate or
+reason comes from here. Formatters take a plain value and return text; a missing value (None, NaN) is an em
+dash — a gap shows as a gap, never as 0.
 """
 
 from __future__ import annotations
 
 import math
+from numbers import Real
+from typing import Any
+
+MISSING = "—"
 
 # --- units: the unit strings findings carry -> how a Chinese page writes them -------------------------
 UNITS: dict[str, str] = {
@@ -37,6 +43,8 @@ UNITS: dict[str, str] = {
     "tokens/request": "token/请求",
     "tokens/iteration": "token/迭代",
     "ms/request": "毫秒/请求",
+    "MiB": "MiB",
+    "tokens/token": "",  # a slope of tokens over tokens is a plain number
     "runs": "次运行",
     "list": "",
     "": "",
@@ -277,34 +285,296 @@ QUANTITIES: dict[str, str] = {
 }
 
 
+# what changed between two rounds (reproducibility_changes.what)
+CHANGES: dict[str, str] = {
+    "kv_pool_tokens": "KV 池 token 数（vLLM 日志）",
+    "kv_pool_gib": "KV 池大小（GiB，vLLM 日志）",
+    "vllm_non_default_args": "vLLM 的非默认启动参数",
+    "driver_version": "GPU 驱动版本",
+    "cuda_version": "CUDA 版本",
+    "host_mem_total_gib": "主机内存（GiB）",
+    "llamacpp_slots": "llama.cpp 槽数（-np）",
+    "llamacpp_prompt_cache": "llama.cpp 提示缓存",
+}
+
+# --- findings: (topic, metric) -> what the finding is, in a table row or a sentence -----------------------
+# The scope (engine and weight format, run) is added in front by finding_label; rounds head their tables.
+FINDINGS: dict[tuple[str | None, str], str] = {
+    ("model", "params_total"): "参数总量",
+    ("model", "params_per_layer"): "每层参数量",
+    ("model", "params_mlp_share_pct"): "MLP 参数占比",
+    ("model", "params_embedding_and_lm_head_share_pct"): "词嵌入与输出头参数占比",
+    ("model", "flops_per_token_trunk"): "每 token 主干矩阵乘计算量",
+    ("model", "flops_per_token_lm_head"): "每 token 输出头计算量",
+    ("model", "lm_head_flops_share_pct"): "输出头计算量占比",
+    ("model", "attention_overtakes_weights_decode_tokens"): "解码时注意力计算超过权重计算的上下文长度",
+    ("model", "attention_overtakes_weights_prefill_tokens"): "预填充时注意力计算超过权重计算的提示长度",
+    ("model", "kv_bytes_per_token"): "每 token KV 字节（GQA）",
+    ("model", "kv_bytes_per_token_mha"): "每 token KV 字节（若为多头注意力）",
+    ("model", "gqa_factor"): "GQA 因子（H ÷ K）",
+    ("model", "weight_bytes_bf16"): "权重总字节（bf16）",
+    ("model", "weight_bytes_q4_k_m"): "权重总字节（Q4_K_M）",
+    ("model", "weight_bytes_read_per_step_bf16"): "每解码步读取的权重（bf16）",
+    ("model", "weight_bytes_read_per_step_q4_k_m"): "每解码步读取的权重（Q4_K_M）",
+    ("windows", "client_clock_offset_s"): "客户端时钟（结果文件 date 字段）相对 UTC 的偏移",
+    ("windows", "max_abs_end_lag_s"): "时间窗结束与采样活动结束的最大偏差",
+    ("windows", "order_matches_sweep_log"): "结果文件的时间顺序与 sweep 日志一致",
+    (None, "knee_concurrency"): "拐点并发（p99 ITL > 2 × p50）",
+    (None, "peak_output_throughput_tokens_per_s"): "最高输出吞吐",
+    (None, "single_stream_output_throughput_tokens_per_s"): "单流输出吞吐（并发 1）",
+    (None, "single_stream_p50_itl_ms"): "单流 p50 ITL（最低并发的解码步）",
+    (None, "max_mfu_pct"): "最高 MFU（算力利用率）",
+    (None, "max_mbu_pct"): "最高 MBU（带宽利用率）",
+    (None, "flops_per_output_token_gflop"): "每输出 token 计算量（服务器计数器 vs 理论）",
+    (None, "tokens_per_iteration_at_max_concurrency"): "最高并发时每次迭代的 token 数",
+    (None, "roofline_achievement_pct"): "带宽下限达成率（数据手册带宽）",
+    (None, "roofline_achievement_measured_ceiling_pct"): "带宽下限达成率（实测带宽上限）",
+    (None, "itl_marginal_ms_per_request"): "每多一个在途请求增加的 ITL",
+    (None, "workload_shortfall_max_pct"): "输出 token 不足的最大比例",
+    (None, "single_stream_step_ratio"): "单流解码步时间比（vLLM p50 ITL ÷ llama.cpp p50 ITL）",
+    (None, "kv_pool_gib_log"): "KV 池大小（日志）",
+    (None, "kv_pool_tokens_log"): "KV 池 token 数（日志 vs 理论）",
+    (None, "kv_pool_tokens_theory"): "KV 池 token 数（理论：池字节 ÷ 每 token KV 字节）",
+    (None, "max_concurrency_log"): "满长请求最大并发（日志 vs 理论）",
+    (None, "max_concurrency_theory"): "满长请求最大并发（理论）",
+    (None, "kv_pool_tokens_log_spread"): "同一轮各次启动的 KV 池差异",
+    (None, "kv_pool_tokens_scrape"): "KV 池 token 数（/metrics vs 日志）",
+    (None, "kv_fit_slope"): "KV 占用拟合斜率（token / 在途 token）",
+    (None, "kv_fit_intercept"): "KV 占用拟合截距",
+    (None, "kv_fit_r2"): "KV 占用拟合 R²",
+    (None, "capacity_tokens"): "KV 容量（槽数 × 每槽上下文）",
+    (None, "kv_cache_mib"): "KV 缓冲区大小（日志 vs -c × 每 token KV 字节）",
+    (None, "n_ctx_slot"): "每槽上下文（日志 vs -c ÷ -np）",
+    (None, "n_slots"): "槽数（日志 vs -np）",
+    (None, "kv_pool_tokens"): "KV 池 token 数（日志 vs 理论）",
+    (None, "kv_pool_blocks_metrics"): "KV 块数（/metrics）",
+    (None, "block_size_matches_metrics"): "块大小与 /metrics 一致",
+    (None, "max_concurrency"): "满长请求最大并发（日志 vs 理论）",
+    ("prediction", "decode_step_ms"): "单流解码步：测量前的预测 vs 实测",
+    ("prediction", "decode_step_above_floor"): "单流解码步不短于测量前预测的带宽下限",
+    ("prediction", "weight_mib"): "权重大小（MiB）：服务器日志 vs 测量前的预测",
+    ("prediction", "kv_pool_tokens"): "KV 池容量：测量前的预测 vs 实测",
+    ("prediction", "max_concurrency"): "满长请求最大并发：测量前的预测 vs 实测",
+    (
+        "consistency",
+        "max_throughput_duration_error_pct",
+    ): "结果文件自洽：吞吐 × 时长 vs token 总数（最大偏差）",
+    ("engines", "throughput_crossover_concurrency"): "两引擎吞吐交叉的并发数",
+    ("overload", "ttft_queue_share_pct"): "过载时排队占平均 TTFT 的比例",
+    ("overload", "oversubscription"): "超订倍数（KV 需求 ÷ 池容量）",
+    ("overload", "all_requests_completed"): "发出的请求全部返回",
+    ("overload", "truncated_requests"): "输出被截断的请求数（少于请求的输出 token）",
+    ("overload", "output_tokens_per_request"): "每个请求平均拿到的输出 token（实测 vs 槽位上下文 − 提示）",
+    ("overload", "concurrency_over_slots"): "并发 ÷ 槽数（≤ 1：每个请求立即拿到槽位，无人排队）",
+    ("overload", "failed_requests"): "失败请求数",
+    ("overload", "completed_requests"): "完成请求数",
+    ("overload", "output_tokens_complete"): "每个请求都拿到了请求的输出 token 数",
+    ("overload", "preemptions"): "抢占次数",
+    ("overload", "mean_running_requests"): "平均运行中请求数（vs 日志最大并发）",
+    ("overload", "itl_share_touched_by_preemptions_pct"): "抢占最多能影响的 token 间隔比例",
+    ("overload", "tokens_freed_per_preemption"): "每次抢占释放的 KV token 数",
+    ("overload", "kv_usage_at_preemption_pct"): "抢占发生时的 KV 占用",
+    ("overload", "resident_share_of_log_max_pct"): "过载时平均驻留请求数 ÷ 日志报告的最大并发",
+    ("overload", "ttft_ratio_over_sweep"): "过载与同并发扫描点的 p50 TTFT 之比",
+    ("overload", "throughput_change_vs_sweep_pct"): "过载相对同并发扫描点的输出吞吐变化",
+    ("gates", "points_total"): "测量点总数",
+    ("gates", "points_failed"): "未通过自检的测量点",
+    ("gates", "points_failed_count"): "未通过自检的测量点数",
+    ("gates", "gates_unknown"): "无法判定的自检项",
+    ("gates", "all_passed"): "全部测量点通过自检",
+    ("gates", "points_flagged"): "标记（保留但需留意）的测量点",
+    ("gates", "output_shortfall_total_pct"): "未按请求输出的 token 占请求总量的比例",
+    ("reproducibility", "repeat_max_abs_throughput_delta_pct"): "同一轮内重复测量的吞吐最大差异",
+    ("reproducibility", "max_abs_throughput_delta_pct"): "两轮之间吞吐的最大差异",
+    ("reproducibility", "changed_between_rounds"): "两轮之间改变了什么",
+    ("selection", "best_under_1000ms_tokens_per_s"): "p99 TTFT ≤ 1 秒时的最高吞吐",
+    ("selection", "boundary_p99_ttft_ms"): "更优引擎发生切换的 p99 TTFT 预算",
+    ("ceilings", "copy_bytes_per_s"): "实测上限：设备内拷贝带宽（读 + 写，vs 数据手册显存带宽）",
+    ("ceilings", "bf16_matmul_flops_per_s"): "实测上限：bf16 矩阵乘算力（vs 数据手册稠密 bf16 峰值）",
+    ("quantization", "step_ratio"): "量化加速：单流解码步时间比（实测 vs 字节之比）",
+    (None, "single_stream_speedup"): "单流解码加速比（实测 vs 带宽下限之比）",
+    ("concurrency", "throughput_gain_single_to_max"): "输出吞吐：最高并发 ÷ 单流",
+    ("concurrency", "knee_p99_itl_ratio"): "拐点处 p99 ITL ÷ 拐点前一档的 p99 ITL",
+    ("concurrency", "max_concurrency_tested"): "扫描测到的最高并发",
+}
+# Where the same metric means something else at one level or for one engine.
+FINDINGS_AT_LEVEL: dict[tuple[str | None, str, str], str] = {
+    (
+        "reproducibility",
+        "max_abs_throughput_delta_pct",
+        "campaign",
+    ): "两轮之间吞吐的最大差异（两个引擎中较大者）",
+}
+FINDINGS_FOR_ENGINE: dict[tuple[str | None, str, str], str] = {
+    # llama.cpp: a slot, not a shared pool
+    ("overload", "oversubscription", "llamacpp"): "超订倍数（单个请求的上下文需求 ÷ 单个槽位上下文）",
+    ("overload", "mean_running_requests", "llamacpp"): "平均运行中请求数（vs 槽数）",
+    ("overload", "preemptions", "llamacpp"): "抢占次数（llama.cpp 不抢占）",
+}
+FINDINGS_CROSS: dict[tuple[str | None, str], str] = {
+    (None, "single_stream_p50_itl_ms"): "单流 p50 ITL（解码步）",
+    (None, "knee_concurrency"): "拐点并发",
+    (None, "capacity_tokens"): "KV 容量（实测 vs 理论）",
+}
+
+# navigation sections the renderer adds around the pages
+NAV: dict[str, str] = {
+    "structure": "模型结构",
+    "method": "方法",
+    "data": "原始数据",
+    "comparison": "跨批次对比",
+}
+
+
+# --- labels -------------------------------------------------------------------------------------------
+
+
+def round_label(r: str | None) -> str:
+    return ROUNDS.get(r or "", r or "")
+
+
+def engine_name(engine: str | None) -> str:
+    """The engine alone: ``llama.cpp``."""
+    return ENGINE_NAMES.get(engine or "", engine or "")
+
+
+def format_label(fmt: str | None) -> str:
+    return WEIGHT_FORMATS.get(fmt or "", (fmt or MISSING).upper())
+
+
+def series_label(engine: str | None, weight_format: str | None = None) -> str:
+    """An engine with its weight format, ``llama.cpp（Q4_K_M）``; the engine alone when the format is unknown."""
+    if weight_format:
+        return f"{engine_name(engine)}（{format_label(weight_format)}）"
+    return engine_name(engine)
+
+
+def metric_label(finding: Any) -> str | None:
+    """What a finding is, without its scope; None when this module has no name for it."""
+    topic, metric = finding.topic, finding.metric
+    if finding.engine and (topic, metric, finding.engine) in FINDINGS_FOR_ENGINE:
+        return FINDINGS_FOR_ENGINE[(topic, metric, finding.engine)]
+    if (topic, metric, finding.level) in FINDINGS_AT_LEVEL:
+        return FINDINGS_AT_LEVEL[(topic, metric, finding.level)]
+    if getattr(finding.at, "cross", False) and (topic, metric) in FINDINGS_CROSS:
+        return FINDINGS_CROSS[(topic, metric)]
+    return FINDINGS.get((topic, metric))
+
+
+def finding_label(finding: Any, scope: bool = True) -> str:
+    """A finding's Chinese name from its fields: ``llama.cpp（Q4_K_M） · 拐点并发（p99 ITL > 2 × p50）``.
+
+    ``scope`` puts the series (engine and weight format) in front of findings about one engine, run or series.
+    A metric this module has no name for shows as its code name (the page still shows the finding; the site
+    test fails on it, so it gets a name before it is published).
+    """
+    name = metric_label(finding) or f"`{finding.metric}`"
+    if finding.formats:
+        name += "（" + " ÷ ".join(format_label(f) for f in finding.formats) + "）"
+    if finding.test:
+        name += f"（测试 `{finding.test}`）"
+    if scope and finding.level != "campaign" and finding.engine:
+        return f"{series_label(finding.engine, finding.weight_format)} · {name}"
+    return name
+
+
 def unit_zh(unit: str) -> str:
     """The Chinese rendering of a finding's unit string (unknown units pass through unchanged)."""
     return UNITS.get(unit, unit)
 
 
-def fmt_int(n: float | int) -> str:
-    """Integer with 千分位 separators: 120064 -> '120,064'."""
-    return f"{int(round(n)):,}"
+def reason_text(code: str | None) -> str:
+    return REASONS.get(code or "", code or "")
 
 
-def fmt_num(x: float, digits: int = 2) -> str:
-    """Fixed decimals with 千分位 separators: 1404.71, 2 -> '1,404.71'."""
-    return f"{x:,.{digits}f}"
+def status_text(status: str) -> str:
+    return STATUS.get(status, status)
 
 
-def fmt_sig(x: float, sig: int = 3) -> str:
-    """About `sig` significant digits, 千分位 for the integer part: 0.01583 -> '0.0158', 6882.6 -> '6,883'."""
-    if x == 0 or math.isnan(x):
-        return "0" if x == 0 else "—"
-    mag = math.floor(math.log10(abs(x)))
-    decimals = max(0, sig - 1 - mag)
-    return f"{x:,.{decimals}f}"
+# --- numbers ------------------------------------------------------------------------------------------
 
 
-def fmt_pct(x: float, digits: int = 1, signed: bool = False) -> str:
-    """A percentage already in % units: 12.345 -> '12.3%'; signed adds '+' to positives."""
-    s = f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-    return s + "%"
+def _is_missing(x: object) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def sig_decimals(x: float, sig: int = 3) -> int:
+    """Decimals that keep ``sig`` significant digits for |x| < 10**sig, none for larger numbers."""
+    if x == 0 or not math.isfinite(x):
+        return 0
+    return max(0, sig - 1 - math.floor(math.log10(abs(x))))
+
+
+def fmt_num(x: object, decimals: int | None = None, sig: int = 3) -> str:
+    """千分位, about ``sig`` significant digits: ``12345.6`` → ``12,346``, ``0.01234`` → ``0.0123``;
+    integers (and integral floats) print exactly: ``120064`` → ``120,064``."""
+    if _is_missing(x):
+        return MISSING
+    if isinstance(x, bool):
+        return "✓" if x else "✗"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not isinstance(x, Real):
+        return str(x)
+    x = float(x)
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if decimals is None:
+        decimals = sig_decimals(x, sig)
+    text = f"{x:,.{decimals}f}"
+    if text.startswith("-") and float(text.replace(",", "")) == 0:
+        text = text[1:]  # "-0.0" reads like a sign that means something
+    return text
+
+
+def fmt_int(x: object) -> str:
+    """Rounded to a whole number, 千分位: ``120064.4`` → ``120,064``."""
+    if _is_missing(x) or not isinstance(x, Real):
+        return MISSING if _is_missing(x) else str(x)
+    return f"{round(float(x)):,}"
+
+
+def fmt_pct(x: object, decimals: int | None = None) -> str:
+    """A value already in percent: ``12.345`` → ``12.3%``; below 1 % two significant digits
+    (``0.0145`` → ``0.015%``: a small share must not read as 0)."""
+    if _is_missing(x) or not isinstance(x, Real):
+        return MISSING if _is_missing(x) else str(x)
+    v = float(x)
+    if decimals is None:
+        decimals = 1 if abs(v) >= 1 or v == 0 else sig_decimals(v, 2)
+    return f"{fmt_num(v, decimals)}%"
+
+
+def fmt_signed_pct(x: object, decimals: int | None = None) -> str:
+    """An error or a change in percent, always with its sign: ``+1.2%``, ``−0.40%``."""
+    if _is_missing(x) or not isinstance(x, Real):
+        return MISSING if _is_missing(x) else str(x)
+    v = float(x)
+    text = fmt_pct(abs(v), decimals)
+    if text.strip("0.%") == "":
+        return text
+    return ("+" if v > 0 else "−") + text
+
+
+def fmt_fraction_pct(x: object, decimals: int | None = None) -> str:
+    """A 0–1 fraction shown in percent: ``0.9123`` → ``91.2%``."""
+    if _is_missing(x) or not isinstance(x, Real):
+        return MISSING if _is_missing(x) else str(x)
+    return fmt_pct(float(x) * 100.0, decimals)
+
+
+_BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def fmt_bytes(n: object) -> str:
+    """``15231233024`` → ``14.19 GiB`` (binary units, as GPU memory is reported)."""
+    if _is_missing(n) or not isinstance(n, Real):
+        return MISSING if _is_missing(n) else str(n)
+    v = float(n)
+    for unit, size in _BINARY:
+        if abs(v) >= size:
+            return f"{fmt_num(v / size, sig=4 if abs(v) / size < 1000 else 3)} {unit}"
+    return f"{fmt_int(v)} B"
 
 
 # Rates written in base units that read better scaled, the way datasheets quote them (decimal prefixes).
@@ -312,25 +582,97 @@ SCALED_UNITS: dict[str, tuple[tuple[float, str], ...]] = {
     "bytes/s": ((1e12, "TB/s"), (1e9, "GB/s")),
     "FLOP/s": ((1e12, "TFLOP/s"), (1e9, "GFLOP/s")),
 }
+# A finding's value keeps four significant digits (a table cell three): it is the number the page states.
+VALUE_SIG = 4
 
 
-def fmt_value(value: object, unit: str) -> str:
-    """A finding's value with its unit, the way prose states it."""
-    if value is None:
-        return STATUS["n/a"]
+def list_item(item: object) -> str:
+    """One element of a list-valued finding: a gate or a change by its name, anything else as code."""
+    if isinstance(item, str):
+        if item in GATES:
+            return GATES[item]
+        if item in CHANGES:
+            return CHANGES[item]
+        return f"`{item}`"
+    return fmt_num(item)
+
+
+def fmt_value(value: object, unit: str | None = None) -> str:
+    """A finding's value (or theory) with its unit, the way prose states it: ``120,064 token``, ``0.015%``,
+    ``4.26 TB/s``, ``是``; a missing value is an em dash. No unit for a dimensionless number (R²)."""
+    unit = unit or ""
+    if _is_missing(value):
+        return MISSING
     if isinstance(value, bool):
         return "是" if value else "否"
-    if unit in SCALED_UNITS and isinstance(value, int | float):
+    if isinstance(value, list | tuple):
+        return "、".join(list_item(v) for v in value) if value else "无"
+    if not isinstance(value, Real):
+        return str(value)
+    if unit == "%":
+        return fmt_pct(value)
+    if unit in SCALED_UNITS:
         for size, name in SCALED_UNITS[unit]:
             if abs(value) >= size:
-                return f"{fmt_sig(value / size, 3)} {name}"
-    if isinstance(value, int):
-        text = fmt_int(value)
-    elif isinstance(value, float):
-        text = fmt_pct(value) if unit == "%" else fmt_sig(value, 4)
-        if unit == "%":
-            return text
-    else:
-        text = str(value)
+                return f"{fmt_num(value / size, sig=3)} {name}"
+    text = fmt_num(value, sig=VALUE_SIG)
     u = unit_zh(unit)
     return f"{text} {u}".strip()
+
+
+# --- a finding, formatted (the template filters) ----------------------------------------------------------
+
+
+def value_text(finding: Any) -> str:
+    """The measured value with its unit; an n/a finding says 无数据."""
+    if not finding.available:
+        return STATUS["n/a"]
+    return fmt_value(finding.value, finding.unit)
+
+
+def theory_text(finding: Any) -> str:
+    return MISSING if finding.theory is None else fmt_value(finding.theory, finding.unit)
+
+
+def error_text(finding: Any) -> str:
+    return fmt_signed_pct(finding.error_pct)
+
+
+def tolerance_text(finding: Any) -> str:
+    return MISSING if finding.tolerance_pct is None else "±" + fmt_pct(finding.tolerance_pct)
+
+
+# --- table cells ------------------------------------------------------------------------------------------
+
+
+def cell_text(column: str, value: Any) -> str:
+    """A table cell by the unit its column name carries (units live in names: ``ttft_ms``)."""
+    if isinstance(value, str):
+        by_column = {
+            "round": ROUNDS,
+            "engine": ENGINES,
+            "part": {**COMPONENTS, **TTFT_PARTS},
+            "group": COMPONENTS,
+            "gate": GATES,
+            "quantity": QUANTITIES,
+            "reason": REASONS,
+            "what": CHANGES,
+            "weight_format": WEIGHT_FORMATS,
+        }.get(column)
+        if by_column is not None:
+            return by_column.get(value, value)
+        return value
+    if value is None or isinstance(value, bool):
+        return fmt_num(value)
+    c = column.lower()
+    if c.endswith("_pct") or c.endswith("_percent"):
+        return fmt_signed_pct(value) if ("error" in c or "delta" in c) else fmt_pct(value)
+    if c.endswith("_fraction") or c in ("kv_usage", "mfu", "mbu"):
+        return fmt_fraction_pct(value)
+    if c.endswith("_bytes_per_s"):
+        return fmt_num(value / 1e9) + " GB/s"  # datasheet bandwidth is decimal GB/s
+    if ("bytes" in c and not c.endswith("_per_token")) or c.endswith("_size"):
+        return fmt_bytes(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1000:
+        return fmt_int(value)  # a whole number that lost its int type in the CSV (small ones may be versions)
+    return fmt_num(value)

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import charts
+from analysis import charts, scrape_series
 from analysis import findings as fnd
 from analysis.campaign import Campaign, campaign_names, load_campaign
 from analysis.findings import FindingSet, dumps, write_table
+from analysis.keys import At, series_id
+from analysis.parse.sampler_csv import COLUMNS
 from analysis.reconcile import (
     Context,
     Section,
@@ -53,8 +55,6 @@ SAMPLER_GAUGES = ("running", "waiting", "kv_usage", "gpu_mem_used_mib", "gpu_uti
 
 def sampler_columns(table) -> tuple[list[float], dict[str, list[float]]]:
     """The sampler record's columns by their CSV names (what citations use), None → NaN."""
-    from analysis.parse.sampler_csv import COLUMNS
-
     ts = table.column("ts_s")
     cols = {}
     for csv_name, fieldname in COLUMNS.items():
@@ -65,8 +65,6 @@ def sampler_columns(table) -> tuple[list[float], dict[str, list[float]]]:
 
 def align_own(run, ctx: Context) -> None:
     """A collector run: windows on its own monotonic clock, counters from its /metrics scrapes."""
-    from analysis import scrape_series
-
     srel, scrapes = run.scrapes
     rrel, log = run.requests
     if scrapes is None or log is None:
@@ -124,7 +122,7 @@ def _capacity_by_series(
     if cap is not None and len(cap):
         for _, r in cap.iterrows():
             fmt = th.run_formats.get(r["run"])
-            key = comparison.series_key(r["engine"], fmt[0] if fmt else None)
+            key = series_id(r["engine"], fmt[0] if fmt else None)
             if r["engine"] == "vllm":
                 t = r.get("kv_pool_tokens_theory")
                 out.append(
@@ -149,12 +147,11 @@ def _capacity_by_series(
                 )
         return out
     rounds = [r for r in campaign.rounds if r is not None] or [None]
-    last = campaign.prefix(rounds[-1])
-    if f"{last}kv_pool_tokens_log" in found and found[f"{last}kv_pool_tokens_log"].value is not None:
-        f = found[f"{last}kv_pool_tokens_log"]
+    f = found.find(metric="kv_pool_tokens_log", round=rounds[-1])
+    if f is not None and f.available:
         out.append(
             {
-                "series_key": comparison.series_key("vllm", th.weight_formats.get("vllm")),
+                "series_key": series_id("vllm", th.weight_formats.get("vllm")),
                 "tokens": f.value,
                 "theory": f.theory,
                 "tolerance_pct": f.tolerance_pct,
@@ -166,7 +163,7 @@ def _capacity_by_series(
         if log is not None and getattr(log, "n_slots", None) and getattr(log, "n_ctx_slot", None):
             out.append(
                 {
-                    "series_key": comparison.series_key("llamacpp", th.weight_formats.get("llamacpp")),
+                    "series_key": series_id("llamacpp", th.weight_formats.get("llamacpp")),
                     "tokens": log.n_slots * log.n_ctx_slot,
                     "theory": None,
                     "source": run.cite(rel, log.lines.get("n_slots")),
@@ -201,7 +198,7 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}
     for s in sections:
-        found.extend(s.findings)
+        found.extend(f.with_campaign(campaign.name) for f in s.findings)
         for name, df in s.tables.items():
             if name in tables:
                 raise ValueError(f"table {name} written twice")
@@ -309,13 +306,13 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
             )
     table = pd.DataFrame(rows)
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd)
+        at = At(round=rnd, topic="windows")
         runs = [r for r in campaign.select(round=rnd) if r.name in ctx.offsets]
         own = [r for r in campaign.select(round=rnd) if r.own and r.name in ctx.sampler_series]
         if not runs and own:
             findings.append(
                 fnd.measured(
-                    f"{pre}windows.client_clock_offset_s",
+                    at("client_clock_offset_s"),
                     0.0,
                     "s",
                     [r.cite(r.counter_source) for r in own],
@@ -328,7 +325,7 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
         if not runs:
             findings.append(
                 fnd.not_available(
-                    f"{pre}windows.client_clock_offset_s",
+                    at("client_clock_offset_s"),
                     "s",
                     "no_sampler_csv",
                     f"no sampler CSV in {rnd}: the result dates cannot be checked",
@@ -340,7 +337,7 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
         srcs = [ctx.offsets[r.name][1] for r in runs] + [p.cite("date") for r in runs for p in r.points][:3]
         findings.append(
             fnd.Finding(
-                key=f"{pre}windows.client_clock_offset_s",
+                at=at("client_clock_offset_s"),
                 value=values[0],
                 unit="s",
                 sources=tuple(srcs),
@@ -364,7 +361,7 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
             worst = max(lags, key=lambda w: abs(w.end_lag_s))
             findings.append(
                 fnd.measured(
-                    f"{pre}windows.max_abs_end_lag_s",
+                    at("max_abs_end_lag_s"),
                     abs(worst.end_lag_s),
                     "s",
                     srcs[: len(runs)],
@@ -380,7 +377,7 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
             by_date = [p.label for p in sorted(logged, key=lambda p: (p.end_naive_utc_s, p.label))]
             findings.append(
                 fnd.checked(
-                    f"{pre}windows.{_slug(r.test)}.order_matches_sweep_log",
+                    at("order_matches_sweep_log", test=r.test),
                     by_log == by_date,
                     [r.cite(rel)],
                     by_log=by_log,
@@ -388,12 +385,6 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
                 )
             )
     return Section(name="windows", tables={"windows": table}, findings=findings)
-
-
-def _slug(s: str) -> str:
-    import re
-
-    return re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
 
 
 def analyze(raw_roots: list[Path], out: Path, campaigns: list[str] | None) -> Iterator[str]:

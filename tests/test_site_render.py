@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.report import format as fmt
+from analysis import labels_zh as fmt
 from analysis.report.figures import check_publishable, prepare_spec, spec_to_svg
 from analysis.report.rawindex import index_runs, link_findings
 from analysis.report.render import SiteRenderer, format_cell, render_site
@@ -63,6 +63,8 @@ def test_table_cells_formatted_by_column_unit():
 
 FINDINGS = {
     "round2.kv_pool_tokens_log": {
+        "round": "round2",
+        "metric": "kv_pool_tokens_log",
         "value": 120064,
         "unit": "tokens",
         "sources": ["Round2/01-02-perf-test/vllm-server.head.log:58"],
@@ -72,6 +74,8 @@ FINDINGS = {
         "status": "ok",
     },
     "round2.kv_fit_slope": {
+        "round": "round2",
+        "metric": "kv_fit_slope",
         "value": 0.8,
         "unit": "",
         "sources": [],
@@ -80,7 +84,11 @@ FINDINGS = {
         "tolerance_pct": 5.0,
         "status": "mismatch",
     },
-    "round1.max_mfu_pct": {
+    "round1.vllm.max_mfu_pct": {
+        "round": "round1",
+        "level": "engine",
+        "engine": "vllm",
+        "metric": "max_mfu_pct",
         "value": None,
         "unit": "%",
         "sources": [],
@@ -114,11 +122,8 @@ def _results(tmp: Path, findings=FINDINGS, spec=SPEC) -> Path:
 def _templates(tmp: Path, page: str) -> Path:
     t = tmp / "templates"
     (t / "campaign").mkdir(parents=True)
-    (t / "_site.j2").write_text(
-        '{% set nav_structure = "S" %}{% set nav_method = "M" %}{% set nav_data = "D" %}'
-        '{% set handwritten_pages = [] %}{% set reference_campaign = "ref" %}'
-        "{% macro nav_campaign_title(p) %}C {{ p.name }}{% endmacro %}"
-    )
+    real = Path(__file__).resolve().parents[1] / "site" / "templates"
+    (t / "_campaigns.j2").write_text((real / "_campaigns.j2").read_text(encoding="utf-8"), encoding="utf-8")
     for name in ("home.md.j2", "structure.md.j2", "raw_index.md.j2"):
         (t / name).write_text("# page\n")
     (t / "campaign" / "page.md.j2").write_text(page)
@@ -129,8 +134,8 @@ def _render(tmp: Path, page: str, findings=FINDINGS, spec=SPEC):
     import analysis.report.render as r
 
     results = _results(tmp, findings, spec)
-    old = r.CAMPAIGN_PAGES
-    r.CAMPAIGN_PAGES = (("index", "campaign/page.md.j2"),)
+    old, old_pages = r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES
+    r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = (("index", "campaign/page.md.j2"),), ()
     try:
         renderer = SiteRenderer(
             results,
@@ -142,7 +147,7 @@ def _render(tmp: Path, page: str, findings=FINDINGS, spec=SPEC):
         )
         renderer.render()
     finally:
-        r.CAMPAIGN_PAGES = old
+        r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = old, old_pages
     return (tmp / "docs" / "campaigns" / "demo" / "index.md").read_text(encoding="utf-8")
 
 
@@ -151,14 +156,16 @@ def test_a_typo_in_a_template_variable_fails_the_build(tmp_path):
         _render(tmp_path, "# t\n{{ kv_pool_tokenz }}\n")
 
 
-def test_a_missing_finding_key_fails_the_build_naming_the_key(tmp_path):
-    with pytest.raises(RenderError, match=r"no key 'round2\.knee_concurrency'"):
-        _render(tmp_path, '# t\n{{ f("round2.knee_concurrency").text }}\n')
+def test_a_missing_finding_fails_the_build_naming_its_fields(tmp_path):
+    with pytest.raises(RenderError, match=r"no finding .*'metric': 'knee_concurrency'.*'round': 'round2'"):
+        _render(tmp_path / "a", '# t\n{{ get("knee_concurrency", round="round2") | value }}\n')
+    with pytest.raises(RenderError, match=r"no campaign has a finding 'kv_pool_tokenz'"):  # a typo
+        _render(tmp_path / "b", '# t\n{{ find("kv_pool_tokenz") }}\n')
 
 
 def test_a_missing_attribute_of_a_finding_fails(tmp_path):
     with pytest.raises(RenderError):
-        _render(tmp_path, '# t\n{{ f("round2.kv_pool_tokens_log").valu }}\n')
+        _render(tmp_path, '# t\n{{ get("kv_pool_tokens_log", round="round2").valu }}\n')
 
 
 def test_missing_table_column_and_figure_fail(tmp_path):
@@ -172,7 +179,7 @@ def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path):
     page = (
         "# t\n"
         '{% import "_macros.j2" as m %}'
-        '{{ m.findings_table(ctx, ["round2.kv_pool_tokens_log", "round2.kv_fit_slope", "round1.max_mfu_pct"]) }}\n'
+        '{{ m.findings_table(ctx, ctx.findings(round="round2") + ctx.findings(round="round1")) }}\n'
     )
     t = tmp_path / "x"
     t.mkdir()
@@ -181,16 +188,15 @@ def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path):
 
     results = _results(t)
     templates = _templates(t, page)
-    for name in ("_macros.j2", "_labels.j2"):
-        (templates / name).write_text((real / name).read_text(encoding="utf-8"), encoding="utf-8")
-    old = r.CAMPAIGN_PAGES
-    r.CAMPAIGN_PAGES = (("index", "campaign/page.md.j2"),)
+    (templates / "_macros.j2").write_text((real / "_macros.j2").read_text(encoding="utf-8"), encoding="utf-8")
+    old, old_pages = r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES
+    r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = (("index", "campaign/page.md.j2"),), ()
     try:
         SiteRenderer(
             results, [], t / "docs", templates_dir=templates, handwritten_dir=None, assets_dir=None
         ).render()
     finally:
-        r.CAMPAIGN_PAGES = old
+        r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = old, old_pages
     text = (t / "docs" / "campaigns" / "demo" / "index.md").read_text(encoding="utf-8")
     assert "120,064 token" in text and "+0.053%" in text  # value with 千分位, signed error
     assert '<span class="ia-badge ia-fail">不吻合</span>' in text  # the failed reconciliation shows as failed
@@ -209,7 +215,7 @@ def test_table_and_figure_render(tmp_path):
     svg = (tmp_path / "docs" / "campaigns" / "demo" / "figures" / "throughput.svg").read_text()
     assert "<path" in svg and "吞吐随并发数的变化" in svg
     nav = json.loads((tmp_path / "docs" / ".nav.json").read_text())
-    assert nav[1] == {"C demo": [{"t": "campaigns/demo/index.md"}]}  # one navigation section per campaign
+    assert nav[1] == {"批次 demo": [{"t": "campaigns/demo/index.md"}]}  # one navigation section per campaign
 
 
 def test_renderer_never_empties_a_folder_it_did_not_make(tmp_path):
@@ -259,11 +265,20 @@ def test_raw_index_sizes_hashes_provenance_and_users(tmp_path):
         json.dumps(
             {
                 "round2.overload.completed": {
+                    "round": "round2",
+                    "topic": "overload",
+                    "metric": "completed",
                     "value": 128,
                     "unit": "requests",
                     "sources": ["Round2/04-perf-test/stress.json:completed"],
                 },
-                "round2.elsewhere": {"value": 1, "unit": "", "sources": ["Round9/x/y.json:z"]},
+                "round2.elsewhere": {
+                    "round": "round2",
+                    "metric": "elsewhere",
+                    "value": 1,
+                    "unit": "",
+                    "sources": ["Round9/x/y.json:z"],
+                },
             }
         )
     )
@@ -428,7 +443,14 @@ def test_unplaced_figure_and_finding_fall_back_to_the_overview(built, tmp_path):
     spec["title"] = "一张新图"
     (results / c / "figures" / "zz_brand_new.vl.json").write_text(json.dumps(spec, ensure_ascii=False))
     findings = json.loads((results / c / "findings.json").read_text())
-    findings["zz.brand_new_quantity"] = {"value": 42, "unit": "tokens", "sources": [], "status": "ok"}
+    findings["zz.brand_new_quantity"] = {
+        "topic": "zz",
+        "metric": "brand_new_quantity",
+        "value": 42,
+        "unit": "tokens",
+        "sources": [],
+        "status": "ok",
+    }
     (results / c / "findings.json").write_text(json.dumps(findings, ensure_ascii=False))
     render_site(results, [built.raw], tmp_path / "docs")
     overview = (tmp_path / "docs" / "campaigns" / c / "index.md").read_text(encoding="utf-8")
@@ -471,6 +493,7 @@ def test_reference_site_numbers_are_the_findings_formatted(reference_site):
 def test_profile_of_an_own_gpu_campaign_with_random_weights():
     """What the H200 campaign's runs record (plans/h200-*.toml): gpu = "h200", a description saying the
     weights are random; two llama.cpp runs with two weight formats → labels with the format, no CPU banner."""
+    from analysis.findings import FindingSet
     from analysis.report.profile import build_profile
     from analysis.report.rawindex import RawRun
     from analysis.report.results import CampaignResults, Table
@@ -482,7 +505,7 @@ def test_profile_of_an_own_gpu_campaign_with_random_weights():
     c = CampaignResults(
         "h200-x",
         Path("."),
-        {},
+        FindingSet(),
         {"roofline_points": Table("roofline_points", Path("."), list(rows[0]), rows)},
         {},
     )
@@ -506,7 +529,7 @@ def test_profile_of_an_own_gpu_campaign_with_random_weights():
     assert p.collected and not p.cpu and p.random_weights and not p.is_reference
     assert p.gpu == "h200" and "H200" in (p.gpu_display or "")
     assert [s.label for s in p.series] == ["llama.cpp（F16）", "llama.cpp（Q4_K_M）"]
-    assert [s.prefix for s in p.series] == ["runs.llamacpp_f16.", "runs.llamacpp_q4km."]
+    assert [s.select for s in p.series] == [{"run": "llamacpp-f16"}, {"run": "llamacpp-q4km"}]
     assert p.engine_label("llamacpp") == "llama.cpp"  # two formats: the engine alone names neither
     cpu = build_profile(
         c,

@@ -7,6 +7,19 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis.findings import Finding
+from analysis.keys import At
+
+
+def run_at(run, weight_format: str | None, topic: str | None = None) -> At:
+    """The address of findings about one of our own runs (their key: ``runs.<run>.…``)."""
+    return At(level="run", run=run.name, engine=run.engine, weight_format=weight_format, topic=topic)
+
+
+def engine_at(
+    round: str | None, engine: str, weight_format: str | None = None, topic: str | None = None
+) -> At:
+    """The address of findings about one engine in a round (their key: ``<round>.<engine>.…``)."""
+    return At(level="engine", round=round, engine=engine, weight_format=weight_format, topic=topic)
 
 
 @dataclass
@@ -47,17 +60,9 @@ class Context:
         return not self.gate_failures(point)
 
     def gate_failures(self, point) -> list[str]:
-        from analysis.reconcile.gates import SEVERITY
-
         return [
-            g.gate
-            for g in self.gates.get(point.key, [])
-            if g.status == "fail" and SEVERITY[g.gate] == "exclude"
+            g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and g.severity == "exclude"
         ]
 
     def gate_flags(self, point) -> list[str]:
-        from analysis.reconcile.gates import SEVERITY
-
-        return [
-            g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and SEVERITY[g.gate] == "flag"
-        ]
+        return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and g.severity == "flag"]

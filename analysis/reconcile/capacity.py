@@ -14,28 +14,18 @@ Keys: ``runs.<run>.<quantity>``; the flags come from the server command the coll
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
 from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import Campaign, RunData
-from analysis.reconcile import Context, Section
+from analysis.parse.scrapes_jsonl import metric_samples
+from analysis.reconcile import Context, Section, run_at
 from analysis.reconcile.theoryctx import TheoryCtx
 
 GIB = theory.GIB
 # numbers the engines print with two decimals are known to ± half a unit in the last place
 LOG_DECIMALS_HALF = 0.005
-
-
-def run_slug(name: str) -> str:
-    """A run name as a finding-key segment: `llamacpp-q4km` -> `llamacpp_q4km`."""
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "run"
-
-
-def run_prefix(run: RunData) -> str:
-    return f"runs.{run_slug(run.name)}."
 
 
 def server_argv(run: RunData) -> tuple[list[str] | None, str | None]:
@@ -69,7 +59,7 @@ def half_unit_pct(value: float, half_unit: float = LOG_DECIMALS_HALF) -> float:
 
 
 def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[fnd.Finding]]:
-    pre = run_prefix(run)
+    pre = run_at(run, th.weight_format_for(run))
     rel, log = run.server_log
     argv, argv_src = server_argv(run)
     plan = run.docs.plan
@@ -78,7 +68,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
     if log is None or log.kv_cache_tokens is None:
         out.append(
             fnd.not_available(
-                pre + "kv_pool_tokens",
+                pre("kv_pool_tokens"),
                 "tokens",
                 "no_kv_pool_line",
                 f"{run.cite(rel) if rel else run.name}: no 'KV cache size' line",
@@ -130,7 +120,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
     if blocks is None or not block or not mml:
         out.append(
             fnd.not_available(
-                pre + "kv_pool_tokens",
+                pre("kv_pool_tokens"),
                 "tokens",
                 "no_theory",
                 "no block count: neither an override, VLLM_CPU_KVCACHE_SPACE nor a logged pool",
@@ -151,7 +141,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
         tol = (hi - lo) / 2 / tokens_th * 100
     out.append(
         fnd.measured(
-            pre + "kv_pool_tokens",
+            pre("kv_pool_tokens"),
             log.kv_cache_tokens,
             "tokens",
             srcs,
@@ -169,7 +159,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
     if log.max_concurrency_x is not None:
         out.append(
             fnd.measured(
-                pre + "max_concurrency",
+                pre("max_concurrency"),
                 log.max_concurrency_x,
                 "requests",
                 [run.cite(rel, log.lines.get("max_concurrency_x")), *srcs[1:]],
@@ -181,8 +171,6 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
     # /metrics: vllm:cache_config_info carries the block count the scheduler really has
     srel, scrapes = run.scrapes
     if scrapes is not None:
-        from analysis.parse.scrapes_jsonl import metric_samples
-
         for r in scrapes.records:
             if r.source != "metrics" or not r.ok:
                 continue
@@ -200,7 +188,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
                 row["block_size_metrics"] = int(info["block_size"]) if info.get("block_size") else None
                 out.append(
                     fnd.measured(
-                        pre + "kv_pool_blocks_metrics",
+                        pre("kv_pool_blocks_metrics"),
                         nb,
                         "count",
                         [run.cite(srel, r.line), *srcs[1:]],
@@ -213,7 +201,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
                 if row["block_size_metrics"] is not None:
                     out.append(
                         fnd.checked(
-                            pre + "block_size_matches_metrics",
+                            pre("block_size_matches_metrics"),
                             row["block_size_metrics"] == block,
                             [run.cite(srel, r.line), block_src or ""],
                             theory_block_size=block,
@@ -226,7 +214,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
 
 
 def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
-    pre = run_prefix(run)
+    pre = run_at(run, th.weight_format_for(run))
     rel, log = run.server_log
     argv, argv_src = server_argv(run)
     rows: list[dict] = []
@@ -234,7 +222,7 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
     if log is None or log.n_slots is None or log.n_ctx_slot is None:
         out.append(
             fnd.not_available(
-                pre + "n_ctx_slot",
+                pre("n_ctx_slot"),
                 "tokens",
                 "no_kv_pool_line",
                 f"{run.cite(rel) if rel else run.name}: no n_slots / n_ctx_slot line",
@@ -259,7 +247,7 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
     if c is None or np_ is None:
         out.append(
             fnd.not_available(
-                pre + "n_ctx_slot",
+                pre("n_ctx_slot"),
                 "tokens",
                 "no_theory",
                 "the server command gave no -c and -np to compute from",
@@ -273,7 +261,7 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
     row["n_ctx_slot_theory"] = ctx_th
     out.append(
         fnd.measured(
-            pre + "n_ctx_slot",
+            pre("n_ctx_slot"),
             log.n_ctx_slot,
             "tokens",
             [slot_src, argv_src],
@@ -286,14 +274,14 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
     )
     out.append(
         fnd.measured(
-            pre + "n_slots", log.n_slots, "count", [slot_src, argv_src], theory=float(np_i), tolerance_pct=0.0
+            pre("n_slots"), log.n_slots, "count", [slot_src, argv_src], theory=float(np_i), tolerance_pct=0.0
         )
     )
     cap = log.n_slots * log.n_ctx_slot
     row["capacity_tokens"] = cap
     out.append(
         fnd.measured(
-            pre + "capacity_tokens",
+            pre("capacity_tokens"),
             cap,
             "tokens",
             [slot_src, argv_src],
@@ -309,7 +297,7 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
         row.update(kv_cache_mib_theory=mib_th, kv_bytes_per_token=kvb)
         out.append(
             fnd.measured(
-                pre + "kv_cache_mib",
+                pre("kv_cache_mib"),
                 log.kv_cache_mib,
                 "MiB",
                 [run.cite(rel, log.lines.get("kv_cache_mib")), argv_src, *th.model_source],
@@ -323,7 +311,7 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
     elif kvb is None:
         out.append(
             fnd.not_available(
-                pre + "kv_cache_mib",
+                pre("kv_cache_mib"),
                 "MiB",
                 "no_theory",
                 th.model_reason or "no model config for this campaign",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from analysis import findings as fnd
 from analysis.campaign import Campaign
+from analysis.keys import At
 from analysis.reconcile import Section
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -31,7 +32,7 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
     out = []
     for key, field, unit, value, peak, tol, what in (
         (
-            "ceilings.copy_bytes_per_s",
+            At(topic="ceilings")("copy_bytes_per_s"),
             "copy_bytes_per_s",
             "bytes/s",
             c.copy_bytes_per_s,
@@ -40,7 +41,7 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
             "device-to-device copy, bytes read + written per s, against the datasheet memory bandwidth",
         ),
         (
-            "ceilings.bf16_matmul_flops_per_s",
+            At(topic="ceilings")("bf16_matmul_flops_per_s"),
             "bf16_matmul_flops_per_s",
             "FLOP/s",
             c.bf16_matmul_flops_per_s,

@@ -8,12 +8,12 @@ bandwidth should step k× faster, if both reach the same share of their roofline
 Input: every campaign's own analysis (its tables and findings, as written per campaign); nothing is
 re-measured. Output (``out/_comparison/``): ``comparison.json`` (findings, the same record as a campaign's
 findings.json), ``tables/*.csv``, ``figures/*.vl.json``, ``index.json``.
-Keys: ``comparison.<campaign>.<series>.<quantity>`` and ``comparison.<a>__vs__<b>.<series>.<quantity>``.
+Findings are addressed with ``cross=True``, their campaign (and, for a pair, ``versus``) and series
+(`analysis.keys`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -22,6 +22,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import fits
 from analysis.findings import FindingSet
+from analysis.keys import At, series_id
 
 DIR_NAME = "_comparison"
 FINDINGS_FILE = "comparison.json"
@@ -46,16 +47,6 @@ class CampaignSummary:
     model_name: str | None = None
 
 
-def slug(text: str) -> str:
-    """A name as a finding-key segment: `rtx4090-qwen2.5-7b` -> `rtx4090_qwen2_5_7b`."""
-    return re.sub(r"[^a-z0-9]+", "_", str(text).lower()).strip("_")
-
-
-def series_key(engine: str, weight_format: str | None) -> str:
-    """Series identity across campaigns: engine and weight format (`llamacpp_q4_k_m`)."""
-    return slug(f"{engine}_{weight_format or 'unknown'}")
-
-
 def speedup(slow_ms: float, fast_ms: float) -> float:
     """How many times faster the second step is, dimensionless: slow step ÷ fast step."""
     return slow_ms / fast_ms
@@ -78,7 +69,7 @@ def _latest_series(points: pd.DataFrame) -> pd.DataFrame:
     if not len(points):
         return points
     df = points.copy()
-    df["series_key"] = [series_key(e, w) for e, w in zip(df["engine"], df["weight_format"], strict=True)]
+    df["series_key"] = [series_id(e, w) for e, w in zip(df["engine"], df["weight_format"], strict=True)]
     keep = []
     for _key, g in df.groupby("series_key", sort=True):
         rounds = sorted(g["round"].fillna("").unique())
@@ -86,6 +77,16 @@ def _latest_series(points: pd.DataFrame) -> pd.DataFrame:
         first = sorted(g["series"].unique())[0]
         keep.append(g[g["series"] == first])
     return pd.concat(keep, ignore_index=True)
+
+
+def _str(v) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _capacity_tolerance(r: dict) -> float:
+    """The capacity's own tolerance (vLLM's logged pool is rounded); llama.cpp's slots × n_ctx_slot is exact."""
+    tol = _num(r.get("capacity_tolerance_pct"))
+    return 0.0 if tol is None else tol
 
 
 def _num(v) -> float | None:
@@ -141,14 +142,15 @@ def series_rows(c: CampaignSummary) -> list[dict]:
 
 def _quant_rows(c: CampaignSummary) -> list[dict]:
     rows = []
-    for k in c.findings.keys():
-        if k.startswith("quantization.") and k.endswith(".step_ratio"):
-            f = c.findings[k]
+    for f in c.findings.select(topic="quantization", metric="step_ratio"):
+        if f.engine:
             rows.append(
                 {
                     "campaign": c.name,
-                    "key": k,
-                    "engine": k.split(".")[1],
+                    "key": f.key,
+                    "engine": f.engine,
+                    "heavier_format": f.formats[0] if f.formats else None,
+                    "lighter_format": f.formats[1] if f.formats else None,
                     "value": f.value,
                     "theory": f.theory,
                     "error_pct": f.error_pct,
@@ -167,11 +169,18 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
         series += series_rows(c)
     by = {(r["campaign"], r["series_key"]): r for r in series}
     for r in series:
-        pre = f"comparison.{slug(r['campaign'])}.{r['series_key']}."
+        pre = At(
+            cross=True,
+            campaign=r["campaign"],
+            level="series",
+            series=r["series_key"],
+            engine=r["engine"],
+            weight_format=_str(r["weight_format"]),
+        )
         src = [f"{r['campaign']}/{r['source']}"]
         found.add(
             fnd.measured(
-                pre + "single_stream_p50_itl_ms",
+                pre("single_stream_p50_itl_ms"),
                 r["single_stream_p50_itl_ms"],
                 "ms",
                 src,
@@ -182,7 +191,7 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
             )
         )
         for tag, reason in (("datasheet", "no_gpu_datasheet"), ("measured", "no_measured_ceiling")):
-            key = pre + (
+            key = pre(
                 "roofline_achievement_pct"
                 if tag == "datasheet"
                 else "roofline_achievement_measured_ceiling_pct"
@@ -208,7 +217,7 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
         if r["knee_concurrency"] is None:
             found.add(
                 fnd.not_available(
-                    pre + "knee_concurrency",
+                    pre("knee_concurrency"),
                     "requests",
                     "no_knee",
                     f"no point up to concurrency {r['max_concurrency_measured']} has p99 ITL > 2 × p50",
@@ -216,10 +225,10 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
                 )
             )
         else:
-            found.add(fnd.measured(pre + "knee_concurrency", int(r["knee_concurrency"]), "requests", src))
+            found.add(fnd.measured(pre("knee_concurrency"), int(r["knee_concurrency"]), "requests", src))
         found.add(
             fnd.measured(
-                pre + "peak_output_throughput_tokens_per_s",
+                pre("peak_output_throughput_tokens_per_s"),
                 r["peak_output_throughput_tokens_per_s"],
                 "tokens/s",
                 src,
@@ -230,12 +239,12 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
             th = r.get("capacity_tokens_theory")
             found.add(
                 fnd.measured(
-                    pre + "capacity_tokens",
+                    pre("capacity_tokens"),
                     r["capacity_tokens"],
                     "tokens",
                     [f"{r['campaign']}/{r['capacity_source']}"],
                     theory=float(th) if th is not None else None,
-                    tolerance_pct=(r.get("capacity_tolerance_pct") or 0.0) if th is not None else None,
+                    tolerance_pct=_capacity_tolerance(r) if th is not None else None,
                     detail="vLLM: logged KV pool tokens; llama.cpp: slots × n_ctx_slot — vs theory",
                 )
             )
@@ -248,7 +257,15 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
             continue  # a step ratio between different models says nothing about the cards
         for key in sorted({k for (cn, k) in by if cn == a} & {k for (cn, k) in by if cn == b}):
             ra, rb = by[(a, key)], by[(b, key)]
-            pre = f"comparison.{slug(a)}__vs__{slug(b)}.{key}."
+            pre = At(
+                cross=True,
+                campaign=a,
+                versus=b,
+                level="series",
+                series=key,
+                engine=ra["engine"],
+                weight_format=_str(ra["weight_format"]),
+            )
             src = [f"{a}/{ra['source']}", f"{b}/{rb['source']}"]
             meas = speedup(ra["single_stream_p50_itl_ms"], rb["single_stream_p50_itl_ms"])
             th_ds = (
@@ -263,7 +280,7 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
             )
             found.add(
                 fnd.measured(
-                    pre + "single_stream_speedup",
+                    pre("single_stream_speedup"),
                     meas,
                     "ratio",
                     src,
@@ -292,15 +309,15 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
         if not any(q["campaign"] == c.name for q in quant):
             found.add(
                 fnd.not_available(
-                    f"comparison.{slug(c.name)}.quantization.step_ratio",
+                    At(cross=True, campaign=c.name, topic="quantization")("step_ratio"),
                     "ratio",
                     "no_second_format",
                     f"{c.name} measured one weight format per engine",
                 )
             )
         for q in (q for q in quant if q["campaign"] == c.name):
-            qkey = f"comparison.{slug(c.name)}.{q['key']}"
             f = c.findings[q["key"]]
+            qkey = f.at.with_(cross=True, campaign=c.name)
             if f.value is None:
                 found.add(fnd.not_available(qkey, "ratio", f.reason or "unknown", f.detail or "", f.sources))
             else:

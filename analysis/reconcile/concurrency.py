@@ -10,7 +10,8 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import fits
 from analysis.campaign import BenchPoint, Campaign, iter_points
-from analysis.reconcile import Context, Section
+from analysis.keys import At
+from analysis.reconcile import Context, Section, engine_at
 from analysis.reconcile.theoryctx import TheoryCtx
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -227,19 +228,22 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     )
 
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd)
         for engine in ("vllm", "llamacpp"):
             pts = sweep_points(campaign, rnd, engine)
-            key = f"{pre}{engine}.knee_concurrency"
             if not pts:
                 findings.append(
                     fnd.not_available(
-                        key, "requests", "no_such_test", f"no {engine} sweep in {rnd or 'the campaign'}"
+                        engine_at(rnd, engine, th.weight_formats.get(engine))("knee_concurrency"),
+                        "requests",
+                        "no_such_test",
+                        f"no {engine} sweep in {rnd or 'the campaign'}",
                     )
                 )
                 continue
-            # a campaign of our own may run one engine with several formats: these keys rest on its first run
-            which = {"run": pts[0].run.name, "weight_format": th.weight_format_for(pts[0].run)}
+            # a campaign of our own may run one engine with several formats: these findings rest on its first run
+            at = engine_at(rnd, engine, th.weight_format_for(pts[0].run))
+            key = at("knee_concurrency")
+            which = {"rests_on_run": pts[0].run.name}
             xs = [p.concurrency for p in pts]
             p50 = [p.result.stat_ms("p50", "itl") for p in pts]
             p99 = [p.result.stat_ms("p99", "itl") for p in pts]
@@ -264,30 +268,42 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         **which,
                     )
                 )
-            best = max(pts, key=lambda p: p.result.output_throughput_tok_s or 0)
-            findings.append(
-                fnd.measured(
-                    f"{pre}{engine}.peak_output_throughput_tokens_per_s",
-                    best.result.output_throughput_tok_s,
-                    "tokens/s",
-                    [best.cite("output_throughput")],
-                    concurrency=best.concurrency,
-                    gate_ok=ctx.gate_ok(best),
-                    **which,
+            rated = [p for p in pts if p.result.output_throughput_tok_s is not None]
+            if rated:
+                best = max(rated, key=lambda p: p.result.output_throughput_tok_s)
+                findings.append(
+                    fnd.measured(
+                        at("peak_output_throughput_tokens_per_s"),
+                        best.result.output_throughput_tok_s,
+                        "tokens/s",
+                        [best.cite("output_throughput")],
+                        concurrency=best.concurrency,
+                        gate_ok=ctx.gate_ok(best),
+                        **which,
+                    )
                 )
-            )
+            else:
+                findings.append(
+                    fnd.not_available(
+                        at("peak_output_throughput_tokens_per_s"),
+                        "tokens/s",
+                        "point_cut",
+                        "no sweep point completed a request: no output throughput",
+                        srcs,
+                    )
+                )
             c1 = next((p for p in pts if p.concurrency == 1), None)
             if c1 is not None:
                 findings.append(
                     fnd.measured(
-                        f"{pre}{engine}.single_stream_output_throughput_tokens_per_s",
+                        at("single_stream_output_throughput_tokens_per_s"),
                         c1.result.output_throughput_tok_s,
                         "tokens/s",
                         [c1.cite("output_throughput")],
                         **which,
                     )
                 )
-            findings.extend(_counter_findings(pre, engine, pts, points, campaign))
+            findings.extend(_counter_findings(at, engine, pts, points, campaign))
 
         # consistency of the summaries: throughput × duration = totals
         sub = points[(points["round"] == (rnd or ""))]
@@ -301,7 +317,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             worst = max(errs)
             findings.append(
                 fnd.Finding(
-                    key=f"{pre}consistency.max_throughput_duration_error_pct",
+                    at=At(round=rnd, topic="consistency", metric="max_throughput_duration_error_pct"),
                     value=worst,
                     unit="%",
                     sources=tuple(sub["file"].tolist()[:1]),
@@ -342,7 +358,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
 
 
 def _counter_findings(
-    pre: str, engine: str, pts: list[BenchPoint], points: pd.DataFrame, campaign: Campaign
+    at: At, engine: str, pts: list[BenchPoint], points: pd.DataFrame, campaign: Campaign
 ) -> list:
     """MFU/MBU, tokens per iteration and the FLOPs counter against theory, where the sampler has them."""
     out: list[fnd.Finding] = []
@@ -362,7 +378,7 @@ def _counter_findings(
         for n in names:
             out.append(
                 fnd.not_available(
-                    f"{pre}{engine}.{n}",
+                    at(n),
                     "%" if n.endswith("pct") else "",
                     "no_sampler_csv",
                     f"{run.cite_root} kept no sampler CSV with the MFU counters",
@@ -375,7 +391,7 @@ def _counter_findings(
     src = run.cite(srel, "flops")
     out.append(
         fnd.measured(
-            f"{pre}{engine}.max_mfu_pct",
+            at("max_mfu_pct"),
             float(r.loc[i_mfu, "mfu_pct"]),
             "%",
             [src, r.loc[i_mfu, "file"]],
@@ -384,7 +400,7 @@ def _counter_findings(
     )
     out.append(
         fnd.measured(
-            f"{pre}{engine}.max_mbu_pct",
+            at("max_mbu_pct"),
             float(r.loc[i_mbu, "mbu_pct"]),
             "%",
             [run.cite(srel, "read_bytes"), r.loc[i_mbu, "file"]],
@@ -404,7 +420,7 @@ def _counter_findings(
         )
         out.append(
             fnd.measured(
-                f"{pre}{engine}.flops_per_output_token_gflop",
+                at("flops_per_output_token_gflop"),
                 meas,
                 "GFLOP/token",
                 [src],
@@ -417,7 +433,7 @@ def _counter_findings(
     top = r.loc[r["concurrency"].idxmax()]
     out.append(
         fnd.measured(
-            f"{pre}{engine}.tokens_per_iteration_at_max_concurrency",
+            at("tokens_per_iteration_at_max_concurrency"),
             float(top["tokens_per_iteration"]),
             "tokens/iteration",
             [run.cite(srel, "iter_tok_sum"), run.cite(srel, "iter_tok_cnt")],

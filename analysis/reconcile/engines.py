@@ -8,35 +8,18 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis import fits, theory
+from analysis import fits
 from analysis.campaign import Campaign
-from analysis.reconcile import Context, Section
+from analysis.keys import At
+from analysis.reconcile import Context, Section, engine_at
 from analysis.reconcile.concurrency import sweep_points
+from analysis.reconcile.roofline import achievement_pct, mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
 
 ENGINES = ("vllm", "llamacpp")
 # The byte ledger predicts the single-stream ratio only if both engines reach the same share of their
 # roofline; a gap beyond this is a failed reconciliation the page explains with roofline_achievement_pct.
 STEP_RATIO_TOLERANCE_PCT = 10.0
-
-
-def mean_context_tokens(input_len: float, output_len: float) -> float:
-    """Average cached context of a request while it decodes, tokens: input + output ÷ 2."""
-    return input_len + output_len / 2
-
-
-def roofline_floor_ms(
-    weight_bytes_per_step: float, concurrency: int, kv_bytes_per_request: float, bandwidth_bytes_per_s: float
-) -> float:
-    """Memory-bound floor of one decode step, ms:
-    (weight bytes read per step + concurrency × mean KV bytes per request) ÷ bandwidth × 1000."""
-    kv = theory.kv_bytes_read_per_step(kv_bytes_per_request, concurrency, 1)
-    return theory.decode_step_floor_s(weight_bytes_per_step, kv, bandwidth_bytes_per_s) * 1000.0
-
-
-def achievement_pct(floor_ms: float, measured_ms: float) -> float:
-    """How close a measured step is to its floor, %: floor ÷ measured × 100 (100 = at the roofline)."""
-    return floor_ms / measured_ms * 100.0
 
 
 def shortfall_pct(total_output_tokens: int, completed: int, requested_output_len: int) -> float:
@@ -71,15 +54,13 @@ def byte_ledger(series: list[dict], bandwidth_bytes_per_s: float | None) -> list
 
 
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
-    from analysis.reconcile.roofline import sweep_series
-
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None
     all_series = sweep_series(campaign, th)
     ledger = byte_ledger(all_series, bw)
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd)
+        at = At(round=rnd)
         by_engine = {e: sweep_points(campaign, rnd, e) for e in ENGINES}
         # the series whose points the per-engine findings rest on: the engine's first sweep of the round
         head = {e: (by_engine[e][0].run.name if by_engine[e] else None) for e in ENGINES}
@@ -122,7 +103,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
 
         # roofline achievement: the single-stream value as the headline, the range alongside
         for engine in ENGINES:
-            key = f"{pre}{engine}.roofline_achievement_pct"
+            key = engine_at(rnd, engine, th.weight_formats.get(engine))("roofline_achievement_pct")
             sub = frame[frame["engine"] == engine] if len(frame) else frame
             if (
                 not len(sub)
@@ -140,17 +121,17 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 continue
             sub = sub.dropna(subset=["roofline_achievement_pct"]).sort_values("concurrency")
             first = sub.iloc[0]
+            eat = engine_at(rnd, engine, first["weight_format"])
             findings.append(
                 fnd.measured(
-                    key,
+                    eat("roofline_achievement_pct"),
                     float(first["roofline_achievement_pct"]),
                     "%",
                     [first["source"], th.weight_format_source.get(engine, ""), *th.gpu_source],
                     concurrency=int(first["concurrency"]),
                     floor_ms=float(first["roofline_floor_ms"]),
                     p50_itl_ms=float(first["p50_itl_ms"]),
-                    weight_format=first["weight_format"],
-                    run=first["run"],
+                    rests_on_run=first["run"],
                     by_concurrency={
                         str(int(c)): float(v)
                         for c, v in zip(sub["concurrency"], sub["roofline_achievement_pct"], strict=True)
@@ -169,21 +150,20 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     kv_req = mean_context_tokens(inp, mo) * th.kv_bytes_per_token_for(engine) / bw * 1000
                 findings.append(
                     fnd.measured(
-                        f"{pre}{engine}.itl_marginal_ms_per_request",
+                        eat("itl_marginal_ms_per_request"),
                         fit.slope,
                         "ms/request",
                         ok["source"].tolist(),
                         floor_ms_per_request=kv_req,
                         r2=fit.r2,
                         n=fit.n,
-                        weight_format=first["weight_format"],
-                        run=first["run"],
+                        rests_on_run=first["run"],
                         detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; floor: one "
                         "more request's mean KV bytes ÷ bandwidth (a lower bound, not a prediction)",
                     )
                 )
         # single-stream step ratio
-        key = f"{pre}single_stream_step_ratio"
+        key = at("single_stream_step_ratio")
         c1 = {e: next((p for p in by_engine[e] if p.concurrency == 1), None) for e in ENGINES}
         if c1["vllm"] is None or c1["llamacpp"] is None:
             findings.append(
@@ -228,7 +208,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 )
             )
         # throughput crossover: log–log interpolation on the common concurrencies
-        key = f"{pre}engines.throughput_crossover_concurrency"
+        key = at("throughput_crossover_concurrency", topic="engines")
         common = sorted(
             {p.concurrency for p in by_engine["vllm"]} & {p.concurrency for p in by_engine["llamacpp"]}
         )
@@ -276,7 +256,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     )
                 )
         # workload shortfall (ignore-eos not honoured)
-        key = f"{pre}llamacpp.workload_shortfall_max_pct"
+        key = engine_at(rnd, "llamacpp", th.weight_formats.get("llamacpp"))("workload_shortfall_max_pct")
         sub = frame[frame["engine"] == "llamacpp"] if len(frame) else frame
         if not len(sub) or "workload_shortfall_pct" not in sub or sub["workload_shortfall_pct"].isna().all():
             findings.append(

@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign, iter_points
+from analysis.keys import At
 from analysis.reconcile import Context, Section
 
 GATE_ORDER = (
@@ -52,6 +53,11 @@ class GateResult:
     reason: str | None  # labels_zh.REASONS code when not pass
     source: str | None
     detail: str
+
+    @property
+    def severity(self) -> str:
+        """What a failure of this gate means for its point: ``exclude`` or ``flag`` (``SEVERITY``)."""
+        return SEVERITY[self.gate]
 
 
 def gate_completed(num_prompts: int | None, completed: int) -> bool:
@@ -242,16 +248,18 @@ def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
             f"{r.completed}/{r.num_prompts}",
         )
     )
-    failed = r.failed or 0
-    out.append(
-        GateResult(
-            "no_failures",
-            "pass" if failed == 0 else "fail",
-            None if failed == 0 else "failed_requests",
-            p.cite("failed"),
-            f"failed={failed}",
+    if r.failed is None:
+        out.append(GateResult("no_failures", "unknown", "unknown", p.cite("failed"), "no failed count"))
+    else:
+        out.append(
+            GateResult(
+                "no_failures",
+                "pass" if r.failed == 0 else "fail",
+                None if r.failed == 0 else "failed_requests",
+                p.cite("failed"),
+                f"failed={r.failed}",
+            )
         )
-    )
     if p.requested_output_len_tokens is None or r.total_output_tokens is None:
         out.append(
             GateResult(
@@ -383,14 +391,12 @@ def run(campaign: Campaign, ctx: Context) -> Section:
         failed = sorted(f"{p.run.test}/{p.label}" for p in pts if not ctx.gate_ok(p))
         flagged = sorted(f"{p.run.test}/{p.label}" for p in pts if ctx.gate_flags(p))
         unknown = sorted({g.gate for p in pts for g in ctx.gates[p.key] if g.status == "unknown"})
-        pre = campaign.prefix(rnd)
+        at = At(round=rnd, topic="gates")
         srcs = [g.source for p in pts for g in ctx.gates[p.key] if g.status == "fail" and g.source]
-        findings.append(
-            fnd.measured(f"{pre}gates.points_total", len(pts), "count", [p.cite() for p in pts][:1])
-        )
+        findings.append(fnd.measured(at("points_total"), len(pts), "count", [p.cite() for p in pts][:1]))
         findings.append(
             fnd.Finding(
-                key=f"{pre}gates.points_failed",
+                at=at("points_failed"),
                 value=failed,
                 unit="list",
                 sources=tuple(srcs),
@@ -400,17 +406,17 @@ def run(campaign: Campaign, ctx: Context) -> Section:
         )
         findings.append(
             fnd.measured(
-                f"{pre}gates.points_flagged",
+                at("points_flagged"),
                 flagged,
                 "list",
                 [],
                 detail="points failing only flag-severity gates: used, and listed",
             )
         )
-        findings.append(fnd.measured(f"{pre}gates.points_failed_count", len(failed), "count", srcs))
+        findings.append(fnd.measured(at("points_failed_count"), len(failed), "count", srcs))
         findings.append(
             fnd.measured(
-                f"{pre}gates.gates_unknown",
+                at("gates_unknown"),
                 unknown,
                 "list",
                 [],
@@ -429,7 +435,7 @@ def run(campaign: Campaign, ctx: Context) -> Section:
             }
         findings.append(
             fnd.measured(
-                f"{pre}gates.all_passed",
+                at("all_passed"),
                 not failed and not flagged,
                 "bool",
                 srcs,

@@ -9,6 +9,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import fits, theory
 from analysis.campaign import Campaign, RunData, iter_points
+from analysis.keys import At
 from analysis.reconcile import Context, Section
 from analysis.reconcile.capacity import pool_tokens_measured
 from analysis.reconcile.theoryctx import TheoryCtx
@@ -92,7 +93,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     fit_rows: list[dict] = []
     pred_rows: list[dict] = []
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd)
+        at = At(round=rnd)
         rp = [r for r in pools if r["round"] == (rnd or "")]
         own_pool = next(
             (
@@ -116,17 +117,16 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             ):
                 findings.append(
                     fnd.not_available(
-                        f"{pre}{k}", u, "no_server_log", f"no vLLM start-up log in {rnd or 'the campaign'}"
+                        at(k), u, "no_server_log", f"no vLLM start-up log in {rnd or 'the campaign'}"
                     )
                 )
             pool_tokens = None
         else:
             r0 = sorted(rp, key=lambda r: r["run"])[0]
             pool_tokens = r0["kv_pool_tokens_log"]
+            logged = at.with_(run=r0["run"], engine="vllm")  # the pool the first vLLM start-up log reports
             findings.append(
-                fnd.measured(
-                    f"{pre}kv_pool_gib_log", r0["kv_pool_gib_log"], "GiB", [r0["source_gib"]], run=r0["run"]
-                )
+                fnd.measured(logged("kv_pool_gib_log"), r0["kv_pool_gib_log"], "GiB", [r0["source_gib"]])
             )
             if "kv_pool_tokens_theory" in r0:
                 tol = _half_range_pct(
@@ -140,7 +140,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     <= r0["kv_pool_tokens_theory_max"]
                 )
                 f = fnd.measured(
-                    f"{pre}kv_pool_tokens_log",
+                    logged("kv_pool_tokens_log"),
                     r0["kv_pool_tokens_log"],
                     "tokens",
                     [r0["source_tokens"]],
@@ -148,12 +148,11 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     tolerance_pct=tol,
                     theory_range=[r0["kv_pool_tokens_theory_min"], r0["kv_pool_tokens_theory_max"]],
                     within_logged_gib_rounding=ok_range,
-                    run=r0["run"],
                 )
                 findings.append(f)
                 findings.append(
                     fnd.measured(
-                        f"{pre}kv_pool_tokens_theory",
+                        at("kv_pool_tokens_theory"),
                         r0["kv_pool_tokens_theory"],
                         "tokens",
                         [r0["source_gib"], *th.model_source],
@@ -170,18 +169,17 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 mc_tol += 0.005 / r0["max_concurrency_theory"] * 100
                 findings.append(
                     fnd.measured(
-                        f"{pre}max_concurrency_log",
+                        logged("max_concurrency_log"),
                         r0["max_concurrency_log"],
                         "requests",
                         [r0["source_concurrency"]],
                         theory=r0["max_concurrency_theory"],
                         tolerance_pct=mc_tol,
-                        run=r0["run"],
                     )
                 )
                 findings.append(
                     fnd.measured(
-                        f"{pre}max_concurrency_theory",
+                        at("max_concurrency_theory"),
                         r0["max_concurrency_theory"],
                         "requests",
                         [r0["source_gib"], *th.model_source],
@@ -192,7 +190,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 vals = sorted(r["kv_pool_tokens_log"] for r in rp)
                 findings.append(
                     fnd.measured(
-                        f"{pre}kv_pool_tokens_log_spread",
+                        at("kv_pool_tokens_log_spread"),
                         vals[-1] - vals[0],
                         "tokens",
                         [r["source_tokens"] for r in rp],
@@ -203,7 +201,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 rs = next(r for r in rp if "kv_pool_tokens_scrape" in r)
                 findings.append(
                     fnd.measured(
-                        f"{pre}kv_pool_tokens_scrape",
+                        at("kv_pool_tokens_scrape"),
                         rs["kv_pool_tokens_scrape"],
                         "tokens",
                         [rs["source_scrape"]],
@@ -216,7 +214,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         # --- linearity: the length sweep -------------------------------------------------------------
         ls = [p for p in iter_points(campaign, round=rnd, engine="vllm", test_kind="length_sweep")]
         names = ("kv_fit_slope", "kv_fit_intercept", "kv_fit_r2")
-        units = ("tokens/token", "tokens", "ratio")
+        units = ("tokens/token", "tokens", "")  # R² has no unit
         usable = [
             p
             for p in ls
@@ -224,6 +222,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             and ctx.window(p).gauges.get("kv_usage") is not None
             and ctx.window(p).gauges["kv_usage"].max is not None
             and ctx.window(p).gauges["kv_usage"].n >= MIN_SAMPLES_FOR_PEAK
+            and p.requested_output_len_tokens is not None  # tokens in flight need the output length
         ]
         other = [
             p for p in iter_points(campaign, round=rnd, test_kind="length_sweep") if p.run.engine != "vllm"
@@ -233,7 +232,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             for n, u in zip(names, units, strict=True):
                 findings.append(
                     fnd.not_available(
-                        f"{pre}{n}",
+                        at(n),
                         u,
                         "no_kv_usage_gauge",
                         f"the length sweep ran on {', '.join(sorted({p.run.engine for p in other}))} only, whose "
@@ -244,16 +243,14 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         elif not ls:
             for n, u in zip(names, units, strict=True):
                 findings.append(
-                    fnd.not_available(
-                        f"{pre}{n}", u, "no_such_test", f"no length sweep in {rnd or 'the campaign'}"
-                    )
+                    fnd.not_available(at(n), u, "no_such_test", f"no length sweep in {rnd or 'the campaign'}")
                 )
         elif len(usable) < 2 or pool_tokens is None:
             own = ls[0].run.own
             for n, u in zip(names, units, strict=True):
                 findings.append(
                     fnd.not_available(
-                        f"{pre}{n}",
+                        at(n),
                         u,
                         "too_few_points" if own else "no_sampler_csv",
                         f"fewer than 2 length-sweep points with ≥ {MIN_SAMPLES_FOR_PEAK} kv_usage samples in their window"
@@ -267,7 +264,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             srel = usable[0].run.counter_source
             for p in usable:
                 w = ctx.window(p)
-                x = tokens_in_flight(p.concurrency, p.input_len_tokens, p.requested_output_len_tokens or 0)
+                x = tokens_in_flight(p.concurrency, p.input_len_tokens, p.requested_output_len_tokens)
                 y = usage_tokens(w.gauges["kv_usage"].max, pool_tokens)
                 xs.append(x)
                 ys.append(y)
@@ -292,7 +289,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             src = [usable[0].run.cite(srel, "kv_usage"), *[p.cite() for p in usable]]
             findings.append(
                 fnd.measured(
-                    f"{pre}kv_fit_slope",
+                    at("kv_fit_slope"),
                     fit.slope,
                     "tokens/token",
                     src,
@@ -302,19 +299,24 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     detail="peak KV usage (tokens) vs concurrency × (input + output)",
                 )
             )
-            findings.append(fnd.measured(f"{pre}kv_fit_intercept", fit.intercept, "tokens", src))
-            findings.append(fnd.measured(f"{pre}kv_fit_r2", fit.r2, "ratio", src))
+            findings.append(fnd.measured(at("kv_fit_intercept"), fit.intercept, "tokens", src))
+            findings.append(fnd.measured(at("kv_fit_r2"), fit.r2, "", src))
 
         # --- predicted vs measured usage per concurrency point ---------------------------------------
         if pool_tokens is not None:
             for p in iter_points(campaign, round=rnd, engine="vllm"):
                 w = ctx.window(p)
-                if w is None or p.concurrency is None or p.input_len_tokens is None:
+                if (
+                    w is None
+                    or p.concurrency is None
+                    or p.input_len_tokens is None
+                    or p.requested_output_len_tokens is None
+                ):
                     continue
                 g = w.gauges.get("kv_usage")
                 if g is None or g.max is None:
                     continue
-                out_len = p.requested_output_len_tokens or 0
+                out_len = p.requested_output_len_tokens
                 pred = tokens_in_flight(p.concurrency, p.input_len_tokens, out_len)
                 pred_rows.append(
                     {

@@ -22,8 +22,8 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
-from analysis.reconcile import Context, Section
-from analysis.reconcile.capacity import run_prefix
+from analysis.keys import At
+from analysis.reconcile import Context, Section, run_at
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
@@ -117,7 +117,7 @@ def _input_len(p: BenchPoint) -> float | None:
     return float(recs[0].input_len) if recs else None
 
 
-def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
+def _llamacpp_findings(pre: At, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
     """Slots vs concurrency and truncation at the slot context (llama.cpp's answer to too little KV)."""
     out: list[fnd.Finding] = []
     rel, log = p.run.server_log
@@ -131,13 +131,13 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
         for k, u in (("concurrency_over_slots", "ratio"), ("output_tokens_per_request", "tokens")):
             out.append(
                 fnd.not_available(
-                    pre + k, u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log", [p.cite()]
+                    pre(k), u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log", [p.cite()]
                 )
             )
         return out
     out.append(
         fnd.measured(
-            pre + "concurrency_over_slots",
+            pre("concurrency_over_slots"),
             p.concurrency / n_slots,
             "ratio",
             [slot_src, p.cite("max_concurrency")],
@@ -150,7 +150,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
     if out_len is None or in_len is None:
         out.append(
             fnd.not_available(
-                pre + "output_tokens_per_request",
+                pre("output_tokens_per_request"),
                 "tokens",
                 "no_sweep_log",
                 "requested lengths unknown",
@@ -164,7 +164,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
         if r.completed:
             out.append(
                 fnd.measured(
-                    pre + "output_tokens_per_request",
+                    pre("output_tokens_per_request"),
                     r.total_output_tokens / r.completed,
                     "tokens",
                     [p.cite("total_output_tokens"), p.cite("completed"), slot_src],
@@ -181,7 +181,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
         streamed = [sum(r.chunk_tokens) for r in recs]
         out.append(
             fnd.not_available(
-                pre + "output_tokens_per_request",
+                pre("output_tokens_per_request"),
                 "tokens",
                 "point_cut",
                 "the point was cut before its requests finished: how far each had got is kept, nothing is concluded",
@@ -200,7 +200,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
         reasons[str(r.finish_reason)] = reasons.get(str(r.finish_reason), 0) + 1
     out.append(
         fnd.measured(
-            pre + "truncated_requests",
+            pre("truncated_requests"),
             len(truncated),
             "requests",
             [p.run.cite(rrel, "usage.completion_tokens"), p.run.cite(rrel, "finish_reason")],
@@ -211,7 +211,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
     )
     out.append(
         fnd.measured(
-            pre + "output_tokens_per_request",
+            pre("output_tokens_per_request"),
             sum(toks) / len(toks),
             "tokens",
             [p.run.cite(rrel, "usage.completion_tokens"), slot_src, p.protocol_source or p.cite()],
@@ -230,7 +230,7 @@ def _llamacpp_findings(pre: str, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
 
 
 def _point_findings(
-    pre: str,
+    pre: At,
     p: BenchPoint,
     campaign: Campaign,
     ctx: Context,
@@ -250,7 +250,7 @@ def _point_findings(
     why, why_src = _abort_reason(p)
     findings.append(
         fnd.checked(
-            pre + "all_requests_completed",
+            pre("all_requests_completed"),
             not cut,
             [p.cite("completed"), p.cite("failed"), *([why_src] if why_src else [])],
             detail=(
@@ -262,8 +262,7 @@ def _point_findings(
             ),
             completed=r.completed,
             num_prompts=r.num_prompts,
-            failed=r.failed or 0,
-            run=p.run.name,
+            failed=r.failed,
             aborted=why,
         )
     )
@@ -273,7 +272,7 @@ def _point_findings(
         if n_ctx is None or out_len is None or not in_len:
             findings.append(
                 fnd.not_available(
-                    pre + "oversubscription",
+                    pre("oversubscription"),
                     "ratio",
                     "no_server_log",
                     "slot context or requested lengths unknown",
@@ -283,7 +282,7 @@ def _point_findings(
         else:
             findings.append(
                 fnd.measured(
-                    pre + "oversubscription",
+                    pre("oversubscription"),
                     slot_oversubscription(in_len, out_len, n_ctx),
                     "ratio",
                     [
@@ -301,7 +300,7 @@ def _point_findings(
         if pool is None or out_len is None or not p.input_len_tokens:
             findings.append(
                 fnd.not_available(
-                    pre + "oversubscription",
+                    pre("oversubscription"),
                     "ratio",
                     "no_server_log",
                     "pool or requested lengths unknown",
@@ -311,7 +310,7 @@ def _point_findings(
         else:
             findings.append(
                 fnd.measured(
-                    pre + "oversubscription",
+                    pre("oversubscription"),
                     oversubscription(p.concurrency, p.input_len_tokens, out_len, pool),
                     "ratio",
                     [
@@ -326,10 +325,21 @@ def _point_findings(
                     **borrowed,
                 )
             )
-    findings.append(fnd.measured(pre + "failed_requests", r.failed or 0, "requests", [p.cite("failed")]))
+    if r.failed is None:
+        findings.append(
+            fnd.not_available(
+                pre("failed_requests"),
+                "requests",
+                "unknown",
+                "the result records no failed count",
+                [p.cite()],
+            )
+        )
+    else:
+        findings.append(fnd.measured(pre("failed_requests"), r.failed, "requests", [p.cite("failed")]))
     findings.append(
         fnd.measured(
-            pre + "completed_requests",
+            pre("completed_requests"),
             r.completed,
             "requests",
             [p.cite("completed")],
@@ -339,7 +349,7 @@ def _point_findings(
     if out_len is None:
         findings.append(
             fnd.not_available(
-                pre + "output_tokens_complete",
+                pre("output_tokens_complete"),
                 "bool",
                 "no_sweep_log",
                 "requested output length unknown",
@@ -349,7 +359,7 @@ def _point_findings(
     elif cut or not r.completed:
         findings.append(
             fnd.not_available(
-                pre + "output_tokens_complete",
+                pre("output_tokens_complete"),
                 "bool",
                 "point_cut",
                 "no request of the point completed: nothing to count",
@@ -360,7 +370,7 @@ def _point_findings(
         ok = r.total_output_tokens == r.completed * out_len
         findings.append(
             fnd.checked(
-                pre + "output_tokens_complete",
+                pre("output_tokens_complete"),
                 ok,
                 [
                     p.cite("total_output_tokens"),
@@ -383,7 +393,7 @@ def _point_findings(
         for k, u in (("mean_running_requests", "requests"), *PREEMPTION_KEYS):
             findings.append(
                 fnd.not_available(
-                    pre + k, u, "no_sampler_csv", f"{p.run.cite_root} kept no sampler CSV", [p.cite()]
+                    pre(k), u, "no_sampler_csv", f"{p.run.cite_root} kept no sampler CSV", [p.cite()]
                 )
             )
         return findings
@@ -420,7 +430,7 @@ def _point_findings(
     if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)):
         findings.append(
             fnd.not_available(
-                pre + "mean_running_requests",
+                pre("mean_running_requests"),
                 "requests",
                 "counter_not_enclosed",
                 "no running gauge inside the window",
@@ -430,7 +440,7 @@ def _point_findings(
     else:
         findings.append(
             fnd.measured(
-                pre + "mean_running_requests",
+                pre("mean_running_requests"),
                 mean_run,
                 "requests",
                 [p.run.cite(srel, "running")],
@@ -443,7 +453,7 @@ def _point_findings(
         for k, u in PREEMPTION_KEYS:
             findings.append(
                 fnd.not_available(
-                    pre + k,
+                    pre(k),
                     u,
                     "no_preemption_counter",
                     f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
@@ -477,7 +487,7 @@ def _point_findings(
     n_pre = w.delta("preemptions")
     findings.append(
         fnd.measured(
-            pre + "preemptions",
+            pre("preemptions"),
             int(n_pre),
             "count",
             [p.run.cite(srel, "preemptions")],
@@ -487,7 +497,7 @@ def _point_findings(
     if out_len and r.completed:
         findings.append(
             fnd.measured(
-                pre + "itl_share_touched_by_preemptions_pct",
+                pre("itl_share_touched_by_preemptions_pct"),
                 itl_share_touched_pct(n_pre, r.completed, out_len),
                 "%",
                 [p.run.cite(srel, "preemptions"), p.cite("completed")],
@@ -498,7 +508,7 @@ def _point_findings(
     else:
         findings.append(
             fnd.not_available(
-                pre + "itl_share_touched_by_preemptions_pct",
+                pre("itl_share_touched_by_preemptions_pct"),
                 "%",
                 "point_cut",
                 "no completed request to share the intervals",
@@ -510,7 +520,7 @@ def _point_findings(
         freed = [e["tokens_freed_per_preemption"] for e in ev if e["tokens_freed_per_preemption"] is not None]
         findings.append(
             fnd.measured(
-                pre + "kv_usage_at_preemption_pct",
+                pre("kv_usage_at_preemption_pct"),
                 sum(e["kv_usage_before_pct"] for e in ev) / len(ev),
                 "%",
                 [e["source"] for e in ev][:5],
@@ -521,7 +531,7 @@ def _point_findings(
         if freed:
             findings.append(
                 fnd.measured(
-                    pre + "tokens_freed_per_preemption",
+                    pre("tokens_freed_per_preemption"),
                     sum(freed) / len(freed),
                     "tokens",
                     [e["source"] for e in ev][:5],
@@ -533,7 +543,7 @@ def _point_findings(
         else:
             findings.append(
                 fnd.not_available(
-                    pre + "tokens_freed_per_preemption",
+                    pre("tokens_freed_per_preemption"),
                     "tokens",
                     "no_kv_pool_line",
                     "pool size unknown",
@@ -543,12 +553,12 @@ def _point_findings(
     else:
         findings.append(
             fnd.not_available(
-                pre + "kv_usage_at_preemption_pct", "%", "unknown", "no preemption inside the window"
+                pre("kv_usage_at_preemption_pct"), "%", "unknown", "no preemption inside the window"
             )
         )
         findings.append(
             fnd.not_available(
-                pre + "tokens_freed_per_preemption", "tokens", "unknown", "no preemption inside the window"
+                pre("tokens_freed_per_preemption"), "tokens", "unknown", "no preemption inside the window"
             )
         )
     return findings
@@ -559,7 +569,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     timeline_rows: list[dict] = []
     event_rows: list[dict] = []
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd) + "overload."
+        pre = At(round=rnd, topic="overload")
         ov = overload_points(campaign, rnd)
         if not ov:
             for k, u in (
@@ -569,17 +579,20 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             ):
                 findings.append(
                     fnd.not_available(
-                        pre + k, u, "no_such_test", f"no overload run in {rnd or 'the campaign'}"
+                        pre(k), u, "no_such_test", f"no overload run in {rnd or 'the campaign'}"
                     )
                 )
             continue
         head = headline(ov, ctx)
-        findings += _point_findings(pre, head, campaign, ctx, rnd, timeline_rows, event_rows)
+        # the round's overload findings describe the headline point: they know its run, engine and format
+        head_at = pre.with_(
+            run=head.run.name, engine=head.run.engine, weight_format=th.weight_format_for(head.run)
+        )
+        findings += _point_findings(head_at, head, campaign, ctx, rnd, timeline_rows, event_rows)
         for p in ov:
             if p is not head:
-                findings += _point_findings(
-                    run_prefix(p.run) + "overload.", p, campaign, ctx, rnd, timeline_rows, event_rows
-                )
+                own = run_at(p.run, th.weight_format_for(p.run), topic="overload")
+                findings += _point_findings(own, p, campaign, ctx, rnd, timeline_rows, event_rows)
     # the weight format names the series in the figure's legend (llama.cpp（F16）), not the run's folder name
     formats = {r.name: th.weight_format_for(r) for r in campaign.runs}
     for row in timeline_rows:

@@ -13,8 +13,8 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis.campaign import Campaign, RunData
-from analysis.reconcile import Context, Section
-from analysis.reconcile.capacity import max_concurrency_measured, pool_tokens_measured, run_prefix
+from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile.capacity import max_concurrency_measured, pool_tokens_measured
 from analysis.reconcile.concurrency import run_sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -42,7 +42,7 @@ def model_buffer_mib(log) -> float | None:
 
 
 def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
-    pre = run_prefix(run) + "prediction."
+    pre = run_at(run, th.weight_format_for(run), topic="prediction")
     doc = run.docs.prediction
     keys = (("decode_step_ms", "ms"), ("kv_pool_tokens", "tokens"), ("max_concurrency", "requests"))
     if doc is None or doc.prediction is None:
@@ -52,7 +52,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
             else f"{run.cite(run.docs.files['prediction'], 'error')}: {doc.error}"
         )
         srcs = [run.cite(run.docs.files["prediction"])] if doc is not None else []
-        return [], [fnd.not_available(pre + k, u, "no_prediction", why, srcs) for k, u in keys]
+        return [], [fnd.not_available(pre(k), u, "no_prediction", why, srcs) for k, u in keys]
     pred = doc.prediction
     prel = run.docs.files["prediction"]
     rows: list[dict] = []
@@ -88,7 +88,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
     if c1 is None:
         out.append(
             fnd.not_available(
-                pre + "decode_step_ms",
+                pre("decode_step_ms"),
                 "ms",
                 "no_concurrency_1",
                 f"{run.name}: no sweep point to set against the floor",
@@ -97,7 +97,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
     elif floor is None:
         out.append(
             fnd.not_available(
-                pre + "decode_step_ms",
+                pre("decode_step_ms"),
                 "ms",
                 "no_gpu_datasheet",
                 f"{run.cite(prel, 'prediction.decode_step_floor_ms')}: no floor predicted "
@@ -121,7 +121,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         )
         out.append(
             fnd.measured(
-                pre + "decode_step_ms",
+                pre("decode_step_ms"),
                 itl,
                 "ms",
                 [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
@@ -136,7 +136,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         )
         out.append(
             fnd.checked(
-                pre + "decode_step_above_floor",
+                pre("decode_step_above_floor"),
                 itl >= floor,
                 [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
                 detail="a step faster than its memory floor would mean the byte ledger or the "
@@ -165,7 +165,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
     if meas_pool is None or pred_pool is None:
         out.append(
             fnd.not_available(
-                pre + "kv_pool_tokens",
+                pre("kv_pool_tokens"),
                 "tokens",
                 "no_kv_pool_line",
                 f"{run.name}: no pool line in the server log",
@@ -183,7 +183,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         )
         out.append(
             fnd.measured(
-                pre + "kv_pool_tokens",
+                pre("kv_pool_tokens"),
                 meas_pool,
                 "tokens",
                 [pool_src, run.cite(prel, pkey)],
@@ -200,7 +200,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
     if meas_c is None or pred_c is None:
         out.append(
             fnd.not_available(
-                pre + "max_concurrency",
+                pre("max_concurrency"),
                 "requests",
                 "no_kv_pool_line",
                 f"{run.name}: no concurrency line in the server log",
@@ -211,7 +211,7 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         row("max_concurrency", "requests", pred_c, ckey, meas_c, c_src)
         out.append(
             fnd.measured(
-                pre + "max_concurrency",
+                pre("max_concurrency"),
                 meas_c,
                 "requests",
                 [c_src, run.cite(prel, ckey)],
@@ -236,13 +236,13 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
             )
             out.append(
                 fnd.measured(
-                    pre + "weight_mib",
+                    pre("weight_mib"),
                     mib,
                     "MiB",
                     [run.cite(rel), run.cite(prel, "prediction.weight_bytes")],
                     theory=wp,
                     tolerance_pct=WEIGHT_BYTES_TOLERANCE_PCT,
-                    weight_format=pred.get("weight_format"),
+                    predicted_weight_format=pred.get("weight_format"),
                     detail="Σ llama.cpp 'model buffer size' lines vs the GGUF recipe's tensor bytes",
                 )
             )

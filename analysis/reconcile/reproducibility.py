@@ -8,10 +8,21 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import fits
 from analysis.campaign import BenchPoint, Campaign
-from analysis.reconcile import Context, Section
+from analysis.keys import At
+from analysis.reconcile import Context, Section, engine_at
 from analysis.reconcile.concurrency import SWEEP_KINDS
 
 ENGINES = ("vllm", "llamacpp")
+
+
+def _formats(points: pd.DataFrame) -> dict[str, str]:
+    """The weight format each engine served (the points table's first one per engine)."""
+    out: dict[str, str] = {}
+    if len(points) and "weight_format" in points:
+        for e, w in zip(points["engine"], points["weight_format"], strict=True):
+            if isinstance(w, str):
+                out.setdefault(e, w)
+    return out
 
 
 def _sweep_runs(campaign: Campaign, rnd, engine):
@@ -101,17 +112,34 @@ def _changes(campaign: Campaign, r1, r2) -> list[dict]:
                 v = getter(rec) if rec is not None else None
                 src = run.cite(rel, rec.lines.get(line_key)) if rec is not None else ""
             vals.append((v, src))
+        va, vb = vals[0][0], vals[1][0]
+        if isinstance(va, dict) and isinstance(vb, dict):
+            va, vb = _dict_difference(va, vb)
         rows.append(
             {
                 "what": what,
-                "a": repr(vals[0][0]) if isinstance(vals[0][0], dict) else vals[0][0],
-                "b": repr(vals[1][0]) if isinstance(vals[1][0], dict) else vals[1][0],
+                "a": va,
+                "b": vb,
                 "changed": vals[0][0] != vals[1][0],
                 "source_a": vals[0][1],
                 "source_b": vals[1][1],
             }
         )
     return rows
+
+
+def _dict_difference(a: dict, b: dict) -> tuple[str, str]:
+    """Two argument dicts as the entries that differ, ``name=value; …`` each (``—`` where a side has none):
+    the table shows what changed, not two copies of everything."""
+    names = sorted(k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT))
+
+    def side(d: dict) -> str:
+        return "; ".join(f"{k}={d[k]}" for k in names if k in d) or "—"
+
+    return side(a), side(b)
+
+
+_ABSENT = object()
 
 
 def _first_vllm(campaign: Campaign, rnd):
@@ -136,7 +164,9 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                 worst = max(rep, key=lambda r: abs(r["delta_pct"]))
                 findings.append(
                     fnd.measured(
-                        f"{rnd}.reproducibility.repeat_max_abs_throughput_delta_pct",
+                        At(round=rnd, topic="reproducibility", engine="vllm")(
+                            "repeat_max_abs_throughput_delta_pct"
+                        ),
                         abs(worst["delta_pct"]),
                         "%",
                         [worst["source_a"], worst["source_b"]],
@@ -144,7 +174,9 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                         runs=[runs[0].name, runs[1].name],
                     )
                 )
-    key = "reproducibility.max_abs_throughput_delta_pct"
+    at = At(topic="reproducibility")
+    key = at("max_abs_throughput_delta_pct")
+    fmt = _formats(points)
     change_rows: list[dict] = []
     if len(rounds) < 2:
         findings.append(fnd.not_available(key, "%", "single_round", "the campaign has fewer than two rounds"))
@@ -165,7 +197,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                     abs(worst["delta_pct"]),
                     "%",
                     [worst["source_a"], worst["source_b"]],
-                    engine=worst["engine"],
+                    worst_engine=worst["engine"],
                     concurrency=worst["concurrency"],
                     signed_delta_pct=worst["delta_pct"],
                     rounds=[a, b],
@@ -180,7 +212,9 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                     w = max(eo, key=lambda r: abs(r["delta_pct"]))
                     findings.append(
                         fnd.measured(
-                            f"reproducibility.{engine}.max_abs_throughput_delta_pct",
+                            engine_at(None, engine, fmt.get(engine), topic="reproducibility")(
+                                "max_abs_throughput_delta_pct"
+                            ),
                             abs(w["delta_pct"]),
                             "%",
                             [w["source_a"], w["source_b"]],
@@ -194,7 +228,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         changed = [r["what"] for r in change_rows if r["changed"]]
         findings.append(
             fnd.measured(
-                "reproducibility.changed_between_rounds",
+                at("changed_between_rounds"),
                 changed,
                 "list",
                 [s for r in change_rows if r["changed"] for s in (r["source_a"], r["source_b"]) if s],

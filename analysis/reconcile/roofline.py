@@ -5,7 +5,7 @@ A series is one concurrency sweep of one engine with one weight format: a (round
 campaign, or one run of our own collector. The table `roofline_points` has every sweep point of every
 series in one shape, so the cross-campaign comparison reads the same columns from every campaign.
 
-Floors (``engines.roofline_floor_ms``): (weight bytes read per step + concurrency × mean KV bytes per
+Floors (``roofline_floor_ms``): (weight bytes read per step + concurrency × mean KV bytes per
 request) ÷ bandwidth, with bandwidth = the datasheet's, or the measured device-to-device copy rate
 (``collector.ceilings``: bytes read + written per s — what the memory system really sustains).
 llama.cpp's own per-token time, Δtokens_predicted_seconds_total ÷ Δtokens_predicted_total between the
@@ -17,17 +17,34 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis import fits
+from analysis import fits, theory
 from analysis.campaign import BenchPoint, Campaign
-from analysis.reconcile import Context, Section
-from analysis.reconcile.capacity import run_prefix
+from analysis.reconcile import Context, Section, engine_at, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
-from analysis.reconcile.engines import achievement_pct, mean_context_tokens, roofline_floor_ms
 from analysis.reconcile.theoryctx import TheoryCtx
 
 ENGINES = ("vllm", "llamacpp")
 # The byte ledger predicts a step ratio only if both formats reach the same share of their roofline.
 QUANT_RATIO_TOLERANCE_PCT = 10.0
+
+
+def mean_context_tokens(input_len: float, output_len: float) -> float:
+    """Average cached context of a request while it decodes, tokens: input + output ÷ 2."""
+    return input_len + output_len / 2
+
+
+def roofline_floor_ms(
+    weight_bytes_per_step: float, concurrency: int, kv_bytes_per_request: float, bandwidth_bytes_per_s: float
+) -> float:
+    """Memory-bound floor of one decode step, ms:
+    (weight bytes read per step + concurrency × mean KV bytes per request) ÷ bandwidth × 1000."""
+    kv = theory.kv_bytes_read_per_step(kv_bytes_per_request, concurrency, 1)
+    return theory.decode_step_floor_s(weight_bytes_per_step, kv, bandwidth_bytes_per_s) * 1000.0
+
+
+def achievement_pct(floor_ms: float, measured_ms: float) -> float:
+    """How close a measured step is to its floor, %: floor ÷ measured × 100 (100 = at the roofline)."""
+    return floor_ms / measured_ms * 100.0
 
 
 def server_token_ms(predicted_s_delta: float | None, predicted_tokens_delta: float | None) -> float | None:
@@ -164,7 +181,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
 
 
 def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: TheoryCtx) -> list[fnd.Finding]:
-    pre = run_prefix(run)
+    pre = run_at(run, s["weight_format"])
     pts: list[BenchPoint] = s["points"]
     out: list[fnd.Finding] = []
     xs = [p.concurrency for p in pts]
@@ -175,7 +192,7 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
     if k is None:
         out.append(
             fnd.not_available(
-                pre + "knee_concurrency",
+                pre("knee_concurrency"),
                 "requests",
                 "no_knee",
                 "no sweep point has p99 ITL > 2 × p50 ITL",
@@ -186,7 +203,7 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
         kp = next(p for p in pts if p.concurrency == k)
         out.append(
             fnd.measured(
-                pre + "knee_concurrency",
+                pre("knee_concurrency"),
                 int(k),
                 "requests",
                 [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
@@ -195,21 +212,33 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
                 gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
             )
         )
-    best = max(pts, key=lambda p: p.result.output_throughput_tok_s or 0)
-    out.append(
-        fnd.measured(
-            pre + "peak_output_throughput_tokens_per_s",
-            best.result.output_throughput_tok_s,
-            "tokens/s",
-            [best.cite("output_throughput")],
-            concurrency=best.concurrency,
-            gate_ok=ctx.gate_ok(best),
+    rated = [p for p in pts if p.result.output_throughput_tok_s is not None]
+    if not rated:
+        out.append(
+            fnd.not_available(
+                pre("peak_output_throughput_tokens_per_s"),
+                "tokens/s",
+                "point_cut",
+                "no sweep point completed a request: no output throughput",
+                srcs,
+            )
         )
-    )
+    else:
+        best = max(rated, key=lambda p: p.result.output_throughput_tok_s)
+        out.append(
+            fnd.measured(
+                pre("peak_output_throughput_tokens_per_s"),
+                best.result.output_throughput_tok_s,
+                "tokens/s",
+                [best.cite("output_throughput")],
+                concurrency=best.concurrency,
+                gate_ok=ctx.gate_ok(best),
+            )
+        )
     first = min(s_rows, key=lambda r: r["concurrency"])
     out.append(
         fnd.measured(
-            pre + "single_stream_p50_itl_ms",
+            pre("single_stream_p50_itl_ms"),
             first["p50_itl_ms"],
             "ms",
             [first["source"]],
@@ -224,7 +253,7 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
         ("datasheet", "no_gpu_datasheet", th.gpu_reason or "no GPU datasheet for this campaign"),
         ("measured", "no_measured_ceiling", "no ceilings.json in the campaign"),
     ):
-        key = pre + (
+        key = pre(
             "roofline_achievement_pct" if tag == "datasheet" else "roofline_achievement_measured_ceiling_pct"
         )
         have = [r for r in s_rows if r.get(f"achievement_{tag}_pct") is not None]
@@ -271,7 +300,7 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
         if len(fmts) < 2:
             out.append(
                 fnd.not_available(
-                    f"quantization.{engine}.step_ratio",
+                    engine_at(None, engine, topic="quantization")("step_ratio"),
                     "ratio",
                     "no_second_format",
                     f"{engine}: one weight format only ({', '.join(fmts) or 'unknown'})",
@@ -282,8 +311,8 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
         for heavy in sorted(group, key=lambda s: (-s["weight_bytes_per_step"], s["series"])):
             if heavy is lightest or heavy["weight_format"] == lightest["weight_format"]:
                 continue
-            key = (
-                f"quantization.{engine}.{heavy['weight_format']}_over_{lightest['weight_format']}.step_ratio"
+            key = engine_at(None, engine, topic="quantization")(
+                "step_ratio", formats=(heavy["weight_format"], lightest["weight_format"])
             )
             hr = {r["concurrency"]: r for r in rows if r["series"] == heavy["series"]}
             lr = {r["concurrency"]: r for r in rows if r["series"] == lightest["series"]}

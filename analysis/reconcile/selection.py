@@ -11,11 +11,28 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import fits
 from analysis.campaign import Campaign
-from analysis.reconcile import Context, Section
+from analysis.keys import At
+from analysis.reconcile import Context, Section, engine_at
 from analysis.reconcile.concurrency import sweep_points
 
 BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
 ENGINES = ("vllm", "llamacpp")
+
+
+def _fmt(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _better(budget_ms: float, fronts: dict[str, tuple[list[float], list[float]]]) -> str:
+    """The engine whose front gives more throughput within the budget, llama.cpp on a tie. An engine with no
+    point inside the budget can deliver nothing within it: its throughput there is 0 tokens/s by definition
+    (not a missing value)."""
+
+    def within(engine: str) -> float:
+        gain = fits.envelope_gain(budget_ms, *fronts[engine])
+        return 0.0 if gain is None else gain
+
+    return "vllm" if within("vllm") > within("llamacpp") else "llamacpp"
 
 
 def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
@@ -28,7 +45,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         else {}
     )
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd) + "selection."
+        at = At(round=rnd, topic="selection")
         fronts: dict[str, tuple[list[float], list[float]]] = {}
         srcs: list[str] = []
         for engine in ENGINES:
@@ -70,7 +87,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                         "p99_ttft_ms": pick.cost,
                     }
                 )
-        key = pre + "boundary_p99_ttft_ms"
+        key = at("boundary_p99_ttft_ms")
         if len(fronts) < 2:
             findings.append(
                 fnd.not_available(
@@ -81,12 +98,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         (ac, ag), (bc, bg) = fronts["vllm"], fronts["llamacpp"]
         xs = fits.envelope_crossings(ac, ag, bc, bg)
         if not xs:
-            lead = (
-                "vllm"
-                if (fits.envelope_gain(max(ac[0], bc[0]), ac, ag) or 0)
-                > (fits.envelope_gain(max(ac[0], bc[0]), bc, bg) or 0)
-                else "llamacpp"
-            )
+            lead = _better(max(ac[0], bc[0]), fronts)
             findings.append(
                 fnd.not_available(
                     key, "ms", "no_crossing", f"{lead} is better at every shared budget", srcs, better=lead
@@ -94,11 +106,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             )
         else:
             x = xs[0]
-            below = (
-                "vllm"
-                if (fits.envelope_gain(x * 0.99, ac, ag) or 0) > (fits.envelope_gain(x * 0.99, bc, bg) or 0)
-                else "llamacpp"
-            )
+            below = _better(x * 0.99, fronts)
             findings.append(
                 fnd.measured(
                     key,
@@ -121,7 +129,9 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                     and row["engine"] == engine
                     and row["p99_ttft_budget_ms"] == 1000
                 ):
-                    k = f"{pre}{engine}.best_under_1000ms_tokens_per_s"
+                    k = engine_at(rnd, engine, _fmt(row["weight_format"]), topic="selection")(
+                        "best_under_1000ms_tokens_per_s"
+                    )
                     if row["output_throughput_tokens_per_s"] is None:
                         findings.append(
                             fnd.not_available(k, "tokens/s", "unknown", "no point has p99 TTFT < 1000 ms")

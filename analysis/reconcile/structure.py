@@ -11,6 +11,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import Campaign
+from analysis.keys import At
 from analysis.reconcile import Section
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -31,6 +32,7 @@ GROUPS = {
     "down_proj": "mlp",
 }
 SEQ_LENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+MODEL = At(topic="model")  # theory of the campaign's model: findings `model.<metric>`
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 
 
@@ -61,7 +63,7 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
             name="structure",
             findings=[
                 fnd.not_available(
-                    f"model.{k}", "", "no_theory", "no bundled config matches the campaign's model id"
+                    MODEL(k), "", "no_theory", "no bundled config matches the campaign's model id"
                 )
                 for k in keys
             ],
@@ -94,56 +96,56 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
         )
     wb = {fmt: theory.weight_bytes(cfg, fmt) for fmt in ("bf16", "q4_k_m", "q8_0")}
     f = [
-        fnd.measured("model.params_total", total, "params", src, detail="theory: Σ components"),
-        fnd.measured("model.params_per_layer", theory.params_per_layer(cfg), "params", src),
+        fnd.measured(MODEL("params_total"), total, "params", src, detail="theory: Σ components"),
+        fnd.measured(MODEL("params_per_layer"), theory.params_per_layer(cfg), "params", src),
         fnd.measured(
-            "model.params_mlp_share_pct",
+            MODEL("params_mlp_share_pct"),
             sum(r["share_pct"] for r in params_rows if r["group"] == "mlp"),
             "%",
             src,
         ),
         fnd.measured(
-            "model.params_embedding_and_lm_head_share_pct",
+            MODEL("params_embedding_and_lm_head_share_pct"),
             sum(r["share_pct"] for r in params_rows if r["group"] in ("embedding", "lm_head")),
             "%",
             src,
         ),
         fnd.measured(
-            "model.kv_bytes_per_token",
+            MODEL("kv_bytes_per_token"),
             theory.kv_bytes_per_token(cfg, "bf16"),
             "bytes/token",
             src,
             kv_dtype="bf16",
         ),
         fnd.measured(
-            "model.kv_bytes_per_token_mha", theory.kv_bytes_per_token_mha(cfg, "bf16"), "bytes/token", src
+            MODEL("kv_bytes_per_token_mha"), theory.kv_bytes_per_token_mha(cfg, "bf16"), "bytes/token", src
         ),
-        fnd.measured("model.gqa_factor", theory.gqa_factor(cfg), "ratio", src),
-        fnd.measured("model.flops_per_token_trunk", trunk, "FLOPs/token", src),
-        fnd.measured("model.flops_per_token_lm_head", head, "FLOPs/token", src),
-        fnd.measured("model.lm_head_flops_share_pct", head / (trunk + head) * 100, "%", src),
+        fnd.measured(MODEL("gqa_factor"), theory.gqa_factor(cfg), "ratio", src),
+        fnd.measured(MODEL("flops_per_token_trunk"), trunk, "FLOPs/token", src),
+        fnd.measured(MODEL("flops_per_token_lm_head"), head, "FLOPs/token", src),
+        fnd.measured(MODEL("lm_head_flops_share_pct"), head / (trunk + head) * 100, "%", src),
         fnd.measured(
-            "model.attention_overtakes_weights_decode_tokens",
+            MODEL("attention_overtakes_weights_decode_tokens"),
             theory.attention_overtakes_weights_at_tokens(cfg),
             "tokens",
             src,
         ),
         fnd.measured(
-            "model.attention_overtakes_weights_prefill_tokens",
+            MODEL("attention_overtakes_weights_prefill_tokens"),
             theory.attention_overtakes_weights_prefill_at_tokens(cfg),
             "tokens",
             src,
         ),
-        fnd.measured("model.weight_bytes_bf16", wb["bf16"], "bytes", src),
-        fnd.measured("model.weight_bytes_q4_k_m", wb["q4_k_m"], "bytes", src),
+        fnd.measured(MODEL("weight_bytes_bf16"), wb["bf16"], "bytes", src),
+        fnd.measured(MODEL("weight_bytes_q4_k_m"), wb["q4_k_m"], "bytes", src),
         fnd.measured(
-            "model.weight_bytes_read_per_step_bf16",
+            MODEL("weight_bytes_read_per_step_bf16"),
             theory.weight_bytes_read_per_decode_step(cfg, "bf16"),
             "bytes",
             src,
         ),
         fnd.measured(
-            "model.weight_bytes_read_per_step_q4_k_m",
+            MODEL("weight_bytes_read_per_step_q4_k_m"),
             theory.weight_bytes_read_per_decode_step(cfg, "q4_k_m"),
             "bytes",
             src,

@@ -9,6 +9,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import Campaign, iter_points
+from analysis.keys import At
 from analysis.reconcile import Context, Section, overload
 
 
@@ -36,7 +37,7 @@ def llamacpp_wait_ms(ttft_ms: float, prompt_ms: float) -> float:
     return ttft_ms - prompt_ms
 
 
-def _llamacpp_queue_share(p, key: str) -> fnd.Finding | None:
+def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
     """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part of
     TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
     rel, log = p.run.requests
@@ -98,15 +99,21 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             rows.append({**base, "part": part, "ms": v, "share_pct": share_pct(v, ttft)})
     table = pd.DataFrame(rows)
     for rnd in campaign.rounds:
-        pre = campaign.prefix(rnd)
         ov = overload.overload_points(campaign, rnd)
-        key = f"{pre}overload.ttft_queue_share_pct"
+        key = At(round=rnd, topic="overload", metric="ttft_queue_share_pct")
         if not ov:
             findings.append(
                 fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd or 'the campaign'}")
             )
             continue
         p = overload.headline(ov, ctx)
+        fmt = points.loc[points["key"] == p.key, "weight_format"] if "weight_format" in points else []
+        # the headline point's run, engine and weight format, as overload.run's findings carry them
+        key = key.with_(
+            run=p.run.name,
+            engine=p.run.engine,
+            weight_format=fmt.iloc[0] if len(fmt) and isinstance(fmt.iloc[0], str) else None,
+        )
         w = ctx.window(p)
         q = w.mean_of("queue_sum", "queue_cnt") if w is not None else None
         lq = _llamacpp_queue_share(p, key) if q is None and p.run.engine == "llamacpp" else None

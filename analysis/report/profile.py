@@ -2,10 +2,10 @@
 
 A campaign is either imported (someone else's result folders, organised in rounds, one engine per weight
 format) or collected by our own ``collector run`` (one run per engine and weight format, no rounds). The
-pages of both are rendered by the same templates; they differ in which finding keys exist. A *series* is one
-concurrency sweep of one engine with one weight format — the unit every report compares — and carries the key
-prefix of its findings (``round2.vllm.`` for an imported campaign's newest round, ``runs.llamacpp_q4km.`` for
-one of our runs).
+pages of both are rendered by the same templates; they differ in which findings exist. A *series* is one
+concurrency sweep of one engine with one weight format — the unit every report compares — and carries the
+fields that select its findings (round and engine for an imported campaign's newest round, the run for one of
+ours).
 
 Nothing here computes a number: the profile only says which findings, tables and labels apply.
 """
@@ -17,7 +17,6 @@ from typing import Any
 
 from analysis import labels_zh
 from analysis.gpus import get_gpu
-from analysis.keys import slug as run_slug  # the analysis' own key segment for a run
 from analysis.report.rawindex import RawRun
 from analysis.report.results import CampaignResults, Table
 from collector.raw.errors import AnatomyError
@@ -26,7 +25,7 @@ from collector.raw.errors import AnatomyError
 @dataclass(frozen=True)
 class Series:
     key: str  # the series' name in the tables (roofline_points.series)
-    prefix: str  # finding key prefix of its own findings
+    select: dict[str, Any]  # the fields that pick its own findings: {"run": …} or {"round": …, "engine": …}
     engine: str
     weight_format: str | None
     run: str | None
@@ -65,8 +64,7 @@ class CampaignProfile:
         return (self.cpu, not self.is_reference, self.name)
 
 
-def format_label(fmt: str | None) -> str:
-    return labels_zh.WEIGHT_FORMATS.get(fmt or "", (fmt or "—").upper())
+format_label = labels_zh.format_label
 
 
 def _rows(c: CampaignResults, table: str) -> list[dict[str, Any]]:
@@ -89,9 +87,9 @@ def series_of(c: CampaignResults, collected: bool) -> list[Series]:
         engine = str(r["engine"])
         fmt = r.get("weight_format")
         run = str(r.get("run") or "") or None
-        prefix = f"runs.{run_slug(run)}." if collected and run else f"{rnd + '.' if rnd else ''}{engine}."
-        label = f"{labels_zh.ENGINE_NAMES.get(engine, engine)}（{format_label(fmt)}）"
-        out.append(Series(key, prefix, engine, fmt, run, rnd, label))
+        select = {"run": run} if collected and run else {"round": rnd or None, "engine": engine}
+        label = labels_zh.series_label(engine, fmt) if fmt else f"{labels_zh.engine_name(engine)}（—）"
+        out.append(Series(key, select, engine, fmt, run, rnd, label))
     return sorted(out, key=lambda s: (s.engine != "vllm", s.engine, s.label))
 
 
@@ -103,7 +101,7 @@ def build_profile(
 ) -> CampaignProfile:
     """``gpu_display``: campaign -> (datasheet key, display name), from the comparison when there is one."""
     mine = [r for r in runs if r.campaign == c.name]
-    collected = any(r.kind == "collector-run" for r in mine) or any(k.startswith("runs.") for k in c.findings)
+    collected = any(r.kind == "collector-run" for r in mine) or any(f.level == "run" for f in c.findings)
     gpus = {str(r.meta.get("gpu")) for r in mine if r.meta.get("gpu")}
     cpu = collected and gpus == {"cpu"}
     gpu_key, display = (gpu_display or {}).get(c.name, (None, None))

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.report.results import Finding, source_file
+from analysis.findings import FindingSet
+from analysis.report.results import source_file
 from collector.raw.store import RawStore, read_journal
 
 
@@ -134,11 +135,12 @@ class FileLookup:
         return None
 
 
-def link_findings(runs: list[RawRun], findings: dict[str, Finding]) -> list[str]:
+def link_findings(runs: list[RawRun], findings: FindingSet) -> list[str]:
     """Fill ``used_by`` of every raw file a finding cites; return the cited files that match no raw file."""
     lookup = FileLookup(runs)
     unmatched: set[str] = set()
-    for key, finding in sorted(findings.items()):
+    for finding in findings:
+        key = finding.key
         for src in finding.sources:
             path = source_file(src)
             if not path:

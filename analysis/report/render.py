@@ -26,15 +26,13 @@ from typing import Any
 import jinja2
 
 from analysis import labels_zh
-from analysis.keys import slug as campaign_slug
+from analysis.findings import Finding, FindingSet
 from analysis.model_config import load_model_config
 from analysis.report import figures as figs
-from analysis.report import format as fmt
 from analysis.report.profile import CampaignProfile, Series, build_profile, format_label
 from analysis.report.rawindex import FileLookup, RawFile, RawRun, index_runs, link_findings
 from analysis.report.results import (
     CampaignResults,
-    Finding,
     RenderError,
     Table,
     discover_campaigns,
@@ -42,7 +40,6 @@ from analysis.report.results import (
     load_comparison,
     source_file,
     source_path,
-    status_class,
 )
 from collector.raw.errors import AnatomyError
 
@@ -51,6 +48,12 @@ TEMPLATES_DIR = REPO_ROOT / "site" / "templates"
 HANDWRITTEN_DIR = REPO_ROOT / "site" / "docs"
 ASSETS_DIR = REPO_ROOT / "site" / "assets"
 NAV_FILE = ".nav.json"
+HANDWRITTEN_PAGES = (
+    "methodology.md",
+    "glossary.md",
+)  # site/docs pages, in the order of the nav's method section
+# The reference campaign (someone else's RTX 4090 measurements, imported at build time, never committed).
+REFERENCE_CAMPAIGN = "rtx4090-qwen2.5-7b"
 FIGURES_FILE = ".figures.json"
 PER_WORKER_MIN = 12  # a worker process costs ~1 s to start (Python, vl-convert, fonts): only for many figures  # figures a page deliberately leaves out, and why (a dot file: never published)
 MARKER = ".rendered-by-analysis-report"  # only a folder carrying it is ever emptied by the renderer
@@ -127,35 +130,8 @@ class RenderReport:
 
 
 def format_cell(column: str, value: Any) -> str:
-    """Format a table cell by the unit its column name carries (units live in names: ``ttft_ms``)."""
-    if column == "round" and isinstance(value, str):
-        return labels_zh.ROUNDS.get(value, value)
-    if column == "engine" and isinstance(value, str):
-        return labels_zh.ENGINES.get(value, value)
-    if column == "part" and isinstance(value, str):
-        return labels_zh.TTFT_PARTS.get(value, labels_zh.COMPONENTS.get(value, value))
-    if column == "group" and isinstance(value, str):
-        return labels_zh.COMPONENTS.get(value, value)
-    if column == "gate" and isinstance(value, str):
-        return labels_zh.GATES.get(value, value)
-    if column == "quantity" and isinstance(value, str):
-        return labels_zh.QUANTITIES.get(value, value)
-    if column == "reason" and isinstance(value, str):
-        return labels_zh.REASONS.get(value, value)
-    if value is None or isinstance(value, bool) or isinstance(value, str):
-        return fmt.fmt_value(value)
-    c = column.lower()
-    if c.endswith("_pct") or c.endswith("_percent"):
-        return fmt.fmt_signed_pct(value) if ("error" in c or "delta" in c) else fmt.fmt_pct(value)
-    if c.endswith("_fraction") or c in ("kv_usage", "mfu", "mbu"):
-        return fmt.fmt_fraction_pct(value)
-    if c.endswith("_bytes_per_s"):
-        return fmt.fmt_num(value / 1e9) + " GB/s"  # datasheet bandwidth is decimal GB/s
-    if ("bytes" in c and not c.endswith("_per_token")) or c.endswith("_size"):
-        return fmt.fmt_bytes(value)
-    if isinstance(value, float) and value.is_integer() and abs(value) >= 1000:
-        return fmt.fmt_int(value)
-    return fmt.fmt_num(value)
+    """A table cell by the unit its column name carries (labels_zh.cell_text)."""
+    return labels_zh.cell_text(column, value)
 
 
 def _md_escape(text: str) -> str:
@@ -167,7 +143,8 @@ def markdown_table(headers: list[str], rows: Iterable[list[str]], align: list[st
     align = align or ["---"] + ["--:"] * (len(headers) - 1)
     lines = ["| " + " | ".join(_md_escape(h) for h in headers) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    # a blank line before and after: Markdown reads a table only as a block of its own
+    return "\n" + "\n".join(lines) + "\n\n"
 
 
 # -- the context a template sees -------------------------------------------------------------------------
@@ -184,8 +161,7 @@ class PageContext:
 
     def for_campaign(self, campaign: CampaignResults) -> PageContext:
         """The same page, looking up another campaign's findings (the home page spans campaigns)."""
-        other = PageContext(self.site, self.page_path, campaign)
-        return other
+        return PageContext(self.site, self.page_path, campaign)
 
     @property
     def profile(self) -> CampaignProfile:
@@ -196,55 +172,52 @@ class PageContext:
     def series(self) -> list[Series]:
         return self.profile.series
 
-    def series_of_key(self, key: str) -> Series | None:
-        """The series whose findings' prefix the key starts with (``runs.llamacpp_q4km.knee_concurrency``)."""
-        if self.campaign is None or self.campaign.name not in self.site.profiles:
-            return None
-        hits = [s for s in self.profile.series if key.startswith(s.prefix)]
-        return max(hits, key=lambda s: len(s.prefix)) if hits else None
-
     def engine_zh(self, engine: str) -> str:
         """The engine's Chinese label in this campaign (with its weight format when it ran only one)."""
         if self.campaign is not None and self.campaign.name in self.site.profiles:
             return self.profile.engine_label(engine)
         return labels_zh.ENGINES.get(engine, engine)
 
-    # findings
-    def _findings(self) -> dict[str, Finding]:
+    # findings: selected by their fields (analysis.keys.At), never by their key
+    def _findings(self) -> FindingSet:
         if self.campaign is None:
             raise RenderError(f"{self.page_path}: this page has no campaign; findings are per campaign")
         return self.campaign.findings
 
-    def f(self, key: str) -> Finding:
-        found = self._findings().get(key)
+    def _known(self, topic: str | None, metric: str) -> None:
+        """A metric no campaign has and the labels do not know is a typo or a renamed finding: fail."""
+        if (topic, metric) not in labels_zh.FINDINGS and (topic, metric) not in self.site.known_metrics:
+            raise RenderError(f"{self.page_path}: no campaign has a finding {metric!r} (topic {topic!r})")
+
+    def find(self, metric: str, topic: str | None = None, **query: Any) -> Finding | None:
+        """The finding with these fields, None where this campaign does not have it."""
+        self._known(topic, metric)
+        try:
+            return self._findings().find(metric=metric, topic=topic, **query)
+        except LookupError as err:
+            raise RenderError(f"{self.page_path}: {err}") from err
+
+    def get(self, metric: str, topic: str | None = None, **query: Any) -> Finding:
+        """The finding with these fields; a campaign without it fails the build, naming what is missing."""
+        found = self.find(metric, topic, **query)
         if found is None:
             raise RenderError(
-                f"{self.page_path}: findings.json of campaign {self.campaign.name} has no key {key!r}"  # type: ignore[union-attr]
+                f"{self.page_path}: campaign {self.campaign.name} has no finding "  # type: ignore[union-attr]
+                f"{dict(metric=metric, topic=topic, **query)}"
             )
-        self.used_findings.add(key)
         return found
 
-    def opt(self, key: str) -> Finding | None:
-        """The finding, or None where this campaign does not have it (templates shared by every campaign)."""
-        return self._findings().get(key)
+    def latest(self, metric: str, topic: str | None = None, **query: Any) -> Finding | None:
+        """The finding of the newest round (a campaign without rounds: its only one)."""
+        return self.find(metric, topic, round=self.campaign.latest_round, **query)  # type: ignore[union-attr]
 
-    def latest(self, suffix: str) -> Finding | None:
-        """The finding of the newest round (``round2.<suffix>``), or the bare key in a campaign without rounds."""
-        return self.opt(self.campaign.latest_prefix + suffix)  # type: ignore[union-attr]
+    def of(self, series: Series, metric: str, topic: str | None = None) -> Finding | None:
+        """One series' finding: our own campaigns' by run, an imported campaign's by round and engine."""
+        return self.find(metric, topic, **series.select)
 
-    def series_key(self, series: Series, suffix: str) -> str | None:
-        """The key of ``suffix`` for one series: its own (``runs.llamacpp_f16.overload.x``), or else the
-        campaign-level key (``overload.x``) when every file that finding cites lies in the series' run — the
-        analysis writes one run's findings under the bare key and the others' under their run prefix."""
-        own = series.prefix + suffix
-        if own in self._findings():
-            return own
-        bare = self.campaign.latest_prefix + suffix  # type: ignore[union-attr]
-        found = self._findings().get(bare)
-        if found is None or not series.run or not found.sources:
-            return None
-        files = [source_file(s) for s in found.sources]
-        return bare if all(f.startswith(series.run + "/") for f in files) else None
+    def findings(self, **query: Any) -> list[Finding]:
+        """Every finding with these fields (``topic`` counts even when not given: see analysis.keys.matches)."""
+        return self._findings().select(**query)
 
     def unshown_figures(self) -> list[str]:
         """Figures of this campaign that no page rendered so far shows (nor deliberately left out)."""
@@ -261,53 +234,22 @@ class PageContext:
             self.site.report.notes.append(f"{self.campaign.name}: figure {name!r} left out: {reason}")  # type: ignore[union-attr]
         return ""
 
-    def unshown(self) -> list[str]:
-        """Keys of this campaign that no page rendered so far has shown."""
-        return [k for k in sorted(self._findings()) if (self.campaign.name, k) not in self.site.finding_pages]  # type: ignore[union-attr]
+    def unshown(self) -> list[Finding]:
+        """Findings of this campaign that no page rendered so far has shown."""
+        name = self.campaign.name  # type: ignore[union-attr]
+        return [f for f in self._findings() if (name, f.key) not in self.site.finding_pages]
 
-    def has(self, key: str) -> bool:
-        """True when the finding exists and has a value (use only where a campaign may lack the data)."""
-        found = self._findings().get(key)
-        return found is not None and found.available
-
-    def per_round(self, suffixes: list[str], known: Iterable[str] = ()) -> list[tuple[str, list[str]]]:
-        """For each round, the keys ``<round>.<suffix>`` that exist, in the order given.
-
-        A suffix that exists in no round at all is a typo or a renamed finding: that fails the build.
-        Campaigns without rounds use the bare suffixes (round name "").
-        """
-        findings = self._findings()
-        rounds = self.campaign.rounds or [""]  # type: ignore[union-attr]
+    def per_round(self, queries: list[dict[str, Any]]) -> list[tuple[str | None, list[Finding]]]:
+        """For each round, the findings each query selects, in the order of the queries."""
+        for q in queries:
+            self._known(q.get("topic"), q["metric"])
+        rounds = list(self.campaign.rounds) or [None]  # type: ignore[union-attr]
         out = []
-        seen: set[str] = set()
         for r in rounds:
-            ks = [f"{r}.{s}" if r else s for s in suffixes]
-            present = [k for k in ks if k in findings]
-            seen |= {s for s, k in zip(suffixes, ks, strict=True) if k in findings}
-            out.append((r, present))
-        # A suffix this campaign lacks is fine if it is a finding the templates know by name (their label
-        # dictionary) or another campaign has: the templates serve every kind of campaign. A suffix that is
-        # neither is a typo or a renamed finding: that fails the build.
-        known = set(known)
-        missing = [
-            s for s in suffixes if s not in seen and s not in known and s not in self.site.known_suffixes
-        ]
-        if missing:
-            raise RenderError(
-                f"{self.page_path}: no campaign has findings {missing} (typo or renamed finding?)"
-            )
-        return out
-
-    def keys(self, prefix: str = "", section: str | None = None, round: str | None = None) -> list[str]:
-        out = []
-        for k, f in sorted(self._findings().items()):
-            if prefix and not k.startswith(prefix):
-                continue
-            if section is not None and f.section != section:
-                continue
-            if round is not None and f.round != round:
-                continue
-            out.append(k)
+            hits: list[Finding] = []
+            for q in queries:
+                hits += [f for f in self.findings(**{"round": r, **q}) if f not in hits]
+            out.append((r, hits))
         return out
 
     # tables
@@ -347,24 +289,6 @@ class PageContext:
         tab = name if isinstance(name, Table) else self.t(name)
         keep = set(values)
         return Table(tab.name, tab.path, tab.columns, [r for r in tab.rows if r.get(column) in keep])
-
-    def comparison_parts(self, key: str) -> dict[str, Any]:
-        """``comparison.<a>__vs__<b>.<series>.<quantity>`` → campaigns (their names), series, quantity."""
-        by_slug = {campaign_slug(n): n for n in self.site.campaign_names}
-        parts = key.split(".")
-        if len(parts) < 3 or parts[0] != "comparison":
-            return {"campaigns": [], "series": "", "quantity": key}
-        names = [by_slug.get(x, x) for x in parts[1].split("__vs__")]
-        return {"campaigns": names, "series": ".".join(parts[2:-1]), "quantity": parts[-1]}
-
-    def series_key_label(self, key: str) -> str:
-        """A comparison series key (``llamacpp_q4_k_m``) as ``llama.cpp（Q4_K_M）``, from comparison_series."""
-        tab = self.campaign.tables.get("comparison_series") if self.campaign else None
-        for r in tab.rows if tab is not None else []:
-            if r.get("series_key") == key:
-                name = labels_zh.ENGINE_NAMES.get(str(r["engine"]), str(r["engine"]))
-                return f"{name}（{format_label(r.get('weight_format'))}）"
-        return key
 
     def has_table(self, name: str) -> bool:
         return (
@@ -418,7 +342,7 @@ class PageContext:
             if col == "weight_format" and isinstance(value, str):
                 return format_label(value)
             if col == "series_key" and isinstance(value, str):
-                return self.series_key_label(value)
+                return self.site.series_labels.get(value, value)
             return format_cell(col, value)
 
         body = [[cell(col, row[col]) for col, _ in cols] for row in tab.rows]
@@ -460,21 +384,21 @@ class PageContext:
     def has_figure(self, name: str) -> bool:
         return self.campaign is not None and name in self.campaign.figures
 
-    def finding_anchor(self, key: str) -> str:
+    def finding_anchor(self, finding: Finding) -> str:
         """The HTML id of a finding's row on this page; the first page that shows a finding is its home."""
         if self.campaign is not None:
-            self.site.finding_pages.setdefault((self.campaign.name, key), self.page_path)
-        return "f-" + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+            self.site.finding_pages.setdefault((self.campaign.name, finding.key), self.page_path)
+        return anchor_of(finding.key)
 
     def finding_link(self, key: str) -> str:
-        """A link to the page (and row) where a finding is shown; raises if no page shows it."""
+        """A link, labelled in Chinese, to the page (and row) where a finding is shown; raises if none does."""
         if self.campaign is None:
-            return f"`{key}`"
+            raise RenderError(f"{self.page_path}: finding links need a campaign")
         home = self.site.finding_pages.get((self.campaign.name, key))
         if home is None:
             raise RenderError(f"{self.page_path}: finding {key!r} is shown on no page")
-        anchor = "f-" + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
-        return f"[`{key}`]({self.link(home)}#{anchor})"
+        label = labels_zh.finding_label(self.campaign.findings[key])
+        return f"[{label}]({self.link(home)}#{anchor_of(key)})"
 
     # citations
     def _find(self, cited: str) -> RawFile | None:
@@ -519,7 +443,7 @@ class PageContext:
             if details:
                 text += " :" + ", ".join(details)
             parts.append(f'<span class="ia-src">{text}</span>')
-        return sep.join(parts) or fmt.MISSING
+        return sep.join(parts) or labels_zh.MISSING
 
     # links
     def page_link(self, target: str, fallback: str) -> str:
@@ -530,6 +454,11 @@ class PageContext:
         """A relative link from this page to another page (both relative to docs_dir)."""
         here = Path(self.page_path).parent
         return Path(_relpath(target, here.as_posix())).as_posix()
+
+
+def anchor_of(key: str) -> str:
+    """The HTML id of a finding's row (stable, ASCII): the key as an id, never read back."""
+    return "f-" + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
 
 
 def file_anchor(run: str, rel: str) -> str:
@@ -571,7 +500,8 @@ class SiteRenderer:
         self.runs: list[RawRun] = []
         self._lookups: dict[str, FileLookup] = {}
         self.profiles: dict[str, CampaignProfile] = {}
-        self.known_suffixes: set[str] = set()  # finding keys without round prefix, over every campaign
+        self.known_metrics: set[tuple[str | None, str]] = set()  # (topic, metric) over every campaign
+        self.series_labels: dict[str, str] = {}  # comparison series id -> Chinese label
         self.campaign_names: set[str] = set()
         self.comparison: CampaignResults | None = None
         self.figures_left_out: dict[str, dict[str, str]] = {}  # campaign -> figure -> why
@@ -596,7 +526,7 @@ class SiteRenderer:
     def model_config(self, campaign: CampaignResults) -> Any:
         """The model config the theory was computed from: the file ``model.params_total`` cites, read by the
         analysis' own parser (the structure page shows the inputs of its derivations). None if not found."""
-        found = campaign.findings.get("model.params_total")
+        found = campaign.findings.find(topic="model", metric="params_total")
         for src in found.sources if found else ():
             path = self.raw_path(campaign.name, source_file(src))
             if path is None or path.suffix != ".json":
@@ -616,22 +546,38 @@ class SiteRenderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        zh = labels_zh
         env.filters.update(
-            num=fmt.fmt_num,
-            int=fmt.fmt_int,
-            pct=fmt.fmt_pct,
-            spct=fmt.fmt_signed_pct,
-            fpct=fmt.fmt_fraction_pct,
-            bytes=fmt.fmt_bytes,
-            value=fmt.fmt_value,
-            status_class=status_class,
-            round_zh=lambda r: labels_zh.ROUNDS.get(r, r),
-            engine_zh=lambda e: labels_zh.ENGINES.get(e, e),
-            column_zh=lambda c: labels_zh.COLUMNS.get(c, c),
-            unit_zh=labels_zh.unit_zh,
+            # numbers
+            num=zh.fmt_num,
+            int=zh.fmt_int,
+            pct=zh.fmt_pct,
+            spct=zh.fmt_signed_pct,
+            fpct=zh.fmt_fraction_pct,
+            bytes=zh.fmt_bytes,
+            # a finding, formatted
+            value=zh.value_text,
+            theory=zh.theory_text,
+            error=zh.error_text,
+            tolerance=zh.tolerance_text,
+            label=zh.finding_label,
+            status_zh=zh.status_text,
+            reason_zh=zh.reason_text,
+            # names
+            round_zh=zh.round_label,
+            engine_zh=lambda e: zh.ENGINES.get(e, e),
+            engine_name=zh.engine_name,
+            format_zh=zh.format_label,
+            column_zh=lambda c: zh.COLUMNS.get(c, c),
+            unit_zh=zh.unit_zh,
         )
-        env.filters.update(format_zh=format_label, engine_name=lambda e: labels_zh.ENGINE_NAMES.get(e, e))
-        env.globals.update(markdown_table=markdown_table, format_cell=format_cell, file_anchor=file_anchor)
+        env.globals.update(
+            markdown_table=markdown_table,
+            format_cell=format_cell,
+            file_anchor=file_anchor,
+            series_label=zh.series_label,
+            fmt_value=zh.fmt_value,
+        )
         return env
 
     # output folder ---------------------------------------------------------------------------------------
@@ -714,16 +660,14 @@ class SiteRenderer:
             tmpl = self.env.get_template(template)
             text = tmpl.render(
                 ctx=ctx,
-                f=ctx.f,
-                has=ctx.has,
-                keys=ctx.keys,
+                get=ctx.get if campaign is not None else None,
+                find=ctx.find if campaign is not None else None,
                 t=ctx.t,
                 has_table=ctx.has_table,
                 table=ctx.table,
                 figure=ctx.figure,
                 has_figure=ctx.has_figure,
                 link=ctx.link,
-                opt=ctx.opt if campaign is not None else None,
                 latest=ctx.latest if campaign is not None else None,
                 campaign=campaign,
                 **data,
@@ -746,17 +690,19 @@ class SiteRenderer:
             )
         self.campaign_names = {c.name for c in campaigns}
         for c in campaigns:
-            for k in c.findings:
-                self.known_suffixes.add(k.split(".", 1)[1] if k.startswith("round") and "." in k else k)
+            self.known_metrics |= {(f.topic, f.metric) for f in c.findings}
         comparison = load_comparison(self.results_dir)
         gpu_display: dict[str, tuple[str, str]] = {}
         if comparison is not None and "comparison_series" in comparison.tables:
             for row in comparison.tables["comparison_series"].rows:
+                self.series_labels[str(row["series_key"])] = labels_zh.series_label(
+                    str(row["engine"]), row.get("weight_format")
+                )
                 if row.get("gpu"):
                     gpu_display.setdefault(
                         str(row["campaign"]), (str(row["gpu"]), str(row.get("gpu_display") or ""))
                     )
-        reference = self.env.get_template("_site.j2").module.reference_campaign
+        reference = REFERENCE_CAMPAIGN
         for c in campaigns:
             self.profiles[c.name] = build_profile(c, self.runs, reference, gpu_display)
         campaigns.sort(key=lambda c: self.profiles[c.name].sort_key)
@@ -773,13 +719,14 @@ class SiteRenderer:
         self.runs = index_runs(self.raw_roots)
         campaigns = self._load()
         runs = self.runs
-        site_mod = self.env.get_template("_site.j2").module  # section names (Chinese) live in a template
+        nav_zh = labels_zh.NAV
+        short_name = self.env.get_template("_campaigns.j2").module.short  # a campaign's name: template prose
         nav: list[Any] = []
         common = {
             "campaigns": campaigns,
             "profiles": self.profiles,
             "comparison": self.comparison,
-            "reference_campaign": site_mod.reference_campaign,
+            "reference_campaign": REFERENCE_CAMPAIGN,
         }
 
         structure_entries = []
@@ -825,17 +772,17 @@ class SiteRenderer:
                 "comparison.md.j2", "comparison.md", self.comparison, runs=runs, **common
             )
             self._write(page)
-            comparison_entry = {site_mod.nav_comparison: page.path}
+            comparison_entry = {nav_zh["comparison"]: page.path}
 
         home = self.render_template("home.md.j2", "index.md", None, runs=runs, **common)
         self._write(home)
         nav.append({home.title: "index.md"})
 
         for c, entries in campaign_navs:
-            nav.append({str(site_mod.nav_campaign_title(self.profiles[c.name])).strip(): entries})
+            nav.append({str(short_name(self.profiles[c.name])).strip(): entries})
         if comparison_entry:
             nav.append(comparison_entry)
-        nav.append({site_mod.nav_structure: structure_entries})
+        nav.append({nav_zh["structure"]: structure_entries})
 
         data_entries = []
         for c in campaigns:
@@ -864,13 +811,13 @@ class SiteRenderer:
                 )
 
         method_entries = []
-        for rel in site_mod.handwritten_pages:
+        for rel in HANDWRITTEN_PAGES:
             p = self.out / rel
             if not p.exists():
-                raise RenderError(f"{p}: hand-written page listed in _site.j2 is missing")
+                raise RenderError(f"{p}: hand-written page listed in HANDWRITTEN_PAGES is missing")
             method_entries.append({Page(rel, p.read_text(encoding="utf-8")).title: rel})
-        nav.append({site_mod.nav_method: method_entries})
-        nav.append({site_mod.nav_data: data_entries})
+        nav.append({nav_zh["method"]: method_entries})
+        nav.append({nav_zh["data"]: data_entries})
 
         self._convert_figures()
         (self.out / FIGURES_FILE).write_text(
