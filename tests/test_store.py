@@ -41,8 +41,12 @@ def test_files_and_manifest_hashes_match_independent_sha256(tmp_path):
         (run_dir / MANIFEST).read_bytes()
     ).hexdigest()
     assert manifest["status"] == "complete"
+    # run.json and the journal are covered too, outside ``files`` (whose readers expect data files only)
+    for rel in ("run.json", "journal.jsonl"):
+        data = (run_dir / rel).read_bytes()
+        assert manifest["bookkeeping"][rel] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     report = verify(tmp_path)
-    assert report.ok and report.runs == 1 and report.sealed == 1 and report.files == 3
+    assert report.ok and report.runs == 1 and report.sealed == 1 and report.files == 3 + 2
 
 
 def test_overwrite_is_refused_and_the_first_bytes_stay(tmp_path):

@@ -2,13 +2,22 @@
 
 Layout ``<root>/<campaign>/<run>/``:
 
-- ``run.json``      written first, when the run is created: who, when, what (kind, meta, tool version).
+- ``run.json``      written first, when the run is created: who, when, what (kind, meta, tool version). The
+                    run folder is built under a temp name (``<campaign>/.tmp-<run>.<pid>``) with run.json
+                    inside and renamed into place, so a run folder never exists without its run.json; a
+                    leftover temp folder is reported by ``verify`` as abandoned.
 - data files        create-only, written atomically (temp file in the same folder, fsync, rename).
 - streams           create-only, opened for append; every write is flushed so a crash keeps what arrived.
 - ``journal.jsonl`` one line per finished file (size, sha256, source, time): an interrupted run can
                     still prove its already-written files.
-- ``manifest.json`` written at the seal: every file with size and sha256, the run's status.
+- ``manifest.json`` written at the seal: every file with size and sha256, the run's status, and (runs sealed
+                    since the trust chain, issue #12) ``bookkeeping``: size and sha256 of run.json and
+                    journal.jsonl, so neither can change unseen.
 - ``SEALED``        written last; holds the sha256 of manifest.json. Absent = interrupted run.
+
+A run's state (``RUN_STATES``): ``sealed-complete``, ``sealed-failed`` (the manifest's status) or ``unsealed``.
+``recover_seal`` finishes a seal that was interrupted after measuring ended (the run's events end in
+``run_end``, or the manifest was already written), never otherwise.
 
 Nothing here deletes or rewrites a file under the root. A leftover temp file of an interrupted atomic write
 is reported by ``verify`` and kept.
@@ -29,13 +38,21 @@ from typing import Any, BinaryIO
 
 from collector import __version__
 from collector.raw.errors import StoreError
+from collector.raw.jsonl import iter_json_lines
 
 RUN_FILE = "run.json"
 JOURNAL = "journal.jsonl"
 MANIFEST = "manifest.json"
 SEAL = "SEALED"
 BOOKKEEPING = frozenset({RUN_FILE, JOURNAL, MANIFEST, SEAL})
+HASHED_BOOKKEEPING = (RUN_FILE, JOURNAL)  # in the manifest's ``bookkeeping`` (runs sealed since issue #12)
+EVENTS_FILE = "events.jsonl"  # the collector's event stream: its ``run_end`` line says measuring ended
 TMP_PREFIX = ".tmp-"
+SEAL_STATUSES = ("complete", "failed")
+RUN_STATES = ("sealed-complete", "sealed-failed", "unsealed")
+# run.json: the fields every run has, and their JSON types
+_RUN_FIELDS: dict[str, type] = {"campaign": str, "run": str, "kind": str, "meta": dict, "created": dict}
+_TYPE_NAMES = {str: "string", dict: "object", int: "integer"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _CHUNK = 1 << 20
 
@@ -200,42 +217,14 @@ class Run:
 
     # -- seal ----------------------------------------------------------------------------------------
     def seal(self, status: str = "complete", note: str | None = None, extra: dict | None = None) -> Path:
-        """Close streams, hash every file into manifest.json, then write SEALED (last)."""
+        """Close streams and the journal, hash every file into manifest.json, then write SEALED (last)."""
         self._ensure_open()
-        if status not in ("complete", "failed"):
+        if status not in SEAL_STATUSES:
             raise StoreError(f"{self.path}: seal status must be 'complete' or 'failed', not {status!r}")
         for s in self._streams:
             s.close()
-        journal = read_journal(self.path)
-        files: dict[str, dict[str, Any]] = {}
-        for rel in _data_files(self.path):
-            entry = journal.get(rel, {})
-            files[rel] = {
-                "size": (self.path / rel).stat().st_size,
-                "sha256": sha256_file(self.path / rel),
-                "source": entry.get("source"),
-                "written_at": entry.get("written_at"),
-            }
-            if entry and entry["sha256"] != files[rel]["sha256"]:
-                raise StoreError(f"{self.path / rel}: changed after it was written (journal hash differs)")
-        run_meta = json.loads((self.path / RUN_FILE).read_text())
-        manifest = {
-            "campaign": self.campaign,
-            "run": self.name,
-            "status": status,
-            "note": note,
-            "tool": {"name": "inference-anatomy", "version": __version__},
-            "created": run_meta.get("created"),
-            "sealed": _now(),
-            "files": files,
-            **(extra or {}),
-        }
-        _create_exclusive(
-            self.path / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-        )
-        self._journal.close()
-        _create_exclusive(self.path / SEAL, (sha256_file(self.path / MANIFEST) + "\n").encode())
-        return self.path / SEAL
+        self._journal.close()  # final from here on: the manifest hashes it
+        return _write_seal(self.path, self.campaign, self.name, status, note, extra)
 
     def close_unsealed(self) -> None:
         """Close streams and the journal without sealing (the run stays visibly interrupted)."""
@@ -261,23 +250,78 @@ class RunInfo:
         p = self.path / MANIFEST
         return json.loads(p.read_text()) if p.exists() else None
 
+    @property
+    def state(self) -> str:
+        """One of ``RUN_STATES``: what a finding from this run says about where its numbers come from."""
+        return run_state(self.path)
+
+
+def run_state(run_dir: Path) -> str:
+    """``unsealed`` without SEALED, else ``sealed-<status>`` from manifest.json (one-line StoreError when the
+    manifest cannot say)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / SEAL).exists():
+        return "unsealed"
+    p = run_dir / MANIFEST
+    try:
+        status = json.loads(p.read_bytes()).get("status")
+    except (OSError, ValueError, AttributeError) as err:
+        raise StoreError(f"{p}: cannot tell the run's status ({type(err).__name__})") from err
+    if status not in SEAL_STATUSES:
+        raise StoreError(f"{p}: status {status!r} is not one of {SEAL_STATUSES}")
+    return f"sealed-{status}"
+
+
+def _run_json_problem(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """run.json parsed and checked for shape: (fields, None), or (None, what is wrong with it)."""
+    p = run_dir / RUN_FILE
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        return None, f"cannot read ({err.strerror or err})"
+    try:
+        info = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as err:
+        return None, f"not valid JSON ({err.msg} at line {err.lineno})"
+    if not isinstance(info, dict):
+        return None, "not a JSON object"
+    for name, typ in _RUN_FIELDS.items():
+        if name not in info:
+            return None, f"field {name!r} missing"
+        if not isinstance(info[name], typ):
+            return None, f"field {name!r} is not a {_TYPE_NAMES[typ]}"
+    unix_ns = info["created"].get("unix_ns")
+    if not isinstance(unix_ns, int) or isinstance(unix_ns, bool):
+        return None, "field 'created.unix_ns' is not an integer"
+    if "tool" in info and not isinstance(info["tool"], dict):
+        return None, "field 'tool' is not an object"
+    return info, None
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """The run's run.json, checked for shape; one-line StoreError naming the file otherwise."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RUN_FILE).exists():
+        raise StoreError(f"{run_dir}: not a run (no {RUN_FILE})")
+    info, problem = _run_json_problem(run_dir)
+    if info is None:
+        raise StoreError(f"{run_dir / RUN_FILE}: {problem}")
+    return info
+
 
 def open_run(path: Path) -> RunInfo:
     path = Path(path)
-    try:
-        info = json.loads((path / RUN_FILE).read_text())
-    except FileNotFoundError as err:
-        raise StoreError(f"{path}: not a run (no {RUN_FILE})") from err
-    except json.JSONDecodeError as err:
-        raise StoreError(f"{path / RUN_FILE}: not valid JSON ({err.msg} at line {err.lineno})") from err
+    info = read_run_json(path)
     return RunInfo(
         campaign=info["campaign"],
         name=info["run"],
         path=path,
         sealed=(path / SEAL).exists(),
-        kind=info.get("kind", ""),
-        meta=info.get("meta", {}),
-        created=info.get("created", {}),
+        kind=info["kind"],
+        meta=info["meta"],
+        created=info["created"],
     )
 
 
@@ -305,10 +349,12 @@ def read_journal(run_dir: Path) -> dict[str, dict[str, Any]]:
             continue
         try:
             entry = json.loads(line)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             if i == len(lines):  # torn tail: the write that was interrupted
                 break
             raise StoreError(f"{p}:{i}: journal line is not JSON") from err
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str) and "sha256" in entry):
+            raise StoreError(f"{p}:{i}: journal line is not an entry (no path/sha256)")
         out[entry["path"]] = entry
     return out
 
@@ -318,14 +364,24 @@ class RawStore:
         self.root = Path(root)
 
     def create_run(self, campaign: str, run: str, kind: str, meta: dict[str, Any] | None = None) -> Run:
+        """A new run folder with its run.json, appearing under its name all at once (see ``_stage_run``)."""
+        path = self.root / campaign / run
+        staged = self._stage_run(campaign, run, kind, meta)
+        self._publish_run(staged, path)
+        return Run(path, campaign, run)
+
+    def _stage_run(self, campaign: str, run: str, kind: str, meta: dict[str, Any] | None) -> Path:
+        """Step 1 of creating a run: a temp folder ``<campaign>/.tmp-<run>.<pid>-<n>`` holding the finished,
+        fsynced run.json. A kill here leaves only that temp folder, which ``verify`` reports as abandoned."""
         _check_name("campaign", campaign)
         _check_name("run", run)
         path = self.root / campaign / run
+        new_campaign = not path.parent.exists()
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            path.mkdir()
-        except FileExistsError as err:
-            raise StoreError(f"{path}: run already exists; a new run needs a new name") from err
+        if new_campaign:
+            _fsync_dir(path.parent.parent)
+        if path.exists():
+            raise StoreError(f"{path}: run already exists; a new run needs a new name")
         info = {
             "campaign": campaign,
             "run": run,
@@ -334,17 +390,47 @@ class RawStore:
             "tool": {"name": "inference-anatomy", "version": __version__},
             "created": _now(),
         }
-        _create_exclusive(path / RUN_FILE, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
-        return Run(path, campaign, run)
+        n = 0
+        while True:  # a leftover of an earlier process with the same pid keeps its name
+            staged = path.parent / f"{TMP_PREFIX}{run}.{os.getpid()}-{n}"
+            try:
+                staged.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+        _create_exclusive(staged / RUN_FILE, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
+        return staged
+
+    def _publish_run(self, staged: Path, path: Path) -> None:
+        """Step 2: rename the staged folder to the run's name (atomic), then fsync the campaign folder."""
+        try:
+            # rename(2) fails when ``path`` is a non-empty folder (every run holds run.json): create-only
+            os.rename(staged, path)
+        except OSError as err:
+            # our own staging folder, never a run: removed so a lost race leaves nothing behind
+            (staged / RUN_FILE).unlink()
+            staged.rmdir()
+            raise StoreError(f"{path}: run already exists; a new run needs a new name") from err
+        _fsync_dir(path.parent)
+
+    def run_dirs(self, campaign: str | None = None) -> list[Path]:
+        """Run folders (those holding run.json), by campaign then name, without reading them; temp
+        folders of an interrupted run creation are left out."""
+        if not self.root.is_dir():
+            return []
+        return [
+            p.parent
+            for p in sorted(self.root.glob(f"{campaign or '*'}/*/{RUN_FILE}"))
+            if not p.parent.name.startswith(TMP_PREFIX) and not p.parent.parent.name.startswith(TMP_PREFIX)
+        ]
 
     def iter_runs(self, campaign: str | None = None) -> Iterator[RunInfo]:
-        if not self.root.is_dir():
-            return
-        for run_json in sorted(self.root.glob(f"{campaign or '*'}/*/{RUN_FILE}")):
-            yield open_run(run_json.parent)
+        for run_dir in self.run_dirs(campaign):
+            yield open_run(run_dir)
 
     def campaigns(self) -> list[str]:
-        return sorted({r.campaign for r in self.iter_runs()})
+        """Campaign folders holding at least one run (by folder name: a bad run.json does not hide one)."""
+        return sorted({p.parent.name for p in self.run_dirs()})
 
     def unique_run_name(self, campaign: str, stem: str) -> str:
         """``stem``, or ``stem-2``, ``stem-3`` ... whichever does not exist yet (runs are never reused)."""
@@ -355,46 +441,191 @@ class RawStore:
         return name
 
 
+# -- seal ---------------------------------------------------------------------------------------------
+
+
+def _write_seal(
+    run_dir: Path, campaign: str, name: str, status: str, note: str | None, extra: dict | None
+) -> Path:
+    """Hash every data file (checked against the journal) and the bookkeeping into manifest.json, then
+    write SEALED. The journal must be final (nothing appends to it any more)."""
+    if status not in SEAL_STATUSES:
+        raise StoreError(f"{run_dir}: seal status must be 'complete' or 'failed', not {status!r}")
+    journal = read_journal(run_dir)
+    files: dict[str, dict[str, Any]] = {}
+    for rel in _data_files(run_dir):
+        entry = journal.get(rel, {})
+        files[rel] = {
+            "size": (run_dir / rel).stat().st_size,
+            "sha256": sha256_file(run_dir / rel),
+            "source": entry.get("source"),
+            "written_at": entry.get("written_at"),
+        }
+        if entry and entry["sha256"] != files[rel]["sha256"]:
+            raise StoreError(f"{run_dir / rel}: changed after it was written (journal hash differs)")
+    run_meta = read_run_json(run_dir)
+    manifest = {
+        "campaign": campaign,
+        "run": name,
+        "status": status,
+        "note": note,
+        "tool": {"name": "inference-anatomy", "version": __version__},
+        "created": run_meta.get("created"),
+        "sealed": _now(),
+        "files": files,
+        **(extra or {}),
+        # run.json and the journal are not data files (readers of ``files`` never see them), but a change
+        # to either must not pass unseen
+        "bookkeeping": {
+            rel: {"size": (run_dir / rel).stat().st_size, "sha256": sha256_file(run_dir / rel)}
+            for rel in HASHED_BOOKKEEPING
+            if (run_dir / rel).exists()
+        },
+    }
+    _create_exclusive(run_dir / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    _create_exclusive(run_dir / SEAL, (sha256_file(run_dir / MANIFEST) + "\n").encode())
+    return run_dir / SEAL
+
+
+def recover_seal(run_dir: Path) -> str:
+    """Finish a seal that was interrupted after measuring ended; refuse (one line, why) otherwise.
+
+    Measuring ended when the seal had already written manifest.json (then only SEALED is added, after the
+    manifest is checked against the files), or when the run's events.jsonl ends in a complete ``run_end``
+    line (then manifest.json + SEALED are written with that event's status and reason). Every file must
+    still match its journal entry. No existing file is modified; nothing is appended to the journal.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise StoreError(f"{run_dir}: no such run folder")
+    info = read_run_json(run_dir)
+    if (run_dir / SEAL).exists():
+        raise StoreError(f"{run_dir}: already sealed; nothing to recover")
+    report = verify_run(run_dir)
+    if not report.ok:
+        raise StoreError(
+            f"{run_dir}: refusing to seal a run that does not verify: {report.problems[0].line()}"
+        )
+    if (run_dir / MANIFEST).exists():
+        manifest = _load_manifest(run_dir, report)
+        if manifest is not None:
+            _check_against_manifest(run_dir, manifest, report)
+        if not report.ok:
+            raise StoreError(
+                f"{run_dir}: refusing to seal: the interrupted seal's manifest does not match the files: "
+                f"{report.problems[0].line()}"
+            )
+        _create_exclusive(run_dir / SEAL, (sha256_file(run_dir / MANIFEST) + "\n").encode())
+        return f"{run_dir}: sealed-{manifest['status']} (the interrupted seal had written manifest.json; SEALED added)"
+    line_no, end, points_done = _measuring_ended(run_dir)
+    status = end.get("status")
+    extra = {
+        "checks_failed": end.get("checks_failed") or [],
+        "points_done": points_done,
+        "recovered": {
+            "by": "collector seal --recover",
+            "at": _now(),
+            "evidence": f"{EVENTS_FILE}:{line_no} run_end",
+        },
+    }
+    _write_seal(run_dir, info["campaign"], info["run"], status, end.get("reason"), extra)
+    return f"{run_dir}: sealed-{status} (recovered: {EVENTS_FILE}:{line_no} shows measuring ended)"
+
+
+def _measuring_ended(run_dir: Path) -> tuple[int, dict[str, Any], int]:
+    """(line, fields of the run_end event, points that ended without an abort) when events.jsonl ends in a
+    complete ``run_end`` line; a one-line StoreError saying why not otherwise."""
+    ev = run_dir / EVENTS_FILE
+    stays = "the run stays unsealed"
+    if not ev.exists():
+        raise StoreError(
+            f"{run_dir}: refusing to seal: no {EVENTS_FILE}, so nothing shows measuring ended; {stays}"
+        )
+    data = ev.read_bytes()
+    if data and not data.endswith(b"\n"):
+        raise StoreError(f"{ev}: refusing to seal: the last event line is cut (no newline); {stays}")
+    lines = iter_json_lines(ev)
+    if not lines:
+        raise StoreError(f"{ev}: refusing to seal: no events, so nothing shows measuring ended; {stays}")
+    line_no, end = lines[-1]
+    kind = end.get("kind") if isinstance(end, dict) else None
+    if kind != "run_end":
+        raise StoreError(
+            f"{ev}:{line_no}: refusing to seal: the last event is {kind!r}, not 'run_end' "
+            f"(measuring did not end); {stays}"
+        )
+    if end.get("status") not in SEAL_STATUSES:
+        raise StoreError(f"{ev}:{line_no}: refusing to seal: run_end status {end.get('status')!r} unknown")
+    points_done = sum(
+        1 for _, e in lines if isinstance(e, dict) and e.get("kind") == "point_end" and not e.get("aborted")
+    )
+    return line_no, end, points_done
+
+
 # -- verify -------------------------------------------------------------------------------------------
+
+# levels of a verify line: "problem" fails verify; "unsealed" and "abandoned" are states, reported as such;
+# "note" informs
+LEVELS = ("problem", "unsealed", "abandoned", "note")
 
 
 @dataclass
 class Finding:
-    level: str  # "problem" fails verify; "note" informs
+    level: str
     path: str
     what: str
+
+    def line(self) -> str:
+        """The one line ``collector verify`` prints (and ``analyze`` refuses with)."""
+        return f"{self.level.upper()}: {self.path}: {self.what}"
 
 
 @dataclass
 class VerifyReport:
     runs: int = 0
     sealed: int = 0
+    failed: int = 0  # sealed runs whose manifest says status failed
+    abandoned: int = 0  # folders of a run creation that never finished (no run.json): not runs
     files: int = 0
     findings: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not any(f.level == "problem" for f in self.findings)
+        return not self.problems
+
+    @property
+    def unsealed(self) -> int:
+        return self.runs - self.sealed
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "problem"]
+
+    def add(self, level: str, path: Path | str, what: str) -> None:
+        self.findings.append(Finding(level, str(path), what))
 
     def problem(self, path: Path | str, what: str) -> None:
-        self.findings.append(Finding("problem", str(path), what))
+        self.add("problem", path, what)
 
     def note(self, path: Path | str, what: str) -> None:
-        self.findings.append(Finding("note", str(path), what))
+        self.add("note", path, what)
 
     def lines(self) -> list[str]:
-        out = [f"{f.level.upper()}: {f.path}: {f.what}" for f in self.findings]
-        problems = sum(f.level == "problem" for f in self.findings)
-        unsealed = self.runs - self.sealed
-        out.append(
-            f"{'OK' if self.ok else 'FAILED'}: {self.runs} runs ({self.sealed} sealed, {unsealed} unsealed), "
-            f"{self.files} files checked, {problems} problems"
+        out = [f.line() for f in self.findings]
+        verdict = "FAILED" if not self.ok else "UNSEALED" if self.unsealed else "OK"
+        counts = (
+            f"{self.runs} runs ({self.sealed - self.failed} sealed-complete, {self.failed} sealed-failed, "
+            f"{self.unsealed} unsealed)"
         )
+        if self.abandoned:
+            counts += f", {self.abandoned} abandoned folders"
+        out.append(f"{verdict}: {counts}, {self.files} files checked, {len(self.problems)} problems")
         return out
 
 
 def verify(raw_root: Path) -> VerifyReport:
-    """Re-hash every file of every run; report changed, missing and unexpected files."""
+    """Re-hash every file of every run; report changed, missing and unexpected files, unsealed runs and
+    abandoned folders."""
     root = Path(raw_root)
     if not root.is_dir():
         raise StoreError(f"{root}: no raw store here (not a directory)")
@@ -405,51 +636,164 @@ def verify(raw_root: Path) -> VerifyReport:
     return report
 
 
+def verify_run(run_dir: Path, report: VerifyReport | None = None) -> VerifyReport:
+    """What ``verify`` says about one run folder (added to ``report`` when given)."""
+    report = report if report is not None else VerifyReport()
+    _verify_run(Path(run_dir), report)
+    return report
+
+
+def _holds_no_data(folder: Path) -> bool:
+    """Nothing in it but empty folders and temp files of interrupted writes."""
+    return all(p.is_dir() or p.name.startswith(TMP_PREFIX) for p in folder.rglob("*"))
+
+
 def _verify_run(run_dir: Path, report: VerifyReport) -> None:
+    if run_dir.name.startswith(TMP_PREFIX) or (not (run_dir / RUN_FILE).exists() and _holds_no_data(run_dir)):
+        report.abandoned += 1
+        report.add(
+            "abandoned",
+            run_dir,
+            "a run creation interrupted before the run got its run.json (no data; kept, not a run)",
+        )
+        return
     if not (run_dir / RUN_FILE).exists():
-        report.problem(run_dir, f"unexpected folder: not a run (no {RUN_FILE})")
+        report.problem(run_dir, f"not a run: holds files but no {RUN_FILE}")
         return
     report.runs += 1
     for tmp in sorted(run_dir.rglob(f"{TMP_PREFIX}*")):
         report.note(tmp, "leftover of an interrupted write (kept, not part of the run)")
+    info, bad = _run_json_problem(run_dir)
+    if info is None:
+        report.problem(run_dir / RUN_FILE, bad)
+    else:
+        for fieldname, folder in (("campaign", run_dir.parent.name), ("run", run_dir.name)):
+            if info[fieldname] != folder:
+                report.problem(
+                    run_dir / RUN_FILE,
+                    f"changed: {fieldname} {info[fieldname]!r} but the folder is {folder!r}",
+                )
     if (run_dir / SEAL).exists():
         report.sealed += 1
-        _verify_sealed(run_dir, report)
+        _verify_sealed(run_dir, report, info)
     else:
         _verify_unsealed(run_dir, report)
 
 
-def _verify_sealed(run_dir: Path, report: VerifyReport) -> None:
+def _load_manifest(run_dir: Path, report: VerifyReport) -> dict[str, Any] | None:
+    manifest_path = run_dir / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_bytes())
+    except (OSError, ValueError):
+        report.problem(manifest_path, "not a manifest (not readable JSON)")
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        report.problem(manifest_path, "not a manifest (no 'files')")
+        return None
+    if manifest.get("status") not in SEAL_STATUSES:
+        report.problem(manifest_path, f"status {manifest.get('status')!r} is not one of {SEAL_STATUSES}")
+        return None
+    return manifest
+
+
+def _check_file(report: VerifyReport, p: Path, entry: Any, against: str = "the manifest") -> None:
+    report.files += 1
+    if not isinstance(entry, dict) or "size" not in entry or "sha256" not in entry:
+        report.problem(p, f"{against} has no size/sha256 for it")
+    elif not p.exists():
+        report.problem(p, "missing")
+    elif p.stat().st_size != entry["size"]:
+        report.problem(p, f"changed: size {p.stat().st_size} bytes, {against} says {entry['size']}")
+    elif sha256_file(p) != entry["sha256"]:
+        report.problem(p, f"changed: sha256 differs from {against}")
+
+
+def _check_against_manifest(run_dir: Path, manifest: dict[str, Any], report: VerifyReport) -> None:
+    files = manifest["files"]
+    for rel, entry in sorted(files.items()):
+        _check_file(report, run_dir / rel, entry)
+    for rel in sorted(set(_data_files(run_dir)) - set(files)):
+        report.problem(run_dir / rel, "unexpected: not in the manifest")
+    bookkeeping = manifest.get("bookkeeping")
+    if isinstance(bookkeeping, dict):
+        for rel in HASHED_BOOKKEEPING:
+            if rel in bookkeeping or (run_dir / rel).exists():
+                _check_file(report, run_dir / rel, bookkeeping.get(rel))
+
+
+def _verify_sealed(run_dir: Path, report: VerifyReport, info: dict[str, Any] | None) -> None:
     manifest_path = run_dir / MANIFEST
     if not manifest_path.exists():
         report.problem(manifest_path, "missing (the run is sealed)")
         return
-    want = (run_dir / SEAL).read_text().strip()
+    want = (run_dir / SEAL).read_text(errors="replace").strip()
     if sha256_file(manifest_path) != want:
         report.problem(manifest_path, "changed after the seal (sha256 differs from SEALED)")
         return
-    try:
-        files = json.loads(manifest_path.read_text())["files"]
-    except (json.JSONDecodeError, KeyError):
-        report.problem(manifest_path, "not a manifest (no 'files')")
+    manifest = _load_manifest(run_dir, report)
+    if manifest is None:
         return
-    on_disk = set(_data_files(run_dir))
-    for rel, entry in sorted(files.items()):
-        report.files += 1
-        p = run_dir / rel
-        if not p.exists():
-            report.problem(p, "missing")
-        elif p.stat().st_size != entry["size"]:
-            report.problem(p, f"changed: size {p.stat().st_size} bytes, manifest says {entry['size']}")
-        elif sha256_file(p) != entry["sha256"]:
-            report.problem(p, "changed: sha256 differs from the manifest")
-    for rel in sorted(on_disk - set(files)):
-        report.problem(run_dir / rel, "unexpected: not in the manifest")
+    if manifest["status"] == "failed":
+        report.failed += 1
+    _check_against_manifest(run_dir, manifest, report)
+    if "bookkeeping" not in manifest:
+        _verify_legacy_bookkeeping(run_dir, manifest, info, report)
+
+
+def _verify_legacy_bookkeeping(
+    run_dir: Path, manifest: dict[str, Any], info: dict[str, Any] | None, report: VerifyReport
+) -> None:
+    """A run sealed before run.json and the journal were hashed: what the manifest says about them is
+    checked field by field (run.json's campaign, run and created; every journal entry's path, size, sha256,
+    source and written_at). Not covered: run.json's kind, meta and tool, and the journal's formatting and
+    superseded entries."""
+    report.note(
+        run_dir,
+        f"sealed before {RUN_FILE} and {JOURNAL} were hashed: checked field by field against the manifest "
+        f"({RUN_FILE}: campaign, run, created; {JOURNAL}: every entry)",
+    )
+    if info is not None:
+        for k in ("campaign", "run", "created"):
+            if k in manifest and info.get(k) != manifest[k]:
+                report.problem(run_dir / RUN_FILE, f"changed: {k} differs from the manifest")
+    journal = _journal_or_problem(run_dir, report)
+    if journal is None:
+        return
+    files = manifest["files"]
+    for rel, entry in sorted(journal.items()):
+        if rel not in files:
+            report.problem(run_dir / JOURNAL, f"changed: names {rel}, which the manifest does not hold")
+            continue
+        for k in ("sha256", "size", "source", "written_at"):
+            if entry.get(k) != files[rel].get(k):
+                report.problem(
+                    run_dir / JOURNAL, f"changed: the entry for {rel} differs from the manifest ({k})"
+                )
+                break
+
+
+def _journal_or_problem(run_dir: Path, report: VerifyReport) -> dict[str, dict[str, Any]] | None:
+    """The journal, or None with the problem reported as ``journal.jsonl: changed: line N: …``."""
+    try:
+        return read_journal(run_dir)
+    except StoreError as err:
+        where = f"{run_dir / JOURNAL}:"
+        report.problem(run_dir / JOURNAL, f"changed: line {str(err).removeprefix(where)}")
+        return None
 
 
 def _verify_unsealed(run_dir: Path, report: VerifyReport) -> None:
-    report.note(run_dir, "unsealed: the run was interrupted or is still being written (kept as is)")
-    journal = read_journal(run_dir)
+    if (run_dir / MANIFEST).exists():
+        what = "the seal was interrupted after writing manifest.json; `collector seal --recover` finishes it"
+    else:
+        what = (
+            "interrupted or still being written (analysed, marked unsealed); `collector seal --recover` "
+            "seals it if its events show measuring ended"
+        )
+    report.add("unsealed", run_dir, what)
+    journal = _journal_or_problem(run_dir, report)
+    if journal is None:
+        return
     for rel, entry in sorted(journal.items()):
         report.files += 1
         p = run_dir / rel
