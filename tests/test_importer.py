@@ -58,7 +58,9 @@ def test_import_is_byte_identical_classified_and_verifies(tmp_path):
         copied += 1
     assert copied == len(source_files) == 72
     result = CliRunner().invoke(main, ["verify", "--raw", str(raw)])
-    assert result.exit_code == 0 and "OK: 10 runs (10 sealed, 0 unsealed), 72 files" in result.output
+    # 72 data files + each run's run.json and journal.jsonl (hashed in the manifest's bookkeeping)
+    assert result.exit_code == 0
+    assert "OK: 10 runs (10 sealed-complete, 0 sealed-failed, 0 unsealed), 92 files" in result.output
 
 
 def test_importing_twice_changes_nothing(tmp_path):
