@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "collector/run.py", "collector/client.py", "collector/loadgen.py", "collector/sampler.py",
         "collector/server.py", "collector/checks.py", "collector/fingerprint.py", "collector/plan.py",
         "collector/importer.py", "collector/inspect.py", "collector/ceilings.py", "collector/engines.py",
-        "collector/init.py",
+        "collector/init.py", "collector/preflight.py",
         "analysis/campaign.py", "analysis/rundocs.py", "analysis/scrape_series.py",
     )),
     (3, "reconcile", ("analysis/reconcile/*.py",)),
