@@ -29,7 +29,8 @@ from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.rundocs import RunDocs, read_run_docs
 from analysis.windows import naive_as_utc_epoch_s
-from collector.raw.store import RawStore, RunInfo
+from collector.raw.errors import AnatomyError, ParseError, StoreError
+from collector.raw.store import RawStore, RunInfo, open_run, run_state, verify_run
 
 # Store bookkeeping that no parser covers: never measurement data.
 _STORE_FILES = {"run.json", "journal.jsonl", "manifest.json", "SEALED"}
@@ -131,6 +132,7 @@ class RunData:
     records: dict[str, Any] = field(default_factory=dict)  # file name -> parsed record
     points: list[BenchPoint] = field(default_factory=list)
     docs: RunDocs = field(default_factory=RunDocs)
+    state: str = "unsealed"  # collector.raw.store.RUN_STATES; set from the run's seal by load_campaign
 
     @property
     def own(self) -> bool:
@@ -203,9 +205,25 @@ class RunData:
 
 
 @dataclass
+class BrokenRun:
+    """A run that could not be read or parsed: analysis reports it (one n/a finding with ``reason``, the
+    one-line error) and goes on with the rest of the campaign."""
+
+    name: str
+    path: Path
+    state: str  # collector.raw.store.RUN_STATES
+    reason: str
+    engine: str | None
+    cite_root: str  # as RunData.cite_root
+    source: str  # citation of the file the error names (else the run folder)
+
+
+@dataclass
 class Campaign:
     name: str
     runs: list[RunData]
+    broken: list[BrokenRun] = field(default_factory=list)
+    verified: bool = True  # every run folder verified before loading (False: `analyze --no-verify`)
 
     @property
     def rounds(self) -> list[str | None]:
@@ -448,17 +466,75 @@ def _borrow_protocol(campaign: Campaign) -> None:
                     break
 
 
-def load_campaign(raw_roots: Iterable[Path], name: str) -> Campaign:
+VERIFY_HINT = "analyze reads only runs that verify; --no-verify reads them anyway, marked unverified"
+
+
+def verify_campaign(raw_roots: Iterable[Path], name: str) -> int:
+    """Every run folder of the campaign checked as `collector verify` checks it (seal, manifest, run.json,
+    journal); the first problem raises StoreError with verify's own line. Returns the folders checked."""
+    n = 0
+    for root in raw_roots:
+        cdir = Path(root) / name
+        if not cdir.is_dir():
+            continue
+        for run_dir in sorted(p for p in cdir.iterdir() if p.is_dir()):
+            report = verify_run(run_dir)
+            n += 1
+            if not report.ok:
+                raise StoreError(f"{report.problems[0].line()} ({VERIFY_HINT})")
+    return n
+
+
+def _broken(run_dir: Path, info: RunInfo | None, err: AnatomyError) -> BrokenRun:
+    try:
+        state = run_state(run_dir)
+    except StoreError:
+        state = "unsealed"  # a seal whose manifest cannot be read vouches for nothing
+    cite_root = _cite_root(info) if info is not None else run_dir.name
+    where = Path(err.path) if isinstance(err, ParseError) else None
+    try:
+        rel = where.resolve().relative_to(run_dir.resolve()).as_posix() if where else None
+    except ValueError:
+        rel = None
+    line = f":{err.line}" if isinstance(err, ParseError) and err.line is not None else ""
+    return BrokenRun(
+        name=run_dir.name,
+        path=run_dir,
+        state=state,
+        reason=str(err).splitlines()[0] if str(err) else type(err).__name__,
+        engine=((info.meta or {}).get("engine") or None) if info is not None else None,
+        cite_root=cite_root,
+        source=f"{cite_root}/{rel}{line}" if rel else cite_root,
+    )
+
+
+def load_campaign(raw_roots: Iterable[Path], name: str, verified: bool = True) -> Campaign:
+    """The campaign's runs, parsed. A run that cannot be read or parsed (a one-line AnatomyError: a bad
+    run.json, a server log no parser recognises, a stream cut mid-line in a sealed run …) becomes a
+    ``BrokenRun`` and the others load as usual. ``verified`` records whether ``verify_campaign`` ran first."""
     runs: list[RunData] = []
+    broken: list[BrokenRun] = []
     for root in raw_roots:
         store = RawStore(root)
-        for info in store.iter_runs(name):
-            if (info.meta or {}).get("test_kind") == "documents":
+        for run_dir in store.run_dirs(name):
+            info = None
+            try:
+                info = open_run(run_dir)
+                if (info.meta or {}).get("test_kind") == "documents":
+                    continue
+                run = load_run(info)
+                _build_points(run)
+                run.state = info.state
+            except AnatomyError as err:
+                broken.append(_broken(run_dir, info, err))
                 continue
-            run = load_run(info)
-            _build_points(run)
             runs.append(run)
-    campaign = Campaign(name=name, runs=sorted(runs, key=lambda r: r.name))
+    campaign = Campaign(
+        name=name,
+        runs=sorted(runs, key=lambda r: r.name),
+        broken=sorted(broken, key=lambda b: b.name),
+        verified=verified,
+    )
     _borrow_protocol(campaign)
     return campaign
 

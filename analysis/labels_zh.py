@@ -85,6 +85,7 @@ REASONS: dict[str, str] = {
     "no_second_format": "同一引擎只有一种权重格式，无法比较量化加速",
     "single_campaign": "只分析了一个批次，无法跨批次比较",
     "not_in_both": "两个批次中只有一个有该系列",
+    "run_unparseable": "该运行的原始文件无法解析（见详情），本批次其余运行照常分析",
     "unknown": "无法从现有文件判断",
 }
 

@@ -5,13 +5,14 @@ so the same raw input gives byte-identical output."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import charts, scrape_series
 from analysis import findings as fnd
-from analysis.campaign import Campaign, campaign_names, load_campaign
+from analysis.campaign import Campaign, campaign_names, load_campaign, verify_campaign
 from analysis.findings import FindingSet, dumps, write_table
 from analysis.keys import At, series_id
 from analysis.parse.sampler_csv import COLUMNS
@@ -36,6 +37,7 @@ from analysis.reconcile import (
 )
 from analysis.windows import PointTiming, align_points
 from collector.raw.errors import AnatomyError
+from collector.raw.store import RUN_STATES
 
 SAMPLER_COUNTERS = (
     "preemptions",
@@ -180,6 +182,7 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     gates.evaluate(campaign, ctx)
     points = concurrency.points_frame(campaign, ctx, th)
     sections: list[Section] = [
+        runs_section(campaign),
         structure.run(campaign, th),
         window_section(campaign, ctx),
         gates.run(campaign, ctx),
@@ -197,12 +200,14 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     ]
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}
+    states = RunStates(campaign)
     for s in sections:
-        found.extend(f.with_campaign(campaign.name) for f in s.findings)
+        found.extend(states.mark(f.with_campaign(campaign.name)) for f in s.findings)
         for name, df in s.tables.items():
             if name in tables:
                 raise ValueError(f"table {name} written twice")
             tables[name] = df
+    tables = {name: states.mark_table(df) for name, df in tables.items()}
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     for name in sorted(tables):
@@ -219,6 +224,14 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
         "tables": sorted(tables),
         "figures": sorted(specs),
         "findings": found.keys(),
+        # the trust chain: were the runs verified before reading (False: `analyze --no-verify`), and each
+        # run's state (collector.raw.store.RUN_STATES); runs that could not be parsed, with the reason
+        "verified": campaign.verified,
+        "run_states": {
+            **{r.name: r.state for r in campaign.runs},
+            **{b.name: b.state for b in campaign.broken},
+        },
+        "unparsed_runs": {b.name: b.reason for b in campaign.broken},
     }
     (out_dir / "index.json").write_text(dumps(index), encoding="utf-8")
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
@@ -227,6 +240,15 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
         f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
         f"{len(specs)} figures -> {out_dir}"
     ]
+    if not campaign.verified:
+        lines.append(
+            f"{campaign.name}: UNVERIFIED (--no-verify): the runs were read without checking their seals"
+        )
+    for r in campaign.runs:
+        if r.state != "sealed-complete":
+            lines.append(f"{campaign.name}/{r.name}: {r.state}; its findings say so")
+    for b in campaign.broken:
+        lines.append(f"{campaign.name}/{b.name}: not analysed ({b.state}): {b.reason}")
     summary = comparison.CampaignSummary(
         name=campaign.name,
         tables=tables,
@@ -252,9 +274,20 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     return lines, summary
 
 
-def write_comparison(summaries: list[comparison.CampaignSummary], out: Path) -> list[str]:
-    """out/_comparison/: the cross-campaign findings, tables and figures (two or more campaigns)."""
+def write_comparison(
+    summaries: list[comparison.CampaignSummary], out: Path, states: dict[str, str | None] | None = None
+) -> list[str]:
+    """out/_comparison/: the cross-campaign findings, tables and figures (two or more campaigns). ``states``:
+    each campaign's least trusted run state, carried by the findings that compare it."""
     tables, found = comparison.build(summaries)
+    if states:
+
+        def state_of(f: fnd.Finding) -> str | None:
+            if f.campaign is None:  # across every campaign analysed
+                return worst_state(set(states.values()))
+            return worst_state({states.get(f.campaign), states.get(f.versus)})
+
+        found = FindingSet(f if state_of(f) is None else replace(f, run_state=state_of(f)) for f in found)
     cdir = Path(out) / comparison.DIR_NAME
     (cdir / "tables").mkdir(parents=True, exist_ok=True)
     (cdir / "figures").mkdir(parents=True, exist_ok=True)
@@ -387,7 +420,95 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
     return Section(name="windows", tables={"windows": table}, findings=findings)
 
 
-def analyze(raw_roots: list[Path], out: Path, campaigns: list[str] | None) -> Iterator[str]:
+def runs_section(campaign: Campaign) -> Section:
+    """Each run's state, and one n/a finding per run that could not be parsed (the reason is the parser's
+    one-line error); the rest of the campaign is analysed without it."""
+    rows = [
+        {"run": r.name, "engine": r.engine or None, "run_state": r.state, "parsed": True, "reason": None}
+        for r in campaign.runs
+    ] + [
+        {"run": b.name, "engine": b.engine, "run_state": b.state, "parsed": False, "reason": b.reason}
+        for b in campaign.broken
+    ]
+    findings = [
+        fnd.not_available(
+            At(level="run", run=b.name, engine=b.engine, topic="trust")("parsed"),
+            "",
+            "run_unparseable",
+            b.reason,
+            [b.source],
+        )
+        for b in campaign.broken
+    ]
+    table = pd.DataFrame(rows, columns=["run", "engine", "run_state", "parsed", "reason"])
+    table = table.sort_values("run", kind="mergesort").reset_index(drop=True)
+    return Section(name="runs", tables={"run_states": table}, findings=findings)
+
+
+def worst_state(states: set[str | None]) -> str | None:
+    """The least trusted of run states (unsealed, then sealed-failed, then sealed-complete); None for none."""
+    known = [s for s in states if s is not None]
+    return max(known, key=RUN_STATES.index) if known else None
+
+
+class RunStates:
+    """Which runs a finding or a table row comes from (its ``run`` field, its citations), and so the state it
+    carries: the least trusted of those runs' states (unsealed, then sealed-failed, then sealed-complete)."""
+
+    def __init__(self, campaign: Campaign):
+        self.by_name = {r.name: r.state for r in campaign.runs} | {b.name: b.state for b in campaign.broken}
+        # runs with data, by engine: a finding citing nothing may come from any of them
+        self.by_engine: dict[str | None, set[str]] = {None: {r.state for r in campaign.runs}}
+        for r in campaign.runs:
+            self.by_engine.setdefault(r.engine, set()).add(r.state)
+        roots = [(r.cite_root, r.state) for r in campaign.runs] + [
+            (b.cite_root, b.state) for b in campaign.broken
+        ]
+        self.by_root = sorted(roots, key=lambda x: -len(x[0]))  # the longest root first: nested folders
+
+    def of_source(self, source: str) -> str | None:
+        for root, state in self.by_root:
+            if source == root or (source.startswith(root) and source[len(root)] in "/:#"):
+                return state
+        return None
+
+    def of(self, run: str | None, sources: tuple[str, ...] | list[str]) -> str | None:
+        states = {self.by_name.get(run)} if run else set()
+        states |= {self.of_source(str(s)) for s in sources}
+        return worst_state(states)
+
+    def mark(self, f: fnd.Finding) -> fnd.Finding:
+        """The finding with its run_state; one that names no run and cites no file (an aggregate over points,
+        an n/a) gets the least trusted state of the runs it may come from (its engine's, else all)."""
+        state = self.of(f.run, f.sources)
+        if state is None:
+            state = worst_state(self.by_engine.get(f.engine) or self.by_engine[None])
+        return f if state is None else replace(f, run_state=state)
+
+    def mark_table(self, df: pd.DataFrame) -> pd.DataFrame:
+        """A ``run_state`` column for a table whose rows name their run (``run``, a point ``key`` run/label,
+        or a ``source`` citation); other tables unchanged."""
+        if df is None or df.empty or "run_state" in df.columns:
+            return df
+        if "run" in df.columns:
+            col = df["run"].map(lambda v: self.by_name.get(v) if isinstance(v, str) else None)
+        elif "key" in df.columns:
+            col = df["key"].map(lambda v: self.by_name.get(v.split("/")[0]) if isinstance(v, str) else None)
+        elif "source" in df.columns:
+            col = df["source"].map(lambda v: self.of_source(v) if isinstance(v, str) else None)
+        else:
+            return df
+        if col.isna().all():
+            return df
+        return df.assign(run_state=col)
+
+
+def analyze(
+    raw_roots: list[Path], out: Path, campaigns: list[str] | None, verify: bool = True
+) -> Iterator[str]:
+    """Analyse each campaign into ``out/<campaign>/``. With ``verify`` (the default) every run folder of the
+    campaigns is first checked as `collector verify` checks it, and a changed run stops the analysis with
+    verify's line before anything is written; without, the results say ``verified: false``."""
     roots = [Path(r) for r in raw_roots]
     names = campaigns or campaign_names(roots)
     if not names:
@@ -396,13 +517,18 @@ def analyze(raw_roots: list[Path], out: Path, campaigns: list[str] | None) -> It
     for name in names:
         if name not in known:
             raise AnatomyError(f"campaign {name!r} not found under {', '.join(map(str, roots))}")
+    if verify:
+        for name in names:
+            verify_campaign(roots, name)
     summaries = []
+    states: dict[str, str | None] = {}
     for name in names:
-        campaign = load_campaign(roots, name)
+        campaign = load_campaign(roots, name, verified=verify)
         out_dir = Path(out) / name
         out_dir.mkdir(parents=True, exist_ok=True)
         lines, summary = _analyze_campaign(campaign, out_dir)
         summaries.append(summary)
+        states[name] = worst_state({r.state for r in campaign.runs})
         yield from lines
     if len(summaries) >= 2:
-        yield from write_comparison(summaries, Path(out))
+        yield from write_comparison(summaries, Path(out), states)

@@ -19,6 +19,7 @@ from collector.init import init_plan
 from collector.inspect import inspect as inspect_fn
 from collector.plan import plan as plan_fn
 from collector.raw.errors import AnatomyError
+from collector.raw.store import recover_seal
 from collector.raw.store import verify as verify_fn
 from collector.run import execute_run
 
@@ -170,12 +171,35 @@ def inspect(raw: Path, campaign: str | None) -> None:
     show_default=True,
     help="Where tables, figure specs and findings.json are written.",
 )
+@click.option(
+    "--no-verify",
+    "no_verify",
+    is_flag=True,
+    help="Forensics: read runs without checking their seals first; the results say 'verified: false'.",
+)
 @click.argument("campaigns", nargs=-1)
 @_one_line_errors
-def analyze(raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...]) -> None:
-    """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign."""
-    for line in analyze_fn(list(raws), out, list(campaigns) or None):
+def analyze(raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...], no_verify: bool) -> None:
+    """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign.
+
+    Every run read is verified first (as `collector verify` does); a changed run stops the analysis."""
+    for line in analyze_fn(list(raws), out, list(campaigns) or None, verify=not no_verify):
         click.echo(line)
+
+
+@main.command()
+@click.option(
+    "--recover",
+    is_flag=True,
+    required=True,
+    help="Finish a seal interrupted after measuring ended (the run's events end in run_end).",
+)
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path, file_okay=False))
+@_one_line_errors
+def seal(recover: bool, run_dir: Path) -> None:
+    """Seal an interrupted run whose measuring had ended; refuses (and says why) otherwise."""
+    # `collector run` seals its own runs; --recover (required) is the only way to seal one afterwards
+    click.echo(recover_seal(run_dir))
 
 
 @main.command()

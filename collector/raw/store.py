@@ -673,6 +673,8 @@ def _verify_run(run_dir: Path, report: VerifyReport) -> None:
                     run_dir / RUN_FILE,
                     f"changed: {fieldname} {info[fieldname]!r} but the folder is {folder!r}",
                 )
+                info = None  # one line per file: said already
+                break
     if (run_dir / SEAL).exists():
         report.sealed += 1
         _verify_sealed(run_dir, report, info)
