@@ -1,7 +1,8 @@
 """The `collector` command line: parse options, call one library function per command, map errors.
 
 Each command is one call into a library function of the same name (the sqlite-utils way); library
-errors (``AnatomyError``, parse errors included) become a one-line message and exit status 1.
+errors (``AnatomyError``, parse errors included) and operating-system errors (a full disk, a folder that
+cannot be written) become a one-line message and exit status 1.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import click
 
 from analysis.pipeline import analyze as analyze_fn
+from analysis.reconcile.gates import OWN_POINT_CHECKS, SEVERITY
 from collector import __version__
 from collector.importer import import_results
 from collector.init import init_plan
@@ -21,7 +23,7 @@ from collector.plan import plan as plan_fn
 from collector.raw.errors import AnatomyError
 from collector.raw.store import recover_seal
 from collector.raw.store import verify as verify_fn
-from collector.run import execute_run
+from collector.run import RunResult, execute_run
 
 DEFAULT_RAW = Path("raw")
 
@@ -33,6 +35,9 @@ def _one_line_errors(fn):
             return fn(*args, **kwargs)
         except AnatomyError as err:
             raise click.ClickException(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
+        except OSError as err:
+            where = f"{err.filename}: " if err.filename else ""
+            raise click.ClickException(f"{where}{err.strerror or err}") from err
 
     return wrapper
 
@@ -207,9 +212,40 @@ def seal(recover: bool, run_dir: Path) -> None:
 @raw_option
 @_one_line_errors
 def run(plan_file: Path, raw: Path) -> None:
-    """Run a measurement plan against a real server and write a sealed run into the raw store."""
+    """Run a measurement plan against a real server and write a sealed run into the raw store.
+
+    Exit status 1 when the run failed (the reason is printed), and when it completed but the analysis' gates
+    would exclude every measured point (the first failed check is printed)."""
     result = execute_run(plan_file, raw_root=raw)
     click.echo(str(result))
+    why = unusable(result)
+    if why:
+        raise click.ClickException(f"{result.path}: complete, but unusable: {why}")
+
+
+# The collector's checks that stand for an analysis gate (analysis.reconcile.gates reads them from events.jsonl).
+_CHECK_GATES = {**OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}
+_STARTUP_GATES = {"prefix_caching_off": "prefix_caching_off"}
+
+
+def unusable(result: RunResult) -> str | None:
+    """Why the gates (``analysis.reconcile.gates.SEVERITY``) would exclude every measured point of a complete
+    run — a start-up check that excludes them all, or each non-warmup point failing a check that excludes
+    it — with the first such check; None when some point is usable."""
+    for c in result.failed_checks:
+        if c.point is None and SEVERITY.get(_STARTUP_GATES.get(c.name, ""), "") == "exclude":
+            return f"start-up check {c.name} failed: {c.detail}"
+    measured = [r.point for r in result.points if r.kind != "warmup"]
+    excluding = {}
+    for c in result.failed_checks:
+        if c.point is not None and SEVERITY.get(_CHECK_GATES.get(c.name, ""), "") == "exclude":
+            excluding.setdefault(c.point, c)
+    if measured and all(p in excluding for p in measured):
+        c = excluding[measured[0]]
+        row = next(r for r in result.points if r.point == measured[0])
+        cause = f"; first failed request: {row.first_error}" if row.first_error else ""
+        return f"every measured point fails a gate that excludes it (first: {c.point}: {c.name}: {c.detail}{cause})"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

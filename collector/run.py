@@ -5,15 +5,21 @@ server (log streamed into server.log) → start-up checks → sampler → phases
 bench/<point>.json — a convenience copy by analysis.metrics' vllm-bench-compatible view, never read back —,
 per-point checks) → stop sampler and server → seal.
 
+Before any of it, ``collector.preflight`` checks what can be checked without a run folder (paths, port,
+vocabulary, lengths, engine flags): a plan that cannot work leaves nothing in raw/.
+
 Faults never lose data: every request that ended is already on disk (appended as it ended); a dead server,
-Ctrl-C/SIGTERM or an unreachable server aborts the point (its in-flight requests are recorded as cut or
-aborted), the server's process group is stopped, and the run is sealed with status ``failed`` and the reason.
+Ctrl-C/SIGTERM, an unreachable server or a point whose every request failed aborts the point (its in-flight
+requests are recorded as cut or aborted), the server's process group is stopped, and the run is sealed with
+status ``failed`` and the reason. A write that fails (disk full) aborts the same way from whichever thread
+hit it; if even the seal cannot be written the run stays unsealed — never something that looks complete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import signal
 import subprocess
@@ -27,6 +33,7 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from analysis import metrics
 from collector import checks as ck
@@ -34,10 +41,11 @@ from collector import fingerprint
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.loadgen import Abort, run_point
 from collector.plan import plan_data
-from collector.raw.errors import AnatomyError, RunError
+from collector.preflight import preflight
+from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
-from collector.raw.store import RawStore, Run
+from collector.raw.store import RawStore, Run, Stream
 from collector.sampler import Sampler, ScrapeLog, nvidia_smi_available, query_nvidia_smi, scrape_metrics
 from collector.server import ServerProcess, server_env
 
@@ -47,17 +55,36 @@ RUN_KIND = "collector-run"
 class EventLog:
     """``events.jsonl`` writer shared by the load loop, the sampler thread and the server watcher."""
 
-    def __init__(self, stream: Any, clock: Clock, echo: Callable[[str], None] | None = None):
-        self._stream, self._clock, self._echo = stream, clock, echo
+    def __init__(
+        self,
+        stream: Any,
+        clock: Clock,
+        echo: Callable[[str], None] | None = None,
+        on_error: Callable[[OSError], None] | None = None,
+    ):
+        self._stream, self._clock, self._echo, self._on_error = stream, clock, echo, on_error
         self._lock = threading.Lock()
         self.count: dict[str, int] = {}
+        self.failed = False
 
     def emit(self, kind: str, **fields: Any) -> None:
+        """Append one event. A failed write (disk full) goes to ``on_error`` (which aborts the run), never up
+        into the thread that emitted: the server watcher and the sampler must not die of it. After a failed
+        write nothing more is appended, so a line cut by the full disk stays the file's (torn) last line."""
         if kind not in EVENT_KINDS:  # a kind the contract does not know would make the run unreadable
             raise ValueError(f"event kind {kind!r} is not in collector.raw.records.EVENT_KINDS")
         t = stamp(self._clock)
         with self._lock:
-            self._stream.write_json(EventRecord(kind, t.mono_ns, t.unix_ns, fields).to_obj())
+            if self.failed:
+                return
+            try:
+                self._stream.write_json(EventRecord(kind, t.mono_ns, t.unix_ns, fields).to_obj())
+            except OSError as err:
+                if self._on_error is None:
+                    raise
+                self.failed = True
+                self._on_error(err)
+                return
             self.count[kind] = self.count.get(kind, 0) + 1
         if self._echo is not None and kind in (
             "fault",
@@ -69,6 +96,20 @@ class EventLog:
             self._echo(f"[{kind}] " + json.dumps(fields, ensure_ascii=False))
 
 
+@dataclass(frozen=True)
+class PointRow:
+    """One line of the end-of-run summary, computed by analysis.metrics (the one definition)."""
+
+    point: str
+    kind: str
+    ok: int
+    failed: int
+    output_tok_s: float | None
+    ttft_p50_ms: float | None
+    itl_p50_ms: float | None
+    first_error: str | None
+
+
 @dataclass
 class RunResult:
     path: Path
@@ -77,6 +118,8 @@ class RunResult:
     points_done: int
     points_planned: int
     checks_failed: list[str] = field(default_factory=list)
+    failed_checks: list[CheckResult] = field(default_factory=list)
+    points: list[PointRow] = field(default_factory=list)
 
     def __str__(self) -> str:
         head = f"{self.path}: {self.status}, {self.points_done}/{self.points_planned} points"
@@ -175,11 +218,17 @@ class _Protocol:
 
     def __init__(self, plan: Plan, run: Run, console: Console, clock: Clock):
         self.plan, self.run, self.console, self.clock = plan, run, console, clock
+        self.io_error: str | None = None  # the first failed write to the raw store (disk full)
+        self.streams: list[Stream] = []
         self.events = EventLog(
-            run.open_stream("events.jsonl"), clock, echo=lambda s: console.print(s, markup=False)
+            self._stream("events.jsonl"),
+            clock,
+            echo=lambda s: console.print(s, markup=False),
+            on_error=self.io_fault,
         )
-        self.requests = run.open_stream("requests.jsonl")
-        self.scrapes = ScrapeLog(run.open_stream("scrapes.jsonl"))
+        self.requests = self._stream("requests.jsonl")
+        self.requests_failed = False
+        self.scrapes = ScrapeLog(self._stream("scrapes.jsonl"), on_error=self.io_fault)
         self.server: ServerProcess | None = None
         self.sampler: Sampler | None = None
         self.abort: Abort | None = None
@@ -188,6 +237,13 @@ class _Protocol:
         self.current_point: str | None = None
         self.points_done = 0
         self.checks_failed: list[str] = []
+        self.failed_checks: list[CheckResult] = []
+        self.rows: list[PointRow] = []
+
+    def _stream(self, rel: str) -> Stream:
+        s = self.run.open_stream(rel)
+        self.streams.append(s)
+        return s
 
     # -- faults from other threads / signals --------------------------------------------------------
     def fault(self, reason: str, grace_s: float = 0.0) -> None:
@@ -195,6 +251,12 @@ class _Protocol:
             self.loop.call_soon_threadsafe(self.abort.set, reason, grace_s)
         elif self.pending_abort is None:
             self.pending_abort = reason
+
+    def io_fault(self, err: OSError) -> None:
+        """A write to the raw store failed (any thread): the run stops, failed, with the reason."""
+        if self.io_error is None:
+            self.io_error = io_reason(err)
+            self.fault(self.io_error)
 
     def on_server_exit(self, code: int) -> None:
         where = f" during point {self.current_point}" if self.current_point else ""
@@ -206,6 +268,7 @@ class _Protocol:
         self.events.emit("check", **c.event_fields())
         if c.ok is False:
             self.checks_failed.append(f"{c.point or 'startup'}:{c.name}")
+            self.failed_checks.append(c)
         style = {True: "green", False: "red", None: "dim"}[c.ok]
         mark = {True: "PASS", False: "FAIL", None: "n/a "}[c.ok]
         self.console.print(
@@ -222,16 +285,39 @@ class _Protocol:
 
     def start_server(self) -> None:
         sp = self.plan.server
-        log_stream = None if sp.attach else self.run.open_stream("server.log")
-        self.server = ServerProcess(sp, log_stream, self.on_server_exit)
+        log_stream = None if sp.attach else self._stream("server.log")
+        self.server = ServerProcess(
+            sp,
+            log_stream,
+            self.on_server_exit,
+            log_path=None if sp.attach else self.run.path / "server.log",
+            on_log_error=self.io_fault,
+            run_path=self.run.path,
+        )
         self.fingerprint()
         self.events.emit("server_start", mode="attach" if sp.attach else "start", url=sp.base_url,
                          argv=fingerprint.redact_args(self.server.command) if self.server.command else None)  # fmt: skip
         self.server.start()
-        self.console.print(f"waiting for {sp.base_url}/health (up to {sp.startup_timeout_s:.0f} s)")
-        waited = self.server.wait_healthy(sp.startup_timeout_s, abort=lambda: self.pending_abort)
+        head = f"waiting for {sp.base_url}/health (up to {sp.startup_timeout_s:.0f} s)"
+        self.console.print(head)
+        # vLLM's start-up is minutes without a word on the terminal: a spinner shows the log's last line.
+        with self.console.status(head) as spinner:
+
+            def show(waited_s: float) -> None:
+                last = self.server.last_log_line
+                last = last if len(last) <= 100 else last[:99] + "…"
+                spinner.update(f"{head}: {waited_s:.0f} s  [dim]{escape(last)}[/]")
+
+            waited = self.server.wait_healthy(
+                sp.startup_timeout_s, abort=lambda: self.pending_abort, on_poll=show
+            )
         self.events.emit("server_healthy", waited_s=waited)
         self.record_check(ck.check_health(waited, sp.base_url))
+        if not sp.attach:
+            facts = self.server.check_identity()
+            self.record_check(CheckResult("startup", "server_identity", facts.get("ours"),
+                                          f"port {sp.port}: listener pids {facts.get('listener_pids')}, "
+                                          f"started server pid {facts.get('pid')}", facts=facts))  # fmt: skip
 
     def server_facts(self) -> str | None:
         """Verbatim answers of the server's info endpoints (into fingerprint/), then the start-up checks."""
@@ -323,8 +409,14 @@ class _Protocol:
         records: list[RequestRecord] = []
 
         def sink(rec: RequestRecord) -> None:
-            self.requests.write_json(rec.to_obj())
             records.append(rec)
+            if self.requests_failed:
+                return  # after a failed write only the torn last line may be incomplete
+            try:
+                self.requests.write_json(rec.to_obj())
+            except OSError as err:
+                self.requests_failed = True
+                self.io_fault(err)
 
         live.start_point(pt)
         out = await run_point(
@@ -345,6 +437,13 @@ class _Protocol:
         after = None
         if p.sampling.metrics and (self.server.alive or sp.attach):
             after = await asyncio.to_thread(self._boundary_scrape, "point_end", pt.point_id)
+        if not out.aborted and out.sent and not out.ok:
+            # Nothing this point measured: every later point would fail the same way (token ids past the
+            # vocabulary get HTTP 400 each), so the run stops here with the first cause.
+            out.aborted = (
+                f"point {pt.point_id}: all {out.sent} requests failed (first: {first_error(records)})"
+            )
+            self.abort.set(out.aborted)
         if out.aborted:
             self.events.emit("abort", reason=out.aborted, point=pt.point_id)
         self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
@@ -360,9 +459,13 @@ class _Protocol:
                 num_prompts=pt.requests,
                 label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
             )
-            self.run.write_json(
-                f"bench/{pt.point_id}.json", summary, source="analysis.metrics.point_summary_vllm_bench"
-            )
+            try:
+                self.run.write_json(
+                    f"bench/{pt.point_id}.json", summary, source="analysis.metrics.point_summary_vllm_bench"
+                )
+            except OSError as err:
+                self.io_fault(err)
+            self.rows.append(point_row(pt, records))
         for c in ck.point_checks(
             pt, records, out.sent, sp.engine, before.text if before else None, after.text if after else None
         ):
@@ -396,26 +499,97 @@ def _install_sigterm() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
+def io_reason(err: OSError) -> str:
+    """A failed write as one line: ``disk full: <file>: No space left on device``."""
+    what = "disk full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write the raw store"
+    where = f"{err.filename}: " if err.filename else ""
+    return f"{what}: {where}{err.strerror or err}"
+
+
+def first_error(records: Sequence[RequestRecord]) -> str:
+    """The first failed request's error, one line (``HTTP 400: {"error": …}``), clipped."""
+    failed = sorted((r for r in records if not r.ok), key=lambda r: r.end_mono_ns)
+    if not failed:
+        return "no failed request"
+    msg = " ".join((failed[0].error_message or failed[0].error_kind or "").split())
+    return msg if len(msg) <= 200 else msg[:199] + "…"
+
+
+def point_row(pt: PointPlan, records: Sequence[RequestRecord]) -> PointRow:
+    r = metrics.point_result(records, pt.point_id)
+    return PointRow(point=pt.point_id, kind=pt.kind, ok=r.completed, failed=r.failed or 0,
+                    output_tok_s=r.output_throughput_tok_s if r.completed else None,
+                    ttft_p50_ms=r.latency["ttft"].median_ms, itl_p50_ms=r.latency["itl"].median_ms,
+                    first_error=first_error(records) if r.failed else None)  # fmt: skip
+
+
+def summary_table(rows: Sequence[PointRow]) -> Table:
+    """Per point: requests ok/failed, output tok/s, p50 TTFT, p50 ITL (analysis.metrics' canonical view)."""
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    t = Table(title="points measured", title_justify="left")
+    for col in ("point", "ok", "failed", "output tok/s", "p50 TTFT ms", "p50 ITL ms"):
+        t.add_column(col, justify="left" if col == "point" else "right")
+    for r in rows:
+        t.add_row(r.point, str(r.ok), f"[red]{r.failed}[/]" if r.failed else "0", num(r.output_tok_s, ".1f"),
+                  num(r.ttft_p50_ms, ".1f"), num(r.itl_p50_ms, ".2f"))  # fmt: skip
+    return t
+
+
+def _close_quietly(streams: Sequence[Stream], run: Run) -> None:
+    """Close every stream and the journal after a failed seal (disk full): Stream.close() flushes first, which
+    fails again on a full disk and leaves the file open; closing the file object itself still closes its
+    descriptor (its own flush error is dropped: the data it held cannot be written anyway)."""
+    for s in streams:
+        try:
+            s.close()
+        except OSError:
+            fh = getattr(s, "_fh", None)
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+    try:
+        run.close_unsealed()
+    except (OSError, ValueError):
+        pass
+
+
 def execute_run(
     plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None
 ) -> RunResult:
     plan = load_plan(plan_file)
     console = console or Console(stderr=True)
+    pf = preflight(plan, Path(raw_root))  # nothing is written before this passes
+    for note in pf.notes:
+        console.print(f"pre-flight: {note}", markup=False, highlight=False)
     store = RawStore(raw_root)
     name = store.unique_run_name(plan.campaign, plan.run_name)
     sp = plan.server
     meta = {"engine": sp.engine, "server_mode": "attach" if sp.attach else "start", "plan_file": str(plan_file),
             "model": plan.model.config, "gpu": plan.model.gpu, "description": plan.description}  # fmt: skip
-    run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta)
+    try:
+        run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta)
+    except OSError as err:
+        where = Path(raw_root) / plan.campaign / name
+        raise RunError(f"{where}: cannot create the run folder ({io_reason(err)})") from err
     console.print(f"run {run.path}")
-    run.copy_file("plan.toml", plan_file)
-    proto = _Protocol(plan, run, console, clock)
-    proto.events.emit(
-        "run_start", plan=str(plan_file), campaign=plan.campaign, run=name, server_mode=meta["server_mode"]
-    )
+    proto: _Protocol | None = None
     status, reason, crash = "complete", None, None
     restore = _install_sigterm()
     try:
+        run.copy_file("plan.toml", plan_file)
+        proto = _Protocol(plan, run, console, clock)
+        proto.events.emit(
+            "run_start",
+            plan=str(plan_file),
+            campaign=plan.campaign,
+            run=name,
+            server_mode=meta["server_mode"],
+        )
         write_prediction(run, plan)
         proto.start_server()
         proto.server_facts()
@@ -425,26 +599,47 @@ def execute_run(
         reason = proto.abort.reason if proto.abort else None
     except AnatomyError as err:
         reason = str(err)
+    except OSError as err:  # a write on the main thread failed (disk full)
+        reason = io_reason(err)
     except KeyboardInterrupt:
-        where = f" during point {proto.current_point}" if proto.current_point else " before the load"
+        where = (
+            f" during point {proto.current_point}" if proto and proto.current_point else " before the load"
+        )
         reason = f"interrupted by SIGINT{where}"
     except _Terminated:
         reason = "interrupted by SIGTERM"
     except Exception as err:  # a collector bug: still stop the server and seal what was observed
         reason, crash = f"collector error: {type(err).__name__}: {err}", err
-    finally:
-        try:
+    seal_error = None
+    try:
+        if proto is not None:
             proto.stop()
-        finally:
-            status = "failed" if reason else "complete"
-            proto.events.emit("run_end", status=status, reason=reason, checks_failed=proto.checks_failed)
-            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": proto.checks_failed,
-                                                 "points_done": proto.points_done,
+    finally:
+        if proto is not None and proto.io_error and (reason is None or proto.io_error not in reason):
+            reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
+        status = "failed" if reason else "complete"
+        checks_failed = proto.checks_failed if proto else []
+        if proto is not None:
+            proto.events.emit("run_end", status=status, reason=reason, checks_failed=checks_failed)
+            if proto.io_error and proto.io_error not in (reason or ""):
+                reason = f"{reason}; {proto.io_error}"  # run_end itself could not be written
+        try:
+            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": checks_failed,
+                                                 "points_done": proto.points_done if proto else 0,
                                                  "points_planned": len(plan.points)})  # fmt: skip
-            restore()
+        except (OSError, StoreError) as err:
+            seal_error = io_reason(err) if isinstance(err, OSError) else str(err)
+            _close_quietly(proto.streams if proto else [], run)
+        restore()
+    if proto is not None and proto.rows:
+        console.print(summary_table(proto.rows))
     if crash is not None:
         raise crash
-    result = RunResult(run.path, status, reason, proto.points_done, len(plan.points), proto.checks_failed)
+    result = RunResult(run.path, "failed" if seal_error else status, reason,
+                       proto.points_done if proto else 0, len(plan.points), checks_failed,
+                       proto.failed_checks if proto else [], proto.rows if proto else [])  # fmt: skip
+    if seal_error:
+        raise RunError(f"{result}; not sealed ({seal_error}): the run stays visibly interrupted")
     if status == "failed":
         raise RunError(str(result))
     return result

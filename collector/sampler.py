@@ -28,16 +28,29 @@ NVIDIA_SMI_QUERY = (
 
 
 class ScrapeLog:
-    """Serialises writes to the scrapes stream (the sampler thread and point-boundary scrapes share it)."""
+    """Serialises writes to the scrapes stream (the sampler thread and point-boundary scrapes share it).
 
-    def __init__(self, stream: Any):
+    A failed write (disk full) goes to ``on_error`` (the run aborts, failed, with the reason) instead of
+    killing the sampler thread with a traceback; later writes are dropped (the run is ending)."""
+
+    def __init__(self, stream: Any, on_error: Callable[[OSError], None] | None = None):
         self._stream = stream
+        self._on_error = on_error
         self._lock = threading.Lock()
+        self.failed = False
 
     def write(self, rec: ScrapeRecord) -> None:
         obj = rec.to_obj()
         with self._lock:
-            self._stream.write_json(obj)
+            if self.failed:
+                return
+            try:
+                self._stream.write_json(obj)
+            except OSError as err:
+                if self._on_error is None:
+                    raise
+                self.failed = True
+                self._on_error(err)
 
 
 def scrape_metrics(

@@ -11,7 +11,11 @@ Faults (``--fault KIND:EVERY``: every EVERY-th completion request, counting from
 ``cut`` (close the socket after half the tokens), ``http500``, ``http429``, ``slow`` (first byte after
 ``--slow-s``), ``malformed`` (one event's JSON broken), ``hang`` (send headers then nothing).
 ``--metrics-down-after N``: /metrics answers 503 after N scrapes. ``--die-after N``: exit(3) when the N-th
-completion request arrives.
+completion request arrives. ``--vocab N``: a prompt holding an id >= N gets HTTP 400 with vLLM's message.
+``--exit-at-start MSG``: print MSG and exit(1) before listening (a server that cannot start).
+``--slow-start-s S``: wait S seconds before listening (a server with a long start-up).
+``--spawn-child``: start a child process in the server's process group first (like vLLM's engine core) and
+print its pid (``fault_server child pid N``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -36,6 +41,7 @@ class FaultServer:
         metrics_delay_s: float = 0.0,
         die_after: int | None = None,
         alias: str = "fault-model",
+        vocab: int | None = None,
     ):
         self.port = port
         self.token_s = token_ms / 1000.0
@@ -45,6 +51,7 @@ class FaultServer:
         self.metrics_delay_s = metrics_delay_s
         self.die_after = die_after
         self.alias = alias
+        self.vocab = vocab
         self.n_completions = 0
         self.n_scrapes = 0
         self.tokens_total = 0
@@ -101,7 +108,7 @@ class FaultServer:
             writer.close()
 
     async def _plain(self, writer, status: int, body: bytes, ctype: str = "application/json") -> bool:
-        reason = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
                   503: "Service Unavailable"}[status]  # fmt: skip
         writer.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
@@ -151,6 +158,10 @@ class FaultServer:
         if self.die_after is not None and n >= self.die_after:
             os._exit(3)
         fault = self._fault(n)
+        if self.vocab is not None and max(req["prompt"], default=0) >= self.vocab:
+            msg = f"Token id {max(req['prompt'])} is out of vocabulary"
+            body = {"error": {"message": msg, "type": "BadRequestError", "code": 400}}
+            return await self._plain(writer, 400, json.dumps(body).encode())
         if fault == "http500":
             return await self._plain(writer, 500, b'{"error":"injected 500"}')
         if fault == "http429":
@@ -225,6 +236,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--metrics-down-after", type=int, default=None)
     ap.add_argument("--metrics-delay-s", type=float, default=0.0)
     ap.add_argument("--die-after", type=int, default=None)
+    ap.add_argument("--vocab", type=int, default=None)
+    ap.add_argument("--exit-at-start", default=None)
+    ap.add_argument("--spawn-child", action="store_true")
+    ap.add_argument("--slow-start-s", type=float, default=0.0)
+    # llama-server flags the test plans pass, accepted and ignored (and listed by --help, which the collector's
+    # pre-flight reads to refuse flags the server does not know)
+    for flag in ("--cache-ram", "--slot-prompt-similarity", "-np", "-c", "-t", "-lv"):
+        ap.add_argument(flag, default=None)
     args, _unknown = ap.parse_known_args(argv)
     if args.version:
         print("fault_server 1 (test double)")
@@ -232,8 +251,16 @@ def main(argv: list[str] | None = None) -> None:
     faults = {k: int(v) for k, v in (f.split(":") for f in args.fault)}
     srv = FaultServer(port=args.port, token_ms=args.token_ms, faults=faults, slow_s=args.slow_s,
                       metrics_down_after=args.metrics_down_after, metrics_delay_s=args.metrics_delay_s,
-                      die_after=args.die_after, alias=args.alias)  # fmt: skip
+                      die_after=args.die_after, alias=args.alias, vocab=args.vocab)  # fmt: skip
+    if args.exit_at_start:
+        print("fault_server: starting", flush=True)
+        print(args.exit_at_start, flush=True)
+        sys.exit(1)
     print(f"fault_server: {' '.join(sys.argv[1:])}", flush=True)
+    if args.spawn_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        print(f"fault_server child pid {child.pid}", flush=True)
+    time.sleep(args.slow_start_s)
     asyncio.run(srv.serve())
 
 

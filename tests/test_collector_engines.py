@@ -181,11 +181,28 @@ def test_sigint_to_collector_run_stops_real_server(tmp_path):
 
 
 def test_startup_failure_is_sealed_with_the_reason(tmp_path):
-    _require(PATHS.llama_server)
-    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", {'tiny-qwen2-f16.gguf"': 'no-such-model.gguf"'})
-    with pytest.raises(RunError, match="server exited with code"):
+    """A model file pre-flight cannot judge (it exists; its tensors are cut short): llama-server exits during
+    start-up, and the one-line reason names the server log and the log's first error line."""
+    _require(PATHS.llama_server, PATHS.tiny_gguf)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(PATHS.tiny_gguf.read_bytes()[: PATHS.tiny_gguf.stat().st_size // 2])
+    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml")
+    plan.write_text(re.sub(r'(?m)^model = ".*"$', f'model = "{cut}"', plan.read_text()))
+    with pytest.raises(RunError, match="server exited with code") as exc:
         execute_run(plan, tmp_path / "raw")
     (run,) = (tmp_path / "raw" / "cpu-tiny-qwen2").iterdir()
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "failed" and "during start-up" in m["note"]
-    assert (run / "server.log").stat().st_size > 0
+    log = (run / "server.log").read_text(errors="replace")
+    cause = str(exc.value).split(f"{run / 'server.log'}: ", 1)[1].rstrip(")")
+    assert cause and cause in log and re.search(r"(?i)error|fail", cause), str(exc.value)
+
+
+def test_unknown_llama_server_flag_is_refused_before_any_run_folder(tmp_path):
+    _require(PATHS.llama_server, PATHS.tiny_gguf)
+    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", {'"-lv", "4",': '"-lv", "4", "--no-such-flag",'})
+    with pytest.raises(
+        RunError, match=r"\[server\].args: --no-such-flag: unknown flag \(`.*llama-server --help`"
+    ):
+        execute_run(plan, tmp_path / "raw")
+    assert not (tmp_path / "raw").exists()

@@ -34,6 +34,7 @@ def make_plan(tmp: Path, server_args=(), points="[{concurrency = 1, requests = 3
     fake = tmp / "fake-llama-server"
     fake.write_text(f'#!/bin/sh\nexec {PY} {ROOT / "tests" / "fault_server.py"} "$@"\n')
     fake.chmod(0o755)
+    (tmp / "tiny.gguf").write_bytes(b"")  # the fake server reads no model; pre-flight wants the file to exist
     args = ["--cache-ram", "0", "--slot-prompt-similarity", "0", "--token-ms", "2", *server_args]
     plan = tmp / "fake.toml"
     plan.write_text(f"""
@@ -42,7 +43,7 @@ run = "r"
 [server]
 engine = "llamacpp"
 binary = "{fake}"
-model = "tiny.gguf"
+model = "{tmp / "tiny.gguf"}"
 port = {free_port()}
 args = {json.dumps(args)}
 startup_timeout_s = 30
@@ -189,13 +190,12 @@ def test_bad_plan_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "raw").exists()
 
 
-def test_missing_server_binary_seals_failed(tmp_path):
+def test_missing_server_binary_is_refused_before_any_run_folder(tmp_path):
     plan = make_plan(tmp_path)
     plan.write_text(plan.read_text().replace("fake-llama-server", "no-such-server"))
-    with pytest.raises(RunError, match="server executable not found"):
+    with pytest.raises(RunError, match=r"fake.toml: \[server\].binary: .*no-such-server does not exist"):
         execute_run(plan, tmp_path / "raw")
-    m = json.loads((_run_dir(tmp_path / "raw") / "manifest.json").read_text())
-    assert m["status"] == "failed" and "not found" in m["note"]
+    assert not (tmp_path / "raw").exists()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -240,7 +240,17 @@ def test_attach_to_a_running_server_records_it_and_notices_it_vanish(tmp_path):
         + text[text.index("port = ") :]
     )
     plan.write_text(text)
-    threading.Timer(2.0, srv.stop).start()  # the attached server goes away mid-point
+
+    def stop_mid_point() -> None:  # the attached server goes away once the sweep point has begun
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = list((tmp_path / "raw").glob("fake/*/requests.jsonl"))
+            if found and found[0].read_bytes().count(b'"phase":"sweep"') >= 3:
+                break
+            time.sleep(0.05)
+        srv.stop()
+
+    threading.Thread(target=stop_mid_point, daemon=True).start()
     with pytest.raises(RunError, match="server unreachable"):
         execute_run(plan, tmp_path / "raw")
     run = _run_dir(tmp_path / "raw")

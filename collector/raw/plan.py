@@ -345,4 +345,9 @@ def load_plan(path: Path) -> Plan:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise PlanError(f"{path}: cannot read plan ({err.strerror})") from err
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise PlanError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); save the plan as UTF-8"
+        ) from err
     return parse_plan(text, path)

@@ -1,0 +1,419 @@
+"""Pre-flight: everything ``collector run`` can check before it creates a run folder, one line per problem.
+
+A plan that cannot work must fail here, in a second, with the field to fix — not minutes later in a raw run
+sealed as failed (a typo'd path), nor as a "complete" run whose every request got HTTP 400 (token ids past
+the vocabulary). Checked, in this order, the first problem raised as a ``PreflightError``:
+
+1. plan values in range: the port, finite timeouts and intervals (TOML allows ``inf`` and ``nan``);
+2. the raw store's root can be written;
+3. the engine's executable (``llama-server`` / the vLLM python) and the model path exist;
+4. the port is free (after stopping a server an earlier, dead collector left on it: ``collector.server``),
+   else the error names the process holding it;
+5. the prompt token ids ``[low, high)`` lie inside the model's vocabulary (GGUF metadata, the model folder's
+   ``config.json``, else the theory's config);
+6. every point's ``input_len + output_len`` fits the context a request gets (``[model].max_model_len``, else
+   the engine flags, else the model's trained context);
+7. every flag in ``[server].args`` is one the installed engine knows: llama-server's ``--help`` is read once;
+   for vLLM, whose ``--help`` takes tens of seconds to import, the flag must appear in the installed vllm
+   package's source (an option's dashed name or its field's identifier) — that catches flags of another
+   version (``--enable-mfu-metrics`` on an older vLLM), not a flag given a wrong value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from analysis.model_config import load_model_config
+from collector.checks import flag_value
+from collector.raw.errors import AnatomyError, RunError
+from collector.raw.plan import Plan
+from collector.server import describe_pid, port_free, port_owner_pids, stop_recorded_orphan
+
+HELP_TIMEOUT_S = 60.0
+# A hub id ("Qwen/Qwen2.5-7B-Instruct"): vLLM downloads it, so it need not exist on disk.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FLAG = re.compile(r"^--?[A-Za-z]")
+_HELP_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+class PreflightError(RunError):
+    """A plan or machine problem found before any run folder exists; the message names what to fix."""
+
+
+@dataclass
+class Preflight:
+    """What pre-flight found: notes for the console (an orphan stopped, a check skipped) and the facts used."""
+
+    notes: list[str] = field(default_factory=list)
+    vocab_size: int | None = None
+    vocab_source: str | None = None
+    context_tokens: int | None = None
+    context_source: str | None = None
+
+
+def preflight(plan: Plan, raw_root: Path) -> Preflight:
+    """Run every check (module docstring); raise PreflightError on the first problem."""
+    pf = Preflight()
+    check_values(plan)
+    check_raw_root(Path(raw_root))
+    sp = plan.server
+    if not sp.attach:
+        check_paths(plan)
+        note = stop_recorded_orphan(sp.port, grace_s=sp.stop_timeout_s)
+        if note:
+            pf.notes.append(note)
+        check_port(sp.port)
+    check_vocabulary(plan, pf)
+    check_lengths(plan, pf)
+    if not sp.attach:
+        pf.notes.extend(check_flags(plan))
+    return pf
+
+
+# -- 1. values ---------------------------------------------------------------------------------------------
+
+
+def check_values(plan: Plan) -> None:
+    f = plan.path
+    sp = plan.server
+    if not sp.attach and not 1 <= sp.port <= 65535:
+        raise PreflightError(f"{f}: [server].port: must be 1..65535, got {sp.port}")
+    floats = {
+        "[server].startup_timeout_s": sp.startup_timeout_s,
+        "[server].stop_timeout_s": sp.stop_timeout_s,
+        "[sampling].interval_s": plan.sampling.interval_s,
+        "[load].drain_s": plan.load.drain_s,
+        "[load].request_timeout_s": plan.load.request_timeout_s,
+        "[load].read_timeout_s": plan.load.read_timeout_s,
+        "[model].kv_pool_gib": plan.model.kv_pool_gib,
+    }
+    for name, v in floats.items():
+        if v is not None and not math.isfinite(v):
+            raise PreflightError(f"{f}: {name}: must be a finite number, got {v!r}")
+
+
+# -- 2. raw root ---------------------------------------------------------------------------------------------
+
+
+def check_raw_root(root: Path) -> None:
+    """The nearest existing folder on the way to ``root`` must be a writable directory."""
+    p = root.absolute()
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        raise PreflightError(f"{root}: cannot hold a raw store: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise PreflightError(f"{root}: the raw store is not writable ({p}: permission denied or read-only)")
+    try:
+        if os.statvfs(p).f_flag & os.ST_RDONLY:
+            raise PreflightError(f"{root}: the raw store is on a read-only file system ({p})")
+    except OSError:
+        pass
+
+
+# -- 3. paths ----------------------------------------------------------------------------------------------
+
+
+def check_paths(plan: Plan) -> None:
+    sp, f = plan.server, plan.path
+    exe, key = (sp.binary, "binary") if sp.engine == "llamacpp" else (sp.python, "python")
+    if exe is None or not exe.exists():
+        raise PreflightError(f"{f}: [server].{key}: {exe} does not exist")
+    if not exe.is_file() or not os.access(exe, os.X_OK):
+        raise PreflightError(f"{f}: [server].{key}: {exe} is not an executable file")
+    model = Path(sp.model).expanduser()
+    if model.exists():
+        if sp.engine == "llamacpp" and not model.is_file():
+            raise PreflightError(f"{f}: [server].model: {model} is not a file (llama-server needs a .gguf)")
+        return
+    if sp.engine == "vllm" and _HUB_ID.match(sp.model) and not sp.model.startswith("."):
+        return  # a hub id: vLLM fetches it
+    raise PreflightError(f"{f}: [server].model: {model} does not exist")
+
+
+# -- 4. port -----------------------------------------------------------------------------------------------
+
+
+def check_port(port: int) -> None:
+    if port_free(port):
+        return
+    owners = port_owner_pids(port)
+    who = describe_pid(owners[0]) if owners else "another process (not visible in /proc)"
+    raise PreflightError(f"port {port} is already in use by {who}: stop it, or choose another [server].port")
+
+
+# -- 5. vocabulary -----------------------------------------------------------------------------------------
+
+
+def _config_json(model_dir: Path) -> dict | None:
+    p = model_dir / "config.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    # multimodal configs keep the language model's numbers under text_config
+    return data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+
+
+def _served_model(plan: Plan) -> Path | None:
+    sp = plan.server
+    if sp.attach or not sp.model:
+        return None
+    p = Path(sp.model).expanduser()
+    return p if p.exists() else None
+
+
+def model_limits(plan: Plan) -> dict[str, tuple[int, str]]:
+    """``{"vocab": (n, source), "context": (n, source)}`` from the served model itself where it can be read
+    (GGUF metadata, the folder's config.json), else from the theory's config."""
+    out: dict[str, tuple[int, str]] = {}
+    model = _served_model(plan)
+    if model is not None and model.is_file() and model.suffix == ".gguf":
+        meta = read_gguf_meta(model)
+        arch = meta.get("general.architecture")
+        n_tokens = meta.get("tokenizer.ggml.tokens")
+        vocab = meta.get(f"{arch}.vocab_size") or n_tokens
+        if isinstance(vocab, int):
+            out["vocab"] = (vocab, f"{model} (GGUF metadata)")
+        ctx = meta.get(f"{arch}.context_length")
+        if isinstance(ctx, int):
+            out["context"] = (ctx, f"{model} (GGUF {arch}.context_length)")
+    elif model is not None and model.is_dir():
+        cfg = _config_json(model)
+        if cfg is not None:
+            if isinstance(cfg.get("vocab_size"), int):
+                out["vocab"] = (cfg["vocab_size"], f"{model / 'config.json'} vocab_size")
+            if isinstance(cfg.get("max_position_embeddings"), int):
+                out["context"] = (
+                    cfg["max_position_embeddings"],
+                    f"{model / 'config.json'} max_position_embeddings",
+                )
+    if "vocab" not in out or "context" not in out:
+        try:
+            mc = load_model_config(plan.model.config)
+        except (AnatomyError, OSError, ValueError):
+            mc = None  # the prediction step reports a bad config; it is not this check's to refuse
+        if mc is not None:
+            out.setdefault("vocab", (mc.vocab_size, f"[model].config {plan.model.config} vocab_size"))
+            if mc.max_position_embeddings:
+                out.setdefault(
+                    "context",
+                    (
+                        mc.max_position_embeddings,
+                        f"[model].config {plan.model.config} max_position_embeddings",
+                    ),
+                )
+    return out
+
+
+def check_vocabulary(plan: Plan, pf: Preflight) -> None:
+    limits = model_limits(plan)
+    if "vocab" not in limits:
+        pf.notes.append("token-id range not checked: no vocabulary size found (model or [model].config)")
+        return
+    n, source = limits["vocab"]
+    pf.vocab_size, pf.vocab_source = n, source
+    high = plan.model.token_id_high
+    if high > n:
+        raise PreflightError(
+            f"{plan.path}: [model].token_id_range [{plan.model.token_id_low}, {high}) reaches past the "
+            f"vocabulary of {n} tokens ({source}): ids must stay below {n}"
+        )
+
+
+# -- 6. lengths --------------------------------------------------------------------------------------------
+
+
+def _int_flag(args: Sequence[str], *names: str) -> int | None:
+    v = flag_value(args, *names)
+    return int(v) if v is not None and v.isdigit() else None
+
+
+def request_context(plan: Plan) -> tuple[int, str] | None:
+    """Tokens one request may hold (prompt + output) and where that number comes from."""
+    m, sp = plan.model, plan.server
+    if m.max_model_len:
+        return m.max_model_len, "[model].max_model_len"
+    if sp.engine == "vllm" and (n := _int_flag(sp.args, "--max-model-len")):
+        return n, "--max-model-len"
+    if sp.engine == "llamacpp":
+        ctx = _int_flag(sp.args, "-c", "--ctx-size")
+        slots = _int_flag(sp.args, "-np", "--parallel")
+        unified = any(a in ("-kvu", "--kv-unified") for a in sp.args)
+        if ctx and slots and not unified:
+            return ctx // slots, f"-c {ctx} / -np {slots} (context per slot)"
+        if ctx:
+            return ctx, f"-c {ctx}"
+    lim = model_limits(plan).get("context")
+    return lim
+
+
+def check_lengths(plan: Plan, pf: Preflight) -> None:
+    ctx = request_context(plan)
+    if ctx is None:
+        pf.notes.append("request lengths not checked: no max_model_len, context flag or model context found")
+        return
+    n, source = ctx
+    pf.context_tokens, pf.context_source = n, source
+    for pt in plan.points:
+        if pt.input_len + pt.output_len > n:
+            raise PreflightError(
+                f"{plan.path}: point {pt.point_id}: input_len {pt.input_len} + output_len {pt.output_len} = "
+                f"{pt.input_len + pt.output_len} tokens exceeds the {n} a request may hold ({source})"
+            )
+
+
+# -- 7. engine flags ---------------------------------------------------------------------------------------
+
+
+def plan_flags(args: Sequence[str]) -> list[str]:
+    """The option names among the server args (``--x=1`` → ``--x``; values such as ``-1`` are not options)."""
+    return [a.split("=", 1)[0] for a in args if _FLAG.match(a)]
+
+
+def llamacpp_known_flags(binary: Path) -> set[str] | None:
+    """Every option name ``llama-server --help`` prints; None when it cannot be run."""
+    try:
+        p = subprocess.run([str(binary), "--help"], capture_output=True, text=True, errors="replace",
+                           timeout=HELP_TIMEOUT_S, stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    flags = set(_HELP_FLAG.findall(p.stdout + p.stderr))
+    return flags if len(flags) > 5 else None
+
+
+def vllm_source_dir(python: Path) -> Path | None:
+    """The installed vllm package's folder, found without importing vllm (which takes tens of seconds)."""
+    code = "import importlib.util as u; s = u.find_spec('vllm'); print(s.submodule_search_locations[0])"
+    try:
+        p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=HELP_TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    d = Path(p.stdout.strip()) if p.returncode == 0 else None
+    return d if d is not None and d.is_dir() else None
+
+
+def vllm_unknown_flags(src: Path, flags: Sequence[str]) -> list[str]:
+    """The flags whose dashed name (``"--max-model-len"``) and identifier (``max_model_len``) appear nowhere
+    in vllm's source (``--no-X`` is looked up as ``X``: argparse's BooleanOptionalAction makes it)."""
+    wanted: dict[str, tuple[str, ...]] = {}
+    for fl in flags:
+        if fl.startswith("--"):
+            name = fl[2:].removeprefix("no-")
+            wanted[fl] = (f"--{name}", name.replace("-", "_"))
+        else:  # -tp, -O3: the short option as a string literal
+            wanted[fl] = (f'"{fl}"', f'"{fl[:2]}"')
+    missing = set(wanted)
+    for py in src.rglob("*.py"):
+        if not missing:
+            break
+        try:
+            text = py.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for fl in list(missing):
+            if any(needle in text for needle in wanted[fl]):
+                missing.discard(fl)
+    return [fl for fl in flags if fl in missing]
+
+
+def check_flags(plan: Plan) -> list[str]:
+    """Refuse a flag the installed engine does not know; notes when the check could not be made."""
+    sp = plan.server
+    flags = plan_flags(sp.args)
+    if not flags:
+        return []
+    if sp.engine == "llamacpp":
+        known = llamacpp_known_flags(sp.binary)
+        if known is None:
+            return [f"server flags not checked: `{sp.binary} --help` gave no option list"]
+        unknown = [fl for fl in flags if fl not in known]
+        where = f"`{sp.binary} --help` does not list it"
+    else:
+        src = vllm_source_dir(sp.python)
+        if src is None:
+            return [f"server flags not checked: no vllm package found for {sp.python}"]
+        unknown = vllm_unknown_flags(src, flags)
+        where = f"the vllm installed for {sp.python} ({src}) has no such option"
+    if unknown:
+        raise PreflightError(f"{plan.path}: [server].args: {unknown[0]}: unknown flag ({where})")
+    return []
+
+
+# -- GGUF metadata -----------------------------------------------------------------------------------------
+
+# GGUF value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64,
+# 12 f64 (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
+_WANT_SUFFIXES = (".vocab_size", ".context_length")
+
+
+def _read(f: BinaryIO, fmt: str) -> int | float | bool:
+    size = struct.calcsize(fmt)
+    b = f.read(size)
+    if len(b) != size:
+        raise EOFError
+    return struct.unpack(fmt, b)[0]
+
+
+def _skip_string(f: BinaryIO) -> None:
+    f.seek(int(_read(f, "<Q")), os.SEEK_CUR)
+
+
+def _string(f: BinaryIO) -> str:
+    n = int(_read(f, "<Q"))
+    if n > 1 << 20:
+        raise ValueError("string too long")
+    return f.read(n).decode("utf-8", "replace")
+
+
+def read_gguf_meta(path: Path) -> dict[str, object]:
+    """The few metadata values pre-flight needs from a GGUF header, read without loading the file:
+    ``general.architecture``, ``<arch>.vocab_size``, ``<arch>.context_length`` and the *length* of
+    ``tokenizer.ggml.tokens`` (the vocabulary). A file that is not GGUF gives {}."""
+    out: dict[str, object] = {}
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF" or _read(f, "<I") not in (2, 3):
+                return {}
+            _read(f, "<Q")  # tensor count
+            n_kv = int(_read(f, "<Q"))
+            for _ in range(n_kv):
+                key = _string(f)
+                vtype = int(_read(f, "<I"))
+                if vtype == 9:
+                    etype, count = int(_read(f, "<I")), int(_read(f, "<Q"))
+                    if key == "tokenizer.ggml.tokens":
+                        out[key] = count
+                    if etype == 8:
+                        for _ in range(count):
+                            _skip_string(f)
+                    elif etype in _SCALAR:
+                        f.seek(count * struct.calcsize(_SCALAR[etype]), os.SEEK_CUR)
+                    else:
+                        break  # nested arrays: nothing pre-flight needs lies beyond
+                elif vtype == 8:
+                    value = _string(f)
+                    if key == "general.architecture":
+                        out[key] = value
+                elif vtype in _SCALAR:
+                    value = _read(f, _SCALAR[vtype])
+                    if key.endswith(_WANT_SUFFIXES):
+                        out[key] = int(value)
+                else:
+                    break
+    except (OSError, EOFError, ValueError, struct.error):
+        pass
+    return out
