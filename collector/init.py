@@ -150,7 +150,7 @@ def _executable(path: Path, what: str) -> Path:
         raise PlanError(f"{path}: no such file ({what})")
     if not os.access(path, os.X_OK):
         raise PlanError(f"{path}: not executable ({what})")
-    return path.resolve()
+    return path.absolute()  # not resolve(): a venv's python is a symlink whose target has no vllm
 
 
 def _engine_candidates(engine_path: Path | None, vllm_python: Path | None):
@@ -227,7 +227,8 @@ def detect_gpu(nvidia_smi: str = "nvidia-smi") -> Gpu:
         return Gpu(CPU, note="no nvidia-smi on PATH: a CPU run (no datasheet ceilings)")
     r = _run([exe, *NVIDIA_SMI_QUERY], NVIDIA_SMI_TIMEOUT_S)
     if r is None or r.returncode != 0:
-        why = "timed out" if r is None else (r.stderr or r.stdout).strip().splitlines()[:1]
+        said = "" if r is None else (r.stderr or r.stdout).strip()
+        why = "did not answer" if r is None else (said.splitlines()[0] if said else f"exit {r.returncode}")
         return Gpu(CPU, note=f"nvidia-smi failed ({why}): planned as a CPU run; check the driver")
     lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
     if not lines:
@@ -578,6 +579,7 @@ class Sizing:
     kv_pool_note: str
     block_size: int
     notes: list[str]
+    weight_format: str | None = None  # what the server loads, when it is not the checkpoint's dtype
 
 
 def _requests(c: int, on_gpu: bool) -> int:
@@ -641,9 +643,9 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         ("--slot-prompt-similarity", "0", "no slot picked for a similar earlier prompt"),
         ("-lv", "4", "log the model, KV and slot lines the start-up checks read"),
     ]
-    # Overload: the prompt fits a slot, prompt + output does not (llama.cpp has no preemption: generation
-    # stops when the slot is full, finish_reason "length", fewer tokens than asked).
-    ov_in, ov_out = (3 * mml) // 4, mml // 2
+    # Overload: twice as many requests in flight as there are slots, each fitting a slot: their KV demand is
+    # twice the -c cells, and llama.cpp (no preemption) queues the extra requests until a slot frees.
+    ov_in, ov_out = mml // 2, mml // 4
     return Sizing(
         max_model_len=mml,
         input_len=inp,
@@ -652,10 +654,11 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         length_concurrency=min(16 if on_gpu else 4, slots),
         length_inputs=length_inputs,
         length_output=length_out,
-        overload=(slots, slots, ov_in, ov_out),
+        overload=(2 * slots, (4 if on_gpu else 2) * slots, ov_in, ov_out),  # GPU: two waves; CPU: one
         overload_note=(
-            f"each request wants {ov_in + ov_out:,} tokens, a slot holds {mml:,}: llama.cpp has no preemption, "
-            "generation stops when the slot is full (finish_reason length); the output-length check fails by design"
+            f"{2 * slots} requests in flight for {slots} slots, each {ov_in + ov_out:,} of a slot's {mml:,} tokens: "
+            f"twice the KV the -c cells hold; llama.cpp has no preemption, so half of them wait in its queue for "
+            "a free slot (TTFT grows by the wait)"
         ),
         args=args,
         env={},
@@ -669,7 +672,8 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
 
 def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
     on_gpu = gpu.count > 0
-    kv_dtype = m.weight_format if m.weight_format in ("bf16", "fp16") else "bf16"  # vLLM auto = model dtype
+    # vLLM's kv auto = the model dtype; its CPU backend runs bfloat16 (as plans/cpu-tiny-vllm.toml does)
+    kv_dtype = m.weight_format if on_gpu and m.weight_format in ("bf16", "fp16") else "bf16"
     kv_bpt = th.kv_bytes_per_token(m.cfg, kv_dtype)
     ceiling = GPU_MAX_MODEL_LEN if on_gpu else CPU_MAX_MODEL_LEN
     mml = max_model_len or min(m.max_position or ceiling, ceiling)
@@ -721,7 +725,7 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         space_gib = max(1, math.ceil(blocks * block * kv_bpt / th.GIB))
         env["VLLM_CPU_KVCACHE_SPACE"] = str(space_gib)
         args = [
-            ("--dtype", "bfloat16" if kv_dtype == "bf16" else "float16", "the model's own dtype"),
+            ("--dtype", "bfloat16", "vLLM's CPU backend computes in bfloat16"),
             ("--max-model-len", str(mml), "context per request"),
             ("--max-num-seqs", str(max_seqs), ""),
             ("--no-enable-prefix-caching", "", "every prompt computed in full"),
@@ -764,6 +768,7 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         kv_pool_note=pool_note,
         block_size=block,
         notes=notes,
+        weight_format=None if on_gpu else "bf16",
     )
 
 
@@ -816,7 +821,7 @@ def render_plan(
         lines.append(f"# GPU:    none ({gpu.note})")
     for note in model.notes + sizing.notes:
         lines += _comment(f"check: {note}")
-    desc = f"{engine.kind} on {gpu.smi_name or 'CPU'}: {model.name}, {model.weight_format}"
+    desc = f"{engine.kind} on {gpu.smi_name or 'CPU'}: {model.name}, {sizing.weight_format or model.weight_format}"
     lines += [
         f"description = {_q(desc + f'; sweep 1-{sizing.sweep[-1]}, length sweep, overload (collector init)')}",
         f"campaign = {_q(campaign)}",
@@ -834,7 +839,7 @@ def render_plan(
     lines += [
         f"model = {_q(str(model.served))}",
         f"served_model_name = {_q(model.name)}",
-        f"port = {port}                           # free on 127.0.0.1 when init ran; `collector run` checks again",
+        f"port = {port}                           # free on 127.0.0.1 when init ran (the kernel's pick for port 0)",
         "args = [",
     ]
     for flag, value, why in sizing.args:
@@ -869,7 +874,7 @@ def render_plan(
         lines += _comment(f"{gpu.spec.display_name}: {gpu.spec.source}")
     lines.append(f"gpu = {_q(gpu.spec.name)}")
     lines.append(f"kv_dtype = {_q(sizing.kv_dtype)}")
-    lines.append(f"weight_format = {_q(model.weight_format)}")
+    lines.append(f"weight_format = {_q(sizing.weight_format or model.weight_format)}")
     lines.append(f"max_model_len = {sizing.max_model_len}")
     if engine.kind == "vllm":
         lines.append(f"block_size = {sizing.block_size}")

@@ -317,12 +317,10 @@ def test_init_for_the_tiny_folder_and_llama_server_on_path(box, tmp_path):
     assert plan.model.gpu == "cpu" and "-ngl" not in plan.server.args
     assert _port_is_free(plan.server.port)
     assert {ph.kind for ph in plan.phases} == {"warmup", "concurrency", "length", "overload"}
-    for pt in plan.points:  # every request fits a slot except the overload's, whose prompt still does
-        slot = plan.model.max_model_len
-        if pt.kind == "overload":
-            assert pt.input_len < slot < pt.input_len + pt.output_len
-        else:
-            assert pt.input_len + pt.output_len <= slot, pt.point_id
+    slots = int(plan.server.args[plan.server.args.index("-np") + 1])
+    for pt in plan.points:  # every request fits a slot; only the overload has more in flight than slots
+        assert pt.input_len + pt.output_len <= plan.model.max_model_len, pt.point_id
+        assert (pt.concurrency > slots) == (pt.kind == "overload"), pt.point_id
     text = result.plan_path.read_text()
     assert "no nvidia-smi on PATH" in text
 
@@ -480,3 +478,23 @@ def test_init_rejects_a_model_file_that_is_not_gguf(tmp_path):
     ):
         init_plan(tmp_path / "p.toml", weights)
     assert not (tmp_path / "p.toml").exists()
+
+
+@pytest.mark.engines
+def test_init_for_the_tiny_folder_with_the_real_vllm_python(tmp_path, monkeypatch):
+    """The vLLM branch with the cache's vLLM (CPU) venv: the import check runs for real."""
+    p = engine_cache.paths()
+    engine_cache.require(p.vllm_python, p.tiny_hf_dir)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    result = init_plan(tmp_path / "v.toml", p.tiny_hf_dir, vllm_python=p.vllm_python)
+    plan = load_plan(result.plan_path)
+    assert (
+        plan.server.engine == "vllm" and plan.server.python == p.vllm_python
+    )  # the venv's own python, not its symlink target
+    assert Path(plan.server.model) == p.tiny_hf_dir.resolve()
+    assert (plan.model.token_id_low, plan.model.token_id_high) == (32, 127)
+    assert plan.model.block_size == 128 and plan.server.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    blocks = int(plan.server.args[plan.server.args.index("--num-gpu-blocks-override") + 1])
+    over = next(pt for pt in plan.points if pt.kind == "overload")
+    assert over.concurrency * (over.input_len + over.output_len) > (blocks - 1) * 128  # it must preempt
+    assert "vllm " in result.plan_path.read_text().splitlines()[2]  # the imported version is recorded
