@@ -398,6 +398,78 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     ("concurrency", "knee_p99_itl_ratio"): "拐点处 p99 ITL ÷ 拐点前一档的 p99 ITL",
     ("concurrency", "max_concurrency_tested"): "扫描测到的最高并发",
 }
+# --- issue #11: the reference study's derivations (structure, memory, length sweep, concurrency, overload) ---
+MATRICES: dict[str, str] = {
+    "q_proj": "q 投影",
+    "k_proj": "k 投影",
+    "v_proj": "v 投影",
+    "o_proj": "o 投影",
+    "gate_proj": "gate 投影",
+    "up_proj": "up 投影",
+    "down_proj": "down 投影",
+    "elementwise_rmsnorm": "逐元素：RMSNorm",
+    "elementwise_rope": "逐元素：RoPE",
+    "elementwise_swiglu": "逐元素：SwiGLU 激活",
+    "elementwise_residual": "逐元素：残差加",
+    "elementwise_bias": "逐元素：偏置加",
+    "elementwise_qk_norm": "逐元素：q/k 归一化",
+}
+MEMORY_ITEMS: dict[str, str] = {
+    "cuda_total": "CUDA 报告的显存总量（vs 数据手册）",
+    "budget": "利用率 × 总量（vLLM 的预算）",
+    "weights": "权重（日志 vs 理论）",
+    "non_torch": "非 torch 内存（CUDA 上下文等）",
+    "peak_activation": "激活峰值",
+    "kv_pool": "KV 池（日志 vs 账目推算）",
+    "cuda_graph": "CUDA 图（在预算之外）",
+    "hand_estimate": "手算估计的 KV 池",
+    "gap_total_memory": "差额：CUDA 总量低于数据手册（× 利用率）",
+    "gap_weights": "差额：实际加载的权重多于理论",
+    "gap_non_torch": "差额：非 torch 内存",
+    "gap_peak_activation": "差额：激活峰值",
+    "gap_reserve": "差额：手算时预留的 1 GiB",
+}
+FINDINGS.update(
+    {
+        **{
+            ("model", f"flops_per_layer_per_token_{k}"): f"每层每 token 计算量：{v}"
+            for k, v in MATRICES.items()
+            if not k.startswith("elementwise")
+        },
+        ("model", "elementwise_flops_per_token"): "每 token 非矩阵乘（逐元素）计算量",
+        ("model", "elementwise_flops_share_pct"): "逐元素计算占每 token 计算量的比例",
+        ("model", "attention_flops_prefill_causal_1k"): "预填充 1024 token 的注意力计算量（因果掩码减半）",
+        ("model", "attention_flops_decode_per_token_1k"): "上下文 1024 时解码一个 token 的注意力计算量",
+        ("model", "kv_projection_weight_bytes"): "各层 W_k + W_v 权重字节（bf16）",
+        ("model", "kv_outweighs_projections_tokens"): "KV 缓存超过 W_k/W_v 权重所需的缓存 token 数",
+        (
+            "model",
+            "kv_outweighs_projections_concurrency",
+        ): "本批次请求形状下 KV 缓存超过 W_k/W_v 权重的并发数",
+        ("model", "kv_over_hidden_state_ratio"): "每层每 token 的 K+V 字节 ÷ 隐藏状态字节",
+        ("model", "kv_read_share_of_weights_1k_pct"): "上下文 1k 时每步读取的 KV 占权重读取的比例",
+        ("model", "kv_read_share_of_weights_8k_pct"): "上下文 8k 时每步读取的 KV 占权重读取的比例",
+        ("model", "kv_read_share_of_weights_32k_pct"): "上下文 32k 时每步读取的 KV 占权重读取的比例",
+        ("model", "kv_saved_flops_ratio"): "KV 缓存节省的计算：无缓存重算前缀 ÷ 有缓存的一步",
+        ("memory", "kv_pool_hand_estimate_gib"): "KV 池手算估计（利用率 × 显存 − 理论权重 − 1 GiB 预留）",
+        ("memory", "kv_pool_log_minus_hand_estimate_gib"): "日志中的 KV 池 − 手算估计",
+        ("memory", "kv_pool_from_ledger_gib"): "由日志账目推出的 KV 池（vs 日志中的 KV 池）",
+        ("memory", "weights_loaded_gib"): "加载的权重（日志 vs 理论）",
+        ("memory", "non_torch_gib"): "非 torch 内存",
+        ("memory", "peak_activation_gib"): "激活峰值",
+        ("memory", "cuda_graph_gib"): "CUDA 图占用（在预算之外）",
+        ("memory", "model_buffer_gib"): "模型缓冲区（日志 vs 理论权重字节）",
+        ("memory", "kv_buffer_gib"): "KV 缓冲区",
+        ("memory", "compute_buffer_gib"): "计算缓冲区",
+        ("memory", "output_buffer_gib"): "输出缓冲区",
+    }
+)
+REASONS.update(
+    {
+        "no_memory_line": "服务器日志中没有显存账目行（vLLM 的 'Free memory on device …' 或 llama.cpp 的 'buffer size'）",
+    }
+)
+
 # Where the same metric means something else at one level or for one engine.
 FINDINGS_AT_LEVEL: dict[tuple[str | None, str, str], str] = {
     (
@@ -659,6 +731,8 @@ def cell_text(column: str, value: Any) -> str:
             "reason": REASONS,
             "what": CHANGES,
             "weight_format": WEIGHT_FORMATS,
+            "matrix": MATRICES,
+            "item": MEMORY_ITEMS,
         }.get(column)
         if by_column is not None:
             return by_column.get(value, value)

@@ -26,6 +26,7 @@ from analysis.reconcile import (
     engines,
     gates,
     kv,
+    memory,
     overload,
     prediction,
     reproducibility,
@@ -184,6 +185,7 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     sections: list[Section] = [
         runs_section(campaign),
         structure.run(campaign, th),
+        memory.run(campaign, th),
         window_section(campaign, ctx),
         gates.run(campaign, ctx),
         concurrency.run(campaign, ctx, th, points),

@@ -284,11 +284,142 @@ def attention_overtakes_weights_at_tokens(cfg: ModelConfig) -> int:
 
 def attention_overtakes_weights_prefill_at_tokens(cfg: ModelConfig) -> int:
     """Smallest prompt length S where prefill attention FLOPs ≥ layer weight FLOPs, tokens:
-    4·S²·L·H·d ≥ S·2·L·matmul  ⇔  S ≥ 2·matmul_per_layer / (4·H·d). No causal halving (with it: twice this).
+    4·S²·L·H·d ≥ S·2·L·matmul  ⇔  S ≥ 2·matmul_per_layer / (4·H·d). No causal halving: the length at which
+    the engine's full-square counter says so; the useful work crosses at twice this
+    (``attention_overtakes_weights_prefill_causal_at_tokens``).
     """
     return math.ceil(
         flops_per_token_matmul(cfg) / (4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim)
     )
+
+
+def flops_per_token_by_matrix(cfg: ModelConfig) -> dict[str, int]:
+    """Weight FLOPs per token in one layer, by matrix, FLOPs (2 per multiply-add):
+    q_proj 2·h·H·d, k_proj 2·h·K·d, v_proj 2·h·K·d, o_proj 2·H·d·h, gate_proj 2·h·I, up_proj 2·h·I,
+    down_proj 2·I·h. Their sum × L is ``flops_per_token_matmul``."""
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    q_out, kv_out = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    return {
+        "q_proj": 2 * h * q_out,
+        "k_proj": 2 * h * kv_out,
+        "v_proj": 2 * h * kv_out,
+        "o_proj": 2 * q_out * h,
+        "gate_proj": 2 * h * inter,
+        "up_proj": 2 * h * inter,
+        "down_proj": 2 * inter * h,
+    }
+
+
+# Element-wise operations per element, counted as one FLOP per arithmetic operation (an exp, a rsqrt or a
+# division counts one too): RMSNorm x²·Σ, ·rsqrt, ·gain = 4 per channel; RoPE x·cos + rot(x)·sin = 3 per
+# rotated element; SiLU x·σ(x) with σ = 1/(1+e^−x) = 4 and the gate product 1 = 5 per MLP channel; a residual
+# add 1 per channel; a bias add 1 per output. Softmax (≈ 5 per score: scale, max, subtract, exp, normalise) grows
+# with the context and belongs to the attention kernel; it is counted separately.
+ELEMENTWISE_OPS = {"rmsnorm": 4, "rope": 3, "swiglu": 5, "residual": 1, "bias": 1, "softmax": 5}
+
+
+def elementwise_flops_per_layer_by_op(cfg: ModelConfig) -> dict[str, int]:
+    """Non-matmul FLOPs per token in one layer, by operation, FLOPs (see ELEMENTWISE_OPS):
+    rmsnorm 2 × 4·h, rope 3·(H + K)·d, swiglu 5·I, residual 2·h, bias (H + 2K)·d where the q/k/v projections
+    carry a bias (+ h with an o bias, + 2I + h with MLP biases), and Qwen3's per-head q/k norms 4·(H + K)·d."""
+    h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    big_h, k = cfg.num_attention_heads, cfg.num_key_value_heads
+    ops = ELEMENTWISE_OPS
+    bias = (big_h + 2 * k) * d if cfg.qkv_bias else 0
+    bias += h if cfg.o_bias else 0
+    bias += (2 * inter + h) if cfg.mlp_bias else 0
+    out = {
+        "rmsnorm": 2 * ops["rmsnorm"] * h,
+        "rope": ops["rope"] * (big_h + k) * d,
+        "swiglu": ops["swiglu"] * inter,
+        "residual": 2 * ops["residual"] * h,
+        "bias": ops["bias"] * bias,
+    }
+    if cfg.qk_norm:
+        out["qk_norm"] = ops["rmsnorm"] * (big_h + k) * d
+    return out
+
+
+def elementwise_flops_per_token(cfg: ModelConfig) -> int:
+    """Non-matmul FLOPs per token through the model (softmax excluded), FLOPs:
+    L × Σ elementwise_flops_per_layer_by_op + 4·h (the final RMSNorm)."""
+    per_layer = sum(elementwise_flops_per_layer_by_op(cfg).values())
+    return cfg.num_hidden_layers * per_layer + ELEMENTWISE_OPS["rmsnorm"] * cfg.hidden_size
+
+
+def softmax_flops_decode_per_token(cfg: ModelConfig, context_tokens: int) -> int:
+    """Softmax FLOPs for one new token at context T, FLOPs: 5 × T × H × L (one score per head and key)."""
+    return ELEMENTWISE_OPS["softmax"] * context_tokens * cfg.num_attention_heads * cfg.num_hidden_layers
+
+
+def attention_flops_prefill_causal(cfg: ModelConfig, prompt_tokens: int) -> int:
+    """Useful attention-kernel FLOPs to prefill S tokens under the causal mask, FLOPs: 2 × S² × L × H × d.
+
+    Query i sees only keys 1..i, so QKᵀ and PV cover half the S×S square (S(S+1)/2 pairs; the diagonal's
+    S extra pairs are left out): half of ``attention_flops_prefill``, which counts the full square the way
+    vLLM's MFU counter does.
+    """
+    s = prompt_tokens
+    return 2 * s * s * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+
+
+def flops_prefill_causal(cfg: ModelConfig, prompt_tokens: int) -> int:
+    """Useful prefill FLOPs for one prompt of S tokens, FLOPs: S × 2·L·matmul + 2·V·h + 2·S²·L·H·d."""
+    return (
+        prompt_tokens * flops_per_token_matmul(cfg)
+        + flops_per_token_lm_head(cfg)
+        + attention_flops_prefill_causal(cfg, prompt_tokens)
+    )
+
+
+def attention_overtakes_weights_prefill_causal_at_tokens(cfg: ModelConfig) -> int:
+    """Smallest prompt length S where the causal prefill's attention FLOPs ≥ its layer weight FLOPs, tokens:
+    2·S²·L·H·d ≥ S·2·L·matmul  ⇔  S ≥ matmul_per_layer ÷ (H·d) — twice the full-square length
+    (``attention_overtakes_weights_prefill_at_tokens``), because the mask halves the attention work.
+    """
+    return math.ceil(
+        flops_per_token_matmul(cfg) / (2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim)
+    )
+
+
+def kv_saved_flops_per_token(cfg: ModelConfig, context_tokens: int) -> int:
+    """FLOPs the KV cache saves on one decoded token at context T, FLOPs: without a cache the step re-runs the
+    whole prefix (causal prefill of T + 1 tokens) instead of one decode step at context T:
+    flops_prefill_causal(T + 1) − flops_decode_per_token(T)."""
+    return flops_prefill_causal(cfg, context_tokens + 1) - flops_decode_per_token(cfg, context_tokens)
+
+
+def kv_projection_weight_bytes(cfg: ModelConfig, bytes_per_param: float = 2.0) -> float:
+    """The fixed W_k and W_v weights of every layer, bytes: L × (k_proj + v_proj parameters) × b (bf16: 2)."""
+    return cfg.num_hidden_layers * (k_proj_params(cfg) + v_proj_params(cfg)) * bytes_per_param
+
+
+def kv_outweighs_projections_tokens(cfg: ModelConfig, kv_dtype: str = "bf16") -> int:
+    """Cached tokens whose K/V outweigh the W_k/W_v weights that produce them, tokens:
+    ceil(L·(k_proj + v_proj)·b ÷ KV bytes per token) — h (+1 with a K/V bias): each token's K/V row is
+    (K·d) wide, the weight that makes it is h × (K·d)."""
+    return math.ceil(
+        kv_projection_weight_bytes(cfg, kv_bytes_per_element(kv_dtype)) / kv_bytes_per_token(cfg, kv_dtype)
+    )
+
+
+def kv_bytes_per_layer_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
+    """K and V of one token in one layer, bytes: 2 × K × d × b."""
+    return 2 * cfg.num_key_value_heads * cfg.head_dim * kv_bytes_per_element(kv_dtype)
+
+
+def hidden_state_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
+    """The hidden state of one token at one layer's input, bytes: h × b (what a cache of activations would hold)."""
+    return cfg.hidden_size * kv_bytes_per_element(dtype)
+
+
+def kv_read_share_of_weights_pct(
+    cfg: ModelConfig, context_tokens: int, weight_format: str = "bf16", kv_dtype: str = "bf16"
+) -> float:
+    """KV bytes one sequence's decode step reads at context T, as a share of the weight bytes the step reads, %:
+    T × KV bytes/token ÷ weight_bytes_read_per_decode_step × 100."""
+    kv = kv_bytes_read_per_step(kv_bytes_per_token(cfg, kv_dtype), 1, context_tokens)
+    return kv / weight_bytes_read_per_decode_step(cfg, weight_format) * 100.0
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ attention overtakes the weights, KV bytes per token and the GQA factor, weight b
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -132,9 +133,13 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
         ),
         fnd.measured(
             MODEL("attention_overtakes_weights_prefill_tokens"),
-            theory.attention_overtakes_weights_prefill_at_tokens(cfg),
+            theory.attention_overtakes_weights_prefill_causal_at_tokens(cfg),
             "tokens",
             src,
+            # the page used to state the full-square length; the causal mask halves the attention work
+            full_square_tokens=theory.attention_overtakes_weights_prefill_at_tokens(cfg),
+            detail="causal prefill: 2·S²·L·H·d ≥ S·2·L·matmul ⇔ S ≥ matmul per layer ÷ (H·d); the full S×S "
+            "square (what vLLM's FLOPs counter counts) crosses at half this length",
         ),
         fnd.measured(MODEL("weight_bytes_bf16"), wb["bf16"], "bytes", src),
         fnd.measured(MODEL("weight_bytes_q4_k_m"), wb["q4_k_m"], "bytes", src),
@@ -161,12 +166,181 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
             for k, v in wb.items()
         ]
     )
+    depth_tables, depth = depth_findings(campaign, th, src)
+    f += depth
     return Section(
         name="structure",
         tables={
             "structure_params": pd.DataFrame(params_rows),
             "structure_flops": pd.DataFrame(flops_rows),
             "structure_weights": weights,
+            **depth_tables,
         },
         findings=f,
     )
+
+
+# --- issue #11: what the structure implies, beyond the counts ------------------------------------------
+KV_READ_CONTEXTS = (1024, 8192, 32768)  # the contexts at which the KV read is set against the weights
+
+
+def typical_request(campaign: Campaign) -> tuple[float, int, str] | None:
+    """The campaign's typical request: the first concurrency-sweep point's prompt and requested output
+    (tokens), and where they are stated; None without a sweep that knows both."""
+    for p in campaign.points():
+        if p.warmup or p.test_kind not in ("concurrency_sweep", "engine_comparison"):
+            continue
+        if p.input_len_tokens and p.requested_output_len_tokens:
+            return p.input_len_tokens, p.requested_output_len_tokens, p.protocol_source or p.cite()
+    return None
+
+
+def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[dict, list[fnd.Finding]]:
+    """FLOPs per layer by matrix and the element-wise rest; attention-kernel FLOPs; the KV cache against the
+    W_k/W_v weights, the hidden state and the weight bytes a step reads; what the cache saves in compute."""
+    cfg = th.cfg
+    assert cfg is not None
+    out: list[fnd.Finding] = []
+    by_matrix = theory.flops_per_token_by_matrix(cfg)
+    layer_matmul = sum(by_matrix.values())
+    for name, v in by_matrix.items():
+        out.append(
+            fnd.measured(
+                MODEL(f"flops_per_layer_per_token_{name}"),
+                v,
+                "FLOPs/token",
+                src,
+                share_of_layer_pct=v / layer_matmul * 100,
+            )
+        )
+    ew_ops = theory.elementwise_flops_per_layer_by_op(cfg)
+    ew = theory.elementwise_flops_per_token(cfg)
+    weights = theory.flops_per_token_matmul(cfg) + theory.flops_per_token_lm_head(cfg)
+    out.append(
+        fnd.measured(
+            MODEL("elementwise_flops_per_token"),
+            ew,
+            "FLOPs/token",
+            src,
+            per_layer=ew_ops,
+            ops_per_element=theory.ELEMENTWISE_OPS,
+            detail="RMSNorm, RoPE, SwiGLU, residual adds, biases; softmax counted with the attention kernel",
+        )
+    )
+    out.append(
+        fnd.measured(
+            MODEL("elementwise_flops_share_pct"),
+            ew / (ew + weights) * 100,
+            "%",
+            src,
+            detail="element-wise ÷ (element-wise + weight matmuls incl. lm_head), per decoded token",
+        )
+    )
+    rows = [
+        {"matrix": k, "flops_per_token": v, "share_of_layer_pct": v / layer_matmul * 100}
+        for k, v in by_matrix.items()
+    ]
+    rows += [
+        {"matrix": f"elementwise_{k}", "flops_per_token": v, "share_of_layer_pct": v / layer_matmul * 100}
+        for k, v in ew_ops.items()
+    ]
+    s_ref = 1024  # the attention-kernel FLOPs are stated at one round length; the figure has the curve
+    out.append(
+        fnd.measured(
+            MODEL("attention_flops_prefill_causal_1k"),
+            theory.attention_flops_prefill_causal(cfg, s_ref),
+            "FLOPs",
+            src,
+            prompt_tokens=s_ref,
+            full_square_flops=theory.attention_flops_prefill(cfg, s_ref),
+            detail="2·S²·L·H·d at S = 1024: the causal mask halves the 4·S²·L·H·d of the full square",
+        )
+    )
+    out.append(
+        fnd.measured(
+            MODEL("attention_flops_decode_per_token_1k"),
+            theory.attention_flops_decode_per_token(cfg, s_ref),
+            "FLOPs/token",
+            src,
+            context_tokens=s_ref,
+            detail="4·T·L·H·d at T = 1024",
+        )
+    )
+    # the KV cache against the weights that produce it, and against the hidden state
+    wkv = theory.kv_projection_weight_bytes(cfg)
+    outweigh = theory.kv_outweighs_projections_tokens(cfg)
+    out.append(fnd.measured(MODEL("kv_projection_weight_bytes"), wkv, "bytes", src, dtype="bf16"))
+    out.append(
+        fnd.measured(
+            MODEL("kv_outweighs_projections_tokens"),
+            outweigh,
+            "tokens",
+            src,
+            detail="cached tokens whose K/V (bf16) outweigh the bf16 W_k + W_v of every layer",
+        )
+    )
+    kv_layer = theory.kv_bytes_per_layer_per_token(cfg)
+    hidden = theory.hidden_state_bytes_per_token(cfg)
+    out.append(
+        fnd.measured(
+            MODEL("kv_over_hidden_state_ratio"),
+            kv_layer / hidden,
+            "ratio",
+            src,
+            kv_bytes_per_layer=kv_layer,
+            hidden_state_bytes=hidden,
+            detail="K + V of one token in one layer (2·K·d·b) ÷ the hidden state there (h·b)",
+        )
+    )
+    for t in KV_READ_CONTEXTS:
+        out.append(
+            fnd.measured(
+                MODEL(f"kv_read_share_of_weights_{t // 1024}k_pct"),
+                theory.kv_read_share_of_weights_pct(cfg, t),
+                "%",
+                src,
+                context_tokens=t,
+                kv_bytes=t * theory.kv_bytes_per_token(cfg),
+                weight_bytes_read_per_step=theory.weight_bytes_read_per_decode_step(cfg, "bf16"),
+                q4_k_m_pct=theory.kv_read_share_of_weights_pct(cfg, t, "q4_k_m"),
+                detail="one sequence's KV read per decode step ÷ the bf16 weight bytes the step reads",
+            )
+        )
+    req = typical_request(campaign)
+    if req is None:
+        for k, u in (("kv_outweighs_projections_concurrency", "requests"), ("kv_saved_flops_ratio", "ratio")):
+            out.append(
+                fnd.not_available(
+                    MODEL(k), u, "no_such_test", "no concurrency sweep with known prompt and output lengths"
+                )
+            )
+    else:
+        inp, outp, wsrc = req
+        held = inp + outp  # what one request holds in the cache at its last token
+        out.append(
+            fnd.measured(
+                MODEL("kv_outweighs_projections_concurrency"),
+                math.ceil(outweigh / held),
+                "requests",
+                [*src, wsrc],
+                tokens_per_request=held,
+                detail="ceil(tokens whose K/V outweigh W_k + W_v ÷ (prompt + output) of the campaign's sweep)",
+            )
+        )
+        ctx_tokens = round(inp + outp / 2)  # the mean context while a request decodes
+        saved = theory.kv_saved_flops_per_token(cfg, ctx_tokens)
+        step = theory.flops_decode_per_token(cfg, ctx_tokens)
+        out.append(
+            fnd.measured(
+                MODEL("kv_saved_flops_ratio"),
+                (saved + step) / step,
+                "ratio",
+                [*src, wsrc],
+                context_tokens=ctx_tokens,
+                saved_flops_per_token=saved,
+                decode_flops_per_token=step,
+                detail="FLOPs to re-run the prefix (causal prefill of T + 1) ÷ one cached decode step at T, "
+                "T = prompt + output ÷ 2 of the campaign's sweep",
+            )
+        )
+    return {"structure_flops_by_matrix": pd.DataFrame(rows)}, out

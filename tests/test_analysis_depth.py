@@ -1,0 +1,177 @@
+"""Issue #11: what the reference study derived from its data, derived by the pipeline — checked against values
+computed here by hand from the raw files themselves (the reference campaign's JSON summaries, server logs and
+sampler CSVs, our own campaigns' logs), never taken from the analysis' own output.
+
+Qwen2.5-7B-Instruct's shape (config.json, the inputs of every theory number): h 3,584, I 18,944, L 28, H 28,
+K 4, d 128, V 152,064, q/k/v biases, untied embeddings.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis.pipeline import analyze
+from tests.seed import SEED
+
+REPO = Path(__file__).resolve().parents[1]
+RAW = REPO / "raw"
+REF = "rtx4090-qwen2.5-7b"
+H200 = "h200-qwen2.5-7b-random"
+CPU = "cpu-tiny-qwen2"
+
+h, I, L, H, K, d, V = 3584, 18944, 28, 28, 4, 128, 152_064  # noqa: E741 (the paper's symbol)
+PARAMS = 7_615_616_512
+KV_BYTES = 2 * L * K * d * 2  # 57,344 bytes per token, bf16/f16
+W_READ_BF16 = (PARAMS - V * h) * 2  # every weight but the gathered embedding table, 2 bytes each
+GIB = 2**30
+
+pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="the reference campaign is not beside the checkout")
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    from collector.importer import import_results
+
+    ref = tmp_path_factory.mktemp("ref")
+    list(import_results(SEED, REF, ref))
+    roots = [ref] + ([RAW] if (RAW / H200).is_dir() else [])
+    res = tmp_path_factory.mktemp("res")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO)
+        list(analyze(roots, res, [REF] + ([H200, CPU] if (RAW / H200).is_dir() else [])))
+    return res
+
+
+def _f(out: Path, campaign: str = REF) -> dict:
+    return json.loads((out / campaign / "findings.json").read_text())
+
+
+def _rows(out: Path, table: str, campaign: str = REF) -> list[dict]:
+    with open(out / campaign / "tables" / f"{table}.csv", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _line(path: Path, no: int) -> str:
+    return path.read_bytes().split(b"\n")[no - 1].decode("utf-8", errors="replace")  # \r inside lines (progress bars)
+
+
+def _json(rel: str) -> dict:
+    return json.loads((SEED / rel).read_text())
+
+
+# --- (1) structure / theory -----------------------------------------------------------------------------
+
+
+def test_flops_by_matrix_and_the_causal_prefill_crossover_by_hand(out):
+    f = _f(out)
+    assert f["model.flops_per_layer_per_token_q_proj"]["value"] == 2 * h * H * d
+    assert f["model.flops_per_layer_per_token_k_proj"]["value"] == 2 * h * K * d
+    assert f["model.flops_per_layer_per_token_down_proj"]["value"] == 2 * I * h
+    matmul_per_layer = h * d * (2 * H + 2 * K) + 3 * h * I
+    # the mask halves the S² term: 2·S²·L·H·d ≥ S·2·L·matmul  ⇔  S ≥ matmul ÷ (H·d) = 65,024
+    ot = f["model.attention_overtakes_weights_prefill_tokens"]
+    assert ot["value"] == math.ceil(matmul_per_layer / (H * d)) == 65_024
+    assert ot["full_square_tokens"] == math.ceil(matmul_per_layer / (2 * H * d)) == 32_512
+    assert f["model.attention_flops_prefill_causal_1k"]["value"] == 2 * 1024**2 * L * H * d
+    assert f["model.attention_flops_decode_per_token_1k"]["value"] == 4 * 1024 * L * H * d
+    # element-wise: 2 RMSNorms × 4h, RoPE 3(H+K)d, SwiGLU 5I, 2 residual adds, q/k/v biases (H+2K)d per layer
+    ew = L * (8 * h + 3 * (H + K) * d + 5 * I + 2 * h + (H + 2 * K) * d) + 4 * h
+    assert f["model.elementwise_flops_per_token"]["value"] == ew
+    weights = 2 * L * matmul_per_layer + 2 * V * h
+    assert f["model.elementwise_flops_share_pct"]["value"] == pytest.approx(
+        ew / (ew + weights) * 100, rel=1e-9
+    )
+
+
+def test_kv_against_weights_hidden_state_and_compute_by_hand(out):
+    f = _f(out)
+    wkv = L * 2 * (h * K * d + K * d) * 2  # W_k + W_v with their biases, bf16
+    assert f["model.kv_projection_weight_bytes"]["value"] == wkv
+    assert f["model.kv_outweighs_projections_tokens"]["value"] == math.ceil(wkv / KV_BYTES) == h + 1
+    assert f["model.kv_over_hidden_state_ratio"]["value"] == pytest.approx(2 * K * d / h)
+    for t, key in ((1024, "1k"), (8192, "8k"), (32768, "32k")):
+        got = f[f"model.kv_read_share_of_weights_{key}_pct"]["value"]
+        assert got == pytest.approx(t * KV_BYTES / W_READ_BF16 * 100, rel=1e-9)
+    # the campaign's typical request: the first sweep point (Round1 c001.json) and its sweep log's output length
+    c1 = _json("Round1/01-perf-test/c001.json")
+    prompt = c1["total_input_tokens"] / c1["completed"]
+    ns = next(
+        x for x in (SEED / "Round1/01-perf-test/sweep.log").read_text().splitlines() if "Namespace(" in x
+    )
+    output = int(re.search(r"random_output_len=(\d+)", ns).group(1))
+    got = f["model.kv_outweighs_projections_concurrency"]
+    assert (
+        got["value"] == math.ceil((h + 1) / (prompt + output))
+        and got["tokens_per_request"] == prompt + output
+    )
+    # without the cache the step re-runs the prefix: causal prefill of T+1 tokens vs one step at T
+    T = round(prompt + output / 2)
+    trunk, head = 2 * L * matmul_per_layer_(), 2 * V * h
+    prefill = (T + 1) * trunk + head + 2 * (T + 1) ** 2 * L * H * d
+    step = trunk + head + 4 * T * L * H * d
+    assert f["model.kv_saved_flops_ratio"]["value"] == pytest.approx(prefill / step, rel=1e-9)
+
+
+def matmul_per_layer_() -> int:
+    return h * d * (2 * H + 2 * K) + 3 * h * I
+
+
+def test_kv_pool_hand_estimate_and_where_the_difference_goes_by_hand(out):
+    f = _f(out)
+    for rnd, rel, no in (
+        ("round2", "Round2/01-02-perf-test/vllm-server.head.log", 41),
+        ("round1", "Round1/01-perf-test/vllm-server.head.log", 45),
+    ):
+        log = SEED / rel
+        mem = _line(log, no)
+        total = float(re.search(r"Free memory on device \([\d.]+/([\d.]+) GiB\)", mem).group(1))
+        util, budget = map(float, re.search(r"utilization is \(([\d.]+), ([\d.]+) GiB\)", mem).groups())
+        consumed, act, graphs = map(
+            float,
+            re.search(
+                r"Actual usage is ([\d.]+) GiB .*?([\d.]+) GiB for peak activation, and ([\d.]+) GiB", mem
+            ).groups(),
+        )
+        text = log.read_text()
+        pool = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", text).group(1))
+        loaded = float(re.search(r"Model loading took ([\d.]+) GiB", text).group(1))
+        assert f[f"{rnd}.memory.kv_pool_from_ledger_gib"]["value"] == pytest.approx(budget - consumed - act)
+        assert f"{rel}:{no}" in f[f"{rnd}.memory.kv_pool_from_ledger_gib"]["sources"]
+        assert abs((budget - consumed - act) - pool) <= 0.015
+        assert f[f"{rnd}.memory.non_torch_gib"]["value"] == pytest.approx(consumed - loaded)
+        assert f[f"{rnd}.memory.cuda_graph_gib"]["value"] == graphs
+        # the hand estimate: 0.9 × the datasheet's 24,564 MiB − the bf16 weights (2 bytes × every parameter) − 1 GiB
+        hand = util * 24564 / 1024 - PARAMS * 2 / GIB - 1
+        assert f[f"{rnd}.memory.kv_pool_hand_estimate_gib"]["value"] == pytest.approx(hand, rel=1e-9)
+        gap = f[f"{rnd}.memory.kv_pool_log_minus_hand_estimate_gib"]
+        assert gap["value"] == pytest.approx(pool - hand, rel=1e-9)
+        terms = gap["terms_gib"]
+        assert terms["non_torch"] == pytest.approx(-(consumed - loaded))
+        assert terms["peak_activation"] == -act
+        assert terms["total_memory"] == pytest.approx(util * (total - 24564 / 1024))
+        assert sum(terms.values()) == pytest.approx(
+            pool - hand, abs=0.02
+        )  # three logged numbers, two decimals
+    # the hand estimate lands on round 2's pool; round 1 lost 1.78 GiB to a 1 GiB larger non-torch + activation
+    assert abs(f["round2.memory.kv_pool_log_minus_hand_estimate_gib"]["value"]) < 0.02
+
+
+@pytest.mark.skipif(not (RAW / H200).is_dir(), reason="our own campaigns are not committed in raw/")
+def test_llamacpp_buffers_against_the_gguf_bytes_by_hand(out):
+    f = _f(out, H200)
+    for run, q in (("llamacpp-q4km", "q4km"), ("llamacpp-f16", "f16")):
+        text = (RAW / H200 / run / "server.log").read_text()
+        model = sum(float(x) for x in re.findall(r"model buffer size = +([\d.]+) MiB", text))
+        got = f[f"runs.llamacpp_{q}.memory.model_buffer_gib"]
+        assert got["value"] == pytest.approx(model / 1024) and got["status"] == "ok"
+    # F16: 2 bytes per parameter, the token embedding in the host-mapped buffer
+    assert f["runs.llamacpp_f16.memory.model_buffer_gib"]["theory"] == pytest.approx(PARAMS * 2 / GIB)
+    # a CPU vLLM sizes its pool from VLLM_CPU_KVCACHE_SPACE: no memory ledger, and the page says why
+    c = _f(out, CPU)
+    assert c["runs.vllm.memory.kv_pool_hand_estimate_gib"]["status"] == "n/a"
