@@ -1,47 +1,93 @@
-"""One function per figure: a tidy table in, an Altair chart out. No statistics here: every number a
-chart draws is a column the reconciliations computed. Titles and axis titles come from labels_zh.
+"""One function per figure: a tidy table in, a Vega-Lite spec (an Altair chart) out, or the reason it cannot
+be drawn. No statistics here: every number a chart draws is a column the reconciliations computed. Titles
+and axis titles come from labels_zh.
+
+Each figure answers one question, so the house style is small multiples, not one crowded panel:
+- colour = engine (with its weight format), dash = round (the latest round solid and listed first); other
+  splits (metric, percentile, test kind, GPU) are panels, so a panel carries a handful of lines at most.
+- A line joins points of one test only: concurrency-sweep points form a concurrency curve; length-sweep
+  and overload points sit in their own panels (every table a line is drawn from carries ``test_kind``).
+- A panel's scale is its own where one test would flatten another (the overload TTFT is 100× the sweep's).
+- A figure with nothing to draw (an empty table, a roofline without a datasheet bandwidth, a timeline of
+  one sample) is not emitted; ``figure_specs`` returns why instead, for the report to say so.
 
 Gated-out points are never dropped: they are drawn as crosses (or faded bars) under a legend entry that
-says they failed a self-check and were kept (labels_zh.GATE_LEGEND).
+says they failed a self-check and were kept (labels_zh.GATE_LEGEND); the entry appears where a point failed.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import altair as alt
 import pandas as pd
 
+from analysis import gpus
 from analysis import labels_zh as zh
 
 WIDTH = 560
 HEIGHT = 320
+# one panel of a small-multiples figure
+PANEL_WIDTH = 300
+PANEL_HEIGHT = 200
+# a bar of a per-point bar panel, px
+BAR_STEP = 30
+
+SWEEP_KINDS = ("concurrency_sweep", "engine_comparison")
+# panels of a figure split by test kind, in reading order
+KIND_ORDER = ("concurrency_sweep", "engine_comparison", "length_sweep", "overload")
+# the latest round solid, earlier rounds dashed (then dotted)
+ROUND_DASHES = ([1, 0], [6, 3], [2, 2], [8, 3, 2, 3])
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Why a figure is not drawn: a labels_zh.REASONS code and a plain-English detail."""
+
+    reason: str
+    detail: str
+
+    def to_obj(self) -> dict[str, str]:
+        return {"reason": self.reason, "detail": self.detail}
+
+
+Drawn = alt.TopLevelMixin | Missing
 
 
 def engine_format_zh(engine: str, weight_format: object) -> str:
     """A series' Chinese name from its own row: `llama.cpp（F16）`; the bare engine name where the table does not
     say which weight format the engine served (never a format assumed from another campaign)."""
     name = zh.ENGINE_NAMES.get(engine, engine)
-    if (
-        weight_format is None
-        or (isinstance(weight_format, float) and weight_format != weight_format)
-        or weight_format == ""
-    ):
+    if _blank(weight_format):
         return name
     fmt = str(weight_format)
     return f"{name}（{zh.WEIGHT_FORMATS.get(fmt, fmt.upper())}）"
 
 
+def _blank(v: object) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or v == ""
+
+
+def _round_order_key(r: str) -> tuple:
+    """round2 after round1, round10 after round9 (digits compared as numbers)."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r or ""))
+
+
 def _labelled(df: pd.DataFrame) -> pd.DataFrame:
-    """Chinese display columns for engine/round/gate (a lookup, not a statistic)."""
+    """Chinese display columns for engine/round/gate/test kind (a lookup, not a statistic)."""
     out = df.copy()
     if "engine" in out:
         fmts = out["weight_format"] if "weight_format" in out else [None] * len(out)
         out["engine_zh"] = [engine_format_zh(e, f) for e, f in zip(out["engine"], fmts, strict=True)]
     if "round" in out:
+        out["round"] = ["" if _blank(r) else str(r) for r in out["round"]]
         out["round_zh"] = out["round"].map(lambda r: zh.ROUNDS.get(r, r))
     if "gate_ok" in out:
         out["gate_zh"] = out["gate_ok"].map(lambda g: zh.GATE_LEGEND[bool(g)])
+    if "test_kind" in out:
+        out["kind_zh"] = out["test_kind"].map(lambda k: zh.TEST_KINDS.get(k, k))
     if "engine_zh" in out and "round_zh" in out:
         # a campaign of our own has no rounds: the series is the engine and its format alone
         out["series_zh"] = [
@@ -50,11 +96,44 @@ def _labelled(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _distinct_series_zh(d: pd.DataFrame, key: str) -> list[str]:
-    """One legend label per series: its Chinese name (``series_zh``), with the ``key`` column's value added only
+def _distinct(d: pd.DataFrame, label: str, key: str) -> list[str]:
+    """One legend label per series: the ``label`` column's value, with the ``key`` column's value added only
     where two different series would otherwise share a name (two runs of one engine and format)."""
-    keys_per_label = d.groupby("series_zh")[key].nunique()
-    return [f"{s} · {k}" if keys_per_label[s] > 1 else s for s, k in zip(d["series_zh"], d[key], strict=True)]
+    keys_per_label = d.groupby(label)[key].nunique()
+    return [f"{s} · {k}" if keys_per_label[s] > 1 else s for s, k in zip(d[label], d[key], strict=True)]
+
+
+def _fig(name: str) -> dict[str, str]:
+    return zh.FIGURES[name]
+
+
+def _present(df: pd.DataFrame, *cols: str) -> list[str]:
+    """The value columns a table actually has with at least one value (a campaign without theory or
+    counters lacks some)."""
+    return [c for c in cols if c in df.columns and df[c].notna().any()]
+
+
+# --- shared encodings ---------------------------------------------------------------------------------
+
+
+def _rounds_latest_first(d: pd.DataFrame) -> list[str]:
+    rounds = sorted(
+        {r for r in d.get("round", pd.Series(dtype=str)) if r}, key=_round_order_key, reverse=True
+    )
+    return [zh.ROUNDS.get(r, r) for r in rounds]
+
+
+def _round_dash(d: pd.DataFrame) -> alt.StrokeDash | None:
+    """Dash = round, the latest solid and first in the legend; None where the table has one round or none."""
+    order = _rounds_latest_first(d)
+    if len(order) < 2:
+        return None
+    return alt.StrokeDash(
+        "round_zh:N",
+        title=zh.COLUMNS["round"],
+        sort=order,
+        scale=alt.Scale(domain=order, range=list(ROUND_DASHES[: len(order)])),
+    )
 
 
 def _dash_scale(shown: pd.Series, measured: str, *floors: str) -> alt.Scale:
@@ -66,16 +145,27 @@ def _dash_scale(shown: pd.Series, measured: str, *floors: str) -> alt.Scale:
     return alt.Scale(domain=domain, range=[dashes[k] for k in domain])
 
 
-def _present(df: pd.DataFrame, *cols: str) -> list[str]:
-    """The value columns a table actually has (a campaign without theory or counters lacks some)."""
-    return [c for c in cols if c in df.columns]
+def _color(field: str, title: str, values: pd.Series) -> alt.Color:
+    """A nominal colour with its domain sorted (the same series gets the same colour in every panel)."""
+    domain = sorted({str(v) for v in values})
+    return alt.Color(f"{field}:N", title=title, sort=domain, scale=alt.Scale(domain=domain))
 
 
-def _fig(name: str) -> dict[str, str]:
-    return zh.FIGURES[name]
+def _conc_x(values: pd.Series, title: str) -> alt.X:
+    """Concurrency on a log-2 axis, ticks at the concurrencies measured (never 1.5 or 2.5)."""
+    ticks = sorted({int(v) for v in values.dropna()})
+    return alt.X(
+        "concurrency:Q",
+        title=title,
+        scale=alt.Scale(type="log", base=2, nice=False, padding=8),
+        axis=alt.Axis(values=ticks, format="d"),
+    )
 
 
-def _gate_shape() -> alt.Shape:
+def _gate_shape(d: pd.DataFrame) -> alt.Shape | None:
+    """Crosses for points that failed a self-check; no legend where every point passed."""
+    if "gate_ok" not in d or d["gate_ok"].astype(bool).all():
+        return None
     return alt.Shape(
         "gate_zh:N",
         title=zh.COLUMNS["gate_ok"],
@@ -83,7 +173,45 @@ def _gate_shape() -> alt.Shape:
     )
 
 
-def structure_params(df: pd.DataFrame) -> alt.Chart:
+def _gate_opacity(d: pd.DataFrame) -> alt.Opacity | None:
+    if "gate_ok" not in d or d["gate_ok"].astype(bool).all():
+        return None
+    return alt.Opacity(
+        "gate_zh:N",
+        title=zh.COLUMNS["gate_ok"],
+        scale=alt.Scale(domain=[zh.GATE_LEGEND[True], zh.GATE_LEGEND[False]], range=[1.0, 0.4]),
+    )
+
+
+def _enc(**channels) -> dict:
+    """Encoding channels without the ones a table does not need (None)."""
+    return {k: v for k, v in channels.items() if v is not None}
+
+
+def _lines_and_points(base: alt.Chart, d: pd.DataFrame, size: int = 50) -> alt.LayerChart:
+    """The line joins one series' points; the points carry the gate shape (filled where all passed)."""
+    shape = _gate_shape(d)
+    pts = base.mark_point(size=size, filled=shape is None)
+    if shape is not None:
+        pts = pts.encode(shape=shape)
+    return alt.layer(base.mark_line(), pts)
+
+
+def _sweeps(df: pd.DataFrame) -> pd.DataFrame:
+    """The concurrency-sweep rows of a table (all of them where the table does not say its test kind)."""
+    if "test_kind" not in df:
+        return df
+    return df[df["test_kind"].isin(SWEEP_KINDS)]
+
+
+def _no_rows(table: str) -> Missing:
+    return Missing("no_rows", f"table {table} has no rows to draw")
+
+
+# --- structure -----------------------------------------------------------------------------------------
+
+
+def structure_params(df: pd.DataFrame) -> Drawn:
     f = _fig("structure_params")
     d = df.assign(
         params_b=df["params"] / 1e9, component_zh=df["group"].map(lambda g: zh.COMPONENTS.get(g, g))
@@ -100,7 +228,7 @@ def structure_params(df: pd.DataFrame) -> alt.Chart:
     )
 
 
-def structure_attention_flops(df: pd.DataFrame) -> alt.Chart:
+def structure_attention_flops(df: pd.DataFrame) -> Drawn:
     f = _fig("structure_attention_flops")
     d = df.assign(part_zh=df["part"].map(lambda p: zh.COMPONENTS.get(p, p)))
     return (
@@ -109,162 +237,356 @@ def structure_attention_flops(df: pd.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("seq_len_tokens:Q", title=f["x"], scale=alt.Scale(type="log")),
             y=alt.Y("gflop_per_token:Q", title=f["y"], scale=alt.Scale(type="log")),
-            color=alt.Color("part_zh:N", title=f["color"]),
+            color=_color("part_zh", f["color"], d["part_zh"]),
         )
         .properties(width=WIDTH, height=HEIGHT)
     )
 
 
-def concurrency_throughput(df: pd.DataFrame) -> alt.Chart:
+# --- concurrency --------------------------------------------------------------------------------------
+
+
+def concurrency_throughput(df: pd.DataFrame) -> Drawn:
+    """Two panels (output, total throughput), each with its own y scale; a line per engine × round × run."""
     f = _fig("concurrency_throughput")
-    d = _labelled(df)
+    d = _labelled(_sweeps(df)).dropna(subset=["tokens_per_s"])
+    if not len(d):
+        return _no_rows("concurrency_throughput")
     d["kind_zh"] = d["series"].map(lambda s: zh.SERIES.get(s, s))
-    d["line_zh"] = d["series_zh"] + " · " + d["kind_zh"] + " · " + d["test"]
-    base = alt.Chart(d, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("tokens_per_s:Q", title=f["y"]),
-        color=alt.Color("line_zh:N", title=f["color"]),
+    order = [zh.SERIES[s] for s in ("output", "total") if s in set(d["series"])]
+    base = alt.Chart().encode(
+        **_enc(
+            x=_conc_x(d["concurrency"], f["x"]),
+            y=alt.Y("tokens_per_s:Q", title=f["y"]),
+            color=_color("engine_zh", f["color"], d["engine_zh"]),
+            strokeDash=_round_dash(d),
+            detail=alt.Detail("test:N"),
+        )
     )
-    return (base.mark_line() + base.mark_point(size=60).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
+    return (
+        _lines_and_points(base, d)
+        .properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+        .facet(data=d, column=alt.Column("kind_zh:N", title=None, sort=order), title=f["title"])
+        .resolve_scale(y="independent")
     )
 
 
-def concurrency_latency(df: pd.DataFrame) -> alt.Chart:
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el")
+LATENCY_STATS = ("p50", "p99")
+
+
+def concurrency_latency(df: pd.DataFrame) -> Drawn:
+    """A row per metric (its own y, log), a column per percentile (p50 | p99, shared y within the row, so
+    their distance is the tail); a line per engine × round × run."""
     f = _fig("concurrency_latency")
-    d = _labelled(df[df["stat"].isin(["p50", "p90", "p99"])])
-    d["metric_zh"] = d["metric"].map(lambda m: zh.COLUMNS.get(f"{m}_ms", m))
-    d["line_zh"] = d["series_zh"] + " · " + d["test"] + " · " + d["stat"]
-    base = alt.Chart(d).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("value_ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("line_zh:N", title=f["color"]),
-    )
-    layer = base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())
-    return layer.properties(width=260, height=200).facet(
-        facet=alt.Facet("metric_zh:N", title=None), columns=2, title=f["title"]
-    )
+    d = _labelled(_sweeps(df[df["stat"].isin(LATENCY_STATS)])).dropna(subset=["value_ms"])
+    d = d[d["value_ms"] > 0]  # a log axis: a 0 ms percentile (a cut point) has no place on it
+    if not len(d):
+        return _no_rows("concurrency_latency")
+    d["stat_zh"] = d["stat"].map(lambda s: zh.PERCENTILES.get(s, s))
+    stats = [zh.PERCENTILES[s] for s in LATENCY_STATS if s in set(d["stat"])]
+    rows = []
+    for m in LATENCY_METRICS:
+        sub = d[d["metric"] == m]
+        if not len(sub):
+            continue
+        base = alt.Chart().encode(
+            **_enc(
+                x=_conc_x(d["concurrency"], f["x"]),
+                y=alt.Y("value_ms:Q", title=zh.COLUMNS[f"{m}_ms"], scale=alt.Scale(type="log")),
+                color=_color("engine_zh", f["color"], d["engine_zh"]),
+                strokeDash=_round_dash(d),
+                detail=alt.Detail("test:N"),
+            )
+        )
+        rows.append(
+            _lines_and_points(base, d, size=40)
+            .properties(width=260, height=150)
+            .facet(data=sub, column=alt.Column("stat_zh:N", title=None, sort=stats))
+        )
+    return alt.vconcat(*rows, title=f["title"])
 
 
-def concurrency_utilization(df: pd.DataFrame) -> alt.Chart:
+def _kind_panels(d: pd.DataFrame, build: Callable[[pd.DataFrame, str], alt.TopLevelMixin]) -> list:
+    """One panel per test kind present (sweep, length sweep, overload), in reading order, each titled."""
+    panels = []
+    for kind in KIND_ORDER:
+        sub = d[d["test_kind"] == kind]
+        if len(sub):
+            panels.append(build(sub, kind))
+    return panels
+
+
+def concurrency_utilization(df: pd.DataFrame) -> Drawn:
+    """MFU and MBU per test kind: the sweep as a curve over concurrency, the length sweep over input length,
+    the overload point alone; one y (0–100 %) for all panels."""
     f = _fig("concurrency_utilization")
-    d = _labelled(df)
+    if "test_kind" not in df:
+        return Missing(
+            "no_rows", "concurrency_utilization has no test_kind column: test kinds cannot be kept apart"
+        )
+    d = _labelled(df[~df.get("warmup", pd.Series(False, index=df.index)).astype(bool)])
     long = d.melt(
-        id_vars=["concurrency", "series_zh", "gate_zh", "test"],
+        id_vars=[
+            c
+            for c in (
+                "concurrency",
+                "input_len_tokens",
+                "series_zh",
+                "round_zh",
+                "round",
+                "gate_zh",
+                "gate_ok",
+                "test",
+                "test_kind",
+                "kind_zh",
+                "engine_zh",
+            )
+            if c in d
+        ],
         value_vars=_present(d, "mfu_pct", "mbu_pct"),
         var_name="metric",
         value_name="pct",
     ).dropna(subset=["pct"])
+    if not len(long):
+        return _no_rows("concurrency_utilization")
     long["metric_zh"] = long["metric"].map(lambda m: zh.SERIES[m.removesuffix("_pct")])
-    base = alt.Chart(long, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("pct:Q", title=f["y"]),
-        color=alt.Color("metric_zh:N", title=f["color"]),
-    )
-    return (base.mark_line() + base.mark_point(size=60).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    several = long["engine_zh"].nunique() > 1
+    color = _color("metric_zh", f["color"], long["metric_zh"])
+    y = alt.Y("pct:Q", title=f["y"], scale=alt.Scale(domain=[0, 100]))
 
-
-def ttft_anatomy(df: pd.DataFrame) -> alt.Chart:
-    f = _fig("ttft_anatomy")
-    d = _labelled(df)
-    d["part_zh"] = d["part"].map(lambda p: zh.TTFT_PARTS.get(p, p))
-    d["point_zh"] = [
-        " · ".join(x for x in (r, t, pt) if x)
-        for r, t, pt in zip(d["round_zh"], d["test"], d["point"], strict=True)
-    ]
-    return (
-        alt.Chart(d, title=f["title"])
-        .mark_bar()
-        .encode(
-            x=alt.X("point_zh:N", title=f["x"], sort=None),
-            y=alt.Y("ms:Q", title=f["y"], stack="zero"),
-            color=alt.Color("part_zh:N", title=f["color"]),
-            opacity=alt.Opacity(
-                "gate_zh:N",
-                title=zh.COLUMNS["gate_ok"],
-                scale=alt.Scale(domain=[zh.GATE_LEGEND[True], zh.GATE_LEGEND[False]], range=[1.0, 0.4]),
-            ),
-            tooltip=["point_zh:N", "part_zh:N", "ms:Q", "share_pct:Q"],
+    def panel(sub: pd.DataFrame, kind: str) -> alt.TopLevelMixin:
+        length = kind == "length_sweep"
+        x = (
+            alt.X(
+                "input_len_tokens:Q",
+                title=zh.COLUMNS["input_len_tokens"],
+                scale=alt.Scale(type="log", base=2, nice=False, padding=8),
+                axis=alt.Axis(values=sorted({int(v) for v in sub["input_len_tokens"].dropna()}), format="d"),
+            )
+            if length
+            else _conc_x(sub["concurrency"], f["x"])
         )
-        .properties(width=WIDTH, height=HEIGHT)
+        base = alt.Chart(sub, title=zh.TEST_KINDS.get(kind, kind)).encode(
+            **_enc(
+                x=x,
+                y=y,
+                color=color,
+                strokeDash=_round_dash(long),
+                detail=alt.Detail("engine_zh:N") if several else alt.Detail("test:N"),
+            )
+        )
+        if kind == "overload":  # one point per run: nothing to join
+            shape = _gate_shape(long)
+            chart = base.mark_point(size=60, filled=shape is None)
+            chart = chart.encode(shape=shape) if shape is not None else chart
+        else:
+            chart = _lines_and_points(base, long)
+        n = sub["concurrency" if not length else "input_len_tokens"].nunique()
+        return chart.properties(width=max(90, min(PANEL_WIDTH, 50 * n)), height=PANEL_HEIGHT)
+
+    return alt.hconcat(*_kind_panels(long, panel), title=f["title"])
+
+
+# --- TTFT ---------------------------------------------------------------------------------------------
+
+# the same part keeps its colour whether or not the engine reports a queue
+PART_COLORS = {"queue": "#f58518", "prefill": "#4c78a8", "remainder": "#bab0ac"}
+
+
+def ttft_anatomy(df: pd.DataFrame) -> Drawn:
+    """Stacked bars (queue, prefill, remainder) per point; a panel per test kind and series, each with its own
+    y scale: the overload TTFT (minutes) would flatten every sweep bar (milliseconds)."""
+    f = _fig("ttft_anatomy")
+    if "test_kind" not in df:
+        return Missing("no_rows", "ttft_anatomy has no test_kind column: test kinds cannot be kept apart")
+    d = _labelled(df[~df["warmup"].astype(bool)])
+    if not len(d):
+        return _no_rows("ttft_anatomy")
+    d["part_zh"] = d["part"].map(lambda p: zh.TTFT_PARTS.get(p, p))
+    # a row per series (round · engine); a series with two runs of one test kind (a repeat) gets a row per run
+    repeats = d.groupby(["series_zh", "test_kind"])["test"].nunique().groupby(level=0).max()
+    d["run_zh"] = [
+        f"{s} · {t}" if repeats[s] > 1 else s for s, t in zip(d["series_zh"], d["test"], strict=True)
+    ]
+    parts = [zh.TTFT_PARTS[p] for p in ("queue", "prefill", "remainder") if p in set(d["part"])]
+    color = alt.Color(
+        "part_zh:N",
+        title=f["color"],
+        sort=parts,
+        scale=alt.Scale(
+            domain=parts,
+            range=[PART_COLORS[p] for p in ("queue", "prefill", "remainder") if p in set(d["part"])],
+        ),
     )
+    rounds = _rounds_latest_first(d)
+    runs = sorted(
+        d["run_zh"].unique(),
+        key=lambda s: (rounds.index(d.loc[d["run_zh"] == s, "round_zh"].iloc[0]) if rounds else 0, s),
+    )
+    opacity = _gate_opacity(d)
+    rows = []
+    for run in runs:
+        sub_run = d[d["run_zh"] == run]
+
+        def panel(sub: pd.DataFrame, kind: str, run: str = run) -> alt.TopLevelMixin:
+            length = kind == "length_sweep"
+            field = "input_len_tokens" if length else "concurrency"
+            panel_title = zh.TEST_KINDS.get(kind, kind) + (f" · {run}" if len(runs) > 1 else "")
+            n = sub[field].nunique()
+            return (
+                alt.Chart(sub, title=panel_title)
+                .mark_bar()
+                .encode(
+                    **_enc(
+                        x=alt.X(f"{field}:O", title=zh.COLUMNS[field], axis=alt.Axis(labelAngle=0)),
+                        y=alt.Y("ms:Q", title=f["y"], stack="zero"),
+                        color=color,
+                        opacity=opacity,
+                        order=alt.Order("part_order:Q"),
+                        tooltip=["point:N", "part_zh:N", "ms:Q", "share_pct:Q"],
+                    )
+                )
+                .properties(width=max(60, BAR_STEP * n), height=PANEL_HEIGHT)
+            )
+
+        sub_run = sub_run.assign(part_order=sub_run["part"].map({"queue": 0, "prefill": 1, "remainder": 2}))
+        rows.append(alt.hconcat(*_kind_panels(sub_run, panel)).resolve_scale(y="independent"))
+    chart = rows[0] if len(rows) == 1 else alt.vconcat(*rows)
+    return chart.properties(title=f["title"])
 
 
-def kv_fit(df: pd.DataFrame) -> alt.Chart:
+# --- KV -----------------------------------------------------------------------------------------------
+
+
+def kv_fit(df: pd.DataFrame) -> Drawn:
     f = _fig("kv_fit")
     d = _labelled(df)
+    if not len(d):
+        return _no_rows("kv_fit")
+    order = _rounds_latest_first(d) or sorted(set(d["round_zh"]))
+    color = alt.Color("round_zh:N", title=zh.COLUMNS["round"], sort=order, scale=alt.Scale(domain=order))
     pts = (
         alt.Chart(d, title=f["title"])
         .mark_point(size=80, filled=True)
         .encode(
-            x=alt.X("tokens_in_flight:Q", title=f["x"]),
-            y=alt.Y("peak_kv_usage_tokens:Q", title=f["y"]),
-            color=alt.Color("round_zh:N", title=zh.COLUMNS["round"]),
-            shape=_gate_shape(),
-            tooltip=["point:N", "tokens_in_flight:Q", "peak_kv_usage_tokens:Q"],
+            **_enc(
+                x=alt.X("tokens_in_flight:Q", title=f["x"]),
+                y=alt.Y("peak_kv_usage_tokens:Q", title=f["y"]),
+                color=color,
+                shape=_gate_shape(d),
+                tooltip=["point:N", "tokens_in_flight:Q", "peak_kv_usage_tokens:Q"],
+            )
         )
     )
     line = (
         alt.Chart(d)
         .mark_line(strokeDash=[4, 3])
-        .encode(
-            x="tokens_in_flight:Q", y="fit_tokens:Q", color=alt.Color("round_zh:N", title=zh.COLUMNS["round"])
-        )
+        .encode(x="tokens_in_flight:Q", y="fit_tokens:Q", color=color)
     )
     return (pts + line).properties(width=WIDTH, height=HEIGHT)
 
 
-def overload_timeline(df: pd.DataFrame) -> alt.Chart:
+# --- overload -----------------------------------------------------------------------------------------
+
+# panel -> (the timeline's columns it draws, label key of its y axis)
+TIMELINE_PANELS = (
+    ("kv_usage_pct", ("kv_usage_pct",), "y_kv_usage_pct"),
+    ("requests", ("running", "waiting"), "y_requests"),
+    ("preemptions", ("preemptions",), "y_preemptions"),
+)
+
+
+def overload_timeline(df: pd.DataFrame) -> Drawn:
+    """A panel per quantity (KV usage %, requests, cumulative preemptions), one time axis; colour = run."""
     f = _fig("overload_timeline")
     d = _labelled(df)
+    if not len(d):
+        return _no_rows("overload_timeline")
     if "run" not in d:
         d["run"] = ""
-    long = d.melt(
-        id_vars=["round_zh", "run", "t_s"],
-        value_vars=_present(d, "kv_usage_pct", "running", "waiting", "preemptions"),
-        var_name="series",
-        value_name="value",
-    ).dropna(subset=["value"])
-    several = d["run"].nunique() > 1  # a campaign of our own: one overload point per run
-    if several:
-        d["run_zh"] = _distinct_series_zh(d, "run")
-        names = dict(zip(d["run"], d["run_zh"], strict=True))
-    long["line_zh"] = [
-        f"{names[r]} · {zh.SERIES.get(s, s)}" if several else zh.SERIES.get(s, s)
-        for r, s in zip(long["run"], long["series"], strict=True)
-    ]
-    return (
-        alt.Chart(long, title=f["title"])
-        .mark_line()
-        .encode(
-            x=alt.X("t_s:Q", title=f["x"]),
-            y=alt.Y("value:Q", title=f["y"]),
-            color=alt.Color("line_zh:N", title=f["color"]),
+    if d.groupby("run")["t_s"].nunique().max() < 2:
+        return Missing("too_few_points", "the overload timeline has fewer than two samples per run")
+    d["run_zh"] = _distinct(d, "series_zh", "run")
+    color = _color("run_zh", f["color"], d["run_zh"])
+    panels = []
+    for _, cols, ykey in TIMELINE_PANELS:
+        cols = _present(d, *cols)
+        if not cols:
+            continue
+        long = d.melt(
+            id_vars=["run_zh", "t_s"] + (["test_kind"] if "test_kind" in d else []),
+            value_vars=cols,
+            var_name="series",
+            value_name="value",
+        ).dropna(subset=["value"])
+        long["what_zh"] = long["series"].map(lambda s: zh.SERIES.get(s, s))
+        dash = (
+            alt.StrokeDash(
+                "what_zh:N",
+                title=zh.COLUMNS["what"],
+                sort=[zh.SERIES[c] for c in cols],
+                scale=_dash_scale(long["what_zh"], zh.SERIES[cols[0]], *[zh.SERIES[c] for c in cols[1:]]),
+            )
+            if len(cols) > 1
+            else None
         )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
+        panels.append(
+            alt.Chart(long)
+            .mark_line()
+            .encode(
+                **_enc(
+                    x=alt.X("t_s:Q", title=f["x"]),
+                    y=alt.Y("value:Q", title=f[ykey]),
+                    color=color,
+                    strokeDash=dash,
+                )
+            )
+            .properties(width=WIDTH, height=130)
+        )
+    return alt.vconcat(*panels, title=f["title"]).resolve_scale(strokeDash="independent")
 
 
-def engines_throughput(df: pd.DataFrame) -> alt.Chart:
+# --- engines ------------------------------------------------------------------------------------------
+
+
+def engines_throughput(df: pd.DataFrame) -> Drawn:
     f = _fig("engines_throughput")
-    d = _labelled(df)
+    d = _labelled(_sweeps(df)).dropna(subset=["output_throughput_tokens_per_s"])
+    if not len(d):
+        return _no_rows("engines_points")
     base = alt.Chart(d, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("output_throughput_tokens_per_s:Q", title=f["y"]),
-        color=alt.Color("series_zh:N", title=f["color"]),
+        **_enc(
+            x=_conc_x(d["concurrency"], f["x"]),
+            y=alt.Y("output_throughput_tokens_per_s:Q", title=f["y"]),
+            color=_color("engine_zh", f["color"], d["engine_zh"]),
+            strokeDash=_round_dash(d),
+            detail=alt.Detail("run:N"),
+        )
     )
-    return (base.mark_line() + base.mark_point(size=60).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
+    return _lines_and_points(base, d, size=60).properties(width=WIDTH, height=HEIGHT)
+
+
+def _round_columns(chart: alt.TopLevelMixin, d: pd.DataFrame, title: str) -> alt.TopLevelMixin:
+    """A column per round, the latest first; a campaign without rounds keeps one panel."""
+    order = _rounds_latest_first(d)
+    if len(order) < 2:
+        return chart.properties(width=WIDTH, height=HEIGHT, title=title)
+    return chart.properties(width=PANEL_WIDTH, height=260).facet(
+        data=d, column=alt.Column("round_zh:N", title=None, sort=order), title=title
     )
 
 
-def engines_itl_roofline(df: pd.DataFrame) -> alt.Chart:
+def engines_itl_roofline(df: pd.DataFrame) -> Drawn:
+    """Measured p50 ITL and its bandwidth floor, a panel per round (latest first), colour = engine."""
     f = _fig("engines_itl_roofline")
-    d = _labelled(df)
+    d = _labelled(_sweeps(df))
+    if "roofline_floor_ms" not in d or d["roofline_floor_ms"].isna().all():
+        return Missing(
+            "no_gpu_datasheet", "no bandwidth floor: the campaign's device has no datasheet bandwidth"
+        )
     long = d.melt(
-        id_vars=["concurrency", "series_zh", "gate_zh"],
+        id_vars=["concurrency", "engine_zh", "round_zh", "round", "gate_zh", "gate_ok", "run", "test_kind"],
         value_vars=_present(d, "p50_itl_ms", "roofline_floor_ms"),
         var_name="what",
         value_name="ms",
@@ -273,69 +595,110 @@ def engines_itl_roofline(df: pd.DataFrame) -> alt.Chart:
         {"p50_itl_ms": zh.SERIES["measured_p50_itl"], "roofline_floor_ms": zh.SERIES["roofline_floor"]}
     )
     # a format's measured line and its floor share the series' colour; the floor is dashed
-    base = alt.Chart(long, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+    base = alt.Chart().encode(
+        x=_conc_x(long["concurrency"], f["x"]),
         y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("series_zh:N", title=f["color"]),
+        color=_color("engine_zh", f["color"], long["engine_zh"]),
         strokeDash=alt.StrokeDash(
             "what_zh:N",
             title=zh.COLUMNS["what"],
             scale=_dash_scale(long["what_zh"], zh.SERIES["measured_p50_itl"], zh.SERIES["roofline_floor"]),
         ),
+        detail=alt.Detail("run:N"),
     )
-    return (base.mark_line() + base.mark_point(size=50).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    layer = _lines_and_points(base, long, size=40)
+    if len(_rounds_latest_first(long)) < 2:
+        return alt.layer(*layer.layer, data=long).properties(width=WIDTH, height=HEIGHT, title=f["title"])
+    return _round_columns(layer, long, f["title"])
 
 
-def selection_pareto(df: pd.DataFrame) -> alt.Chart:
+def selection_pareto(df: pd.DataFrame) -> Drawn:
     f = _fig("selection_pareto")
-    d = _labelled(df)
-    base = alt.Chart(d, title=f["title"]).encode(
+    d = _labelled(_sweeps(df)).dropna(subset=["p99_ttft_ms", "output_throughput_tokens_per_s"])
+    d = d[(d["p99_ttft_ms"] > 0) & (d["output_throughput_tokens_per_s"] > 0)]
+    if not len(d):
+        return _no_rows("selection_curve")
+    enc = _enc(
         x=alt.X("p99_ttft_ms:Q", title=f["x"], scale=alt.Scale(type="log")),
         y=alt.Y("output_throughput_tokens_per_s:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("series_zh:N", title=f["color"]),
+        color=_color("engine_zh", f["color"], d["engine_zh"]),
+        strokeDash=_round_dash(d),
         tooltip=["series_zh:N", "concurrency:Q", "p99_ttft_ms:Q", "output_throughput_tokens_per_s:Q"],
     )
-    line = base.transform_filter(alt.datum.on_front).mark_line()
-    return (line + base.mark_point(size=60).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    shape = _gate_shape(d)
+    pts = alt.Chart(d, title=f["title"]).mark_point(size=60, filled=shape is None).encode(**enc)
+    pts = pts.encode(shape=shape) if shape is not None else pts
+    # the front is a line where it has two points or more (a front of one point is its point)
+    front = d[d["on_front"].astype(bool)]
+    front = front[front.groupby("series_zh")["concurrency"].transform("size") >= 2]
+    if not len(front):
+        return pts.properties(width=WIDTH, height=HEIGHT)
+    line = alt.Chart(front).mark_line().encode(**enc)
+    return alt.layer(line, pts).properties(width=WIDTH, height=HEIGHT)
 
 
-def reproducibility_delta(df: pd.DataFrame) -> alt.Chart:
+# --- reproducibility ----------------------------------------------------------------------------------
+
+
+def _comparison_zh(a: object, b: object, comparison: str) -> str:
     f = _fig("reproducibility_delta")
+    if _blank(a) or _blank(b):
+        return comparison
+    ra, rb = zh.ROUNDS.get(str(a), str(a)), zh.ROUNDS.get(str(b), str(b))
+    return f["within_round"].format(round=ra) if a == b else f["between_rounds"].format(a=ra, b=rb)
+
+
+def reproducibility_delta(df: pd.DataFrame) -> Drawn:
+    """Throughput change per concurrency, a panel per engine; a bar per comparison (between rounds, repeats)."""
+    f = _fig("reproducibility_delta")
+    if not len(df):
+        return _no_rows("reproducibility")
     d = _labelled(df)
-    d["line_zh"] = d["comparison"] + " · " + d["engine_zh"]
-    return (
-        alt.Chart(d, title=f["title"])
-        .mark_bar()
-        .encode(
-            x=alt.X("concurrency:O", title=f["x"]),
-            xOffset="line_zh:N",
-            y=alt.Y("delta_pct:Q", title=f["y"]),
-            color=alt.Color("line_zh:N", title=f["color"]),
-            opacity=alt.Opacity(
-                "gate_zh:N",
-                title=zh.COLUMNS["gate_ok"],
-                scale=alt.Scale(domain=[zh.GATE_LEGEND[True], zh.GATE_LEGEND[False]], range=[1.0, 0.4]),
-            ),
+    a = d["a_round"] if "a_round" in d else [None] * len(d)
+    b = d["b_round"] if "b_round" in d else [None] * len(d)
+    d["comparison_zh"] = [_comparison_zh(x, y, c) for x, y, c in zip(a, b, d["comparison"], strict=True)]
+    d["engine_name_zh"] = d["engine"].map(lambda e: zh.ENGINE_NAMES.get(e, e))
+    order = sorted(set(d["comparison_zh"]))
+    color = alt.Color("comparison_zh:N", title=f["color"], sort=order, scale=alt.Scale(domain=order))
+    opacity = _gate_opacity(d)
+    panels = []
+    for engine in sorted(set(d["engine_name_zh"])):
+        sub = d[d["engine_name_zh"] == engine]
+        panels.append(
+            alt.Chart(sub, title=engine)
+            .mark_bar()
+            .encode(
+                **_enc(
+                    x=alt.X("concurrency:O", title=f["x"], axis=alt.Axis(labelAngle=0)),
+                    xOffset=alt.XOffset("comparison_zh:N", sort=order),
+                    y=alt.Y("delta_pct:Q", title=f["y"]),
+                    color=color,
+                    opacity=opacity,
+                    tooltip=["comparison_zh:N", "concurrency:O", "delta_pct:Q"],
+                )
+            )
+            .properties(width=max(120, 40 * sub["concurrency"].nunique()), height=PANEL_HEIGHT)
         )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
+    # each engine its own scales: vLLM's ≤ 1 % must not be flattened by llama.cpp's −27 %
+    return alt.hconcat(*panels, title=f["title"]).resolve_scale(x="independent", y="independent")
 
 
-def _series_label(df: pd.DataFrame) -> pd.DataFrame:
-    d = _labelled(df)
-    d["line_zh"] = _distinct_series_zh(d, "series")
-    return d
+# --- roofline (own campaigns) and the cross-campaign comparison ---------------------------------------
 
 
-def _itl_floor_chart(name: str, d: pd.DataFrame) -> alt.Chart:
-    """Measured p50 ITL beside the datasheet and measured-ceiling floors, one line per labelled series."""
-    f = _fig(name)
+def _has_floor(d: pd.DataFrame) -> bool:
+    return bool(_present(d, "floor_datasheet_ms", "floor_measured_ms"))
+
+
+def _itl_floor_layer(
+    d: pd.DataFrame, f: dict[str, str], color: alt.Color
+) -> tuple[alt.LayerChart, pd.DataFrame]:
+    """Measured p50 ITL beside the datasheet and measured-ceiling floors: colour = series, dash = which line."""
+    keep = [
+        c for c in ("concurrency", "line_zh", "gate_zh", "gate_ok", "panel_zh", "test_kind", "run") if c in d
+    ]
     long = d.melt(
-        id_vars=["concurrency", "line_zh", "gate_zh"],
+        id_vars=keep,
         value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
         var_name="what",
         value_name="ms",
@@ -347,10 +710,10 @@ def _itl_floor_chart(name: str, d: pd.DataFrame) -> alt.Chart:
             "floor_measured_ms": zh.SERIES["floor_measured"],
         }
     )
-    base = alt.Chart(long, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+    base = alt.Chart().encode(
+        x=_conc_x(long["concurrency"], f["x"]),
         y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("line_zh:N", title=f["color"]),
+        color=color,
         strokeDash=alt.StrokeDash(
             "what_zh:N",
             title=zh.COLUMNS["what"],
@@ -362,16 +725,18 @@ def _itl_floor_chart(name: str, d: pd.DataFrame) -> alt.Chart:
             ),
         ),
     )
-    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    return _lines_and_points(base, long, size=40), long
 
 
-def _achievement_chart(name: str, d: pd.DataFrame) -> alt.Chart:
-    """Roofline achievement against both bases (datasheet, measured ceiling), one line per labelled series."""
-    f = _fig(name)
+def _achievement_layer(
+    d: pd.DataFrame, f: dict[str, str], color: alt.Color
+) -> tuple[alt.LayerChart, pd.DataFrame]:
+    """Roofline achievement against both bases (datasheet, measured ceiling): colour = series, dash = basis."""
+    keep = [
+        c for c in ("concurrency", "line_zh", "gate_zh", "gate_ok", "panel_zh", "test_kind", "run") if c in d
+    ]
     long = d.melt(
-        id_vars=["concurrency", "line_zh", "gate_zh"],
+        id_vars=keep,
         value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
         var_name="basis",
         value_name="pct",
@@ -382,46 +747,93 @@ def _achievement_chart(name: str, d: pd.DataFrame) -> alt.Chart:
             "achievement_measured_pct": zh.SERIES["floor_measured"],
         }
     )
-    base = alt.Chart(long, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+    base = alt.Chart().encode(
+        x=_conc_x(long["concurrency"], f["x"]),
         y=alt.Y("pct:Q", title=f["y"]),
-        color=alt.Color("line_zh:N", title=f["color"]),
-        strokeDash=alt.StrokeDash("basis_zh:N", title=zh.COLUMNS["basis"]),
+        color=color,
+        strokeDash=alt.StrokeDash(
+            "basis_zh:N",
+            title=zh.COLUMNS["basis"],
+            scale=_dash_scale(long["basis_zh"], zh.SERIES["floor_measured"], zh.SERIES["floor_datasheet"]),
+        ),
     )
-    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    return _lines_and_points(base, long, size=40), long
 
 
-def roofline_itl_floor(df: pd.DataFrame) -> alt.Chart:
-    return _itl_floor_chart("roofline_itl_floor", _series_label(df))
+def _series_label(df: pd.DataFrame) -> pd.DataFrame:
+    d = _labelled(_sweeps(df))
+    d["line_zh"] = _distinct(d, "series_zh", "series")
+    return d
 
 
-def roofline_achievement(df: pd.DataFrame) -> alt.Chart:
-    return _achievement_chart("roofline_achievement", _series_label(df))
+def roofline_itl_floor(df: pd.DataFrame) -> Drawn:
+    f = _fig("roofline_itl_floor")
+    d = _series_label(df)
+    if not _has_floor(d):
+        return Missing(
+            "no_gpu_datasheet", "no bandwidth floor: the campaign's device has no datasheet bandwidth"
+        )
+    layer, long = _itl_floor_layer(d, f, _color("line_zh", f["color"], d["line_zh"]))
+    return alt.layer(*layer.layer, data=long).properties(width=WIDTH, height=HEIGHT, title=f["title"])
 
 
-def prediction_vs_measured(df: pd.DataFrame) -> alt.Chart:
+def roofline_achievement(df: pd.DataFrame) -> Drawn:
+    f = _fig("roofline_achievement")
+    d = _series_label(df)
+    if not _present(d, "achievement_datasheet_pct", "achievement_measured_pct"):
+        return Missing(
+            "no_gpu_datasheet", "no roofline achievement: the campaign's device has no datasheet bandwidth"
+        )
+    layer, long = _achievement_layer(d, f, _color("line_zh", f["color"], d["line_zh"]))
+    return alt.layer(*layer.layer, data=long).properties(width=WIDTH, height=HEIGHT, title=f["title"])
+
+
+def _run_series_zh(d: pd.DataFrame) -> dict[str, str]:
+    """Each run's legend name: its engine and the weight format any of its rows states."""
+    out = {}
+    for run, g in d.groupby("run", sort=True):
+        fmts = [x for x in g.get("weight_format", pd.Series(dtype=object)) if not _blank(x)]
+        out[run] = engine_format_zh(g["engine"].iloc[0], fmts[0] if fmts else None)
+    names = list(out.values())
+    return {r: (n if names.count(n) == 1 else f"{n} · {r}") for r, n in out.items()}
+
+
+def prediction_vs_measured(df: pd.DataFrame) -> Drawn:
+    """Measured ÷ predicted as dots on a log axis around 1 (a bar from 0 has no place on a log axis)."""
     f = _fig("prediction_vs_measured")
-    d = df.dropna(subset=["ratio"]).assign(
-        quantity_zh=lambda x: x["quantity"].map(lambda q: zh.QUANTITIES.get(q, q))
+    d = df.dropna(subset=["ratio"])
+    d = d[d["ratio"] > 0]
+    if not len(d):
+        return Missing("no_prediction", "no run has both a prediction and a measurement")
+    names = _run_series_zh(d)
+    d = d.assign(quantity_zh=d["quantity"].map(lambda q: zh.QUANTITIES.get(q, q)), run_zh=d["run"].map(names))
+    lo, hi = float(d["ratio"].min()), float(d["ratio"].max())
+    domain = [min(lo, 1.0) / 1.5, max(hi, 1.0) * 1.5]
+    quantities = sorted(set(d["quantity_zh"]))
+    y = alt.Y("quantity_zh:N", title=f["y"], sort=quantities, axis=alt.Axis(titlePadding=16))
+    one = (
+        alt.Chart(pd.DataFrame({"ratio": [1.0]}))
+        .mark_rule(color="#888", strokeDash=[4, 3])
+        .encode(x="ratio:Q")
     )
-    return (
-        alt.Chart(d, title=f["title"])
-        .mark_bar()
+    dots = (
+        alt.Chart(d)
+        .mark_point(size=90, filled=True)
         .encode(
-            x=alt.X("ratio:Q", title=f["x"], scale=alt.Scale(type="log")),
-            y=alt.Y("quantity_zh:N", title=f["y"]),
-            yOffset="run:N",
-            color=alt.Color("run:N", title=f["color"]),
+            x=alt.X("ratio:Q", title=f["x"], scale=alt.Scale(type="log", domain=domain, nice=False)),
+            y=y,
+            yOffset=alt.YOffset("run_zh:N", sort=sorted(set(d["run_zh"]))),
+            color=_color("run_zh", f["color"], d["run_zh"]),
             tooltip=["run:N", "quantity:N", "predicted:Q", "measured:Q", "ratio:Q"],
         )
-        .properties(width=WIDTH, height=HEIGHT)
+    )
+    return alt.layer(one, dots).properties(
+        width=WIDTH, height=max(HEIGHT // 2, 50 * len(quantities)), title=f["title"]
     )
 
 
 # figure name -> (table it draws, function)
-FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
+FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "structure_params": ("structure_params", structure_params),
     "structure_attention_flops": ("structure_flops", structure_attention_flops),
     "concurrency_throughput": ("concurrency_throughput", concurrency_throughput),
@@ -444,60 +856,128 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
 OWN_CAMPAIGN_FIGURES = ("roofline_itl_floor", "roofline_achievement", "prediction_vs_measured")
 
 
-def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
-    """Vega-Lite specs (dicts) of every figure whose table has rows; a figure with no data is left out."""
-    out: dict[str, dict] = {}
-    for name, (table, fn) in FIGURES.items():
+def _build(
+    tables: dict[str, pd.DataFrame], registry: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]]
+) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
+    specs: dict[str, dict] = {}
+    missing: dict[str, dict[str, str]] = {}
+    for name, (table, fn) in registry.items():
         df = tables.get(table)
-        if df is None or not len(df):
-            continue
-        out[name] = fn(df).to_dict()
-    return out
+        drawn = _no_rows(table) if df is None or not len(df) else fn(df)
+        if isinstance(drawn, Missing):
+            missing[name] = drawn.to_obj()
+        else:
+            specs[name] = drawn.to_dict()
+    return specs, missing
+
+
+def figure_specs(tables: dict[str, pd.DataFrame]) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
+    """Vega-Lite specs (dicts) of every figure that has something to draw, and for each other figure why not
+    ({"reason": labels_zh.REASONS code, "detail": ...})."""
+    return _build(tables, FIGURES)
+
+
+def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
+    """Vega-Lite specs of every figure that has something to draw (see figure_specs for the others' reasons)."""
+    return figure_specs(tables)[0]
 
 
 # --- cross-campaign comparison (out/_comparison/) ----------------------------------------------------------
 
 
+def _gpu_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of campaigns measured on a GPU with a datasheet: a CPU smoke campaign has no place on GPU axes."""
+    if "bandwidth_datasheet_bytes_per_s" not in df:
+        return df.iloc[0:0]
+    with_gpu = df.groupby("campaign")["bandwidth_datasheet_bytes_per_s"].transform(lambda s: s.notna().any())
+    return df[with_gpu.astype(bool)]
+
+
+def _gpu_zh(gpu: object) -> str:
+    spec = gpus.GPUS.get(str(gpu))
+    return spec.display_name.removeprefix("NVIDIA ") if spec is not None else str(gpu)
+
+
 def _campaign_series(df: pd.DataFrame) -> pd.DataFrame:
-    d = _labelled(df)
-    d["line_zh"] = d["campaign"] + " · " + d["engine_zh"]
+    d = _labelled(_sweeps(_gpu_rows(df)))
+    if not len(d):
+        return d
+    d["panel_zh"] = [_gpu_zh(g) for g in d["gpu"]]
+    # two campaigns on one GPU model: the campaign's name tells them apart
+    per_panel = d.groupby("panel_zh")["campaign"].nunique()
+    d["panel_zh"] = [
+        f"{p} · {c}" if per_panel[p] > 1 else p for p, c in zip(d["panel_zh"], d["campaign"], strict=True)
+    ]
+    d["line_zh"] = d["engine_zh"]
     return d
 
 
-def comparison_itl_floor(df: pd.DataFrame) -> alt.Chart:
-    return _itl_floor_chart("comparison_itl_floor", _campaign_series(df))
+def _gpu_columns(layer: alt.LayerChart, long: pd.DataFrame, title: str) -> alt.TopLevelMixin:
+    order = sorted(set(long["panel_zh"]))
+    return layer.properties(width=PANEL_WIDTH, height=260).facet(
+        data=long, column=alt.Column("panel_zh:N", title=None, sort=order), title=title
+    )
 
 
-def comparison_achievement(df: pd.DataFrame) -> alt.Chart:
-    return _achievement_chart("comparison_achievement", _campaign_series(df))
+def _no_gpu() -> Missing:
+    return Missing("no_gpu_datasheet", "no campaign with a GPU datasheet: nothing to compare on GPU axes")
 
 
-def comparison_throughput(df: pd.DataFrame) -> alt.Chart:
+def comparison_itl_floor(df: pd.DataFrame) -> Drawn:
+    f = _fig("comparison_itl_floor")
+    d = _campaign_series(df)
+    if not len(d) or not _has_floor(d):
+        return _no_gpu()
+    layer, long = _itl_floor_layer(d, f, _color("line_zh", f["color"], d["line_zh"]))
+    return _gpu_columns(layer, long, f["title"])
+
+
+def comparison_achievement(df: pd.DataFrame) -> Drawn:
+    f = _fig("comparison_achievement")
+    d = _campaign_series(df)
+    if not len(d) or not _present(d, "achievement_datasheet_pct", "achievement_measured_pct"):
+        return _no_gpu()
+    layer, long = _achievement_layer(d, f, _color("line_zh", f["color"], d["line_zh"]))
+    return _gpu_columns(layer, long, f["title"])
+
+
+def comparison_throughput(df: pd.DataFrame) -> Drawn:
+    """One panel: colour = engine series, dash = GPU (a line per campaign × series)."""
     f = _fig("comparison_throughput")
     d = _campaign_series(df)
+    if not len(d):
+        return _no_gpu()
+    d = d.dropna(subset=["output_throughput_tokens_per_s"])
+    panels = sorted(set(d["panel_zh"]))
     base = alt.Chart(d, title=f["title"]).encode(
-        x=alt.X("concurrency:Q", title=f["x"], scale=alt.Scale(type="log", base=2)),
+        x=_conc_x(d["concurrency"], f["x"]),
         y=alt.Y("output_throughput_tokens_per_s:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=alt.Color("line_zh:N", title=f["color"]),
+        color=_color("line_zh", f["color"], d["line_zh"]),
+        strokeDash=alt.StrokeDash(
+            "panel_zh:N",
+            title=f["dash"],
+            sort=panels,
+            scale=alt.Scale(domain=panels, range=list(ROUND_DASHES[: len(panels)])),
+        ),
+        detail=alt.Detail("campaign:N"),
     )
-    return (base.mark_line() + base.mark_point(size=40).encode(shape=_gate_shape())).properties(
-        width=WIDTH, height=HEIGHT
-    )
+    return _lines_and_points(base, d, size=40).properties(width=WIDTH, height=HEIGHT)
 
 
-COMPARISON_FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], alt.TopLevelMixin]]] = {
+COMPARISON_FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "comparison_itl_floor": ("comparison_roofline", comparison_itl_floor),
     "comparison_achievement": ("comparison_roofline", comparison_achievement),
     "comparison_throughput": ("comparison_roofline", comparison_throughput),
 }
 
 
+def comparison_figure_specs(
+    tables: dict[str, pd.DataFrame],
+) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
+    """Vega-Lite specs of the cross-campaign figures that have something to draw, and why the others do not."""
+    return _build(tables, COMPARISON_FIGURES)
+
+
 def comparison_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
-    """Vega-Lite specs of the cross-campaign figures whose table has rows."""
-    out: dict[str, dict] = {}
-    for name, (table, fn) in COMPARISON_FIGURES.items():
-        df = tables.get(table)
-        if df is None or not len(df):
-            continue
-        out[name] = fn(df).to_dict()
-    return out
+    """Vega-Lite specs of the cross-campaign figures that have something to draw."""
+    return comparison_figure_specs(tables)[0]

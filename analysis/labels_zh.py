@@ -85,6 +85,7 @@ REASONS: dict[str, str] = {
     "no_second_format": "同一引擎只有一种权重格式，无法比较量化加速",
     "single_campaign": "只分析了一个批次，无法跨批次比较",
     "not_in_both": "两个批次中只有一个有该系列",
+    "no_rows": "没有可画的数据（该节的无数据结论说明原因）",
     "run_unparseable": "该运行的原始文件无法解析（见详情），本批次其余运行照常分析",
     "unknown": "无法从现有文件判断",
 }
@@ -148,6 +149,15 @@ COMPONENTS: dict[str, str] = {
 
 TTFT_PARTS: dict[str, str] = {"queue": "排队", "prefill": "预填充", "remainder": "其余（前端、网络、反分词）"}
 
+# a figure panel per kind of test: points of different tests are never joined into one curve
+TEST_KINDS: dict[str, str] = {
+    "concurrency_sweep": "并发扫描",
+    "engine_comparison": "并发扫描",
+    "length_sweep": "长度扫描（固定并发）",
+    "overload": "过载",
+    "warmup": "预热",
+}
+
 # --- figures: title and axis titles (with units) ------------------------------------------------------
 FIGURES: dict[str, dict[str, str]] = {
     "structure_params": {"title": "参数量按组件分布", "x": "参数量（十亿）", "y": "组件"},
@@ -167,7 +177,7 @@ FIGURES: dict[str, dict[str, str]] = {
         "title": "延迟随并发数的变化",
         "x": "并发数",
         "y": "延迟（毫秒）",
-        "color": "分位",
+        "color": "系列",
     },
     "concurrency_utilization": {
         "title": "算力与带宽利用率（MFU / MBU）",
@@ -186,7 +196,14 @@ FIGURES: dict[str, dict[str, str]] = {
         "x": "在途 token（并发 ×（输入 + 输出））",
         "y": "峰值 KV 占用（token）",
     },
-    "overload_timeline": {"title": "过载运行的时间线", "x": "时间（秒）", "y": "数值", "color": "序列"},
+    "overload_timeline": {
+        "title": "过载运行的时间线",
+        "x": "时间（秒）",
+        "y_kv_usage_pct": "KV 占用（%）",
+        "y_requests": "请求数（个）",
+        "y_preemptions": "累计抢占（次）",
+        "color": "系列",
+    },
     "engines_throughput": {
         "title": "两种引擎的输出吞吐",
         "x": "并发数",
@@ -209,7 +226,9 @@ FIGURES: dict[str, dict[str, str]] = {
         "title": "两轮之间的吞吐差异",
         "x": "并发数",
         "y": "吞吐差异（%）",
-        "color": "引擎",
+        "color": "对比",
+        "between_rounds": "{a} → {b}",
+        "within_round": "{round}内的两次重复",
     },
     "roofline_itl_floor": {
         "title": "实测 p50 token 间延迟与带宽下限（数据手册 / 实测上限）",
@@ -225,27 +244,28 @@ FIGURES: dict[str, dict[str, str]] = {
     },
     "prediction_vs_measured": {
         "title": "测量前的预测与实测之比",
-        "x": "实测 ÷ 预测",
-        "y": "量",
-        "color": "运行",
+        "x": "实测 ÷ 预测（倍，对数轴）",
+        "y": "预测的量",
+        "color": "系列",
     },
     "comparison_itl_floor": {
         "title": "跨批次：p50 token 间延迟与带宽下限",
         "x": "并发数",
         "y": "token 间延迟（毫秒）",
-        "color": "批次 · 系列",
+        "color": "系列",
     },
     "comparison_achievement": {
         "title": "跨批次：屋顶线达成率（数据手册与实测上限）",
         "x": "并发数",
         "y": "下限 ÷ 实测（%）",
-        "color": "批次 · 系列",
+        "color": "系列",
     },
     "comparison_throughput": {
         "title": "跨批次：输出吞吐随并发数的变化",
         "x": "并发数",
         "y": "输出吞吐（token/s）",
-        "color": "批次 · 系列",
+        "color": "系列",
+        "dash": "GPU",
     },
 }
 

@@ -214,10 +214,11 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     for name in sorted(tables):
         write_table(out_dir / "tables" / f"{name}.csv", tables[name])
-    specs = charts.all_figures(tables)
+    specs, figures_missing = charts.figure_specs(tables)
     if not campaign.own:
         # an imported campaign's roofline is drawn by engines_itl_roofline; roofline_points feeds the comparison
         specs = {k: v for k, v in specs.items() if k not in charts.OWN_CAMPAIGN_FIGURES}
+        figures_missing = {k: v for k, v in figures_missing.items() if k not in charts.OWN_CAMPAIGN_FIGURES}
     for name in sorted(specs):
         (out_dir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
     fnd.write_findings(out_dir / "findings.json", found)
@@ -225,6 +226,8 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
         "campaign": campaign.name,
         "tables": sorted(tables),
         "figures": sorted(specs),
+        # a figure with nothing to draw is not written; the page says why (reason: a labels_zh.REASONS code)
+        "figures_missing": figures_missing,
         "findings": found.keys(),
         # the trust chain: were the runs verified before reading (False: `analyze --no-verify`), and each
         # run's state (collector.raw.store.RUN_STATES); runs that could not be parsed, with the reason
@@ -295,7 +298,7 @@ def write_comparison(
     (cdir / "figures").mkdir(parents=True, exist_ok=True)
     for name in sorted(tables):
         write_table(cdir / "tables" / f"{name}.csv", tables[name])
-    specs = charts.comparison_figures(tables)
+    specs, figures_missing = charts.comparison_figure_specs(tables)
     for name in sorted(specs):
         (cdir / "figures" / f"{name}.vl.json").write_text(dumps(specs[name]), encoding="utf-8")
     fnd.write_findings(cdir / comparison.FINDINGS_FILE, found)
@@ -303,6 +306,7 @@ def write_comparison(
         "campaigns": sorted(s.name for s in summaries),
         "tables": sorted(tables),
         "figures": sorted(specs),
+        "figures_missing": figures_missing,
         "findings": found.keys(),
     }
     (cdir / "index.json").write_text(dumps(index), encoding="utf-8")

@@ -79,6 +79,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     "run": s["run"],
                     "headline": s["run"] == head[s["engine"]],
                     "point": p.label,
+                    "test_kind": p.test_kind,
                     "concurrency": p.concurrency,
                     "gate_ok": ctx.gate_ok(p),
                     "output_throughput_tokens_per_s": r.output_throughput_tok_s,

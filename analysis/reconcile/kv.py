@@ -272,6 +272,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     {
                         "round": rnd or "",
                         "point": p.label,
+                        "test_kind": p.test_kind,
                         "concurrency": p.concurrency,
                         "input_len_tokens": p.input_len_tokens,
                         "output_len_tokens": p.requested_output_len_tokens,

@@ -408,6 +408,7 @@ def _point_findings(
             "round": rnd or "",
             "run": p.run.name,
             "engine": p.run.engine,
+            "test_kind": p.test_kind,
             "t_s": ts[i] - w.window.start_s,
             "row": i,
         }

@@ -50,6 +50,8 @@ def _pairs(a_run, b_run, label: str, ctx: Context) -> list[dict]:
         rows.append(
             {
                 "comparison": label,
+                "a_round": a_run.round or "",
+                "b_round": b_run.round or "",
                 "engine": a_run.engine,
                 "concurrency": c,
                 "a": pa.key,

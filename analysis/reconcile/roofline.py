@@ -118,6 +118,7 @@ def _point_row(s: dict, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         "run": s["run"],
         "engine": s["engine"],
         "weight_format": s["weight_format"],
+        "test_kind": p.test_kind,
         "concurrency": p.concurrency,
         "gate_ok": ctx.gate_ok(p),
         "input_len_tokens": p.input_len_tokens,

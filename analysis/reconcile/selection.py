@@ -61,6 +61,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                         "round": rnd or "",
                         "engine": engine,
                         "weight_format": fmt_of.get(p.key),
+                        "test_kind": p.test_kind,
                         "concurrency": p.concurrency,
                         "p99_ttft_ms": p.result.p99_ttft_ms,
                         "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,

@@ -69,6 +69,10 @@ def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
 def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     rows = []
     findings: list[fnd.Finding] = []
+    # the weight format names the series in the figure (llama.cpp（F16）), not the run's folder name
+    fmt_of = (
+        dict(zip(points["key"], points["weight_format"], strict=True)) if "weight_format" in points else {}
+    )
     for p in iter_points(campaign, include_warmup=True):
         w = ctx.window(p)
         ttft = p.result.mean_ttft_ms
@@ -79,9 +83,12 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         base = {
             "round": p.run.round or "",
             "engine": p.run.engine,
+            "weight_format": fmt_of.get(p.key),
             "test": p.run.test,
+            "test_kind": p.test_kind,
             "point": p.label,
             "concurrency": p.concurrency,
+            "input_len_tokens": p.input_len_tokens,
             "warmup": p.warmup,
             "gate_ok": ctx.gate_ok(p),
             "mean_ttft_ms": ttft,
