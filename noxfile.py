@@ -99,7 +99,7 @@ def site(session: nox.Session) -> None:
     raw_args = [a for r in roots for a in ("--raw", str(r))]
     shutil.rmtree(RESULTS, ignore_errors=True)  # derived from raw/: no campaign of an earlier build lingers
     session.run("collector", "analyze", *raw_args, "--out", str(RESULTS))
-    session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS), *raw_args)
+    session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS))  # results only, never raw/
     session.run("mkdocs", "build", "--strict", "--site-dir", str(PUBLIC), env={"NO_MKDOCS_2_WARNING": "1"})
     session.log(f"site built: open {PUBLIC / 'index.html'} (or `nox -s serve`)")
 

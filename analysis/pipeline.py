@@ -29,6 +29,7 @@ from analysis.reconcile import (
     memory,
     overload,
     prediction,
+    provenance,
     reproducibility,
     roofline,
     selection,
@@ -112,8 +113,8 @@ def align(campaign: Campaign, ctx: Context) -> None:
         ctx.sampler_series[run.name] = (ts, cols)
 
 
-def analyze_campaign(campaign: Campaign, out_dir: Path) -> list[str]:
-    return _analyze_campaign(campaign, out_dir)[0]
+def analyze_campaign(campaign: Campaign, out_dir: Path, raw_roots: list[Path] | None = None) -> list[str]:
+    return _analyze_campaign(campaign, out_dir, raw_roots or [])[0]
 
 
 def _capacity_by_series(
@@ -176,7 +177,24 @@ def _capacity_by_series(
     return out
 
 
-def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], comparison.CampaignSummary]:
+def profile(campaign: Campaign, th: theoryctx.TheoryCtx) -> dict:
+    """What kind of campaign this is, for the report (index.json): collected by our collector or imported, the
+    device (a CPU smoke campaign has no GPU), the descriptions the runs recorded about themselves."""
+    devices = sorted({str(r.info.meta.get("gpu")) for r in campaign.runs if r.info.meta.get("gpu")})
+    return {
+        "collected": campaign.own,
+        "cpu": campaign.own and devices == ["cpu"],
+        "gpu": th.gpu.name if th.gpu else None,
+        "gpu_display": th.gpu.display_name if th.gpu else None,
+        "descriptions": sorted(
+            {str(r.info.meta["description"]) for r in campaign.runs if r.info.meta.get("description")}
+        ),
+    }
+
+
+def _analyze_campaign(
+    campaign: Campaign, out_dir: Path, raw_roots: list[Path]
+) -> tuple[list[str], comparison.CampaignSummary]:
     ctx = Context(campaign=campaign)
     align(campaign, ctx)
     th = theoryctx.build(campaign)
@@ -199,6 +217,7 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
         roofline.run(campaign, ctx, th),
         selection.run(campaign, ctx, points),
         reproducibility.run(campaign, ctx, points),
+        provenance.run(campaign.name, raw_roots),
     ]
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}
@@ -224,6 +243,7 @@ def _analyze_campaign(campaign: Campaign, out_dir: Path) -> tuple[list[str], com
     fnd.write_findings(out_dir / "findings.json", found)
     index = {
         "campaign": campaign.name,
+        "profile": profile(campaign, th),
         "tables": sorted(tables),
         "figures": sorted(specs),
         # a figure with nothing to draw is not written; the page says why (reason: a labels_zh.REASONS code)
@@ -532,7 +552,7 @@ def analyze(
         campaign = load_campaign(roots, name, verified=verify)
         out_dir = Path(out) / name
         out_dir.mkdir(parents=True, exist_ok=True)
-        lines, summary = _analyze_campaign(campaign, out_dir)
+        lines, summary = _analyze_campaign(campaign, out_dir, roots)
         summaries.append(summary)
         states[name] = worst_state({r.state for r in campaign.runs})
         yield from lines

@@ -9,54 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from analysis import labels_zh as fmt
+from analysis.findings import FindingSet, write_table
+from analysis.reconcile import provenance
 from analysis.report.figures import check_publishable, prepare_spec, spec_to_svg
-from analysis.report.rawindex import index_runs, link_findings
-from analysis.report.render import SiteRenderer, format_cell, render_site
-from analysis.report.results import RenderError, load_findings
+from analysis.report.profile import build_profile
+from analysis.report.rawindex import link_findings, runs_of
+from analysis.report.render import SiteRenderer, render_site
+from analysis.report.results import CampaignResults, RenderError, Table, load_campaign
+from collector.importer import import_results
 from collector.raw.store import RawStore
 
-# -- formatting, checked against numbers worked out by hand ---------------------------------------------
-
-
-def test_thousands_separators_and_precision():
-    assert fmt.fmt_num(12345.6) == "12,346"
-    assert fmt.fmt_num(1404.71, 2) == "1,404.71"
-    assert fmt.fmt_num(0.012345) == "0.0123"
-    assert fmt.fmt_num(120064) == "120,064"
-    assert fmt.fmt_num(-0.0001, 2) == "0.00"  # no "-0.00"
-    assert fmt.fmt_num(None) == "—"
-    assert fmt.fmt_num(float("nan")) == "—"
-
-
-def test_percent_and_signed_percent():
-    assert fmt.fmt_pct(12.345) == "12.3%"
-    assert fmt.fmt_pct(0.4567) == "0.46%"
-    assert fmt.fmt_signed_pct(-0.4) == "−0.40%"
-    assert fmt.fmt_signed_pct(3.21) == "+3.2%"
-    assert fmt.fmt_fraction_pct(0.9123) == "91.2%"
-
-
-def test_bytes_binary_units():
-    # 14.19 GiB: 15,231,233,024 / 2**30 = 14.1852... → four significant digits
-    assert fmt.fmt_bytes(15_231_233_024) == "14.19 GiB"
-    assert fmt.fmt_bytes(57_344) == "56.00 KiB"  # 57344 / 1024 = 56 exactly
-    assert fmt.fmt_bytes(512) == "512 B"
-
-
-def test_table_cells_formatted_by_column_unit():
-    assert format_cell("ttft_ms", 1234.5678) == "1,235"
-    assert format_cell("mfu_pct", 41.23) == "41.2%"
-    assert format_cell("slope_error_pct", -1.5) == "−1.5%"
-    assert format_cell("peak_kv_usage_fraction", 0.5) == "50.0%"
-    assert format_cell("weight_bytes", 2**30 * 4.5) == "4.500 GiB"
-    assert format_cell("weight_bytes_per_step", 2**30 * 4.5) == "4.500 GiB"
-    assert format_cell("bandwidth_bytes_per_s", 1.008e12) == "1,008 GB/s"
-    assert format_cell("kv_bytes_per_token", 57344) == "57,344"
-    assert format_cell("concurrency", 64) == "64"
-    assert format_cell("engine", "vllm") == "vLLM（bf16）"  # engines and rounds by their Chinese names
-    assert format_cell("round", "round2") == "第二轮"
-    assert format_cell("test", "03-perf-test") == "03-perf-test"
+# Number formatting and labels are tested with their one module (tests/test_analysis_findings.py).
 
 
 # -- strict rendering ----------------------------------------------------------------------------------------
@@ -110,102 +73,90 @@ SPEC = {
 }
 
 
+PROFILE = {"collected": False, "cpu": False, "gpu": None, "gpu_display": None, "descriptions": []}
+
+
 def _results(tmp: Path, findings=FINDINGS, spec=SPEC) -> Path:
     c = tmp / "results" / "demo"
     c.mkdir(parents=True)
     (c / "findings.json").write_text(json.dumps(findings, ensure_ascii=False))
+    (c / "index.json").write_text(json.dumps({"campaign": "demo", "profile": PROFILE}))
     (c / "points.csv").write_text("concurrency,ttft_ms\n1,12.5\n64,1234.5678\n")
     (c / "throughput.vl.json").write_text(json.dumps(spec, ensure_ascii=False))
     return tmp / "results"
 
 
-def _templates(tmp: Path, page: str) -> Path:
+def _templates(tmp: Path, page: str, real_names: tuple[str, ...] = ()) -> Path:
     t = tmp / "templates"
     (t / "campaign").mkdir(parents=True)
     real = Path(__file__).resolve().parents[1] / "site" / "templates"
-    (t / "_campaigns.j2").write_text((real / "_campaigns.j2").read_text(encoding="utf-8"), encoding="utf-8")
+    for name in ("_campaigns.j2", *real_names):
+        (t / name).write_text((real / name).read_text(encoding="utf-8"), encoding="utf-8")
     for name in ("home.md.j2", "structure.md.j2", "raw_index.md.j2"):
         (t / name).write_text("# page\n")
     (t / "campaign" / "page.md.j2").write_text(page)
     return t
 
 
-def _render(tmp: Path, page: str, findings=FINDINGS, spec=SPEC):
+@pytest.fixture
+def one_page(monkeypatch):
+    """A site of one campaign page (the template under test) and no hand-written pages."""
+    import analysis.report.campaign_pages as cp
     import analysis.report.render as r
 
-    results = _results(tmp, findings, spec)
-    old, old_pages = r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES
-    r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = (("index", "campaign/page.md.j2"),), ()
-    try:
-        renderer = SiteRenderer(
-            results,
-            [],
-            tmp / "docs",
-            templates_dir=_templates(tmp, page),
-            handwritten_dir=None,
-            assets_dir=None,
-        )
-        renderer.render()
-    finally:
-        r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = old, old_pages
-    return (tmp / "docs" / "campaigns" / "demo" / "index.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(cp, "CAMPAIGN_PAGES", (("index", "campaign/page.md.j2", lambda c: True),))
+    monkeypatch.setattr(r, "HANDWRITTEN_PAGES", ())
+
+    def render(tmp: Path, page: str, real_names: tuple[str, ...] = ()) -> str:
+        templates = _templates(tmp, page, real_names)
+        SiteRenderer(
+            _results(tmp), tmp / "docs", templates_dir=templates, handwritten_dir=None, assets_dir=None
+        ).render()
+        return (tmp / "docs" / "campaigns" / "demo" / "index.md").read_text(encoding="utf-8")
+
+    return render
 
 
-def test_a_typo_in_a_template_variable_fails_the_build(tmp_path):
+def test_a_typo_in_a_template_variable_fails_the_build(tmp_path, one_page):
     with pytest.raises(RenderError, match="kv_pool_tokenz"):
-        _render(tmp_path, "# t\n{{ kv_pool_tokenz }}\n")
+        one_page(tmp_path, "# t\n{{ kv_pool_tokenz }}\n")
 
 
-def test_a_missing_finding_fails_the_build_naming_its_fields(tmp_path):
+def test_a_missing_finding_fails_the_build_naming_its_fields(tmp_path, one_page):
     with pytest.raises(RenderError, match=r"no finding .*'metric': 'knee_concurrency'.*'round': 'round2'"):
-        _render(tmp_path / "a", '# t\n{{ get("knee_concurrency", round="round2") | value }}\n')
+        one_page(tmp_path / "a", '# t\n{{ get("knee_concurrency", round="round2") | value }}\n')
     with pytest.raises(RenderError, match=r"no campaign has a finding 'kv_pool_tokenz'"):  # a typo
-        _render(tmp_path / "b", '# t\n{{ find("kv_pool_tokenz") }}\n')
+        one_page(tmp_path / "b", '# t\n{{ find("kv_pool_tokenz") }}\n')
 
 
-def test_a_missing_attribute_of_a_finding_fails(tmp_path):
+def test_a_missing_attribute_of_a_finding_fails(tmp_path, one_page):
     with pytest.raises(RenderError):
-        _render(tmp_path, '# t\n{{ get("kv_pool_tokens_log", round="round2").valu }}\n')
+        one_page(tmp_path, '# t\n{{ get("kv_pool_tokens_log", round="round2").valu }}\n')
 
 
-def test_missing_table_column_and_figure_fail(tmp_path):
+def test_missing_table_column_and_figure_fail(tmp_path, one_page):
     with pytest.raises(RenderError, match="no column 'tpot_ms'"):
-        _render(tmp_path / "a", '# t\n{{ table("points", [("tpot_ms", "x")]) }}\n')
+        one_page(tmp_path / "a", '# t\n{{ table("points", [("tpot_ms", "x")]) }}\n')
     with pytest.raises(RenderError, match="no figure 'latency'"):
-        _render(tmp_path / "b", '# t\n{{ figure("latency", caption="c") }}\n')
+        one_page(tmp_path / "b", '# t\n{{ figure("latency", caption="c") }}\n')
 
 
-def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path):
+def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path, one_page):
     page = (
         "# t\n"
         '{% import "_macros.j2" as m %}'
         '{{ m.findings_table(ctx, ctx.findings(round="round2") + ctx.findings(round="round1")) }}\n'
     )
-    t = tmp_path / "x"
-    t.mkdir()
-    real = Path(__file__).resolve().parents[1] / "site" / "templates"
-    import analysis.report.render as r
-
-    results = _results(t)
-    templates = _templates(t, page)
-    (templates / "_macros.j2").write_text((real / "_macros.j2").read_text(encoding="utf-8"), encoding="utf-8")
-    old, old_pages = r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES
-    r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = (("index", "campaign/page.md.j2"),), ()
-    try:
-        SiteRenderer(
-            results, [], t / "docs", templates_dir=templates, handwritten_dir=None, assets_dir=None
-        ).render()
-    finally:
-        r.CAMPAIGN_PAGES, r.HANDWRITTEN_PAGES = old, old_pages
-    text = (t / "docs" / "campaigns" / "demo" / "index.md").read_text(encoding="utf-8")
+    text = one_page(tmp_path, page, real_names=("_macros.j2",))
     assert "120,064 token" in text and "+0.053%" in text  # value with 千分位, signed error
     assert '<span class="ia-badge ia-fail">不吻合</span>' in text  # the failed reconciliation shows as failed
     assert "−20.0%" in text
     assert '<span class="ia-badge ia-na">无数据</span>' in text and "采样 CSV" in text  # n/a with its reason
+    assert "\n\n| 量（来源） |" in text  # a table is a block of its own, never raw `| a | b |` text
 
 
-def test_table_and_figure_render(tmp_path):
-    text = _render(
+def test_table_and_figure_render(tmp_path, one_page):
+    text = one_page(
         tmp_path,
         '# t\n{{ table("points", [("concurrency", "并发"), ("ttft_ms", "TTFT（毫秒）")]) }}\n'
         '{{ figure("throughput", caption="看拐点。") }}\n',
@@ -222,7 +173,7 @@ def test_renderer_never_empties_a_folder_it_did_not_make(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "precious.md").write_text("keep")
     with pytest.raises(RenderError, match="not touching it"):
-        render_site(_results(tmp_path), [], tmp_path / "docs")
+        render_site(_results(tmp_path), tmp_path / "docs")
     assert (tmp_path / "docs" / "precious.md").read_text() == "keep"
 
 
@@ -247,42 +198,46 @@ def test_svg_uses_thousands_separators_and_keeps_chinese_text():
 # -- raw-data index ---------------------------------------------------------------------------------------------
 
 
+def _provenance(raw: Path, results: Path, findings: dict) -> list:
+    """The analysis' provenance tables for campaign "demo", written and read back as the report reads them."""
+    section = provenance.run("demo", [raw])
+    (results / "demo" / "tables").mkdir(parents=True)
+    for name, df in section.tables.items():
+        write_table(results / "demo" / "tables" / f"{name}.csv", df)
+    (results / "demo" / "findings.json").write_text(json.dumps(findings))
+    c = load_campaign(results / "demo")
+    runs = runs_of(c)
+    return [runs, link_findings(runs, c.findings)]
+
+
 def test_raw_index_sizes_hashes_provenance_and_users(tmp_path):
     src = tmp_path / "src" / "Round2" / "04-perf-test"
     src.mkdir(parents=True)
     payload = b'{"completed": 128}\n'
     (src / "stress.json").write_bytes(payload)
-    from collector.importer import import_results
-
     list(import_results(tmp_path / "src", campaign="demo", raw_root=tmp_path / "raw"))
-    runs = index_runs([tmp_path / "raw"])
+    findings = {
+        "round2.overload.completed": {
+            "round": "round2",
+            "topic": "overload",
+            "metric": "completed",
+            "value": 128,
+            "unit": "requests",
+            "sources": ["Round2/04-perf-test/stress.json:completed"],
+        },
+        "round2.elsewhere": {
+            "round": "round2",
+            "metric": "elsewhere",
+            "value": 1,
+            "unit": "",
+            "sources": ["Round9/x/y.json:z"],
+        },
+    }
+    runs, unmatched = _provenance(tmp_path / "raw", tmp_path / "results", findings)
     (f,) = [f for r in runs for f in r.files]
-    assert f.size == len(payload) and f.sha256 == hashlib.sha256(payload).hexdigest()
+    assert f.size == len(payload) and f.sha256 == hashlib.sha256(payload).hexdigest()  # hashed here, again
     assert f.source == "Round2/04-perf-test/stress.json"
     assert runs[0].origin == "src/Round2/04-perf-test" and runs[0].status == "complete"
-    findings_path = tmp_path / "f.json"
-    findings_path.write_text(
-        json.dumps(
-            {
-                "round2.overload.completed": {
-                    "round": "round2",
-                    "topic": "overload",
-                    "metric": "completed",
-                    "value": 128,
-                    "unit": "requests",
-                    "sources": ["Round2/04-perf-test/stress.json:completed"],
-                },
-                "round2.elsewhere": {
-                    "round": "round2",
-                    "metric": "elsewhere",
-                    "value": 1,
-                    "unit": "",
-                    "sources": ["Round9/x/y.json:z"],
-                },
-            }
-        )
-    )
-    unmatched = link_findings(runs, load_findings(findings_path))
     assert f.used_by == ["round2.overload.completed"]
     assert unmatched == ["Round9/x/y.json"]
 
@@ -291,7 +246,7 @@ def test_unsealed_run_is_listed_as_such(tmp_path):
     run = RawStore(tmp_path / "raw").create_run("demo", "r1", kind="collected")
     run.write_text("requests.jsonl", "{}\n")
     run.close_unsealed()
-    (r,) = index_runs([tmp_path / "raw"])
+    (r,), _ = _provenance(tmp_path / "raw", tmp_path / "results", {})
     assert r.status == "unsealed" and [f.rel for f in r.files] == ["requests.jsonl"]
 
 
@@ -452,7 +407,7 @@ def test_unplaced_figure_and_finding_fall_back_to_the_overview(built, tmp_path):
         "status": "ok",
     }
     (results / c / "findings.json").write_text(json.dumps(findings, ensure_ascii=False))
-    render_site(results, [built.raw], tmp_path / "docs")
+    render_site(results, tmp_path / "docs")
     overview = (tmp_path / "docs" / "campaigns" / c / "index.md").read_text(encoding="utf-8")
     other_figures = overview.split("## 其他图表")[1]
     assert "figures/zz_brand_new.svg" in other_figures and "一张新图" in other_figures
@@ -491,52 +446,48 @@ def test_reference_site_numbers_are_the_findings_formatted(reference_site):
 
 
 def test_profile_of_an_own_gpu_campaign_with_random_weights():
-    """What the H200 campaign's runs record (plans/h200-*.toml): gpu = "h200", a description saying the
-    weights are random; two llama.cpp runs with two weight formats → labels with the format, no CPU banner."""
-    from analysis.findings import FindingSet
-    from analysis.report.profile import build_profile
-    from analysis.report.rawindex import RawRun
-    from analysis.report.results import CampaignResults, Table
-
+    """Two llama.cpp runs with two weight formats (the H200 campaign's shape) → labels with the format, series
+    picked by run, and the engine alone names neither format."""
     rows = [
         {"series": run, "round": None, "run": run, "engine": "llamacpp", "weight_format": fmt}
         for run, fmt in (("llamacpp-q4km", "q4_k_m"), ("llamacpp-f16", "fp16"))
     ]
-    c = CampaignResults(
-        "h200-x",
-        Path("."),
-        FindingSet(),
-        {"roofline_points": Table("roofline_points", Path("."), list(rows[0]), rows)},
-        {},
-    )
-    desc = "H200, llama.cpp (CUDA), F16 GGUF of a random-weight model (random weights; text output is noise)"
-    runs = [
-        RawRun(
-            "h200-x",
-            r["run"],
-            True,
-            "complete",
-            "collector-run",
-            {"gpu": "h200", "description": desc},
-            {},
-            None,
-            None,
-            [],
-        )
-        for r in rows
-    ]
-    p = build_profile(c, runs, reference="rtx4090-qwen2.5-7b")
+    facts = {
+        "collected": True,
+        "cpu": False,
+        "gpu": "h200",
+        "gpu_display": "NVIDIA H200",
+        "descriptions": ["H200, llama.cpp (CUDA), F16 GGUF of a random-weight model (random weights)"],
+    }
+    tables = {"roofline_points": Table("roofline_points", Path("."), list(rows[0]), rows)}
+    c = CampaignResults("h200-x", Path("."), FindingSet(), tables, {}, {"profile": facts})
+    p = build_profile(c, reference="rtx4090-qwen2.5-7b")
     assert p.collected and not p.cpu and p.random_weights and not p.is_reference
     assert p.gpu == "h200" and "H200" in (p.gpu_display or "")
     assert [s.label for s in p.series] == ["llama.cpp（F16）", "llama.cpp（Q4_K_M）"]
     assert [s.select for s in p.series] == [{"run": "llamacpp-f16"}, {"run": "llamacpp-q4km"}]
     assert p.engine_label("llamacpp") == "llama.cpp"  # two formats: the engine alone names neither
-    cpu = build_profile(
-        c,
-        [RawRun("h200-x", "x", True, "complete", "collector-run", {"gpu": "cpu"}, {}, None, None, [])],
-        reference="r",
-    )
-    assert cpu.cpu and cpu.gpu is None and not cpu.random_weights
+    with pytest.raises(RenderError, match="no campaign profile"):  # results from before the profile existed
+        build_profile(CampaignResults("old", Path("."), FindingSet(), tables, {}), reference="r")
+
+
+def test_the_analysis_writes_each_campaign_profile_the_report_reads(built):
+    """index.json's profile, from what the runs recorded (tests/browser.py's synthetic H200 campaign: our
+    collector, an H200 in its fingerprint); and a CPU campaign of raw/ is marked as such."""
+    import browser as br
+
+    for c in built.campaigns:
+        facts = json.loads((built.results / c / "index.json").read_text())["profile"]
+        assert set(facts) >= {"collected", "cpu", "gpu", "gpu_display", "descriptions"}
+    synth = json.loads((built.results / built.synthetic / "index.json").read_text())["profile"]
+    assert synth["collected"] and not synth["cpu"] and synth["gpu"] == "h200"
+    if br.REFERENCE_CAMPAIGN in built.campaigns:
+        ref = json.loads((built.results / br.REFERENCE_CAMPAIGN / "index.json").read_text())["profile"]
+        assert not ref["collected"] and ref["gpu"] == "rtx4090"
+    for c in built.campaigns:
+        runs = (built.results / c / "tables" / "raw_runs.csv").read_text()
+        if ",cpu," in runs:
+            assert json.loads((built.results / c / "index.json").read_text())["profile"]["cpu"]
 
 
 def test_home_row_of_measured_ceilings_renders_the_findings(built):

@@ -33,6 +33,19 @@ GROUPS = {
     "down_proj": "mlp",
 }
 SEQ_LENS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+CONFIG_FIELDS = (
+    "name",
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "tie_word_embeddings",
+    "qkv_bias",
+)
 MODEL = At(topic="model")  # theory of the campaign's model: findings `model.<metric>`
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 
@@ -168,9 +181,12 @@ def run(campaign: Campaign, th: TheoryCtx) -> Section:
     )
     depth_tables, depth = depth_findings(campaign, th, src)
     f += depth
+    # the inputs of every derivation, as the structure page lists them (config.json's fields)
+    config = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
     return Section(
         name="structure",
         tables={
+            "model_config": pd.DataFrame([{**config, "source": ";".join(src)}]),
             "structure_params": pd.DataFrame(params_rows),
             "structure_flops": pd.DataFrame(flops_rows),
             "structure_weights": weights,

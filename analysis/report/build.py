@@ -68,7 +68,7 @@ def build_site(
             say(line)
         times.steps["analyze"] = time.perf_counter() - t
     t = time.perf_counter()
-    report = render_site(results_dir, raw_roots, docs_dir)
+    report = render_site(results_dir, docs_dir)
     for line in report.lines()[-1:]:
         say(line)
     times.steps["render"] = time.perf_counter() - t

@@ -15,7 +15,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import multiprocessing
+import os
 import re
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +133,61 @@ def spec_to_svg(spec: dict[str, Any]) -> str:
     if "<svg" not in svg or ("<path" not in svg and "<text" not in svg):
         raise FigureError("vl-convert returned an empty SVG")
     return svg
+
+
+# Converting in worker processes costs ~1 s a worker (Python, vl-convert, fonts): only for many figures.
+PER_WORKER_MIN = 12
+
+
+def convert_all(specs: list[dict[str, Any]]) -> list[str]:
+    """Specs → SVGs, in order. vl-convert holds the GIL for ~0.3 s a figure, so a site of a few campaigns (40+
+    figures) is converted in worker processes, one per core (spawned: the converter runs threads of its own,
+    which a fork would not carry over safely)."""
+    workers = min(os.cpu_count() or 1, 4, max(1, len(specs) // PER_WORKER_MIN))
+    if workers > 1:
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                return list(pool.map(spec_to_svg, specs))
+        except BrokenProcessPool:
+            pass  # a caller whose __main__ a spawned worker cannot re-import (python -c, stdin): do it here
+    return [spec_to_svg(spec) for spec in specs]
+
+
+@dataclass
+class FigureSet:
+    """The figures the pages show: each spec checked and placed once (``<page dir>/figures/<name>.svg``),
+    converted together at the end; and the figures a page deliberately leaves out, with why."""
+
+    written: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (campaign, name, svg) -> svg
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # svg path (relative to docs) -> spec
+    left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # campaign -> figure -> why
+
+    def place(self, campaign: str, name: str, spec_path: Path, page_path: str, title: str | None) -> str:
+        """The SVG's path relative to docs_dir; the spec is checked now and converted with the rest."""
+        page_dir = Path(page_path).parent
+        # Pages of several campaigns share a folder (structure/): there each campaign gets its own sub-folder.
+        mine = page_dir.parts[-1:] == (campaign,)
+        folder = page_dir / "figures" if mine else page_dir / "figures" / campaign
+        svg_rel = (folder / (name.replace("/", "--") + ".svg")).as_posix()
+        key = (campaign, name, svg_rel)
+        if key not in self.written:
+            spec = prepare_spec(load_spec(spec_path), title)
+            problems = check_publishable(spec, f"{campaign}/{name}")
+            if problems:
+                raise FigureError("; ".join(problems))
+            self.pending[svg_rel] = spec
+            self.written[key] = svg_rel
+        return svg_rel
+
+    def shown(self, campaign: str) -> set[str]:
+        return {k[1] for k in self.written if k[0] == campaign}
+
+    def convert(self, out_dir: Path) -> list[str]:
+        """Write every pending figure under ``out_dir``; return their paths."""
+        jobs = sorted(self.pending.items())
+        for (rel, _), svg in zip(jobs, convert_all([spec for _, spec in jobs]), strict=True):
+            target = out_dir / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(svg, encoding="utf-8")
+        self.pending.clear()
+        return [rel for rel, _ in jobs]

@@ -1,4 +1,5 @@
-"""What kind of campaign a page is about: facts the templates branch on, read from the results and the runs.
+"""What kind of campaign a page is about: facts the templates branch on, read from the results (index.json's
+profile, written by analysis/pipeline.py, and the tables) — never from raw/.
 
 A campaign is either imported (someone else's result folders, organised in rounds, one engine per weight
 format) or collected by our own ``collector run`` (one run per engine and weight format, no rounds). The
@@ -16,10 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis import labels_zh
-from analysis.gpus import get_gpu
-from analysis.report.rawindex import RawRun
-from analysis.report.results import CampaignResults, Table
-from collector.raw.errors import AnatomyError
+from analysis.report.results import CampaignResults, RenderError, Table
 
 
 @dataclass(frozen=True)
@@ -93,28 +91,12 @@ def series_of(c: CampaignResults, collected: bool) -> list[Series]:
     return sorted(out, key=lambda s: (s.engine != "vllm", s.engine, s.label))
 
 
-def build_profile(
-    c: CampaignResults,
-    runs: list[RawRun],
-    reference: str,
-    gpu_display: dict[str, tuple[str, str]] | None = None,
-) -> CampaignProfile:
-    """``gpu_display``: campaign -> (datasheet key, display name), from the comparison when there is one."""
-    mine = [r for r in runs if r.campaign == c.name]
-    collected = any(r.kind == "collector-run" for r in mine) or any(f.level == "run" for f in c.findings)
-    gpus = {str(r.meta.get("gpu")) for r in mine if r.meta.get("gpu")}
-    cpu = collected and gpus == {"cpu"}
-    gpu_key, display = (gpu_display or {}).get(c.name, (None, None))
-    if not gpu_key and not cpu:
-        for name in sorted(gpus - {"cpu"}):
-            try:
-                spec = get_gpu(name)
-            except AnatomyError:
-                continue
-            gpu_key, display = spec.name, spec.display_name
-            break
-    descriptions = sorted({str(r.meta["description"]) for r in mine if r.meta.get("description")})
-    series = series_of(c, collected)
+def build_profile(c: CampaignResults, reference: str) -> CampaignProfile:
+    """The profile of one campaign from its results."""
+    facts = c.index.get("profile")
+    if not isinstance(facts, dict):
+        raise RenderError(f"{c.path}/index.json: no campaign profile (re-run `collector analyze`)")
+    series = series_of(c, bool(facts.get("collected")))
     formats: dict[str, list[str]] = {}
     for s in series:
         if s.weight_format and s.weight_format not in formats.setdefault(s.engine, []):
@@ -122,17 +104,18 @@ def build_profile(
     engines = sorted(
         {s.engine for s in series} | {str(r["engine"]) for r in _rows(c, "points") if r.get("engine")}
     )
+    descriptions = [str(d) for d in facts.get("descriptions") or []]
     return CampaignProfile(
         name=c.name,
-        collected=collected,
-        cpu=cpu,
-        gpu=gpu_key or None,
-        gpu_display=display or None,
+        collected=bool(facts.get("collected")),
+        cpu=bool(facts.get("cpu")),
+        gpu=facts.get("gpu") or None,
+        gpu_display=facts.get("gpu_display") or None,
         random_weights=any("random" in d.lower() for d in descriptions),
         descriptions=descriptions,
         engines=engines,
         series=series,
-        n_runs=len(mine),
+        n_runs=len(_rows(c, "raw_runs")),
         is_reference=c.name == reference,
         weight_formats=formats,
     )

@@ -1,20 +1,13 @@
-"""The raw-data index: every file of every run with size, sha256 and provenance, and the findings using it.
-
-Sizes and hashes come from each run's manifest.json (written at the seal); an unsealed run is listed from its
-journal and marked as such — it is never hidden. Provenance is what the run recorded about itself: for an
-imported run the original relative path of each file and the source folder's name, for a collected run the
-tool version and clocks.
-"""
+"""The raw-data index as the analysis wrote it (tables ``raw_runs`` and ``raw_files``, from each run's
+manifest: analysis/reconcile/provenance.py), and which findings cite which file. Nothing here reads raw/."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from analysis.findings import FindingSet
-from analysis.report.results import source_file
-from collector.raw.store import RawStore, read_journal
+from analysis.report.results import CampaignResults, source_file
 
 
 @dataclass
@@ -27,7 +20,6 @@ class RawFile:
     source: str | None  # the file's original path (imports) or its writer (collected runs)
     written_wall: str | None
     used_by: list[str] = field(default_factory=list)  # finding keys
-    path: Path | None = None  # the file on disk (for the few files a page reads: the model config)
 
     @property
     def run_rel(self) -> str:
@@ -38,75 +30,48 @@ class RawFile:
 class RawRun:
     campaign: str
     name: str
-    sealed: bool
-    status: str  # complete | failed | unsealed
     kind: str
-    meta: dict[str, Any]
-    provenance: dict[str, Any]
+    status: str  # complete | failed | unsealed
+    meta: dict[str, Any]  # test_kind, engine, round, imported, gpu, description (as the run recorded them)
+    origin: str  # an imported run's source folder/run folder; "" for a collected run
     created_wall: str | None
     tool_version: str | None
-    files: list[RawFile]
-
-    @property
-    def origin(self) -> str:
-        """Where the run came from, without machine-local absolute paths."""
-        prov = self.provenance or {}
-        folder = prov.get("imported_from") or (self.meta.get("source") or {}).get("folder")
-        rel = prov.get("relative_dir") or (self.meta.get("source") or {}).get("relative_dir")
-        if folder:
-            return f"{Path(str(folder)).name}/{rel}" if rel and rel != "." else Path(str(folder)).name
-        return ""
+    files: list[RawFile] = field(default_factory=list)
 
 
-def _wall(stamp: Any) -> str | None:
-    if isinstance(stamp, dict):
-        return stamp.get("wall")
-    return str(stamp) if stamp else None
-
-
-def index_runs(raw_roots: list[Path], campaign: str | None = None) -> list[RawRun]:
-    runs = []
-    for root in raw_roots:
-        for info in RawStore(Path(root)).iter_runs(campaign):
-            manifest = info.manifest() if info.sealed else None
-            if manifest is not None:
-                entries = manifest.get("files", {})
-                status = str(manifest.get("status", "complete"))
-                provenance = manifest.get("provenance") or {}
-                tool = (manifest.get("tool") or {}).get("version")
-            else:
-                entries = read_journal(info.path)
-                status = "unsealed"
-                provenance = {}
-                tool = None
-            files = [
+def runs_of(c: CampaignResults) -> list[RawRun]:
+    """The campaign's runs and files from its results (empty when the analysis wrote no provenance)."""
+    runs: dict[str, RawRun] = {}
+    if "raw_runs" in c.tables:
+        for r in c.tables["raw_runs"].rows:
+            meta = {k: r.get(k) for k in ("test_kind", "engine", "round", "imported", "gpu", "description")}
+            runs[str(r["run"])] = RawRun(
+                campaign=c.name,
+                name=str(r["run"]),
+                kind=str(r.get("kind") or ""),
+                status=str(r.get("status") or ""),
+                meta={k: v for k, v in meta.items() if v is not None},
+                origin=str(r.get("origin") or ""),
+                created_wall=r.get("created_wall"),
+                tool_version=None if r.get("tool_version") is None else str(r["tool_version"]),
+            )
+    if "raw_files" in c.tables:
+        for f in c.tables["raw_files"].rows:
+            run = runs.get(str(f["run"]))
+            if run is None:
+                continue
+            run.files.append(
                 RawFile(
-                    campaign=info.campaign,
-                    run=info.name,
-                    rel=rel,
-                    size=e.get("size"),
-                    sha256=e.get("sha256"),
-                    source=e.get("source"),
-                    written_wall=_wall(e.get("written_at")),
-                    path=info.path / rel,
-                )
-                for rel, e in sorted(entries.items())
-            ]
-            runs.append(
-                RawRun(
-                    campaign=info.campaign,
-                    name=info.name,
-                    sealed=info.sealed,
-                    status=status,
-                    kind=info.kind,
-                    meta=dict(info.meta),
-                    provenance=dict(provenance),
-                    created_wall=_wall(info.created),
-                    tool_version=tool,
-                    files=files,
+                    campaign=c.name,
+                    run=run.name,
+                    rel=str(f["rel"]),
+                    size=f.get("size"),
+                    sha256=f.get("sha256"),
+                    source=f.get("source"),
+                    written_wall=f.get("written_wall"),
                 )
             )
-    return runs
+    return list(runs.values())
 
 
 class FileLookup:
@@ -140,7 +105,6 @@ def link_findings(runs: list[RawRun], findings: FindingSet) -> list[str]:
     lookup = FileLookup(runs)
     unmatched: set[str] = set()
     for finding in findings:
-        key = finding.key
         for src in finding.sources:
             path = source_file(src)
             if not path:
@@ -148,6 +112,6 @@ def link_findings(runs: list[RawRun], findings: FindingSet) -> list[str]:
             hit = lookup.find(path)
             if hit is None:
                 unmatched.add(path)
-            elif key not in hit.used_by:
-                hit.used_by.append(key)
+            elif finding.key not in hit.used_by:
+                hit.used_by.append(finding.key)
     return sorted(unmatched)

@@ -1,0 +1,54 @@
+"""The jinja environment every page is rendered in: the labels and formatters of analysis/labels_zh.py as
+filters and globals, StrictUndefined (a placeholder the results cannot fill fails the build), Markdown out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from analysis import labels_zh as zh
+from analysis.report.markdown import file_anchor, markdown_table
+
+
+def make_env(templates_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # Markdown out, not HTML; values are numbers we format ourselves
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        # numbers
+        num=zh.fmt_num,
+        int=zh.fmt_int,
+        pct=zh.fmt_pct,
+        spct=zh.fmt_signed_pct,
+        fpct=zh.fmt_fraction_pct,
+        bytes=zh.fmt_bytes,
+        # a finding, formatted
+        value=zh.value_text,
+        theory=zh.theory_text,
+        error=zh.error_text,
+        tolerance=zh.tolerance_text,
+        label=zh.finding_label,
+        status_zh=zh.status_text,
+        reason_zh=zh.reason_text,
+        # names
+        round_zh=zh.round_label,
+        engine_zh=lambda e: zh.ENGINES.get(e, e),
+        engine_name=zh.engine_name,
+        format_zh=zh.format_label,
+        column_zh=lambda c: zh.COLUMNS.get(c, c),
+        unit_zh=zh.unit_zh,
+    )
+    env.globals.update(
+        markdown_table=markdown_table,
+        format_cell=zh.cell_text,
+        file_anchor=file_anchor,
+        series_label=zh.series_label,
+        fmt_value=zh.fmt_value,
+    )
+    return env
