@@ -43,6 +43,8 @@ UNITS: dict[str, str] = {
     "tokens/request": "token/请求",
     "tokens/iteration": "token/迭代",
     "ms/request": "毫秒/请求",
+    "ms/token": "毫秒/token",
+    "FLOP/byte": "FLOP/字节",
     "MiB": "MiB",
     "tokens/token": "",  # a slope of tokens over tokens is a plain number
     "runs": "次运行",
@@ -482,6 +484,18 @@ FINDINGS.update(
         ("memory", "kv_buffer_gib"): "KV 缓冲区",
         ("memory", "compute_buffer_gib"): "计算缓冲区",
         ("memory", "output_buffer_gib"): "输出缓冲区",
+        ("length", "kv_bytes_per_input_token"): "长度扫描：每多一个输入 token 的峰值 KV 字节（该并发下）",
+        ("length", "kv_bytes_per_token_from_itl_slope"): "由 ITL 随上下文的斜率 × 带宽反推的每 token KV 字节",
+        ("length", "prefill_ms_per_input_token"): "预填充：每个输入 token 的时间（斜率）",
+        ("length", "step_growth_ratio"): "最长与最短输入的解码步（p50 ITL）之比",
+        ("length", "tokens_per_iteration_at_longest_input"): "最长输入时每次迭代的 token 数",
+        ("length", "mfu_mbu_crossover_input_tokens"): "MFU 超过 MBU 的输入长度（插值）",
+        ("length", "arithmetic_intensity_at_longest_input"): "最长输入时的算术强度（FLOPs ÷ 读取字节）",
+        ("length", "chunked_prefill_budget_tokens"): "每次迭代的 token 上限（分块预填充预算）",
+        (
+            "length",
+            "budget_prediction_single_stream",
+        ): "预测（检查前写下）：并发 1 时迭代数 = 完成数 ×（⌈提示 ÷ 预算⌉ + 输出 − 1）",
     }
 )
 REASONS.update(

@@ -58,7 +58,9 @@ def _rows(out: Path, table: str, campaign: str = REF) -> list[dict]:
 
 
 def _line(path: Path, no: int) -> str:
-    return path.read_bytes().split(b"\n")[no - 1].decode("utf-8", errors="replace")  # \r inside lines (progress bars)
+    return (
+        path.read_bytes().split(b"\n")[no - 1].decode("utf-8", errors="replace")
+    )  # \r inside lines (progress bars)
 
 
 def _json(rel: str) -> dict:
@@ -175,3 +177,112 @@ def test_llamacpp_buffers_against_the_gguf_bytes_by_hand(out):
     # a CPU vLLM sizes its pool from VLLM_CPU_KVCACHE_SPACE: no memory ledger, and the page says why
     c = _f(out, CPU)
     assert c["runs.vllm.memory.kv_pool_hand_estimate_gib"]["status"] == "n/a"
+
+
+# --- (2) length sweep -------------------------------------------------------------------------------------
+
+DATASHEET_BW, DATASHEET_FLOPS = 1008e9, 165.2e12  # RTX 4090 whitepaper (analysis/gpus.py cites it)
+LENGTHS = (256, 512, 1024, 2048, 4096)
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope by hand: Σ(x − x̄)(y − ȳ) ÷ Σ(x − x̄)²."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def _sampler(rel: str) -> list[dict]:
+    with open(SEED / rel, newline="") as fh:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def _window(rows: list[dict], result: dict) -> tuple[dict, dict, list[dict]]:
+    """A point's window on the sampler clock by hand: the result's `date` (the client's clock, which the
+    reference kept in UTC) is the end, `duration` before it the start, + 1 s for the truncated seconds.
+    Returns the row before the start, the row after the end, and the rows inside."""
+    from datetime import UTC, datetime
+
+    end = datetime.strptime(result["date"], "%Y%m%d-%H%M%S").replace(tzinfo=UTC).timestamp()
+    start, stop = end - result["duration"], end + 1.0
+    before = [r for r in rows if r["ts"] <= start][-1]
+    after = next(r for r in rows if r["ts"] >= stop)
+    return before, after, [r for r in rows if start <= r["ts"] <= stop]
+
+
+def test_length_sweep_by_hand(out):
+    f = _f(out)
+    rows = _sampler("Round2/03-perf-test/metrics_sweep.csv")
+    pool = int(
+        re.search(
+            r"GPU KV cache size: ([\d,]+) tokens",
+            (SEED / "Round2/03-perf-test/vllm-server.head.log").read_text(),
+        )
+        .group(1)
+        .replace(",", "")
+    )
+    ctxs, itls, inputs, peaks, mfu, mbu = [], [], [], [], [], []
+    for n in LENGTHS:
+        res = _json(f"Round2/03-perf-test/len_{n}.json")
+        prompt, out_mean = (
+            res["total_input_tokens"] / res["completed"],
+            res["total_output_tokens"] / res["completed"],
+        )
+        inputs.append(prompt)
+        ctxs.append(prompt + out_mean / 2)
+        itls.append(res["p50_itl_ms"])
+        before, after, inside = _window(rows, res)
+        peaks.append(max(r["kv_usage"] for r in inside) * pool * KV_BYTES)
+        mfu.append((after["flops"] - before["flops"]) / res["duration"] / DATASHEET_FLOPS * 100)
+        mbu.append((after["read_bytes"] - before["read_bytes"]) / res["duration"] / DATASHEET_BW * 100)
+    # KV per input token at concurrency 16: the peak usage's slope, against 16 × 57,344
+    kvi = f["round2.length.vllm.kv_bytes_per_input_token"]
+    assert kvi["value"] == pytest.approx(_slope(inputs, peaks), rel=1e-9)
+    assert kvi["theory"] == 16 * KV_BYTES and kvi["status"] == "ok"
+    # the second path: p50 ITL's slope vs mean context × bandwidth ÷ 16
+    s = f["round2.length.vllm.kv_bytes_per_token_from_itl_slope"]
+    by_hand = _slope(ctxs, itls) / 1000 * DATASHEET_BW / 16
+    assert s["value"] == pytest.approx(by_hand, rel=1e-9)
+    assert abs(by_hand / KV_BYTES - 1) < 0.15 and s["status"] == "ok"  # 61.8 kB vs 57.3 kB: +7.8 %
+    # a 16× longer prompt: the step grows by ITL(4096) ÷ ITL(256)
+    g = f["round2.length.vllm.step_growth_ratio"]
+    assert g["value"] == pytest.approx(itls[-1] / itls[0]) and g["input_ratio"] == 16
+    # MFU overtakes MBU between 2048 and 4096: log–log interpolation of the two curves
+    d0, d1 = math.log(mfu[3] / mbu[3]), math.log(mfu[4] / mbu[4])
+    x = math.exp(math.log(2048) + d0 / (d0 - d1) * math.log(2))
+    assert f["round2.length.vllm.mfu_mbu_crossover_input_tokens"]["value"] == pytest.approx(x, rel=1e-6)
+
+
+def test_iteration_budget_prediction_by_hand(out):
+    f = _f(out)
+    # the budget: the compile range vLLM logged (it compiles up to max_num_batched_tokens)
+    cfg = _line(SEED / "Round2/03-perf-test/vllm-server.head.log", 12)
+    budget = int(re.search(r"'compile_ranges_endpoints': \[(\d+)\]", cfg).group(1))
+    assert f["round2.length.vllm.chunked_prefill_budget_tokens"]["value"] == budget == 2048
+    # the concurrency-1 point: Δ iteration count = completed × (ceil(prompt ÷ budget) + output − 1)
+    res = _json("Round2/01-02-perf-test/vllm_c001.json")
+    before, after, _ = _window(_sampler("Round2/01-02-perf-test/metrics_sweep.csv"), res)
+    observed = after["iter_tok_cnt"] - before["iter_tok_cnt"]
+    prompt = res["total_input_tokens"] // res["completed"]
+    predicted = res["completed"] * (
+        math.ceil(prompt / budget) + res["total_output_tokens"] // res["completed"] - 1
+    )
+    assert observed == predicted == 10_240
+    chk = f["round2.length.vllm.budget_prediction_single_stream"]
+    assert chk["value"] is True and chk["points"]["round2-01-02-perf-test/vllm_c001"]["observed"] == observed
+    # round 1 kept no sampler CSV: the prediction cannot be checked there, and the page says so
+    assert f["round1.length.vllm.budget_prediction_single_stream"]["status"] == "n/a"
+
+
+@pytest.mark.skipif(not (RAW / H200).is_dir(), reason="our own campaigns are not committed in raw/")
+def test_length_sweep_on_our_campaigns(out):
+    f = _f(out, H200)
+    # llama.cpp keeps no KV usage gauge: n/a with the reason; its n_decode counter gives tokens per iteration
+    assert f["runs.llamacpp_q4km.length.kv_bytes_per_input_token"]["reason"] == "no_kv_usage_gauge"
+    assert f["runs.llamacpp_q4km.length.chunked_prefill_budget_tokens"]["value"] == 2048  # n_batch
+    assert f["runs.llamacpp_q4km.length.budget_prediction_single_stream"]["value"] is True
+    # the H200's steps at concurrency 16 are far above the bandwidth floor: the ITL slope says nothing about
+    # the KV bytes, and the finding fails rather than pretending
+    s = f["runs.llamacpp_q4km.length.kv_bytes_per_token_from_itl_slope"]
+    assert s["status"] == "mismatch" and s["roofline_achievement_pct"] < 50
+    c = _f(out, CPU)
+    assert c["runs.vllm.length.kv_bytes_per_token_from_itl_slope"]["reason"] == "no_gpu_datasheet"

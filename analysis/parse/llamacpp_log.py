@@ -283,6 +283,7 @@ def _other_line(st: _State, no: int, msg: str) -> None:
     m = _P["ctx_param"].match(msg)
     if m:
         st.log.context_params.setdefault(m["k"], m["v"].strip())
+        st.log.lines.setdefault(f"ctx:{m['k']}", no)  # the line of each context parameter, to cite it
         return
     if "build" in msg and "build_number" not in st.log.lines:
         for key in ("build_b", "build_c", "build_a"):
