@@ -30,6 +30,7 @@ CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] =
         lambda c: _has_rows(c, "points", test_kind="concurrency_sweep"),
     ),
     ("ttft", "campaign/ttft.md.j2", lambda c: _has_rows(c, "ttft_anatomy")),
+    ("lengths", "campaign/lengths.md.j2", lambda c: _has_rows(c, "length_sweep")),  # issue #11
     ("kv", "campaign/kv.md.j2", lambda c: any(_has_rows(c, t) for t in ("kv_pool", "capacity", "kv_fit"))),
     ("overload", "campaign/overload.md.j2", lambda c: _has_rows(c, "points", test_kind="overload")),
     (
