@@ -24,7 +24,6 @@ from analysis.parse import (
     vllm_log,
 )
 from collector.raw.errors import ParseError
-from collector.raw.jsonl import read_bytes
 
 # --- registry ------------------------------------------------------------------------------------------
 
@@ -63,7 +62,11 @@ def parse_server_log(path: str | Path) -> Any:
     vLLM prefixes its lines with ``(APIServer pid=N)`` / ``(EngineCore pid=N)`` or logs ``vLLM``; llama.cpp
     logs ``llama_server`` / ``load_model`` lines. Neither found is a ParseError, not a guess.
     """
-    head = read_bytes(path)[:65536].decode("utf-8", errors="replace")
+    try:
+        with open(path, "rb") as f:  # the head only: the parser then streams the whole log
+            head = f.read(65536).decode("utf-8", errors="replace")
+    except OSError as err:
+        raise ParseError(path, None, f"cannot read file ({err.strerror or err})") from None
     vllm_marks = ("(APIServer pid=", "(EngineCore", "LLM engine (v", "non-default args:", "vLLM API server")
     llama_marks = ("llama_server", "load_model:", "llama_model_loader", "llama_context:")
     if any(m in head for m in vllm_marks):

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.parse.text import split_lines
+from analysis.parse.text import iter_lines
 from collector.raw.errors import ParseError
-from collector.raw.jsonl import clip, read_bytes
+from collector.raw.jsonl import clip
 
 _NUM = r"-?(?:\d+(?:\.\d+)?|inf|nan)"
 _PREFIX = re.compile(
@@ -58,7 +58,7 @@ _P = {
 }
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class SlotTiming:
     """One request's ``print_timing`` block (llama.cpp's own timing of prefill and decode)."""
 
@@ -80,7 +80,7 @@ class SlotTiming:
     extra: dict[str, str] = field(default_factory=dict)  # other print_timing lines (draft stats …), verbatim
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class SlotProgress:
     """An interim ``n_gen = N, tg = X t/s, tg_3s = Y t/s`` line printed while a slot generates."""
 
@@ -93,7 +93,7 @@ class SlotProgress:
     tg_3s_tok_s: float
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class SlotRelease:
     line: int
     elapsed_s: float | None
@@ -103,7 +103,7 @@ class SlotRelease:
     truncated: bool
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class DeviceBuffer:
     line: int
     kind: str  # "KV" | "model" | "compute" | "output" | "RS"
@@ -112,7 +112,7 @@ class DeviceBuffer:
     source: str  # the logging function: "llama_kv_cache", "load_tensors", "llama_context"
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class LogLine:
     line: int
     elapsed_s: float | None
@@ -298,13 +298,13 @@ def _other_line(st: _State, no: int, msg: str) -> None:
             st.set("n_threads", int(r["n"]), no)
 
 
-def parse_llamacpp_log_bytes(data: bytes, path: str | Path = "<bytes>") -> LlamacppServerLog:
-    path = str(path)
+def _parse(source: str | Path | bytes, path: str) -> LlamacppServerLog:
+    """One pass over the lines as they are read (a log of hundreds of MB is never held whole)."""
+    st = _State(path, 0)
+    no = 0
     # Byte tokens make the server print partial UTF-8 in dumped model output; facts are ASCII, so those bytes
     # are replaced rather than refused.
-    lines = split_lines(data, path, errors="replace")
-    st = _State(path, len(lines))
-    for no, raw in enumerate(lines, 1):
+    for no, raw in iter_lines(source, path, errors="replace"):
         for seg in raw.split("\r"):
             pm = _PREFIX.match(seg)
             if pm is None:  # pragma: no cover - the pattern matches any string
@@ -321,6 +321,7 @@ def parse_llamacpp_log_bytes(data: bytes, path: str | Path = "<bytes>") -> Llama
                 _slot_line(st, no, t, sm)
             elif pm["m"] is not None or msg.startswith(("srv ", "llama_", "load_tensors", "main:", "build")):
                 _other_line(st, no, msg)
+    st.log.line_count = no
     if st.open:
         block = min(st.open.values(), key=lambda b: b.line)
         raise ParseError(
@@ -332,5 +333,10 @@ def parse_llamacpp_log_bytes(data: bytes, path: str | Path = "<bytes>") -> Llama
     return st.log
 
 
+def parse_llamacpp_log_bytes(data: bytes, path: str | Path = "<bytes>") -> LlamacppServerLog:
+    return _parse(data, str(path))
+
+
 def parse_llamacpp_log(path: str | Path) -> LlamacppServerLog:
-    return parse_llamacpp_log_bytes(read_bytes(path), path)
+    """The log at ``path``, streamed line by line."""
+    return _parse(path, str(path))

@@ -1,11 +1,16 @@
-"""Text helpers the line-oriented parsers share: decode strictly, split into numbered lines.
+"""Text helpers the line-oriented parsers share: decode strictly, split into numbered lines — all at once
+(``split_lines``, small files) or streamed from a file or bytes line by line (``iter_lines``, server logs that
+grow to hundreds of MB: memory then holds one line, not the file three times over).
 
 Reading bytes and clipping an excerpt for a message live with the raw contract (``collector.raw.jsonl``).
 """
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from collector.raw.errors import ParseError
 
@@ -38,3 +43,43 @@ def split_lines(
         n = text.count("\n") + 1
         raise ParseError(path, n, "last line has no newline: the file looks truncated")
     return text[:-1].split("\n")
+
+
+def iter_lines(
+    source: str | Path | bytes, path: str | Path, *, errors: str = "strict"
+) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for each line of a file (or of ``bytes``), read one line at a time, with
+    ``split_lines``' rules: ``\\n`` ends a line, ``\\r`` stays inside it; an empty file, an invalid UTF-8 byte
+    (unless ``errors="replace"``) and a last line without newline are ParseErrors. The cut last line is refused
+    before it is yielded, so a parser never reads half a line."""
+    if isinstance(source, bytes):
+        yield from _iter_lines(io.BytesIO(source), path, errors)
+        return
+    try:
+        f = open(source, "rb")  # closed by the with below, once the lines are read
+    except OSError as err:
+        raise ParseError(path, None, f"cannot read file ({err.strerror or err})") from None
+    with f:
+        yield from _iter_lines(f, path, errors)
+
+
+def _iter_lines(f: BinaryIO, path: str | Path, errors: str) -> Iterator[tuple[int, str]]:
+    no, offset = 0, 0
+    try:
+        for raw in f:
+            no += 1
+            if not raw.endswith(b"\n"):
+                raise ParseError(path, no, "last line has no newline: the file looks truncated")
+            try:
+                text = raw[:-1].decode("utf-8", errors=errors)
+            except UnicodeDecodeError as err:
+                at = offset + err.start
+                raise ParseError(
+                    path, no, f"invalid UTF-8 byte 0x{raw[err.start]:02x} at byte {at}"
+                ) from None
+            offset += len(raw)
+            yield no, text
+    except OSError as err:
+        raise ParseError(path, no or None, f"cannot read file ({err.strerror or err})") from None
+    if no == 0:
+        raise ParseError(path, None, "empty file")

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse.sweep_log import literal, parse_kwargs
-from analysis.parse.text import split_lines
+from analysis.parse.text import iter_lines
 from collector.raw.errors import ParseError
-from collector.raw.jsonl import clip, read_bytes
+from collector.raw.jsonl import clip
 
 _RECORD = re.compile(
     r"^(?:\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\) ?)?"
@@ -30,7 +30,7 @@ _NUM = r"\d+(?:\.\d+)?"
 _INT_COMMA = r"\d{1,3}(?:,\d{3})*|\d+"
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class LogRecord:
     line: int
     process: str | None  # "APIServer" / "EngineCore" / None
@@ -75,14 +75,14 @@ class MemoryBreakdown:
     kv_cache_in_use_gib: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class SamplingOverride:
     line: int
     params: dict[str, Any] | None  # {'temperature': 0.7, ...}; None when the line names no values
     message: str
 
 
-@dataclass
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class EngineStats:
     """One periodic ``Engine 000: Avg prompt throughput: …`` line (vLLM logs it every ~10 s under load)."""
 
@@ -399,11 +399,11 @@ def _handle(b: _Builder, path: str, rec: LogRecord) -> None:
         b.set("max_model_len", int(m.group(1)), no)
 
 
-def parse_vllm_log_bytes(data: bytes, path: str | Path = "<bytes>") -> VllmServerLog:
-    path = str(path)
-    lines = split_lines(data, path)
-    b = _Builder(path, len(lines))
-    for no, raw in enumerate(lines, 1):
+def _parse(source: str | Path | bytes, path: str) -> VllmServerLog:
+    """One pass over the lines as they are read (a log of hundreds of MB is never held whole)."""
+    b = _Builder(path, 0)
+    no = 0
+    for no, raw in iter_lines(source, path):
         for seg in raw.split("\r"):
             if not seg:
                 continue
@@ -423,8 +423,14 @@ def parse_vllm_log_bytes(data: bytes, path: str | Path = "<bytes>") -> VllmServe
                 message=m["msg"].rstrip(),
             )
             _handle(b, path, rec)
+    b.log.line_count = no
     return b.log
 
 
+def parse_vllm_log_bytes(data: bytes, path: str | Path = "<bytes>") -> VllmServerLog:
+    return _parse(data, str(path))
+
+
 def parse_vllm_log(path: str | Path) -> VllmServerLog:
-    return parse_vllm_log_bytes(read_bytes(path), path)
+    """The log at ``path``, streamed line by line."""
+    return _parse(path, str(path))
