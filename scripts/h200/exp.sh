@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Issue #15, the GPU part: one-knob experiments on the lent H200, device side. The sibling of campaign.sh
+# (same build, same deadline machinery, same packing), but it runs a LIST of plans in order, each once per
+# lease, and it runs from a frozen snapshot of the committed code (other work may leave the live tree
+# mid-edit while a device call ships it):
+#
+#   here:   git archive HEAD collector analysis scripts plans pyproject.toml | tar -x -C .device-carry/src
+#           (+ the new plans), .device-carry/llama-src.tar.gz and .device-carry/whl/gguf-*.whl as bundle.sh makes
+#   device: cd .device-carry/src && bash scripts/h200/exp.sh build run RUN [RUN ...]
+#
+# RUN is a run name; its plan is plans/h200-<RUN>.toml. A run already in $RAW (done earlier in this lease) is
+# skipped, so the same command can be sent again on a warm machine and picks up where the last call stopped.
+# Runs go in the order given; the first one whose estimate (EST below) no longer fits the time left in this
+# call stops the list (order matters: arms are interleaved and the baseline repeated). Each collector run
+# gets the time left minus PACK_RESERVE_S: at that deadline it gets SIGTERM and seals itself as failed.
+# Every run that ended comes back as $OUT/<run>.tar.gz (bring home with scripts/h200/unpack.py).
+#
+# The work dir ($W) lives OUTSIDE .device-carry, which each call's carry replaces: .engines/ at the device
+# checkout's root, reached through a link .engines -> ../../.engines made here each call.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+: "${OUT:?OUT must name the folder whose files come back (the device tool sets it)}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+CARRY=${CARRY_DIR:-$(cd "$root/.." && pwd)}     # .device-carry (this snapshot lives in .device-carry/src)
+if [[ -z ${H200_WORK:-} ]]; then                 # .engines -> the device checkout's own .engines/
+  mkdir -p "$root/../../.engines"
+  [[ -L .engines || ! -e .engines ]] && ln -sfn ../../.engines .engines
+fi
+W=${H200_WORK:-.engines/h200x}
+RAW=$W/raw
+CAMPAIGN=h200-qwen2.5-7b-random
+PY=${PYTHON:-python3}
+SITE=${WHEEL_SITE:-/tmp/site}
+CALL_LIMIT_S=${CALL_LIMIT_S:-585}
+PACK_RESERVE_S=${PACK_RESERVE_S:-35}
+F16=$W/models/qwen2.5-7b-random-f16.gguf
+Q4=$W/models/qwen2.5-7b-random-q4_k_m.gguf
+SERVER_BIN=$W/bin/llama-server
+export PYTHONUNBUFFERED=1
+export ANATOMY_CEILINGS_JSON=$root/$W/ceilings.json
+
+# Seconds each run needs (measured ~x1.2 where known); a run is started only if this much is left.
+declare -A EST=(
+  [exp-slots-np256-q4km]=90 [exp-slots-np64-q4km]=90 [exp-sampling-backend-q4km]=80
+  [exp-graphs-off-q4km]=80 [exp-slots-np256-q4km-r2]=90
+  [exp-kvf16-q4km]=95 [exp-kvq8-q4km]=95 [exp-kvq4-q4km]=95 [exp-kvf16-q4km-r2]=95
+  [exp-slots-np256-f16]=90 [exp-slots-np64-f16]=90 [exp-sampling-backend-f16]=80
+)
+
+LOG=$OUT/exp.log
+exec > >(tee -a "$LOG") 2>&1
+tee_pid=$!
+
+S_NAME=() S_SECS=() S_STATUS=() NOTES=()
+current="" step_t0=0
+record() { S_NAME+=("$1"); S_SECS+=("$2"); S_STATUS+=("$3"); }
+step() {
+  current=$1
+  shift
+  step_t0=$SECONDS
+  echo "=== [$current] start $(date -u +%H:%M:%S) (t=${SECONDS}s)"
+  "$@"
+  record "$current" $((SECONDS - step_t0)) ok
+  echo "=== [$current] done in $((SECONDS - step_t0)) s"
+  current=""
+}
+summary() {
+  echo
+  echo "=== summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), ${SECONDS} s in this call)"
+  printf '%-34s %8s  %s\n' step seconds status
+  local i
+  for i in "${!S_NAME[@]}"; do printf '%-34s %8s  %s\n' "${S_NAME[$i]}" "${S_SECS[$i]}" "${S_STATUS[$i]}"; done
+  for i in "${!NOTES[@]}"; do echo "note: ${NOTES[$i]}"; done
+  echo "files in \$OUT:"
+  (cd "$OUT" && find . -maxdepth 1 -type f -printf '  %P %s bytes\n' | sort)
+}
+on_exit() {
+  local rc=$?
+  if [[ -n $current ]]; then record "$current" $((SECONDS - step_t0)) "FAILED (exit $rc)"; fi
+  summary
+  exec 1>&- 2>&-
+  wait "$tee_pid" 2>/dev/null || true
+}
+trap on_exit EXIT
+
+gpu_state() {
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem,power.draw,power.limit --format=csv
+  df -h "$root/../.." | tail -1
+  nproc
+}
+
+install_wheels() {
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$CARRY"/whl/*.whl
+  "$PY" -c "import sys; sys.path.insert(0, '$SITE'); import gguf, importlib.metadata as m; print('gguf', m.version('gguf'))"
+}
+
+measure_ceilings() {  # JSON only (no run folder: the campaign has its ceilings run); into each fingerprint
+  if [[ -f $W/ceilings.json ]]; then echo "measured earlier in this lease"; return; fi
+  "$PY" -m collector.ceilings --out "$W/ceilings.json" || NOTES+=("ceilings NOT measured")
+  cat "$W/ceilings.json" 2>/dev/null || true
+}
+
+build_stamp() { cat "$CARRY/llama-src.tar.gz" scripts/build_llama_server.sh | sha256sum | cut -d' ' -f1; }
+llama_built() {
+  [[ -x $SERVER_BIN && -x $W/bin/llama-quantize && -f $W/bin/STAMP ]] && [[ $(cat "$W/bin/STAMP") == "$(build_stamp)" ]]
+}
+build_llama() {
+  if llama_built; then echo "built earlier in this lease: $W/bin"; return; fi
+  rm -rf "$W/src" "$W/build"
+  mkdir -p "$W/src"
+  tar -xzf "$CARRY/llama-src.tar.gz" -C "$W/src"
+  nvcc --version | tail -2
+  bash scripts/build_llama_server.sh "$W/src/llama.cpp" "$W" --cuda --jobs "$(nproc)" --build-dir "$W/build"
+  build_stamp >"$W/bin/STAMP"
+}
+generate_f16() {
+  if [[ -f $F16 ]]; then echo "generated earlier in this lease: $F16"; return; fi
+  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m collector.modelgen --shape qwen2.5-7b --format gguf --seed 0 --out "$F16"
+}
+build_and_generate() {
+  mkdir -p "$W/models" "$W/logs"
+  local mg_pid mg_rc=0
+  generate_f16 >"$W/logs/modelgen.log" 2>&1 &
+  mg_pid=$!
+  build_llama
+  wait "$mg_pid" || mg_rc=$?
+  echo "--- modelgen (ran beside the build):"
+  tail -5 "$W/logs/modelgen.log"
+  return "$mg_rc"
+}
+quantize_q4() {
+  if [[ -f $Q4 ]]; then echo "quantized earlier in this lease: $Q4"; return; fi
+  "$W/bin/llama-quantize" "$F16" "$Q4.partial" Q4_K_M "$(nproc)" >"$W/logs/quantize.log" 2>&1 || { tail -20 "$W/logs/quantize.log"; return 1; }
+  grep -E "model size|quant size" "$W/logs/quantize.log" || true
+  mv "$Q4.partial" "$Q4"
+  ls -l "$W/models"
+}
+build_phase() {
+  step gpu-state gpu_state
+  step wheels install_wheels
+  step ceilings measure_ceilings
+  step build+modelgen build_and_generate
+  step quantize-q4_k_m quantize_q4
+}
+
+stop_leftover_servers() {
+  local pid
+  for pid in $(pgrep -f -- "$SERVER_BIN" || true); do
+    echo "stopping leftover llama-server pid $pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    sleep 3
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+
+pack_run() {  # one sealed (or cut) run folder -> $OUT/<run>.tar.gz
+  local d=$1 run
+  run=$(basename "$d")
+  [[ -f $d/SEALED ]] || echo "pack: WARNING: $d is not sealed"
+  tar -C "$RAW" --sort=name --owner=0 --group=0 --numeric-owner -cf - "$CAMPAIGN/$run" | gzip -6 >"$OUT/$run.tar.gz"
+  echo "packed $run: $(stat -c %s "$OUT/$run.tar.gz") bytes ($(du -sb "$d" | cut -f1) unpacked)"
+}
+
+run_one() {  # run_one RUN: 0 = ran or skipped, 1 = did not fit (stop the list)
+  local run=$1 plan=plans/h200-$1.toml
+  [[ -f $plan ]] || { NOTES+=("$run: no plan $plan"); return 0; }
+  if [[ -d $RAW/$CAMPAIGN/$run ]]; then echo "$run: done earlier in this lease"; return 0; fi
+  if (($(find "$OUT" -maxdepth 1 -type f | wc -l) >= 8)); then  # the device returns 8 files a call
+    NOTES+=("$run NOT started: \$OUT holds 8 files already; send the same command again")
+    return 1
+  fi
+  local est=${EST[$run]:-120} budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))
+  if ((budget < est)); then
+    NOTES+=("$run NOT started: ${budget} s left < estimate ${est} s; send the same command again")
+    return 1
+  fi
+  local rc=0 t0=$SECONDS
+  echo "=== [$run] collector run $plan (estimate ${est} s, deadline ${budget} s) t=${SECONDS}s"
+  timeout --signal=TERM --kill-after=20 "$budget" "$PY" -m collector.cli run "$plan" --raw "$RAW" || rc=$?
+  stop_leftover_servers
+  record "$run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "exit $rc (124: cut at the deadline)")"
+  if [[ -d $RAW/$CAMPAIGN/$run ]]; then
+    pack_run "$RAW/$CAMPAIGN/$run"
+    NOTES+=("$run: $("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["status"], m.get("points_done"), "/", m.get("points_planned"), "points; note:", m.get("note"), "; checks failed:", m.get("checks_failed"))' "$RAW/$CAMPAIGN/$run/manifest.json" 2>/dev/null || echo "not sealed")")
+    grep -h -E "KV buffer size|llama_kv_cache: size|initializing, n_slots|USE_GRAPHS|backend sampl|CUDA graph" "$RAW/$CAMPAIGN/$run/server.log" | head -8 || true
+    "$PY" - "$RAW/$CAMPAIGN/$run" <<'EOF' || true
+import json, sys, pathlib
+for f in sorted(pathlib.Path(sys.argv[1], "bench").glob("*.json")):
+    d = json.loads(f.read_text())
+    print(f"  {f.stem:34s} ok {d['completed']:3d} p50 ITL {d['p50_itl_ms']:8.2f} ms  p50 TPOT {d['p50_tpot_ms']:8.2f} ms"
+          f"  out {d['output_throughput']:8.1f} tok/s  p50 TTFT {d['p50_ttft_ms']:9.1f} ms")
+EOF
+  else
+    NOTES+=("$run left no run folder (exit $rc)")
+  fi
+  return 0
+}
+
+[[ $# -gt 0 ]] || { echo "usage: $0 [build] [run RUN...]" >&2; exit 2; }
+echo "exp.sh $* — $(date -u +%Y-%m-%dT%H:%M:%SZ), work dir $W, raw $RAW, carry $CARRY"
+if [[ $1 == build ]]; then
+  if llama_built && [[ -f $F16 && -f $Q4 ]]; then echo "build: everything is here from earlier in this lease"
+  else build_phase; fi
+  shift
+fi
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+if [[ ${1:-} == run ]]; then
+  shift
+  llama_built && [[ -f $Q4 ]] || { echo "not built: add 'build'" >&2; exit 1; }
+  for r in "$@"; do run_one "$r" || break; done
+fi
