@@ -484,6 +484,16 @@ FINDINGS.update(
         ("memory", "kv_buffer_gib"): "KV 缓冲区",
         ("memory", "compute_buffer_gib"): "计算缓冲区",
         ("memory", "output_buffer_gib"): "输出缓冲区",
+        ("concurrency", "per_slot_efficiency_pct"): "每个槽位保留的单流速度（吞吐增益 ÷ 并发）",
+        ("concurrency", "itl_p99_over_p50_max"): "p99 ITL ÷ p50 ITL 的最大值",
+        ("concurrency", "decode_share_of_e2e_pct"): "最高并发时解码占端到端延迟的比例",
+        ("concurrency", "waiting_queue_peak"): "等待队列的峰值（采样）",
+        ("concurrency", "mfu_mbu_crossover_concurrency"): "MFU 超过 MBU 的并发数（插值）",
+        ("concurrency", "concurrency_ceiling_at_workload"): "按本次请求形状 KV 池能同时容纳的请求数",
+        (
+            "concurrency",
+            "step_marginal_ms_per_request",
+        ): "每多一个在途请求解码步增加的时间（并发 1 → 最高，vs 带宽下限）",
         ("length", "kv_bytes_per_input_token"): "长度扫描：每多一个输入 token 的峰值 KV 字节（该并发下）",
         ("length", "kv_bytes_per_token_from_itl_slope"): "由 ITL 随上下文的斜率 × 带宽反推的每 token KV 字节",
         ("length", "prefill_ms_per_input_token"): "预填充：每个输入 token 的时间（斜率）",
@@ -500,6 +510,7 @@ FINDINGS.update(
 )
 REASONS.update(
     {
+        "no_flops_counter": "没有 FLOPs / 读取字节计数器（只有 vLLM 在 --enable-mfu-metrics 时提供），无法计算 MFU / MBU",
         "no_memory_line": "服务器日志中没有显存账目行（vLLM 的 'Free memory on device …' 或 llama.cpp 的 'buffer size'）",
     }
 )

@@ -286,3 +286,67 @@ def test_length_sweep_on_our_campaigns(out):
     assert s["status"] == "mismatch" and s["roofline_achievement_pct"] < 50
     c = _f(out, CPU)
     assert c["runs.vllm.length.kv_bytes_per_token_from_itl_slope"]["reason"] == "no_gpu_datasheet"
+
+
+# --- (3) concurrency --------------------------------------------------------------------------------------
+
+SWEEP = (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_batching_economics_by_hand(out):
+    f = _f(out)
+    res = {c: _json(f"Round2/01-02-perf-test/vllm_c{c:03d}.json") for c in SWEEP}
+    eff = f["round2.concurrency.vllm.per_slot_efficiency_pct"]
+    g = res[64]["output_throughput"] / res[1]["output_throughput"]
+    assert eff["value"] == pytest.approx(g / 64 * 100, rel=1e-9) and eff["throughput_gain"] == pytest.approx(
+        g
+    )
+    ratio = {c: r["p99_itl_ms"] / r["p50_itl_ms"] for c, r in res.items()}
+    top = max(ratio, key=ratio.get)
+    got = f["round2.concurrency.vllm.itl_p99_over_p50_max"]
+    assert got["value"] == pytest.approx(ratio[top]) and got["concurrency"] == top
+    dec = f["round2.concurrency.vllm.decode_share_of_e2e_pct"]
+    r64 = res[64]
+    assert dec["value"] == pytest.approx(
+        (r64["mean_e2el_ms"] - r64["mean_ttft_ms"]) / r64["mean_e2el_ms"] * 100
+    )
+    # batching economics: (ITL64 − ITL1) ÷ 63 against one more request's mean KV bytes ÷ bandwidth
+    mar = f["round2.concurrency.vllm.step_marginal_ms_per_request"]
+    assert mar["value"] == pytest.approx((r64["p50_itl_ms"] - res[1]["p50_itl_ms"]) / 63, rel=1e-9)
+    mean_ctx = (
+        r64["total_input_tokens"] / r64["completed"] + r64["total_output_tokens"] / r64["completed"] / 2
+    )
+    assert mar["floor_ms_per_request"] == pytest.approx(mean_ctx * KV_BYTES / DATASHEET_BW * 1000, rel=1e-9)
+
+
+def test_queue_crossover_and_ceiling_by_hand(out):
+    f = _f(out)
+    rows = _sampler("Round2/01-02-perf-test/metrics_sweep.csv")
+    res = {c: _json(f"Round2/01-02-perf-test/vllm_c{c:03d}.json") for c in SWEEP}
+    # the waiting gauge's peak over the sweep windows, and the seconds until a later sample shows it empty
+    peaks = {}
+    for c, r in res.items():
+        _, _, inside = _window(rows, r)
+        i = max(range(len(inside)), key=lambda k: inside[k]["waiting"])
+        empty = next((x["ts"] for x in inside[i + 1 :] if x["waiting"] == 0), None)
+        peaks[c] = (inside[i]["waiting"], None if empty is None else empty - inside[i]["ts"])
+    c_top = max(peaks, key=lambda c: (peaks[c][0], c))
+    wq = f["round2.concurrency.vllm.waiting_queue_peak"]
+    assert wq["value"] == peaks[c_top][0] == 55 and wq["concurrency"] == c_top
+    assert wq["drain_s"] == pytest.approx(peaks[c_top][1])
+    # MFU overtakes MBU between concurrency 32 and 64 (log–log interpolation)
+    mfu, mbu = {}, {}
+    for c in (32, 64):
+        before, after, _ = _window(rows, res[c])
+        mfu[c] = (after["flops"] - before["flops"]) / res[c]["duration"] / DATASHEET_FLOPS
+        mbu[c] = (after["read_bytes"] - before["read_bytes"]) / res[c]["duration"] / DATASHEET_BW
+    d0, d1 = math.log(mfu[32] / mbu[32]), math.log(mfu[64] / mbu[64])
+    x = math.exp(math.log(32) + d0 / (d0 - d1) * math.log(2))
+    assert f["round2.concurrency.vllm.mfu_mbu_crossover_concurrency"]["value"] == pytest.approx(x, rel=1e-6)
+    # the pool's ceiling at 1,024 + 256 tokens a request, in 16-token blocks, under --max-num-seqs 128
+    log = (SEED / "Round2/01-02-perf-test/vllm-server.head.log").read_text()
+    pool = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
+    max_seqs = int(re.search(r"'max_num_seqs': (\d+)", log).group(1))
+    need = math.ceil((1024 + 256) / 16) * 16
+    ceil = f["round2.concurrency.vllm.concurrency_ceiling_at_workload"]
+    assert ceil["value"] == min(pool // need, max_seqs) == 93 and ceil["basis"] == "pool"

@@ -465,7 +465,7 @@ def series_findings(
                 fnd.not_available(
                     at(k),
                     u,
-                    "no_sampler_csv" if th.gpu else "no_gpu_datasheet",
+                    "no_flops_counter" if th.gpu else "no_gpu_datasheet",
                     f"{run.cite_root}: no FLOPs / read-bytes counters (vLLM --enable-mfu-metrics) or no datasheet",
                     srcs,
                 )
