@@ -739,11 +739,15 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
     overload = None
     overload_note = ""
     if over:
-        ov_in, ov_out = (3 * mml) // 4, mml // 4
+        # vLLM admits about pool / prompt requests, whose outputs then outgrow the pool: it must preempt. The
+        # proportions are the reference plans' (plans/overload.toml on a GPU, plans/cpu-tiny-vllm.toml on a
+        # CPU, where 3/4 + 1/4 of 1,024 tokens fits 4 requests exactly in 32 blocks and never preempts).
+        ov_in, ov_out = ((3 * mml) // 4 if on_gpu else mml // 2), mml // 4
         overload = (over, 2 * over, ov_in, ov_out)
         overload_note = (
             f"{over} requests of {ov_in + ov_out:,} tokens want {over * (ov_in + ov_out):,} tokens of KV, more "
-            f"than the ~{pool_tokens:,} the pool holds: vLLM must queue and preempt"
+            f"than the ~{pool_tokens:,} the pool holds; the ~{min(over, pool_tokens // ov_in)} admitted on their "
+            "prompts outgrow it while decoding: vLLM must preempt"
         )
     else:
         notes.append(
