@@ -2,7 +2,10 @@
 
 Every version's keys are accepted: the known ones become typed fields named with their units, any other key
 is kept in ``extra`` untouched. Only ``completed`` and ``duration`` are required (every version writes them).
-A wrong type on a known key is a ParseError naming the key and its line.
+A wrong type on a known key is a ParseError naming the key and its line, and so is a value no such field can
+hold: every known number here is a count, a duration, a rate or a latency — never negative, never NaN, and
+infinite only for ``request_rate`` ("send all at once"). Python's JSON reader accepts ``NaN`` and ``Infinity``;
+a NaN throughput would silently move a peak, a negative latency become a finding.
 """
 
 from __future__ import annotations
@@ -163,12 +166,28 @@ def _is_num(v: Any) -> bool:
     return (isinstance(v, int | float)) and not isinstance(v, bool)
 
 
+def _value_ok(v: float, inf_ok: bool = False) -> bool:
+    """A count, duration, rate or latency: >= 0, not NaN, finite unless ``inf_ok``."""
+    return v >= 0 and not math.isnan(v) and (inf_ok or not math.isinf(v))
+
+
 def _scalar(key: str, kind: str, v: Any, path: str, text: str) -> Any:
     def bad(expected: str) -> ParseError:
         return ParseError(
             path, _key_line(text, key), f"key {key!r} should be {expected}, got {clip(repr(v), 60)}"
         )
 
+    out = _typed_scalar(kind, v, bad)
+    if (
+        isinstance(out, float | int)
+        and not isinstance(out, bool)
+        and not _value_ok(out, inf_ok=kind == "rate")
+    ):
+        raise bad("a finite number >= 0" if kind != "rate" else 'a number >= 0 or "inf"')
+    return out
+
+
+def _typed_scalar(kind: str, v: Any, bad: Any) -> Any:
     if v is None:
         return None
     if kind == "str":
@@ -211,6 +230,13 @@ def _array(key: str, kind: str, v: Any, path: str, text: str) -> list[Any]:
             out.append([float(x) for x in item])
         else:
             raise ParseError(path, line, f"key {key!r} item {i} has the wrong type: {clip(repr(item), 60)}")
+        nums = out[-1] if kind == "float_list" else [out[-1]] if kind != "str" else []
+        if not all(_value_ok(x) for x in nums):
+            raise ParseError(
+                path,
+                line,
+                f"key {key!r} item {i} should hold finite numbers >= 0, got {clip(repr(item), 60)}",
+            )
     return out
 
 
@@ -247,9 +273,10 @@ def parse_bench_json_bytes(data: bytes, path: str | Path = "<bytes>") -> BenchRe
             stat, pct, metric = m.group(1), m.group(2), m.group(3)
             if v is None:
                 continue
-            if not _is_num(v):
+            if not _is_num(v) or not _value_ok(v):
+                want = "a finite number >= 0" if _is_num(v) else "a number"
                 raise ParseError(
-                    path, _key_line(text, key), f"key {key!r} should be a number, got {clip(repr(v), 60)}"
+                    path, _key_line(text, key), f"key {key!r} should be {want}, got {clip(repr(v), 60)}"
                 )
             s = latency.setdefault(metric, LatencyStats())
             if pct is not None:

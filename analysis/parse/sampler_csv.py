@@ -5,6 +5,8 @@ write this header; round 1 ran without ``--enable-mfu-metrics`` in tests 01/02, 
 0 there, and a sampler without those columns is read the same way (absent columns are None). Counters
 (``preemptions``, histogram ``_sum``/``_cnt``, ``flops``, ``read_bytes``) stay cumulative over the server's
 life: difference them within a window, never per file. Columns this parser does not know are kept in ``extra``.
+Every value must be a finite number (NaN and inf are refused: a gap is nvidia-smi's ``[N/A]``, kept as None),
+and every known column is a count, a fraction, a sum of seconds or a reading that cannot be negative.
 """
 
 from __future__ import annotations
@@ -117,10 +119,7 @@ def _value(text: str) -> float | None:
     t = text.strip()
     if t in _NOT_AVAILABLE:
         return None
-    v = float(t)  # ValueError on anything else, including ""
-    if math.isnan(v):
-        raise ValueError(text)
-    return v
+    return float(t)  # ValueError on anything else, including ""
 
 
 def parse_sampler_csv_bytes(data: bytes, path: str | Path = "<bytes>") -> SamplerTable:
@@ -150,6 +149,12 @@ def parse_sampler_csv_bytes(data: bytes, path: str | Path = "<bytes>") -> Sample
                 v = _value(cell)
             except ValueError:
                 raise ParseError(path, no, f"column {name!r}: {cell!r} is not a number") from None
+            if v is not None and not math.isfinite(v):
+                raise ParseError(path, no, f"column {name!r}: {cell.strip()!r} is not a finite number")
+            if v is not None and v < 0 and name in COLUMNS:
+                raise ParseError(
+                    path, no, f"column {name!r}: {cell.strip()} is negative ({COLUMNS[name]} cannot be)"
+                )
             if name in COLUMNS:
                 setattr(row, COLUMNS[name], v)
             else:
