@@ -462,6 +462,9 @@ def test_init_then_collector_run_measures_the_plan(box, tmp_path):
     assert all(rec["http_status"] == 200 and rec["error"] is None for rec in records), r.output
     measured = [rec for rec in records if rec["phase_kind"] != "overload"]
     assert all(rec["usage"]["completion_tokens"] == rec["max_tokens"] for rec in measured)
+    events = [json.loads(ln) for ln in (run / "events.jsonl").read_text().splitlines() if ln.strip()]
+    end = next(e for e in events if e["kind"] == "run_end")
+    assert (end["status"], end["checks_failed"]) == ("complete", []), r.output
     prediction = json.loads((run / "prediction.json").read_text())
     assert prediction["error"] is None and prediction["prediction"]["llama_cpp_slots"] == 8
 
