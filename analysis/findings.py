@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.keys import ADDRESS_FIELDS, At, matches
+from collector.raw.errors import AnatomyError
 from collector.raw.store import RUN_STATES
 
 STATUSES = ("ok", "mismatch", "n/a")
@@ -45,6 +46,15 @@ MEASUREMENT_FIELDS = (
 RESERVED = frozenset(MEASUREMENT_FIELDS) | frozenset(ADDRESS_FIELDS)
 
 Value = float | int | str | bool | None | list
+
+
+class NonFiniteValue(AnatomyError, ValueError):
+    """A finding about to carry NaN or an infinity as a stated number (a bug upstream: inputs are refused by
+    the parsers when they hold one). One line naming the finding instead of a number that is not one."""
+
+
+def _non_finite(x: Any) -> bool:
+    return isinstance(x, float) and not math.isfinite(x)
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,9 @@ class Finding:
             raise ValueError(f"finding {key}: status n/a needs a reason")
         if self.status != "n/a" and self.value is None:
             raise ValueError(f"finding {key}: no value; a missing value is an n/a finding with its reason")
+        for name in ("value", "theory", "error_pct", "tolerance_pct"):
+            if _non_finite(getattr(self, name)):
+                raise NonFiniteValue(f"finding {key}: {name} is {getattr(self, name)!r}, not a finite number")
         if self.run_state is not None and self.run_state not in RUN_STATES:
             raise ValueError(f"finding {key}: run_state {self.run_state!r} not in {RUN_STATES}")
         clash = RESERVED & set(self.extra)
@@ -201,8 +214,14 @@ def measured(
     and the status is `mismatch` when |error_pct| > tolerance_pct."""
     err = None
     status = "ok"
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None:
         raise ValueError(f"finding {at.key}: measured value missing; use not_available()")
+    if _non_finite(value) or _non_finite(theory):
+        # NaN/inf never reaches a stated number: the finding is n/a, saying which input was not a number
+        what = "value" if _non_finite(value) else "theory"
+        got = value if what == "value" else theory
+        return not_available(at, unit, "unknown", f"the computed {what} is {got!r}, not a finite number" +
+                             (f" ({detail})" if detail else ""), sources, **extra)  # fmt: skip
     if theory is not None and tolerance_pct is None:
         # a theory without a tolerance would read as "reconciled" whatever the gap; a mere reference
         # value (a floor, a ceiling) goes into `extra` under its own name instead
