@@ -350,3 +350,65 @@ def test_queue_crossover_and_ceiling_by_hand(out):
     need = math.ceil((1024 + 256) / 16) * 16
     ceil = f["round2.concurrency.vllm.concurrency_ceiling_at_workload"]
     assert ceil["value"] == min(pool // need, max_seqs) == 93 and ceil["basis"] == "pool"
+
+
+# --- (4) overload -----------------------------------------------------------------------------------------
+
+
+def _request_flops_by_hand(s: int, o: int) -> float:
+    """vLLM's counter formula by hand: prefill (full S×S square) + one decode step per later token."""
+    trunk, head, att = 2 * L * matmul_per_layer_(), 2 * V * h, 4 * L * H * d
+    prefill = s * trunk + head + att * s * s
+    return prefill + sum(trunk + head + att * (s + k) for k in range(1, o))
+
+
+def test_overload_price_little_and_counter_conflict_by_hand(out):
+    f = _f(out)
+    res = _json("Round2/04-perf-test/stress.json")
+    rows = _sampler("Round2/04-perf-test/metrics_sweep.csv")
+    before, after, inside = _window(rows, res)
+    ns = next(
+        x for x in (SEED / "Round2/04-perf-test/sweep_vllm.log").read_text().splitlines() if "Namespace(" in x
+    )
+    s_in, s_out = (int(re.search(rf"random_{k}_len=(\d+)", ns).group(1)) for k in ("input", "output"))
+    # the KV each request demands, against round 2's pool
+    pool = int(
+        re.search(
+            r"GPU KV cache size: ([\d,]+) tokens",
+            (SEED / "Round2/04-perf-test/vllm-server.head.log").read_text(),
+        )
+        .group(1)
+        .replace(",", "")
+    )
+    dem = f["round2.overload.kv_demand_per_request_tokens"]
+    assert dem["value"] == s_in + s_out == 8192 and dem["requests_that_fit"] == pool // 8192 == 14
+    # the price in seconds, and against the gentlest point (concurrency 1)
+    assert f["round2.overload.p50_ttft_s"]["value"] == pytest.approx(res["p50_ttft_ms"] / 1000)
+    assert f["round2.overload.p99_ttft_s"]["value"] == pytest.approx(res["p99_ttft_ms"] / 1000)
+    c1 = _json("Round2/01-02-perf-test/vllm_c001.json")
+    assert f["round2.overload.ttft_spread_vs_gentlest"]["value"] == pytest.approx(
+        res["p50_ttft_ms"] / c1["p50_ttft_ms"]
+    )
+    # preemption cadence: Δ counter over the window (duration + the 1 s the truncated date adds)
+    n_pre = after["preemptions"] - before["preemptions"]
+    cad = f["round2.overload.preemptions_per_minute"]
+    assert cad["preemptions"] == n_pre == 38
+    assert cad["value"] == pytest.approx(n_pre / (res["duration"] + 1) * 60, rel=1e-9)
+    # Little's law: the mean waiting gauge vs completed ÷ duration × mean queue time (Δsum ÷ Δcount)
+    lam = res["completed"] / res["duration"]
+    wq = (after["queue_sum"] - before["queue_sum"]) / (after["queue_cnt"] - before["queue_cnt"])
+    lit = f["round2.overload.littles_law_waiting"]
+    assert lit["value"] == pytest.approx(sum(r["waiting"] for r in inside) / len(inside), rel=1e-9)
+    assert lit["theory"] == pytest.approx(lam * wq, rel=1e-9) and lit["status"] == "ok"
+    # the counter conflict: iteration tokens = exactly the work without recompute, the FLOPs counter 19 % above it
+    it = after["iter_tok_sum"] - before["iter_tok_sum"]
+    assert it == res["completed"] * (s_in + s_out) == 1_048_576
+    assert f["round2.overload.iteration_tokens_excess_pct"]["value"] == pytest.approx(0.0, abs=1e-9)
+    expected = _request_flops_by_hand(s_in, s_out) * res["completed"]
+    flops = after["flops"] - before["flops"]
+    assert f["round2.overload.flops_counter_excess_pct"]["value"] == pytest.approx(
+        (flops / expected - 1) * 100, rel=1e-6
+    )
+    assert 15 < (flops / expected - 1) * 100 < 25
+    rec = f["round2.overload.recompute_tokens_implied_by_flops"]
+    assert rec["status"] == "ok" and rec["theory"] == pytest.approx(38 * rec["tokens_freed_per_preemption"])

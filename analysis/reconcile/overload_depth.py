@@ -1,0 +1,364 @@
+"""What the overload run says beyond its headline: the KV each request demands against the pool, how often the
+engine preempted, the price in seconds of TTFT (p50, p99, against the gentlest point), Little's law on the waiting
+queue, and the counter conflict — the iteration-token counter against the FLOPs counter while requests are
+preempted and recomputed.
+
+vLLM's FLOPs counter (``estimated_flops_per_gpu_total``) is an analytic estimate the engine computes from the
+tokens it schedules, with the same formula as ``theory.request_flops``: its agreement with our theory outside
+overload proves that both count the same work the same way, not that the GPU performed it (a hardware counter
+would); during preemption it is the only counter that sees the recomputed prefill.
+
+Keys as overload.py's: the round's ``overload.<metric>`` describe its headline point; every other overload point
+of our own runs gets ``runs.<run>.overload.<metric>``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analysis import findings as fnd
+from analysis import theory
+from analysis.campaign import BenchPoint, Campaign
+from analysis.keys import At
+from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile.concurrency import run_sweep_points, sweep_points
+from analysis.reconcile.concurrency_depth import pool_ceiling_requests
+from analysis.reconcile.lengths import pool_tokens
+from analysis.reconcile.overload import headline, overload_points, point_cut, tokens_freed
+from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.windows import window_indices
+
+# Little's law holds for the means; the 1 Hz gauge samples the waiting queue, the histogram times every request.
+LITTLE_TOLERANCE_PCT = 10.0
+# tokens freed per preemption come from 1 Hz KV-usage differences that other requests finishing blur (overload.py)
+RECOMPUTE_TOLERANCE_PCT = 25.0
+# a mean of the 1 Hz gauge over fewer samples than this says little about the queue (the CPU smoke points)
+LITTLE_MIN_SAMPLES = 30
+
+
+def littles_law_waiting(request_rate_per_s: float, mean_queue_s: float) -> float:
+    """Mean number of requests waiting, requests: L = λ × W (λ = completed requests per s, W = mean queue time, s)."""
+    return request_rate_per_s * mean_queue_s
+
+
+def excess_pct(measured: float, expected: float) -> float:
+    """How much a counter exceeds the work without recompute, %: (measured − expected) ÷ expected × 100."""
+    return (measured - expected) / expected * 100.0
+
+
+def recompute_tokens_from_flops(extra_flops: float, cfg, tokens_per_recompute: int) -> float:
+    """Tokens re-prefilled that the FLOPs counter's excess implies, tokens: extra FLOPs ÷ the prefill FLOPs per
+    token of a recompute of ``tokens_per_recompute`` tokens (full square, as the counter counts:
+    ``theory.flops_prefill(n) ÷ n``)."""
+    return extra_flops / (theory.flops_prefill(cfg, tokens_per_recompute) / tokens_per_recompute)
+
+
+def _gentlest(p: BenchPoint, campaign: Campaign, rnd: str | None) -> BenchPoint | None:
+    """The sweep point with the least load of the overload point's engine (our runs: the same run)."""
+    pts = run_sweep_points(p.run) if p.run.own else sweep_points(campaign, rnd, p.run.engine)
+    done = [q for q in pts if q.result.completed]
+    return min(done, key=lambda q: q.concurrency) if done else None
+
+
+def _twin(p: BenchPoint, campaign: Campaign, rnd: str | None) -> BenchPoint | None:
+    pts = run_sweep_points(p.run) if p.run.own else sweep_points(campaign, rnd, p.run.engine)
+    return next((q for q in pts if q.concurrency == p.concurrency and q.result.completed), None)
+
+
+def point_findings(
+    pre: At, p: BenchPoint, campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None
+) -> list[fnd.Finding]:
+    out: list[fnd.Finding] = []
+    r = p.result
+    cut = point_cut(p) or not r.completed
+    llama = p.run.engine == "llamacpp"
+    inp, outp = p.input_len_tokens, p.requested_output_len_tokens
+    kvb = th.kv_bytes_per_token_for_run(p.run.name) if p.run.own else th.kv_bytes_per_token_for(p.run.engine)
+    # 1. KV demand per request against the pool
+    rel, log = p.run.server_log
+    if not inp or not outp:
+        out.append(
+            fnd.not_available(
+                pre("kv_demand_per_request_tokens"), "tokens", "no_sweep_log", "lengths unknown", [p.cite()]
+            )
+        )
+    else:
+        need = inp + outp
+        if llama:
+            n_slots, n_ctx = (
+                (getattr(log, "n_slots", None), getattr(log, "n_ctx_slot", None)) if log else (None, None)
+            )
+            pool, psrc = (n_ctx, p.run.cite(rel, log.lines.get("n_ctx_slot"))) if n_ctx else (None, None)
+            fit = (n_slots if n_ctx and n_ctx >= need else 0) if n_slots else None
+        else:
+            pool, psrc = pool_tokens(p.run, campaign)
+            fit = pool_ceiling_requests(pool, need, 16) if pool else None
+        out.append(
+            fnd.measured(
+                pre("kv_demand_per_request_tokens"),
+                need,
+                "tokens",
+                [p.protocol_source or p.cite("total_input_tokens"), *([psrc] if psrc else [])],
+                demand_bytes=need * kvb if kvb else None,
+                total_demand_tokens=p.concurrency * need,
+                pool_tokens=pool,
+                pool_basis="slot" if llama else "pool",
+                requests_that_fit=fit,
+                concurrency=p.concurrency,
+                detail="prompt + output tokens one request holds at its last token; what fits: whole 16-token blocks "
+                "of the pool (vLLM) or slots whose context holds the request (llama.cpp)",
+            )
+        )
+    # 2. the price in seconds: p50 / p99 TTFT, against the same concurrency without overload and the gentlest point
+    if cut:
+        for k in ("p50_ttft_s", "p99_ttft_s", "ttft_spread_vs_gentlest"):
+            out.append(
+                fnd.not_available(
+                    pre(k), "s" if k.endswith("_s") else "ratio", "point_cut", "the point was cut", [p.cite()]
+                )
+            )
+    else:
+        twin, gentle = _twin(p, campaign, rnd), _gentlest(p, campaign, rnd)
+        for stat in ("p50", "p99"):
+            v = r.stat_ms(stat, "ttft")
+            out.append(
+                fnd.measured(
+                    pre(f"{stat}_ttft_s"),
+                    v / 1000.0,
+                    "s",
+                    [p.cite(f"{stat}_ttft_ms")] + ([twin.cite(f"{stat}_ttft_ms")] if twin else []),
+                    sweep_same_concurrency_s=twin.result.stat_ms(stat, "ttft") / 1000.0 if twin else None,
+                    concurrency=p.concurrency,
+                )
+            )
+        if gentle is None or not gentle.result.stat_ms("p50", "ttft"):
+            out.append(
+                fnd.not_available(
+                    pre("ttft_spread_vs_gentlest"), "ratio", "no_such_test", "no sweep point", [p.cite()]
+                )
+            )
+        else:
+            g = gentle.result.stat_ms("p50", "ttft")
+            out.append(
+                fnd.measured(
+                    pre("ttft_spread_vs_gentlest"),
+                    r.stat_ms("p50", "ttft") / g,
+                    "ratio",
+                    [p.cite("p50_ttft_ms"), gentle.cite("p50_ttft_ms")],
+                    gentlest_concurrency=gentle.concurrency,
+                    gentlest_p50_ttft_ms=g,
+                    detail="p50 TTFT of the overload point ÷ of the sweep's gentlest point (lowest concurrency)",
+                )
+            )
+    w = ctx.window(p)
+    srel = p.run.counter_source
+    has_series = w is not None and p.run.name in ctx.sampler_series
+    cols = ctx.sampler_series[p.run.name][1] if has_series else {}
+    # 3. preemption cadence
+    if llama or "preemptions" not in cols:
+        out.append(
+            fnd.not_available(
+                pre("preemptions_per_minute"),
+                "",
+                "no_preemption_counter" if llama else "no_sampler_csv",
+                f"{p.run.engine} does not preempt (slots are fixed)"
+                if llama
+                else f"{p.run.cite_root} kept no sampler CSV / scrapes with the preemption counter",
+                [p.cite()],
+            )
+        )
+        events: list[tuple[float, float, int]] = []
+    else:
+        ts, _ = ctx.sampler_series[p.run.name]
+        idx = window_indices(ts, w.window)
+        stop = idx.stop + 1 if idx.stop < len(ts) else idx.stop
+        pre_col = cols["preemptions"]
+        events = [
+            (ts[i], pre_col[i] - pre_col[i - 1], i)
+            for i in range(max(idx.start, 1), stop)
+            if not math.isnan(pre_col[i] - pre_col[i - 1]) and pre_col[i] - pre_col[i - 1] > 0
+        ]
+        n = sum(d for _, d, _ in events)
+        span_s = w.window.length_s
+        first, last = (events[0][0], events[-1][0]) if events else (None, None)
+        out.append(
+            fnd.measured(
+                pre("preemptions_per_minute"),
+                n / span_s * 60.0,
+                "",
+                [p.run.cite(srel, "preemptions")],
+                preemptions=n,
+                window_s=span_s,
+                sampler_seconds_with_preemption=len(events),
+                first_at_s=first - w.window.start_s if first is not None else None,
+                last_at_s=last - w.window.start_s if last is not None else None,
+                mean_interval_s=(last - first) / (len(events) - 1) if len(events) > 1 else None,
+                detail="preemptions ÷ the point's window × 60; the intervals are between sampler seconds that saw one",
+            )
+        )
+    # 4. Little's law on the waiting queue
+    q = w.mean_of("queue_sum", "queue_cnt") if w is not None else None
+    wg = w.gauges.get("waiting") if w is not None else None
+    if q is None or wg is None or wg.mean is None or wg.n < LITTLE_MIN_SAMPLES or cut or not r.duration_s:
+        out.append(
+            fnd.not_available(
+                pre("littles_law_waiting"),
+                "requests",
+                "no_sampler_csv" if not llama else "no_preemption_counter",
+                f"needs the queue-time histogram and ≥ {LITTLE_MIN_SAMPLES} samples of the waiting gauge (vLLM's /metrics)",
+                [p.cite()],
+            )
+        )
+    else:
+        lam = r.completed / r.duration_s
+        out.append(
+            fnd.measured(
+                pre("littles_law_waiting"),
+                wg.mean,
+                "requests",
+                [
+                    p.run.cite(srel, "waiting"),
+                    p.run.cite(srel, "queue_sum"),
+                    p.run.cite(srel, "queue_cnt"),
+                    p.cite("completed"),
+                    p.cite("duration"),
+                ],
+                theory=littles_law_waiting(lam, q),
+                tolerance_pct=LITTLE_TOLERANCE_PCT,
+                request_rate_per_s=lam,
+                mean_queue_s=q,
+                detail="mean of the waiting gauge over the window vs L = λ·W: completed ÷ duration × mean queue time",
+            )
+        )
+    # 5. the counter conflict: iteration tokens vs the FLOPs counter while requests are recomputed
+    out += _counter_conflict(pre, p, w, ctx, th, events, campaign, cut)
+    return out
+
+
+def _counter_conflict(
+    pre: At, p, w, ctx: Context, th: TheoryCtx, events, campaign: Campaign, cut: bool
+) -> list[fnd.Finding]:
+    names = (
+        ("iteration_tokens_excess_pct", "%"),
+        ("flops_counter_excess_pct", "%"),
+        ("recompute_tokens_implied_by_flops", "tokens"),
+    )
+    r = p.result
+    srel = p.run.counter_source
+    need_ok = (
+        w is not None
+        and w.delta("iter_tok_sum") is not None
+        and w.delta("flops")  # a counter that never moved (vLLM on CPU) counts nothing
+        and th.cfg is not None
+        and p.input_len_tokens
+        and p.requested_output_len_tokens
+        and not cut
+    )
+    if not need_ok:
+        reason = (
+            "point_cut"
+            if cut
+            else "no_preemption_counter"
+            if p.run.engine == "llamacpp"
+            else "no_flops_counter"
+            if w is not None and w.delta("iter_tok_sum") is not None
+            else "no_sampler_csv"
+        )
+        return [
+            fnd.not_available(
+                pre(k),
+                u,
+                reason,
+                "needs the iteration-token and FLOPs counters over a complete point",
+                [p.cite()],
+            )
+            for k, u in names
+        ]
+    inp, outp = round(p.input_len_tokens), p.requested_output_len_tokens
+    expected_tokens = r.completed * (inp + outp)  # each request's prompt and output once (c=1 points: exact)
+    it = w.delta("iter_tok_sum")
+    theo = th.request_flops(inp, outp) * r.completed
+    flops = w.delta("flops")
+    out = [
+        fnd.measured(
+            pre("iteration_tokens_excess_pct"),
+            excess_pct(it, expected_tokens),
+            "%",
+            [p.run.cite(srel, "iter_tok_sum"), p.cite("completed")],
+            observed_tokens=it,
+            expected_tokens=expected_tokens,
+            detail="Δiteration_tokens_total_sum vs completed × (prompt + output): the work without recompute",
+        ),
+        fnd.measured(
+            pre("flops_counter_excess_pct"),
+            excess_pct(flops, theo),
+            "%",
+            [p.run.cite(srel, "flops"), p.cite("completed")],
+            observed_flops=flops,
+            expected_flops=theo,
+            detail="Δestimated_flops_per_gpu_total vs theory.request_flops × completed: the work without recompute",
+        ),
+    ]
+    pool, _ = pool_tokens(p.run, campaign)
+    n_pre = sum(d for _, d, _ in events)
+    per = None
+    cols = ctx.sampler_series[p.run.name][1] if p.run.name in ctx.sampler_series else {}
+    if events and pool and "kv_usage" in cols:
+        # tokens each preemption freed, as overload.py measures it: Δkv_usage × pool ÷ Δpreemptions per sample
+        vals = [tokens_freed(cols["kv_usage"][i - 1], cols["kv_usage"][i], pool, d) for _, d, i in events]
+        per = sum(vals) / len(vals)
+    extra = flops - theo
+    if not n_pre or per is None or per <= 0:
+        out.append(
+            fnd.not_available(
+                pre("recompute_tokens_implied_by_flops"),
+                "tokens",
+                "unknown",
+                "no preemption inside the window (nothing was recomputed)"
+                if not n_pre
+                else "pool size unknown",
+                [p.run.cite(srel, "flops")],
+                extra_flops=extra,
+            )
+        )
+        return out
+    implied = recompute_tokens_from_flops(extra, th.cfg, round(per))
+    out.append(
+        fnd.measured(
+            pre("recompute_tokens_implied_by_flops"),
+            implied,
+            "tokens",
+            [p.run.cite(srel, "flops"), p.run.cite(srel, "preemptions"), p.run.cite(srel, "kv_usage")],
+            theory=n_pre * per,
+            tolerance_pct=RECOMPUTE_TOLERANCE_PCT,
+            preemptions=n_pre,
+            tokens_freed_per_preemption=per,
+            extra_flops=extra,
+            detail="the FLOPs counter's excess over theory ÷ the prefill FLOPs per token of a recompute of the mean "
+            "tokens freed; theory: preemptions × mean tokens freed per preemption",
+        )
+    )
+    return out
+
+
+def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+    findings: list[fnd.Finding] = []
+    for rnd in campaign.rounds:
+        ov = overload_points(campaign, rnd)
+        if not ov:
+            continue
+        head = headline(ov, ctx)
+        head_at = At(
+            round=rnd,
+            topic="overload",
+            run=head.run.name,
+            engine=head.run.engine,
+            weight_format=th.weight_format_for(head.run),
+        )
+        findings += point_findings(head_at, head, campaign, ctx, th, rnd)
+        for p in ov:
+            if p is not head:
+                findings += point_findings(
+                    run_at(p.run, th.weight_format_for(p.run), topic="overload"), p, campaign, ctx, th, rnd
+                )
+    return Section(name="overload_depth", tables={}, findings=findings)
