@@ -368,3 +368,29 @@ def test_sigkill_of_the_collector_leaves_no_llama_server(tmp_path):
     p.communicate(timeout=30)
     assert _wait_gone([server]) == [], "llama-server outlived the collector"
     assert _port_closed(port)
+
+
+@pytest.mark.engines
+def test_a_run_stopped_before_any_point_is_analysed_without_a_traceback(tmp_path):
+    """Ctrl-C while llama-server is still loading: a run with a real server log and no point at all. `analyze`
+    reports it and exits 0 (it used to end in ``KeyError: 'round'``)."""
+    paths = engine_cache.paths()
+    engine_cache.require(paths.llama_server, paths.tiny_gguf, paths.tiny_config_json)
+    raw = tmp_path / "raw"
+    p = _cli_run(local_plan(tmp_path, "cpu-tiny-llamacpp.toml"), raw,
+                 env={**os.environ, "ANATOMY_STATE_DIR": str(tmp_path / "state")})  # fmt: skip
+
+    def loading() -> bool:
+        logs = list(raw.glob("*/*/server.log"))
+        return bool(logs) and b"llama_model_loader" in logs[0].read_bytes()
+
+    _wait_for(loading, timeout_s=180, proc=p)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and "interrupted by SIGINT before the load" in err.decode()
+    (run,) = raw.glob("*/*")
+    assert (run / "requests.jsonl").read_bytes() == b""
+    a = subprocess.run([PY, "-m", "collector.cli", "analyze", "--raw", str(raw), "--out", str(tmp_path / "out")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert a.returncode == 0 and "Traceback" not in a.stderr, a.stderr
+    assert (tmp_path / "out" / "cpu-tiny-qwen2" / "findings.json").is_file()

@@ -131,9 +131,15 @@ def _g(w, name: str, stat: str) -> float | None:
     return None if g is None else getattr(g, stat)
 
 
+# The columns every point row has: a campaign whose runs measured no point (stopped during start-up) still gets
+# a table with them, so the sections select from it instead of failing on a missing column.
+POINT_COLUMNS = ("round", "engine", "weight_format", "test", "test_kind", "point", "key", "file", "order",
+                 "warmup", "gate_ok", "concurrency", "input_len_tokens", "requested_output_len_tokens")  # fmt: skip
+
+
 def points_frame(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFrame:
     rows = [point_row(p, ctx, th) for p in iter_points(campaign, include_warmup=True)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(POINT_COLUMNS))
 
 
 def sweep_points(campaign: Campaign, rnd: str | None, engine: str) -> list[BenchPoint]:
