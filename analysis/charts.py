@@ -27,6 +27,11 @@ import pandas as pd
 from analysis import gpus
 from analysis import labels_zh as zh
 
+# Altair refuses to embed a table of more than 5,000 rows (MaxRowsError); an overload timeline of ~20 minutes
+# has more. The specs are written to files and rendered once at build time, so the browser-side concern behind
+# the limit does not apply here.
+alt.data_transformers.disable_max_rows()
+
 WIDTH = 560
 HEIGHT = 320
 # one panel of a small-multiples figure
