@@ -46,9 +46,19 @@ from analysis.report.results import (
 from collector.raw.errors import AnatomyError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES_DIR = REPO_ROOT / "site" / "templates"
-HANDWRITTEN_DIR = REPO_ROOT / "site" / "docs"
-ASSETS_DIR = REPO_ROOT / "site" / "assets"
+# site/ of the checkout; after a plain (non-editable) `pip install`, the copy shipped as package data
+# (pyproject: analysis.report.sitefiles)
+SITE_DIR = next(
+    (
+        d
+        for d in (REPO_ROOT / "site", Path(__file__).resolve().parent / "sitefiles")
+        if (d / "templates").is_dir()
+    ),
+    REPO_ROOT / "site",
+)
+TEMPLATES_DIR = SITE_DIR / "templates"
+HANDWRITTEN_DIR = SITE_DIR / "docs"
+ASSETS_DIR = SITE_DIR / "assets"
 HANDWRITTEN_PAGES = (
     "methodology.md",
     "glossary.md",
