@@ -837,6 +837,95 @@ def prediction_vs_measured(df: pd.DataFrame) -> Drawn:
     )
 
 
+# --- issue #15: controlled experiments ---------------------------------------------------------------------
+
+
+def _experiment_lines(df: pd.DataFrame, experiment: str, name: str) -> Drawn:
+    """One experiment's arms: p50 ITL per point, colour = arm (the knob's setting), dash = repeat, a line per
+    run; a panel per weight format (a sweep over concurrency) or per concurrency (a length sweep over the input
+    length), so no line joins different tests or formats."""
+    f = _fig(name)
+    d = df[df["experiment"] == experiment].dropna(subset=["p50_itl_ms"])
+    if not len(d):
+        return Missing("no_rows", f"no points of experiment {experiment}")
+    sweep = set(d["test_kind"]) <= set(SWEEP_KINDS)
+    d = d.assign(
+        variant_zh=d["variant"].map(lambda v: zh.EXPERIMENT_VARIANTS.get(v, v)),
+        repeat_zh=d["repeat"].map(lambda k: f["repeat"].format(k=int(k))),
+        panel_zh=(
+            d["weight_format"].map(lambda w: f["panel"].format(v=zh.format_label(w)))
+            if sweep
+            else d["concurrency"].map(lambda c: f["panel"].format(v=int(c)))
+        ),
+    )
+    if "gate_ok" in d:
+        d["gate_zh"] = d["gate_ok"].map(lambda g: zh.GATE_LEGEND[bool(g)])
+    repeats = sorted(set(d["repeat_zh"]))
+    dash = (
+        alt.StrokeDash(
+            "repeat_zh:N",
+            title=f["dash"],
+            sort=repeats,
+            scale=alt.Scale(domain=repeats, range=list(ROUND_DASHES[: len(repeats)])),
+        )
+        if len(repeats) > 1
+        else None
+    )
+    x = (
+        _conc_x(d["concurrency"], f["x"])
+        if sweep
+        else alt.X(
+            "input_len_tokens:Q",
+            title=f["x"],
+            scale=alt.Scale(type="log", base=2, nice=False, padding=8),
+            axis=alt.Axis(values=sorted({int(v) for v in d["input_len_tokens"]}), format="d"),
+        )
+    )
+    # the labels' order: the baseline arm first
+    order = [lab for v, lab in zh.EXPERIMENT_VARIANTS.items() if v in set(d["variant"])]
+    order += sorted(set(d["variant_zh"]) - set(order))
+    base = alt.Chart().encode(
+        **_enc(
+            x=x,
+            # sweeps span 4 to 70 ms: log; a length sweep's arms sit within 2x: linear, not from 0
+            y=alt.Y(
+                "p50_itl_ms:Q",
+                title=f["y"],
+                scale=alt.Scale(type="log", nice=False, padding=8) if sweep else alt.Scale(zero=False),
+            ),
+            color=alt.Color("variant_zh:N", title=f["color"], sort=order, scale=alt.Scale(domain=order)),
+            strokeDash=dash,
+            detail=alt.Detail("run:N"),
+            tooltip=["run:N", "concurrency:Q", "input_len_tokens:Q", "p50_itl_ms:Q"],
+        )
+    )
+    # the panel with the most runs (the repeated arms) first
+    runs = d.groupby("panel_zh")["run"].nunique()
+    panels = sorted(runs.index, key=lambda p: (-runs[p], p))
+    return (
+        _lines_and_points(base, d)
+        .properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+        .facet(data=d, column=alt.Column("panel_zh:N", title=None, sort=panels), title=f["title"])
+        .resolve_scale(y="shared" if sweep else "independent")
+    )
+
+
+def experiment_slots(df: pd.DataFrame) -> Drawn:
+    return _experiment_lines(df, "slots", "experiment_slots")
+
+
+def experiment_sampling(df: pd.DataFrame) -> Drawn:
+    return _experiment_lines(df, "sampling", "experiment_sampling")
+
+
+def experiment_graphs(df: pd.DataFrame) -> Drawn:
+    return _experiment_lines(df, "graphs", "experiment_graphs")
+
+
+def experiment_kv_quant(df: pd.DataFrame) -> Drawn:
+    return _experiment_lines(df, "kv_quant", "experiment_kv_quant")
+
+
 # figure name -> (table it draws, function)
 FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "structure_params": ("structure_params", structure_params),
@@ -854,6 +943,10 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "roofline_itl_floor": ("roofline_points", roofline_itl_floor),
     "roofline_achievement": ("roofline_points", roofline_achievement),
     "prediction_vs_measured": ("prediction_vs_measured", prediction_vs_measured),
+    "experiment_slots": ("experiment_points", experiment_slots),
+    "experiment_sampling": ("experiment_points", experiment_sampling),
+    "experiment_graphs": ("experiment_points", experiment_graphs),
+    "experiment_kv_quant": ("experiment_points", experiment_kv_quant),
 }
 
 

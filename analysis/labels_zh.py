@@ -552,6 +552,134 @@ FINDINGS_CROSS: dict[tuple[str | None, str], str] = {
     (None, "capacity_tokens"): "KV 容量（实测 vs 理论）",
 }
 
+# --- issue #15: controlled experiments (analysis/reconcile/experiments.py) ---------------------------------
+EXPERIMENT_NAMES: dict[str, str] = {
+    "slots": "槽位配置（-np 64 vs 256）",
+    "sampling": "采样放到 GPU 上（--backend-sampling）",
+    "graphs": "CUDA 图开 vs 关",
+    "kv_quant": "KV 缓存量化（f16 / q8_0 / q4_0）",
+    "kv_pool": "KV 池大小（vLLM --num-gpu-blocks-override）",
+    "model_size": "模型大小",
+    "two_gpus": "两块 GPU",
+    "speculative_decoding": "投机解码",
+    "chunked_prefill": "分块预填充调参",
+}
+EXPERIMENT_VARIANTS: dict[str, str] = {
+    "np256": "-np 256（每槽 6,144）",
+    "np64": "-np 64（每槽 4,096）",
+    "sampling_cpu": "CPU 采样",
+    "sampling_gpu": "GPU 采样（-bs）",
+    "graphs_on": "CUDA 图开",
+    "graphs_off": "CUDA 图关",
+    "kv_f16": "KV f16",
+    "kv_q8_0": "KV q8_0",
+    "kv_q4_0": "KV q4_0",
+}
+VERDICTS: dict[str, str] = {"confirmed": "成立", "refuted": "被推翻", "inconclusive": "无法判定"}
+PREDICTION_KINDS: dict[str, str] = {"bound": "界限", "point": "数值", "exact": "精确"}
+REASONS.update(
+    {
+        "exp_runs_missing": "该实验的对照组运行不全（少于两组），无法比较",
+        "exp_not_run_model_shapes": "实验 4 未运行：当时的随机权重生成器只有微型与 7B 两种形状（0.5B/1.5B/3B 需要含共享词嵌入的形状）",
+        "exp_not_run_two_gpus": "实验 5 未运行：本次会话没有借到两块 GPU 的机器",
+        "exp_random_weights_acceptance": "随机权重下草稿模型的接受率没有意义，测了也不能代表真实模型",
+        "exp_vllm_gpu_out_of_reach": "分块预填充是 vLLM 的参数，而这里够不到 GPU 上的 vLLM",
+    }
+)
+FINDINGS.update(
+    {
+        **{
+            (f"exp_{e}", "arms_match_plans"): "每组运行的 plan.toml 都写明了该组的旋钮取值"
+            for e in ("slots", "sampling", "graphs", "kv_quant", "kv_pool")
+        },
+        (
+            "exp_slots",
+            "cells_scanned_model",
+        ): "预测（格子扫描模型）：-np 64 比 -np 256 每步少 15.7 毫秒，各并发皆然",
+        (
+            "exp_slots",
+            "np64_not_slower",
+        ): "预测：-np 64 不慢于 -np 256，快不超过 10%（并发 ≤ 8）/ 20%（16–64）",
+        (
+            "exp_slots",
+            "np64_c64_far_from_4090",
+        ): "预测：-np 64 在并发 64 时 p50 ITL 仍 ≥ 60 毫秒（离 4090 的 35 毫秒很远）",
+        ("exp_slots", "kv_buffer_mib"): "KV 缓冲区（日志 vs -c × 每 token KV 字节）",
+        ("exp_slots", "ctx_per_slot_tokens"): "每槽上下文（日志 vs -c ÷ -np）",
+        ("exp_slots", "c32_p50_itl_delta_pct"): "并发 32：-np 64 相对 -np 256 的 p50 ITL 变化",
+        ("exp_sampling", "c1_itl_drop"): "预测：并发 1 时 p50 ITL 少 1 毫秒",
+        ("exp_sampling", "c64_itl_bound"): "预测：并发 64 时 p50 ITL ≤ 15 毫秒",
+        ("exp_sampling", "c64_throughput_bound"): "预测：并发 64 时输出吞吐 ≥ 3,000 token/s",
+        ("exp_sampling", "slope_bound"): "预测：每多一路请求 ITL 增加 ≤ 0.15 毫秒",
+        (
+            "exp_sampling",
+            "sampling_is_per_slot_cost",
+        ): "预测（方向）：采样是每槽成本的主因，并发 64 时 p50 ITL 降到 60 毫秒以下",
+        ("exp_sampling", "itl_slope_ms_per_stream"): "每多一路请求 p50 ITL 增加的时间（并发 8–64 拟合）",
+        ("exp_sampling", "per_stream_cost_removed_pct"): "GPU 采样去掉的每路成本占比（1 − 斜率之比）",
+        ("exp_sampling", "c64_p50_itl_delta_pct"): "并发 64：GPU 采样相对 CPU 采样的 p50 ITL 变化",
+        ("exp_graphs", "c1_launch_cost"): "预测：关掉 CUDA 图后并发 1 的 p50 ITL 多 0.5–1.5 毫秒",
+        ("exp_graphs", "high_c_unchanged"): "预测：并发 16–64 时关掉 CUDA 图变化在 ±5% 以内",
+        ("exp_graphs", "max_repeat_spread_pct"): "重复测量的最大差异（p50 ITL，各并发点中最大者）",
+        (
+            "exp_graphs",
+            "graphs_reused_zero_blocks",
+        ): "'graphs reused' 为 0 的计时块数（llama.cpp 自身的图复用计数）",
+        ("exp_graphs", "c1_p50_itl_delta_pct"): "并发 1：CUDA 图关相对开的 p50 ITL 变化",
+        ("exp_graphs", "c32_p50_itl_delta_pct"): "并发 32：CUDA 图关相对开的 p50 ITL 变化",
+        ("exp_kv_quant", "itl_change_from_ledger"): "预测（字节账目）：量化 KV 相对 f16 的 p50 ITL 变化",
+        ("exp_kv_quant", "slower_than_f16"): "预测（备择）：量化 KV 的注意力核不受带宽限制，反而比 f16 慢",
+        ("exp_kv_quant", "kv_buffer_mib"): "KV 缓冲区（日志 vs -c × 按块格式算的每 token KV 字节）",
+        ("exp_kv_quant", "ctx_per_slot_tokens"): "每槽上下文（日志 vs -c ÷ -np）",
+        ("exp_kv_quant", "kv_bytes_per_token"): "每 token KV 字节（按块格式）",
+        ("exp_kv_quant", "capacity_tokens_at_budget"): "固定 84 GiB KV 预算能装的 token 数",
+        ("exp_kv_quant", "f16_itl_growth_8k_to_16k_pct"): "f16 KV：并发 8 时输入 8k → 16k 的 p50 ITL 变化",
+        ("exp_kv_quant", "c8_16k_p50_itl_delta_pct"): "并发 8、输入 16k：量化 KV 相对 f16 的 p50 ITL 变化",
+        **{("experiments", k): f"实验：{v}" for k, v in EXPERIMENT_NAMES.items()},
+    }
+)
+FIGURES.update(
+    {
+        "experiment_slots": {
+            "title": "槽位配置：p50 token 间延迟随并发数的变化",
+            "x": "并发数",
+            "y": "p50 token 间延迟（毫秒）",
+            "color": "槽位",
+            "dash": "重复",
+            "repeat": "第 {k} 次",
+            "panel": "{v}",
+        },
+        "experiment_sampling": {
+            "title": "采样在 CPU 还是 GPU：p50 token 间延迟随并发数的变化",
+            "x": "并发数",
+            "y": "p50 token 间延迟（毫秒）",
+            "color": "采样",
+            "dash": "重复",
+            "repeat": "第 {k} 次",
+            "panel": "{v}",
+        },
+        "experiment_graphs": {
+            "title": "CUDA 图开与关：p50 token 间延迟",
+            "x": "并发数",
+            "y": "p50 token 间延迟（毫秒）",
+            "color": "CUDA 图",
+            "dash": "重复",
+            "repeat": "第 {k} 次",
+            "panel": "{v}",
+        },
+        "experiment_kv_quant": {
+            "title": "KV 缓存量化：长上下文下的 p50 token 间延迟",
+            "x": "输入长度（token）",
+            "y": "p50 token 间延迟（毫秒）",
+            "color": "KV 类型",
+            "dash": "重复",
+            "repeat": "第 {k} 次",
+            "panel": "并发 {v}",
+        },
+    }
+)
+
+
 # navigation sections the renderer adds around the pages
 NAV: dict[str, str] = {
     "structure": "模型结构",
@@ -795,6 +923,10 @@ def cell_text(column: str, value: Any) -> str:
             "weight_format": WEIGHT_FORMATS,
             "matrix": MATRICES,
             "item": MEMORY_ITEMS,
+            "verdict": VERDICTS,
+            "variant": EXPERIMENT_VARIANTS,
+            "versus_variant": EXPERIMENT_VARIANTS,
+            "experiment": EXPERIMENT_NAMES,
         }.get(column)
         if by_column is not None:
             return by_column.get(value, value)

@@ -225,6 +225,7 @@ def _analyze_campaign(
         roofline.run(campaign, ctx, th),
         selection.run(campaign, ctx, points),
         reproducibility.run(campaign, ctx, points),
+        experiments.run(campaign, ctx, th),
         provenance.run(campaign.name, raw_roots),
     ]
     found = FindingSet()

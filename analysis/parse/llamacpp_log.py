@@ -36,6 +36,8 @@ _P = {
     "graphs": re.compile(r"^graphs reused = +(?P<n>\d+)$"),
     "progress": re.compile(rf"^n_gen = +(?P<n>\d+), tg = +(?P<tg>{_NUM}) t/s, tg_3s = +(?P<tg3>{_NUM}) t/s$"),
     "release": re.compile(r"^stop processing: n_tokens = (?P<n>\d+), truncated = (?P<t>\d+)$"),
+    # older builds print no ", is_child = N"
+    "launch": re.compile(r"^processing task(?:, is_child = (?P<child>\d+))?$"),
     "init": re.compile(
         r"^initializing, n_slots = (?P<n>\d+), n_ctx_slot = (?P<c>\d+), kv_unified = '(?P<u>\w+)'$"
     ),
@@ -104,6 +106,17 @@ class SlotRelease:
 
 
 @dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
+class SlotLaunch:
+    """A slot taking a task: ``slot launch_slot_: id N | task M | processing task, is_child = 0`` (-lv 4 and up).
+    Tasks are launched as requests arrive (requests arriving together may launch in any order among them)."""
+
+    line: int
+    elapsed_s: float | None
+    slot_id: int
+    task_id: int
+
+
+@dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class DeviceBuffer:
     line: int
     kind: str  # "KV" | "model" | "compute" | "output" | "RS"
@@ -141,6 +154,7 @@ class LlamacppServerLog:
     timings: list[SlotTiming] = field(default_factory=list)
     progress: list[SlotProgress] = field(default_factory=list)
     releases: list[SlotRelease] = field(default_factory=list)
+    launches: list[SlotLaunch] = field(default_factory=list)  # in log order
     warnings: list[LogLine] = field(default_factory=list)  # W / E lines
     lines: dict[str, int] = field(default_factory=dict)  # fact name -> line
 
@@ -190,6 +204,10 @@ def _slot_line(st: _State, no: int, t: float | None, m: re.Match[str]) -> None:
     if func == "release" or body.startswith("stop processing:"):
         r = _strict(path, no, "release", body, "stop processing: n_tokens = N, truncated = 0|1")
         st.log.releases.append(SlotRelease(no, t, slot_id, task_id, int(r["n"]), r["t"] != "0"))
+        return
+    if func == "launch_slot_" and body.startswith("processing task"):
+        _strict(path, no, "launch", body, "processing task[, is_child = N]")
+        st.log.launches.append(SlotLaunch(no, t, slot_id, task_id))
         return
     if func != "print_timing":
         return

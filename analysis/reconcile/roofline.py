@@ -309,9 +309,12 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
             )
             continue
         lightest = min(group, key=lambda s: s["weight_bytes_per_step"])
+        # one ratio per format: a campaign may hold several runs of one (repeats, an experiment's arms)
+        done: set[str] = set()
         for heavy in sorted(group, key=lambda s: (-s["weight_bytes_per_step"], s["series"])):
-            if heavy is lightest or heavy["weight_format"] == lightest["weight_format"]:
+            if heavy is lightest or heavy["weight_format"] in done | {lightest["weight_format"]}:
                 continue
+            done.add(heavy["weight_format"])
             key = engine_at(None, engine, topic="quantization")(
                 "step_ratio", formats=(heavy["weight_format"], lightest["weight_format"])
             )

@@ -1,0 +1,261 @@
+"""Issue #15's experiments (analysis/reconcile/experiments.py) on the committed H200 runs: the KV buffer predicted
+from the block formats equals the log's line; the repeat spread and an arm difference, computed here by hand from
+two runs' requests.jsonl, equal the findings; the slot ids behind the concurrency-32 anomaly, read here from
+server.log, equal the analysis'; every cited plan line says what the prediction says; the verdicts on the real
+runs; the parser's launch records on the real log."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis.campaign import load_campaign
+from analysis.parse.llamacpp_log import parse_llamacpp_log
+from analysis.reconcile import Context, gates, theoryctx
+from analysis.reconcile import experiments as X
+
+REPO = Path(__file__).resolve().parents[1]
+RAW = REPO / "raw"
+H200 = RAW / X.H200
+
+pytestmark = pytest.mark.skipif(not H200.is_dir(), reason="the H200 campaign is not committed in raw/")
+
+
+@pytest.fixture(scope="module")
+def section():
+    c = load_campaign([RAW], X.H200)
+    ctx = Context(campaign=c)
+    gates.evaluate(c, ctx)
+    return X.run(c, ctx, theoryctx.build(c))
+
+
+def _finding(section, metric: str, run: str | None = None, topic: str | None = None):
+    hits = [
+        f
+        for f in section.findings
+        if f.metric == metric and (run is None or f.run == run) and (topic in (None, f.topic))
+    ]
+    assert len(hits) == 1, [f.key for f in hits]
+    return hits[0]
+
+
+# --- by hand from the raw files -------------------------------------------------------------------------------
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def _p50_itl_ms(run: str, concurrency: int) -> float:
+    """The p50 of every inter-token gap of the completed requests at one sweep point: a chunk carrying n tokens
+    after a gap g stands for n gaps of g / n (the first chunk's extra tokens arrived with it: gaps of 0)."""
+    gaps: list[float] = []
+    for line in (H200 / run / "requests.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["phase_kind"] != "concurrency" or r["concurrency"] != concurrency or r["error"] is not None:
+            continue
+        toks = [(t, n) for t, n in zip(r["chunk_mono_ns"], r["chunk_tokens"], strict=True) if n > 0]
+        gaps += [0.0] * (toks[0][1] - 1)
+        for (t0, _), (t1, n) in zip(toks, toks[1:], strict=False):
+            gaps += [(t1 - t0) / 1e6 / n] * n
+    return _median(gaps)
+
+
+def test_repeat_spread_and_difference_by_hand(section):
+    """np64 vs np256 (Q4_K_M) at concurrency 32, each arm run twice: the means, the spreads (max − min) and the
+    difference with the larger spread beside it, from the JSON lines."""
+    a1, a2 = _p50_itl_ms("exp-slots-np64-q4km", 32), _p50_itl_ms("exp-slots-np64-q4km-r2", 32)
+    b1, b2 = _p50_itl_ms("exp-slots-np256-q4km", 32), _p50_itl_ms("exp-slots-np256-q4km-r2", 32)
+    a, b = (a1 + a2) / 2, (b1 + b2) / 2
+    spread = max(abs(a1 - a2), abs(b1 - b2))
+    f = _finding(section, "c32_p50_itl_delta_pct", run="exp-slots-np64-q4km")
+    assert f.value == pytest.approx((a - b) / b * 100, rel=1e-9)
+    assert f.extra["spread_pct"] == pytest.approx(spread / b * 100, rel=1e-9)
+    assert f.extra["distinguishable"] is (abs(a - b) > spread)
+    assert f.extra["spread_borrowed"] is False
+    # the arm table's repeat spread of the baseline, relative to its first run
+    arms = section.tables["experiment_arms"]
+    row = arms[(arms.experiment == "slots") & (arms.arm == "exp-slots-np256-q4km") & (arms.concurrency == 32)]
+    assert row["p50_itl_ms_spread"].item() == pytest.approx(abs(b1 - b2), rel=1e-9)
+    assert row["p50_itl_ms"].item() == pytest.approx(b, rel=1e-9)
+
+
+def _log_kv_mib(run: str) -> float:
+    text = (H200 / run / "server.log").read_text(errors="replace")
+    (mib,) = re.findall(r"llama_kv_cache: +CUDA0 KV buffer size = +([\d.]+) MiB", text)
+    return float(mib)
+
+
+@pytest.mark.parametrize(
+    ("run", "n_ctx", "bytes_per_32_values"),
+    [
+        ("exp-kvf16-q4km", 135_168, 64),  # f16: 32 × 2 bytes
+        ("exp-kvq8-q4km", 135_168, 34),  # q8_0: 32 int8 + an fp16 scale
+        ("exp-kvq4-q4km", 135_168, 18),  # q4_0: 32 nibbles + an fp16 scale
+        ("exp-slots-np256-q4km", 1_572_864, 64),
+        ("exp-slots-np64-q4km", 262_144, 64),
+    ],
+)
+def test_kv_buffer_predicted_exactly(section, run, n_ctx, bytes_per_32_values):
+    values_per_token = 2 * 28 * 4 * 128  # K and V × layers × KV heads × head dim (Qwen2.5-7B)
+    predicted = n_ctx * values_per_token // 32 * bytes_per_32_values / 2**20
+    f = _finding(section, "kv_buffer_mib", run=run)
+    assert f.theory == predicted
+    assert f.value == _log_kv_mib(run) == predicted
+    assert f.extra["verdict"] == "confirmed" and f.status == "ok"
+    assert {7392.0, 3927.0, 2079.0, 86016.0, 14336.0} >= {predicted}
+
+
+def test_capacity_at_fixed_budget(section):
+    for run, per_token in (("exp-kvf16-q4km", 57_344), ("exp-kvq8-q4km", 30_464), ("exp-kvq4-q4km", 16_128)):
+        f = _finding(section, "capacity_tokens_at_budget", run=run)
+        assert f.value == 84 * 2**30 // per_token
+
+
+def test_ledger_matches_the_plan(section):
+    """The ITL change the byte ledger predicts, recomputed from analysis.theory and the campaign's measured
+    copy bandwidth, is the number the plan wrote before the run."""
+    rows = section.tables["experiment_predictions"]
+    ledger = rows[rows.prediction == "itl_change_from_ledger"]
+    assert len(ledger) == 6
+    for _, r in ledger.iterrows():
+        kv = "q8_0" if "kvq8" in r["arm"] else "q4_0"
+        stated = X.KV_LEDGER_STATED_MS[(kv, r["concurrency"], r["input_len_tokens"])]
+        # the plan rounded to 0.01 ms (and took 8,192 rather than 8,256 tokens of mean context at 8k)
+        assert r["predicted_value"] == pytest.approx(stated, abs=0.01)
+        assert r["verdict"] == "refuted" and r["measured"] > 0  # quantized KV came out slower
+
+
+def test_every_prediction_cites_its_plan_line():
+    for pred in X.PREDICTIONS:
+        run, line, words = pred.plan
+        text = (H200 / run / "plan.toml").read_text().splitlines()[line - 1]
+        assert words in text, (pred.name, run, line, text)
+
+
+def _busy_slot_runs(run: str, concurrency: int) -> int:
+    """From server.log: the slot ids launched for the sweep point at this concurrency (launches follow the
+    requests' order; the points run one after another), as runs of consecutive ids."""
+    text = (H200 / run / "server.log").read_text(errors="replace")
+    slots = [int(s) for s in re.findall(r"launch_slot_: id +(\d+) \| task \d+ \| processing task", text)]
+    order: dict[int, int] = {}
+    for line in (H200 / run / "requests.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        order.setdefault(r["point_index"], 0)
+        order[r["point_index"]] += 1
+        if r["phase_kind"] == "concurrency" and r["concurrency"] == concurrency:
+            want = r["point_index"]
+    start = sum(n for i, n in order.items() if i < want)
+    ids = sorted(slots[start : start + order[want]])
+    return 1 + sum(1 for a, b in zip(ids, ids[1:], strict=False) if b != a + 1)
+
+
+def test_slot_ids_behind_the_c32_anomaly(section):
+    f = _finding(section, "c32_p50_itl_delta_pct", run="exp-slots-np64-q4km")
+    assert f.extra["busy_slot_runs"] == [
+        _busy_slot_runs(r, 32) for r in ("exp-slots-np64-q4km", "exp-slots-np64-q4km-r2")
+    ]
+    assert f.extra["busy_slot_runs_baseline"] == [
+        _busy_slot_runs(r, 32) for r in ("exp-slots-np256-q4km", "exp-slots-np256-q4km-r2")
+    ]
+    assert min(f.extra["busy_slot_runs"]) > 1 == max(f.extra["busy_slot_runs_baseline"])
+    assert f.extra["distinguishable"] is True and f.value > 0  # np64 slower, beyond the spread
+    f16 = _finding(section, "c32_p50_itl_delta_pct", run="exp-slots-np64-f16")
+    assert f16.extra["busy_slot_runs"] == [_busy_slot_runs("exp-slots-np64-f16", 32)]
+    assert f16.extra["spread_borrowed"] is True  # one run per F16 arm: the Q4_K_M repeats' spread
+
+
+def test_launch_records_on_the_real_log():
+    log = parse_llamacpp_log(H200 / "exp-slots-np64-q4km" / "server.log")
+    lines = (H200 / "exp-slots-np64-q4km" / "server.log").read_text(errors="replace").splitlines()
+    assert len(log.launches) == len(
+        (H200 / "exp-slots-np64-q4km" / "requests.jsonl").read_text().splitlines()
+    )
+    first = log.launches[0]
+    assert f"id {first.slot_id:2d} | task {first.task_id} | processing task" in lines[first.line - 1]
+    # chunked by the points' request counts (the analysis' rule), no point's launches reach into the next's
+    counts: dict[int, int] = {}
+    for line in (H200 / "exp-slots-np64-q4km" / "requests.jsonl").read_text().splitlines():
+        i = json.loads(line)["point_index"]
+        counts[i] = counts.get(i, 0) + 1
+    start, chunks = 0, []
+    for i in sorted(counts):
+        chunks.append([x.task_id for x in log.launches[start : start + counts[i]]])
+        start += counts[i]
+    assert all(max(a) < min(b) for a, b in zip(chunks, chunks[1:], strict=False))
+
+
+VERDICTS = {
+    ("cells_scanned_model", "exp-slots-np64-q4km"): "refuted",
+    ("cells_scanned_model", "exp-slots-np64-f16"): "refuted",
+    ("np64_not_slower", "exp-slots-np64-q4km"): "refuted",
+    ("np64_not_slower", "exp-slots-np64-f16"): "refuted",
+    ("np64_c64_far_from_4090", "exp-slots-np64-q4km"): "inconclusive",
+    ("c1_itl_drop", "exp-sampling-backend-q4km"): "refuted",
+    ("c64_itl_bound", "exp-sampling-backend-q4km"): "refuted",
+    ("c64_throughput_bound", "exp-sampling-backend-q4km"): "refuted",
+    ("slope_bound", "exp-sampling-backend-q4km"): "refuted",
+    ("sampling_is_per_slot_cost", "exp-sampling-backend-q4km"): "confirmed",
+    ("sampling_is_per_slot_cost", "exp-sampling-backend-f16"): "confirmed",
+    ("c1_launch_cost", "exp-graphs-off-q4km"): "inconclusive",
+    ("high_c_unchanged", "exp-graphs-off-q4km"): "inconclusive",
+    ("itl_change_from_ledger", "exp-kvq8-q4km"): "refuted",
+    ("slower_than_f16", "exp-kvq4-q4km"): "confirmed",
+}
+
+
+def test_verdicts_on_the_real_runs(section):
+    for (metric, run), want in VERDICTS.items():
+        f = _finding(section, metric, run=run)
+        assert f.extra["verdict"] == want, (metric, run, f.value, f.extra)
+        assert (f.status == "mismatch") is (want == "refuted")
+    # the refuting point of the slot bound is the concurrency-32 anomaly
+    assert _finding(section, "np64_not_slower", run="exp-slots-np64-q4km").extra["concurrency"] == 32
+    # CUDA graphs: the two graphs-off runs differ by more than the effect
+    spread = _finding(section, "max_repeat_spread_pct", run="exp-graphs-off-q4km").value
+    c32 = _finding(section, "c32_p50_itl_delta_pct", run="exp-graphs-off-q4km")
+    assert abs(c32.value) < spread and c32.extra["distinguishable"] is False
+    for f in section.findings:
+        if f.metric == "arms_match_plans":
+            assert f.value is True, f.extra
+
+
+def test_sampling_slope_and_share(section):
+    """The per-extra-stream slope (least squares over c = 8..64) per arm, and the share GPU sampling removes."""
+    slopes = section.tables["experiment_slopes"]
+    cpu = slopes[slopes.arm == "exp-slots-np256-q4km"]["slope_ms_per_stream"].mean()
+    gpu = slopes[slopes.arm == "exp-sampling-backend-q4km"]["slope_ms_per_stream"].mean()
+    share = _finding(section, "per_stream_cost_removed_pct", run="exp-sampling-backend-q4km")
+    assert share.value == pytest.approx((1 - gpu / cpu) * 100, rel=1e-9)
+    assert share.extra["share_lo"] <= share.value <= share.extra["share_hi"]
+    assert 0 < gpu < cpu
+
+
+@pytest.mark.parametrize(
+    ("kind", "m", "s", "lo", "hi", "value", "want"),
+    [
+        ("bound", 10.0, 1.0, 0.0, 20.0, None, "confirmed"),
+        ("bound", 10.0, 1.0, 12.0, 20.0, None, "refuted"),
+        ("bound", 10.0, 3.0, 12.0, 20.0, None, "inconclusive"),
+        ("point", 5.0, 1.0, -X.INF, X.INF, 5.5, "confirmed"),
+        ("point", 5.0, 1.0, -X.INF, X.INF, -1.0, "refuted"),
+        ("point", 0.5, 1.0, -X.INF, X.INF, 1.0, "inconclusive"),
+        ("bound", 10.0, None, 0.0, 20.0, None, "inconclusive"),
+    ],
+)
+def test_verdict_rule(kind, m, s, lo, hi, value, want):
+    assert X.verdict(kind, m, s, lo, hi, value) == want
+
+
+def test_arm_rule():
+    assert X.repeat_of("exp-slots-np64-q4km", "exp-slots-np64-q4km") == 1
+    assert X.repeat_of("exp-slots-np64-q4km-r2", "exp-slots-np64-q4km") == 2
+    assert X.repeat_of("exp-kvpool-32blk-2", "exp-kvpool-32blk") == 2
+    assert X.repeat_of("exp-slots-np64-q4km", "exp-slots-np64") is None
+    assert X.repeat_of("exp-slots-np64-q4km-r1", "exp-slots-np64-q4km") is None
+    assert X.consecutive_runs([0, 1, 2, 60, 61, 63]) == 3
