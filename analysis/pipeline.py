@@ -26,6 +26,7 @@ from analysis.reconcile import (
     concurrency_depth,
     engines,
     engines_depth,
+    experiments,
     gates,
     kv,
     lengths,
