@@ -89,6 +89,9 @@ REASONS: dict[str, str] = {
     "not_in_both": "两个批次中只有一个有该系列",
     "no_rows": "没有可画的数据（该节的无数据结论说明原因）",
     "run_unparseable": "该运行的原始文件无法解析（见详情），本批次其余运行照常分析",
+    "no_matching_sweep_point": "没有相同并发的扫描测量点可以对照",
+    "client_saturated": "压测客户端自身饱和（事件循环滞后 p99 超过 5 毫秒）：这个点的延迟与吞吐由客户端而不是服务器决定",
+    "no_client_probe": "该运行的采集器还没有记录客户端自检（事件循环滞后），无法判断客户端是否饱和",
     "unknown": "无法从现有文件判断",
 }
 
@@ -136,6 +139,7 @@ GATES: dict[str, str] = {
     "fingerprint": "有环境指纹",
     "input_tokens": "输入 token 等于请求值",
     "stream_token_counts": "流式 token 计数与服务器一致",
+    "client_not_saturated": "客户端未饱和（节奏由服务器决定）",
 }
 
 COMPONENTS: dict[str, str] = {

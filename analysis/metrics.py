@@ -296,3 +296,29 @@ def point_summary_vllm_bench(
     out |= _stats_keys_vllm_bench("itl", [g for r in done for g in itls_ms_vllm_bench(r)])
     out |= _stats_keys_vllm_bench("e2el", [e2el_ms_vllm_bench(r) for r in done])
     return out
+
+
+# --- the load client's own fidelity ---------------------------------------------------------------------------
+
+# A client whose event loop runs 1 % of its wake-ups more than this late adds that much to the chunk times
+# it records: the ITLs and TTFTs of the point describe the client as much as the server.
+CLIENT_LOOP_LAG_LIMIT_MS = 5.0
+
+
+def client_loop_lag_p99_ms(lag_ns: Sequence[int]) -> float | None:
+    """p99 of the client's event-loop lag, ms: the ``client_probe`` event's ``lag_ns`` (how late a task
+    sleeping to a deadline woke, each probe period) / 1e6, numpy's linear percentile; None without samples."""
+    return float(np.percentile(np.asarray(lag_ns, dtype=float), 99)) / NS_PER_MS if len(lag_ns) else None
+
+
+def client_saturated(lag_ns: Sequence[int]) -> bool | None:
+    """The client set the pace: its loop-lag p99 (``client_loop_lag_p99_ms``) > ``CLIENT_LOOP_LAG_LIMIT_MS``;
+    None without samples."""
+    p99 = client_loop_lag_p99_ms(lag_ns)
+    return None if p99 is None else p99 > CLIENT_LOOP_LAG_LIMIT_MS
+
+
+def client_cpu_ms_per_1k_tokens(cpu_ns: int, tokens: int) -> float | None:
+    """The client's own cost, CPU ms per 1,000 received tokens = cpu_ns / 1e6 / tokens × 1000."""
+    return cpu_ns / NS_PER_MS / tokens * 1000 if tokens else None
+

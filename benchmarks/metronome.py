@@ -8,7 +8,8 @@ Serves ``POST /v1/completions`` and ``/v1/chat/completions`` (SSE with ``stream:
 the usage chunk when ``stream_options.include_usage`` asks for it, ``[DONE]``; a plain JSON answer at the end of
 the schedule otherwise), ``GET /health``, ``/v1/models``, ``/version``, a minimal ``/metrics``, and the ground
 truth: ``GET /metronome/log`` (every request's receive time and every token's due and actual emit time) and
-``POST /metronome/reset``. Output length is the request's ``max_tokens`` (``max_completion_tokens``).
+``POST /metronome/reset``. Output length is the request's ``max_tokens`` (``max_completion_tokens``). ``--drop-after N`` closes each
+connection, unannounced, after its N-th answer (a server closing kept-alive connections under the client).
 
 Schedule of one request (ns on CLOCK_MONOTONIC): token 0 is due ``first_token_ms`` after the request was read
 whole; token k (k ≥ 1) ``interval_ms`` (± a uniform ``jitter_ms``, seeded per request) after token k − 1, plus
@@ -91,7 +92,7 @@ class DeadlineTimer:
         self.armed_at = None
 
 
-def harden(cpu: int | None) -> dict[str, Any]:
+def harden(cpu: int | None, realtime: bool = False) -> dict[str, Any]:
     """Own core (real-time priority on it), no GC pauses, locked memory, 1 ns timer slack; what worked is returned (and logged)."""
     out: dict[str, Any] = {}
     if cpu is not None:
@@ -100,13 +101,14 @@ def harden(cpu: int | None) -> dict[str, Any]:
             out["cpu"] = cpu
         except OSError as err:
             out["cpu_error"] = str(err)
-    try:
+    if realtime:
         # a shared box has no free core: real-time priority makes core 0 effectively ours (the kernel's RT
         # throttling still leaves others 5 %, and the loop sleeps in epoll between deadlines)
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        out["sched"] = "SCHED_FIFO 10"
-    except (OSError, AttributeError) as err:
-        out["sched_error"] = str(err)
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+            out["sched"] = "SCHED_FIFO 10"
+        except (OSError, AttributeError) as err:
+            out["sched_error"] = str(err)
     out["timerslack_ok"] = _libc.prctl(_PR_SET_TIMERSLACK, 1, 0, 0, 0) == 0
     gc.collect()
     gc.freeze()
@@ -182,8 +184,10 @@ def _chunked(payload: bytes) -> bytes:
 
 
 class Metronome:
-    def __init__(self, host: str, port: int, schedule: Schedule, model: str, max_model_len: int = 1 << 20):
+    def __init__(self, host: str, port: int, schedule: Schedule, model: str, max_model_len: int = 1 << 20,
+                 drop_after: int = 0):  # fmt: skip
         self.schedule, self.model, self.max_model_len = schedule, model, max_model_len
+        self.drop_after = drop_after  # close a connection without notice after this many answers (0: never)
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind((host, port))
@@ -411,8 +415,10 @@ class Metronome:
         if last:
             c.busy = False
             self._finish(st, t)
-            if c.close_after and not c.out:
-                self._close(c)
+            if (c.close_after or (self.drop_after and c.requests >= self.drop_after)) and not c.out:
+                self._close(
+                    c
+                )  # drop_after: like a server whose kept-alive connections close under the client
             elif c.inbuf and not c.closed:
                 self._parse(c)  # a request pipelined behind this stream: no new bytes will wake us for it
         else:
@@ -511,7 +517,7 @@ class MetronomeProcess:
     def start(self, timeout_s: float = 20.0) -> MetronomeProcess:
         args = [sys.executable, "-m", "benchmarks.metronome", "--port", str(self.port)]
         if self.cpu is not None:
-            args += ["--cpu", str(self.cpu)]
+            args += ["--cpu", str(self.cpu), "--realtime"]
         for k, v in self.schedule.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
         root = Path(__file__).resolve().parent.parent
@@ -575,10 +581,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--spike-every", type=int, default=0)
     ap.add_argument("--spike-ms", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO (only with --cpu: it may spin)")
+    ap.add_argument(
+        "--drop-after", type=int, default=0, help="close each connection after N answers, unannounced"
+    )
     a = ap.parse_args(argv)
     sched = Schedule(a.first_token_ms, a.interval_ms, a.jitter_ms, a.spike_every, a.spike_ms, a.seed)
-    m = Metronome(a.host, a.port, sched, a.model)
-    m.hardening = harden(a.cpu)
+    m = Metronome(a.host, a.port, sched, a.model, drop_after=a.drop_after)
+    m.hardening = harden(a.cpu, a.realtime and a.cpu is not None)
     try:
         m.serve_forever()
     except KeyboardInterrupt:

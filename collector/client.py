@@ -22,9 +22,13 @@ import httpx
 
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.records import RequestRecord
-from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json
+from collector.sse import SSEDecoder, SSEError, SSEServerError, payload_json
 
 _ERROR_BODY_BYTES = 2000
+# A kept-alive connection the server closed just as the request went out fails before any response byte
+# (llama-server's HTTP library closes connections after a few requests). Such a request never reached the
+# server's handler, so it is sent again, once, on a fresh connection; the record counts it (``retries``).
+_RETRY_BEFORE_RESPONSE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class _TokenCounter:
@@ -98,6 +102,8 @@ async def stream_completion(
     error: tuple[str, str] | None = None
     status: int | None = None
     headers_at = None
+    retries = 0
+    mono, unix = clock.mono_ns, clock.unix_ns
     sent = stamp(clock)
 
     def handle(obj: dict[str, Any], t_mono: int, t_unix: int) -> None:
@@ -114,31 +120,42 @@ async def stream_completion(
                 state["finish_reason"] = choice["finish_reason"]
             if on_chunk is not None:
                 on_chunk(n)
-        if isinstance(obj.get("usage"), dict):
-            state["usage"] = obj["usage"]
-        if isinstance(obj.get("timings"), dict):
-            state["timings"] = obj["timings"]
+        usage = obj.get("usage")
+        if usage.__class__ is dict:
+            state["usage"] = usage
+        timings = obj.get("timings")
+        if timings.__class__ is dict:
+            state["timings"] = timings
 
     try:
         async with asyncio.timeout(request_timeout_s):
-            async with client.stream("POST", url, json=body, headers={"Accept-Encoding": "identity"}) as resp:
-                headers_at = stamp(clock)
-                status = resp.status_code
-                if status != 200:
-                    text = (await resp.aread())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
-                    error = _error("http", f"HTTP {status}: {text}")
-                else:
-                    async for raw in resp.aiter_raw():
-                        t = stamp(clock)
-                        for ev in decoder.feed(raw):
-                            obj = event_json(ev)
-                            if obj is None:
-                                state["done"] = True
-                            else:
-                                handle(obj, t.mono_ns, t.unix_ns)
-                    decoder.close()
-                    if not state["done"]:
-                        error = _error("stream_cut", "stream closed before [DONE]")
+            while True:
+                try:
+                    async with client.stream("POST", url, json=body, headers=_HEADERS) as resp:
+                        headers_at = stamp(clock)
+                        status = resp.status_code
+                        if status != 200:
+                            text = (await resp.aread())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
+                            error = _error("http", f"HTTP {status}: {text}")
+                        else:
+                            # the per-read path: two clock reads, a bytes split, one orjson.loads per event
+                            async for raw in resp.aiter_raw():
+                                t_mono, t_unix = mono(), unix()
+                                for data in decoder.feed_data(raw):
+                                    obj = payload_json(data)
+                                    if obj is None:
+                                        state["done"] = True
+                                    else:
+                                        handle(obj, t_mono, t_unix)
+                            decoder.close()
+                            if not state["done"]:
+                                error = _error("stream_cut", "stream closed before [DONE]")
+                    break
+                except _RETRY_BEFORE_RESPONSE:
+                    if status is not None or retries:
+                        raise
+                    retries += 1
+                    sent = stamp(clock)
     except TimeoutError:
         error = _error("timeout", f"no complete response within request_timeout_s={request_timeout_s}")
     except httpx.TimeoutException as err:
@@ -155,13 +172,16 @@ async def stream_completion(
         error = _error("http_other", err)
     except asyncio.CancelledError:
         rec = _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
-                      counter, _error("aborted", "cancelled by the collector (run aborted)"))  # fmt: skip
+                      counter, _error("aborted", "cancelled by the collector (run aborted)"), retries)  # fmt: skip
         sink = meta.get("_sink")
         if sink is not None:
             sink(rec)
         raise
     return _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
-                   counter, error)  # fmt: skip
+                   counter, error, retries)  # fmt: skip
+
+
+_HEADERS = {"Accept-Encoding": "identity"}
 
 
 def _finish(
@@ -176,6 +196,7 @@ def _finish(
     chunk_tokens: list[int],
     counter: _TokenCounter,
     error: tuple[str, str] | None,
+    retries: int = 0,
 ) -> RequestRecord:
     """The request's record, built once when it ended (the per-chunk path only appends to three lists)."""
     end = stamp(clock)
@@ -198,4 +219,5 @@ def _finish(
         response_id=state["id"],
         error_kind=error[0] if error else None,
         error_message=error[1] if error else None,
+        retries=retries,
     )

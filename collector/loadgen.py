@@ -9,6 +9,8 @@ so every input has exactly the requested length and a point can be replayed from
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +63,57 @@ class PointOutcome:
     start: Stamp | None = None
     end: Stamp | None = None
     aborted: str | None = None
+    probe: LagProbe | None = None
+    cpu_ns: int | None = None  # this process's user + system CPU over the point
+    wall_ns: int | None = None
+
+
+PROBE_PERIOD_S = 0.01
+
+
+class LagProbe:
+    """The client watching itself: a task that sleeps to a deadline every ``period_s`` and records how late
+    it woke (ns). Every chunk of every stream waits for the same event loop, so a loop that wakes this task
+    late reads chunks that late too; lags of tens of ms mean the client, not the server, set the pace.
+    ``on_late(lag_ns)`` is called (once) when more than 1 % of the last 100 wake-ups were later than
+    ``warn_ns`` — the live warning; the verdict itself is the analysis' (a gate)."""
+
+    def __init__(self, period_s: float = PROBE_PERIOD_S, warn_ns: int | None = None,
+                 on_late: Callable[[int], None] | None = None, clock: Clock = SYSTEM_CLOCK):  # fmt: skip
+        self.period_ns = round(period_s * 1e9)
+        self.due_mono_ns: list[int] = []
+        self.lag_ns: list[int] = []
+        self._warn_ns, self._on_late, self._clock = warn_ns, on_late, clock
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> LagProbe:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        mono, period = self._clock.mono_ns, self.period_ns
+        due = mono() + period
+        late: list[int] = []
+        while True:
+            await asyncio.sleep(max(0, due - mono()) / 1e9)
+            now = mono()
+            self.due_mono_ns.append(due)
+            self.lag_ns.append(now - due)
+            if self._on_late is not None and self._warn_ns is not None:
+                late.append(now - due > self._warn_ns)
+                if len(late) > 100:
+                    del late[0]
+                if sum(late) > 1:
+                    self._on_late(now - due)
+                    self._on_late = None
+            due += period
+            if due <= now:  # the loop was stalled for more than a period: the next deadline is a fresh one
+                due = now + period
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 class Abort:
@@ -97,6 +150,7 @@ async def run_point(
     on_request: Callable[[RequestRecord], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
     transport: httpx.AsyncBaseTransport | None = None,
+    probe: LagProbe | None = None,
 ) -> PointOutcome:
     prompts = prompt_token_ids(point.seed, point.requests, point.input_len, *token_id_range)
     out = PointOutcome(point.point_id)
@@ -120,11 +174,21 @@ async def run_point(
         if on_request is not None:
             on_request(rec)
 
-    # A fresh connection per request, never a reused one: servers close idle or used-up keep-alive connections
-    # (llama-server's HTTP library after a few requests) and a request sent into one that is closing fails
-    # before the server saw it. At most ``concurrency`` connections are open at once.
-    limits = httpx.Limits(max_connections=point.concurrency, max_keepalive_connections=0)
+    # Kept-alive connections, one per worker: a connection set-up per request lands in every TTFT (and costs
+    # the client CPU). Servers do close kept-alive connections (llama-server's HTTP library after a few
+    # requests, or when idle for 5 s): httpcore drops an idle connection the server has closed before reusing
+    # it, a response saying "Connection: close" ends its connection, expiry is set below the servers' idle
+    # timeouts, and a request that still meets a closing connection is sent again (collector.client).
+    limits = httpx.Limits(max_connections=point.concurrency, max_keepalive_connections=point.concurrency,
+                          keepalive_expiry=2.0)  # fmt: skip
     timeout = httpx.Timeout(connect=30.0, read=read_timeout_s, write=30.0, pool=None)
+    # The point's garbage is young: everything older is frozen out of the collector's reach, so a full
+    # collection during the load does not walk every record of the run so far (a pause on every stream).
+    gc.collect()
+    gc.freeze()
+    cpu0, wall0 = time.process_time_ns(), time.monotonic_ns()
+    probe = probe or LagProbe(clock=clock)
+    out.probe = probe
     async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as client:
 
         async def worker(w: int) -> None:
@@ -159,6 +223,7 @@ async def run_point(
                 record(rec)
 
         out.start = stamp(clock)
+        probe.start()
         tasks = [asyncio.create_task(worker(w)) for w in range(min(point.concurrency, point.requests))]
         abort_wait = asyncio.create_task(abort.event.wait())
         try:
@@ -182,6 +247,9 @@ async def run_point(
                     t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             abort_wait.cancel()
+            await probe.stop()
             out.end = stamp(clock)
+            out.cpu_ns, out.wall_ns = time.process_time_ns() - cpu0, time.monotonic_ns() - wall0
+    gc.unfreeze()
     out.aborted = abort.reason
     return out

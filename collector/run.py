@@ -39,7 +39,7 @@ from analysis import metrics
 from collector import checks as ck
 from collector import fingerprint
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
-from collector.loadgen import Abort, run_point
+from collector.loadgen import Abort, LagProbe, run_point
 from collector.plan import plan_data
 from collector.preflight import preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
@@ -419,13 +419,28 @@ class _Protocol:
                 self.io_fault(err)
 
         live.start_point(pt)
+        limit_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
+
+        def late(lag_ns: int) -> None:
+            self.console.print(
+                f"[yellow]client saturated[/] in {pt.point_id}: its event loop ran {lag_ns / 1e6:.1f} ms late "
+                f"(> {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms on more than 1 % of wake-ups): the client, not the "
+                "server, is setting the pace of this point",
+                highlight=False,
+            )
+
+        probe = LagProbe(warn_ns=limit_ns, on_late=late, clock=self.clock)
         out = await run_point(
             pt, base_url=sp.base_url, model=sp.served_model_name,
             token_id_range=(p.model.token_id_low, p.model.token_id_high),
             engine_extra=self.server.adapter.request_extra(), plan_extra=p.load.extra_body,
             request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
             sink=sink, abort=self.abort, on_chunk=live.chunk, on_request=live.request, clock=self.clock,
+            probe=probe,
         )  # fmt: skip
+        self.events.emit("client_probe", point=pt.point_id, period_ns=probe.period_ns,
+                         due_mono_ns=probe.due_mono_ns, lag_ns=probe.lag_ns, cpu_ns=out.cpu_ns,
+                         wall_ns=out.wall_ns, shards=1)  # fmt: skip
         if out.aborted and self.server.proc is not None:
             # Connection errors can outrun the watcher thread's notice; a dead server is the root cause.
             try:

@@ -12,9 +12,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from collector.raw.errors import AnatomyError
 
 DONE = "[DONE]"
+_DONE_B = b"[DONE]"
 
 
 class SSEError(AnatomyError):
@@ -32,7 +35,13 @@ class SSEEvent:
 
 
 class SSEDecoder:
-    """Incremental decoder: ``feed(bytes) -> [SSEEvent]``; ``close()`` checks nothing is left half-sent."""
+    """Incremental decoder: ``feed(bytes) -> [SSEEvent]``; ``close()`` checks nothing is left half-sent.
+
+    ``feed_data(bytes) -> [bytes]`` is the load client's per-read path: the ``data`` payload of each complete
+    event, as bytes. Streams of OpenAI-style servers are one ``data: …`` line per event ending in a blank
+    line, LF only: those are cut with one ``split(b"\n\n")`` and nothing is decoded to text. Anything else
+    (CR line ends, comments, ``event:`` fields, several data lines, an event split across reads by a partial
+    line) goes through the line rules of ``feed``, so both paths give the same payloads."""
 
     def __init__(self) -> None:
         self._buf = b""
@@ -65,6 +74,24 @@ class SSEDecoder:
                 out.append(ev)
         return out
 
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf + chunk if self._buf else chunk
+        if self._data or self._pending_cr or b"\r" in buf:
+            return [ev.data.encode() for ev in self.feed(chunk)]
+        blocks = buf.split(b"\n\n")
+        self._buf = blocks.pop()  # b"" when the read ended on an event boundary
+        out: list[bytes] = []
+        for i, block in enumerate(blocks):
+            if block.startswith(b"data: ") and b"\n" not in block:
+                out.append(block[6:])
+            elif block.startswith(b"data:") and b"\n" not in block:
+                out.append(block[5:])
+            else:  # the general rules for this block (comments, event names, multi-line data, stray LFs)
+                rest = b"\n\n".join(blocks[i:]) + b"\n\n" + self._buf
+                self._buf = b""
+                return out + [ev.data.encode() for ev in self.feed(rest)]
+        return out
+
     def _line(self, raw: bytes) -> SSEEvent | None:
         try:
             line = raw.decode("utf-8")
@@ -95,14 +122,21 @@ class SSEDecoder:
 
 def event_json(ev: SSEEvent) -> dict[str, Any] | None:
     """The event's JSON object, or None for the ``[DONE]`` sentinel; anything else raises SSEError."""
-    if ev.data.strip() == DONE:
-        return None
+    return payload_json(ev.data.encode())
+
+
+def payload_json(data: bytes) -> dict[str, Any] | None:
+    """An event's ``data`` payload (bytes) as its JSON object, or None for ``[DONE]``; anything else raises
+    SSEError. orjson: the standard library's decoder took ~5x as long per chunk, on the per-token path."""
     try:
-        obj = json.loads(ev.data)
-    except json.JSONDecodeError as err:
-        raise SSEError(f"malformed JSON in event: {err.msg} at char {err.pos}: {ev.data[:120]!r}") from err
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        if data.strip() == _DONE_B:
+            return None
+        text = data.decode("utf-8", "replace")
+        raise SSEError(f"malformed JSON in event: {err.msg} at char {err.pos}: {text[:120]!r}") from err
     if not isinstance(obj, dict):
-        raise SSEError(f"event payload is not a JSON object: {ev.data[:120]!r}")
+        raise SSEError(f"event payload is not a JSON object: {data.decode('utf-8', 'replace')[:120]!r}")
     if "error" in obj and "choices" not in obj:
         raise SSEServerError(f"server sent an error event: {json.dumps(obj['error'])[:200]}")
     return obj

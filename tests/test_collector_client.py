@@ -166,7 +166,7 @@ def test_closed_loop_keeps_concurrency_and_records_every_request(server):
     out = asyncio.run(go())
     assert out.sent == out.finished == out.ok == 10 and not out.errors and out.aborted is None
     assert sorted(r.index for r in recs) == list(range(10))
-    assert server.max_running == 3 and server.connections == 10  # one fresh connection per request
+    assert server.max_running == 3 and server.connections == 3  # kept alive: one connection per worker
     assert {r.worker for r in recs} == {0, 1, 2}
     assert all(r.usage["prompt_tokens"] == 9 for r in recs)
 

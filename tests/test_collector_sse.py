@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json
+from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json, payload_json
 
 STREAM = (
     b": comment\r\n"
@@ -70,3 +70,26 @@ def test_stream_ending_mid_event_is_cut():
     d2.feed(json.dumps({"a": 1}).encode())
     with pytest.raises(SSEError):
         d2.close()
+
+
+def _data_all(chunks):
+    d = SSEDecoder()
+    out = []
+    for c in chunks:
+        out += d.feed_data(c)
+    d.close()
+    return out
+
+
+OPENAI = b"".join(b'data: {"choices":[{"text":"t%d"}]}\n\n' % i for i in range(6)) + b"data: [DONE]\n\n"
+
+
+@given(st.lists(st.integers(min_value=1, max_value=len(OPENAI) - 1), max_size=12, unique=True),
+       st.booleans())  # fmt: skip
+def test_fast_path_gives_the_payloads_of_the_general_rules(cuts, general):
+    stream = STREAM if general else OPENAI
+    cuts = sorted(c for c in cuts if c < len(stream))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    assert _data_all(pieces) == [e.data.encode() for e in _decode_all([stream])]
+    assert payload_json(_data_all([OPENAI])[0]) == {"choices": [{"text": "t0"}]}
+    assert payload_json(b"[DONE]") is None

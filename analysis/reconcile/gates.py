@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis import findings as fnd
+from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
 from analysis.reconcile import Context, Section
@@ -26,6 +27,7 @@ GATE_ORDER = (
     "prefix_caching_off",
     "no_preemptions",
     "fingerprint",
+    "client_not_saturated",
 )
 # A failed `exclude` gate means the point measured a different workload or server (fewer requests, a
 # cache that skips prefill, preemptions in a run meant to have none): conclusions leave it out. A failed
@@ -43,6 +45,9 @@ SEVERITY = {
     "output_tokens": "flag",
     "greedy": "flag",
     "fingerprint": "flag",
+    # the load client's event loop ran late (analysis.metrics.client_saturated): the point's latencies and its
+    # closed-loop throughput were set by the client, not the server
+    "client_not_saturated": "exclude",
 }
 
 
@@ -116,6 +121,27 @@ def _own_checks(run) -> dict[tuple[str, str | None], tuple[object, int]]:
     return out
 
 
+def client_gate(run, point: str) -> GateResult:
+    """Our load client's self-check for one point: its ``client_probe`` event (event-loop lag) judged by
+    ``analysis.metrics.client_saturated``; unknown for runs whose collector did not record one yet."""
+    rel, log = run.events
+    hits = [(i, e) for i, e in enumerate(log.records if log is not None else [], 1)
+            if e.kind == "client_probe" and e.get("point") == point]  # fmt: skip
+    if not hits:
+        return GateResult("client_not_saturated", "unknown", "no_client_probe", run.cite(rel) if rel else None,
+                          "no client_probe event (collector predates the client's self-check)")  # fmt: skip
+    line, e = hits[-1]
+    lag = e.get("lag_ns") or []
+    sat = metrics.client_saturated(lag)
+    p99 = metrics.client_loop_lag_p99_ms(lag)
+    detail = "no probe sample" if p99 is None else (
+        f"event-loop lag p99 {p99:.2f} ms over {len(lag)} wake-ups "
+        f"(limit {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms)")  # fmt: skip
+    status = "unknown" if sat is None else ("fail" if sat else "pass")
+    reason = None if sat is False else ("client_saturated" if sat else "unknown")
+    return GateResult("client_not_saturated", status, reason, run.cite(rel, line), detail)
+
+
 def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
     """A collector run's point: the gates are the collector's own recorded self-checks (events.jsonl),
     plus the stream-count agreement read from requests.jsonl."""
@@ -164,6 +190,7 @@ def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
             f"token_count_source {sources}",
         )
     )
+    out.append(client_gate(run, p.label))
     from_check("greedy", "greedy_sampling", None)
     # prefix caching: off at start-up and no cache hit during the point
     start_hit, point_hit = (

@@ -52,7 +52,9 @@ class RequestRecord:
     - outcome: ``http_status``, ``done`` (``[DONE]`` seen), ``usage`` (last usage object), ``finish_reason``,
       ``engine_timings`` (llama.cpp's last ``timings``), ``response_id``, ``error`` (null, or
       ``{kind, message}`` with a kind of ``REQUEST_ERROR_KINDS``), kept here as ``error_kind`` and
-      ``error_message``.
+      ``error_message``; ``retries`` (written only when not 0; absent in older runs): times the request was
+      sent again because a kept-alive connection closed before any response byte (the send times are the
+      last attempt's).
     """
 
     request_id: str
@@ -83,6 +85,7 @@ class RequestRecord:
     response_id: str | None
     error_kind: str | None
     error_message: str | None
+    retries: int = 0
 
     @property
     def ok(self) -> bool:
@@ -118,6 +121,7 @@ class RequestRecord:
             "engine_timings": self.engine_timings,
             "response_id": self.response_id,
             "error": error,
+            **({"retries": self.retries} if self.retries else {}),
         }
 
     @classmethod
@@ -152,6 +156,8 @@ class RequestRecord:
                 raise bad(f"key {k!r} should be an object or null")
         if not isinstance(obj.get("done"), bool):
             raise bad("key 'done' should be true or false")
+        if not _is_int(obj.get("retries", 0)):
+            raise bad("key 'retries' should be an integer")
         err = obj.get("error")
         if err is not None and (
             not isinstance(err, dict)
@@ -174,6 +180,7 @@ class RequestRecord:
             response_id=obj.get("response_id"),
             error_kind=err["kind"] if err else None,
             error_message=err["message"] if err else None,
+            retries=obj.get("retries", 0),
         )
 
 
@@ -187,6 +194,7 @@ _REQ_STR = ("request_id", "phase", "phase_kind", "point")
 EVENT_KINDS = frozenset({
     "run_start", "run_end", "server_start", "server_healthy", "server_exit", "check", "phase_start", "phase_end",
     "point_start", "point_end", "fault", "abort", "metrics_unreachable", "metrics_back", "drain",
+    "client_probe",
 })  # fmt: skip
 
 
@@ -204,7 +212,12 @@ class EventRecord:
       concurrency, requests, input_len, output_len, seed) / ``point_end`` (point, sent, finished, ok,
       errors {kind: n}, aborted);
     - ``fault`` (what, detail), ``abort`` (reason, point), ``metrics_unreachable`` / ``metrics_back`` (url,
-      status, error); ``drain`` (seconds).
+      status, error); ``drain`` (seconds);
+    - ``client_probe`` (the load client watching itself during a point, written before its ``point_end``;
+      absent in older runs): point, ``period_ns`` (the probe's period), ``due_mono_ns`` and ``lag_ns`` (each
+      wake-up of a task that sleeps to a deadline on the client's event loop: how late it ran — a busy loop
+      reads every chunk that late), ``cpu_ns`` / ``wall_ns`` (the client process's user + system CPU and the
+      wall time over the point), ``shards`` (processes the load ran in).
     """
 
     kind: str

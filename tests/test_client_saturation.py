@@ -1,0 +1,115 @@
+"""The load client against ground truth: the metronome server (benchmarks/metronome.py) emits every token at a
+known CLOCK_MONOTONIC time. At low load the client's records agree with it within generous bounds (the timing
+targets live in ``nox -s bench``, not here); a deliberately overloaded point is flagged by the analysis' gate;
+connections the server closes under the client do not lose requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis import metrics
+from analysis.campaign import iter_points, load_campaign
+from analysis.reconcile import gates
+from benchmarks.metronome import MetronomeProcess
+from collector.loadgen import Abort, run_point
+from collector.raw.plan import PointPlan
+from collector.raw.records import EventRecord, RequestRecord
+from collector.run import execute_run
+from tests.loopback import free_port
+
+
+def _point(c: int, n: int, out: int) -> PointPlan:
+    return PointPlan(phase="p", kind="concurrency", index=0, concurrency=c, requests=n, input_len=8,
+                     output_len=out, seed=1, expect_preemptions="any")  # fmt: skip
+
+
+def _run_point(url: str, pt: PointPlan) -> tuple[list[RequestRecord], object]:
+    recs: list[RequestRecord] = []
+    out = asyncio.run(run_point(pt, base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={},
+                                plan_extra={}, request_timeout_s=60, read_timeout_s=30, sink=recs.append,
+                                abort=Abort()))  # fmt: skip
+    return recs, out
+
+
+def test_low_load_records_agree_with_the_emit_times():
+    with MetronomeProcess(free_port(), first_token_ms=30, interval_ms=10, spike_every=5, spike_ms=10) as m:
+        recs, out = _run_point(m.url, _point(2, 4, 20))
+        log = m.log()
+    assert out.ok == 4 and all(r.ok and r.done for r in recs)
+    emits = {r["id"]: r for r in log["requests"]}
+    assert len(emits) == 4
+    lat_ms, ttft_err_ms = [], []
+    for r in recs:
+        truth = emits[r.response_id]
+        assert sum(r.chunk_tokens) == r.completion_tokens == 20 == len(truth["emit_ns"])
+        # every chunk was received after it was emitted (one monotonic clock on one host), and soon after
+        lat_ms += [(a - b) / 1e6 for a, b in zip(r.chunk_mono_ns, truth["emit_ns"], strict=True)]
+        ttft_err_ms.append(metrics.ttft_ms(r) - (truth["emit_ns"][0] - truth["recv_ns"]) / 1e6)
+    assert min(lat_ms) > 0 and np.median(lat_ms) < 50
+    assert 0 < np.median(ttft_err_ms) < 100
+    # the client sees the late token: the ITLs of every 5th token are ~10 ms longer (per-chunk timing)
+    itls = [x for r in recs for x in metrics.itls_ms(r)]
+    assert np.percentile(itls, 95) > np.percentile(itls, 50) + 5
+    # the metronome checks itself (generous: without its own core a shared box delays it by milliseconds)
+    assert log["emit_error_ns"]["n"] == 80 and log["emit_error_ns"]["p50"] < 20_000_000
+    # the probe ran the whole point and recorded its wake-ups
+    assert out.probe.lag_ns and len(out.probe.lag_ns) == len(out.probe.due_mono_ns)
+    assert out.cpu_ns > 0
+
+
+def test_server_closing_kept_alive_connections_loses_no_request():
+    with MetronomeProcess(free_port(), first_token_ms=1, interval_ms=1, drop_after=1) as m:
+        recs, out = _run_point(m.url, _point(3, 15, 4))
+        log = m.log()
+    assert out.ok == 15 and all(r.ok for r in recs)
+    assert len(log["requests"]) == 15 + sum(r.retries for r in recs)
+
+
+def _plan(tmp_path: Path, url: str, c: int, n: int, out: int) -> Path:
+    plan = tmp_path / f"c{c}.toml"
+    plan.write_text(f"""campaign = "fid"
+run = "c{c}"
+[server]
+engine = "vllm"
+url = "{url}"
+served_model_name = "metronome"
+[model]
+config = "Qwen2.5-7B-Instruct"
+gpu = "cpu"
+token_id_range = [32, 127]
+[sampling]
+nvidia_smi = "off"
+[load]
+drain_s = 0
+[[phase]]
+name = "load"
+kind = "concurrency"
+points = [{{ concurrency = {c}, requests = {n}, input_len = 8, output_len = {out}, seed = 1 }}]
+""")
+    return plan
+
+
+@pytest.mark.timeout(600)
+def test_an_overloaded_client_point_is_flagged(tmp_path):
+    raw = tmp_path / "raw"
+    # 128 streams, a token every millisecond each: ~128,000 tokens/s offered, far past what one Python
+    # process reads
+    with MetronomeProcess(free_port(), first_token_ms=1, interval_ms=1) as m:
+        res = execute_run(_plan(tmp_path, m.url, 128, 128, 200), raw)
+    assert res.status == "complete"
+    (ev_file,) = raw.glob("fid/*/events.jsonl")
+    probes = [EventRecord.from_obj(json.loads(x)) for x in ev_file.read_text().splitlines()]
+    probes = [e for e in probes if e.kind == "client_probe"]
+    assert len(probes) == 1 and all(len(e.get("lag_ns")) == len(e.get("due_mono_ns")) for e in probes)
+    campaign = load_campaign([raw], "fid")
+    verdicts = {
+        p.label: gates.client_gate(p.run, p.label) for p in iter_points(campaign, include_warmup=True)
+    }
+    (g,) = [v for k, v in verdicts.items() if "load" in k]
+    assert g.status == "fail" and g.reason == "client_saturated" and g.severity == "exclude", g
+    assert "event-loop lag p99" in g.detail
