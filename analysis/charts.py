@@ -194,12 +194,19 @@ def _enc(**channels) -> dict:
 
 
 def _lines_and_points(base: alt.Chart, d: pd.DataFrame, size: int = 50) -> alt.LayerChart:
-    """The line joins one series' points; the points carry the gate shape (filled where all passed)."""
+    """The line joins one series' points; the points carry the gate shape (filled where all passed). The dash
+    stays on the line alone, so its legend shows the dash (not a dashed circle)."""
     shape = _gate_shape(d)
     pts = base.mark_point(size=size, filled=shape is None)
     if shape is not None:
         pts = pts.encode(shape=shape)
-    return alt.layer(base.mark_line(), pts)
+    pts = pts.copy(deep=True)
+    pts.encoding.strokeDash = alt.Undefined
+    line = base.mark_line()
+    if "main" in d and not d["main"].all():  # a series' other runs: thin, behind
+        line = line.encode(strokeWidth=alt.condition("datum.main", alt.value(2.5), alt.value(1)))
+        pts = pts.encode(size=alt.condition("datum.main", alt.value(size), alt.value(12)))
+    return alt.layer(line, pts)
 
 
 def _sweeps(df: pd.DataFrame) -> pd.DataFrame:
@@ -207,6 +214,65 @@ def _sweeps(df: pd.DataFrame) -> pd.DataFrame:
     if "test_kind" not in df:
         return df
     return df[df["test_kind"].isin(SWEEP_KINDS)]
+
+
+# colours of a series' main run, in the order of the sorted series names; a series' other runs are grey
+PALETTE = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6")
+OTHER_COLOR = "#bbbbbb"
+
+
+def _main_runs(d: pd.DataFrame, run_cols: list[str]) -> pd.Series:
+    """Whether each row is its series' main run: per round, engine (with format) and test kind, the run with the
+    most measured points of that kind (ties: the first by name). The others — a repeat, the arms of a one-knob
+    experiment — are context on a campaign's figure (thin, grey, one legend entry); their own pages compare
+    them. Every row of a table without a run column is main."""
+    if not all(c in d for c in run_cols):
+        return pd.Series(True, index=d.index)
+    run = d[run_cols].astype(str).agg(" / ".join, axis=1)
+    kind = d["test_kind"] if "test_kind" in d else pd.Series("", index=d.index)
+    at = [c for c in ("concurrency", "input_len_tokens") if c in d]
+    points = (
+        d.assign(_run=run, _kind=kind, _at=d[at].astype(str).agg(" / ".join, axis=1))
+        .groupby(["round_zh", "engine_zh", "_kind", "_run"])["_at"]
+        .nunique()
+        .reset_index()
+        .sort_values(
+            ["round_zh", "engine_zh", "_kind", "_at", "_run"], ascending=[True, True, True, False, True]
+        )
+    )
+    main = set(
+        points.drop_duplicates(["round_zh", "engine_zh", "_kind"])[["_kind", "_run"]].itertuples(index=False)
+    )
+    return pd.Series([(k, r) in main for k, r in zip(kind, run, strict=True)], index=d.index)
+
+
+def _with_runs(d: pd.DataFrame, run_cols: list[str]) -> pd.DataFrame:
+    """Adds ``main`` (see _main_runs), ``run_id`` (one line per run) and ``colour_zh`` (the engine for a main
+    run, one shared name for the other runs)."""
+    d = d.copy()
+    d["main"] = _main_runs(d, run_cols)
+    cols = [c for c in run_cols if c in d]
+    d["run_id"] = d[cols].astype(str).agg(" / ".join, axis=1) if cols else ""
+    d["colour_zh"] = [e if m else zh.OTHER_RUNS for e, m in zip(d["engine_zh"], d["main"], strict=True)]
+    return d
+
+
+def _run_color(d: pd.DataFrame, title: str) -> alt.Color:
+    """Colour = engine for main runs, grey for a series' other runs (listed last)."""
+    names = sorted({c for c in d["colour_zh"] if c != zh.OTHER_RUNS})
+    domain = names + ([zh.OTHER_RUNS] if (~d["main"]).any() else [])
+    rng = [PALETTE[i % len(PALETTE)] for i in range(len(names))] + [OTHER_COLOR] * (len(domain) - len(names))
+    return alt.Color("colour_zh:N", title=title, sort=domain, scale=alt.Scale(domain=domain, range=rng))
+
+
+def _omitted(d: pd.DataFrame) -> str:
+    """The subtitle's note on a series' other runs left out of a figure (empty when there are none)."""
+    n = d.loc[~d["main"], "run_id"].nunique()
+    return zh.OTHER_RUNS_OMITTED.format(n=n) if n else ""
+
+
+def _titled(title: str, subtitle: str) -> alt.TitleParams:
+    return alt.TitleParams(text=title, subtitle=subtitle, anchor="start")
 
 
 def _no_rows(table: str) -> Missing:
@@ -257,15 +323,16 @@ def concurrency_throughput(df: pd.DataFrame) -> Drawn:
     d = _labelled(_sweeps(df)).dropna(subset=["tokens_per_s"])
     if not len(d):
         return _no_rows("concurrency_throughput")
+    d = _with_runs(d, ["round", "test"])
     d["kind_zh"] = d["series"].map(lambda s: zh.SERIES.get(s, s))
     order = [zh.SERIES[s] for s in ("output", "total") if s in set(d["series"])]
     base = alt.Chart().encode(
         **_enc(
             x=_conc_x(d["concurrency"], f["x"]),
             y=alt.Y("tokens_per_s:Q", title=f["y"]),
-            color=_color("engine_zh", f["color"], d["engine_zh"]),
+            color=_run_color(d, f["color"]),
             strokeDash=_round_dash(d),
-            detail=alt.Detail("test:N"),
+            detail=alt.Detail("run_id:N"),
         )
     )
     return (
@@ -288,6 +355,7 @@ def concurrency_latency(df: pd.DataFrame) -> Drawn:
     d = d[d["value_ms"] > 0]  # a log axis: a 0 ms percentile (a cut point) has no place on it
     if not len(d):
         return _no_rows("concurrency_latency")
+    d = _with_runs(d, ["round", "test"])
     d["stat_zh"] = d["stat"].map(lambda s: zh.PERCENTILES.get(s, s))
     stats = [zh.PERCENTILES[s] for s in LATENCY_STATS if s in set(d["stat"])]
     rows = []
@@ -299,9 +367,9 @@ def concurrency_latency(df: pd.DataFrame) -> Drawn:
             **_enc(
                 x=_conc_x(d["concurrency"], f["x"]),
                 y=alt.Y("value_ms:Q", title=zh.COLUMNS[f"{m}_ms"], scale=alt.Scale(type="log")),
-                color=_color("engine_zh", f["color"], d["engine_zh"]),
+                color=_run_color(d, f["color"]),
                 strokeDash=_round_dash(d),
-                detail=alt.Detail("test:N"),
+                detail=alt.Detail("run_id:N"),
             )
         )
         rows.append(
@@ -331,6 +399,11 @@ def concurrency_utilization(df: pd.DataFrame) -> Drawn:
             "no_rows", "concurrency_utilization has no test_kind column: test kinds cannot be kept apart"
         )
     d = _labelled(df[~df.get("warmup", pd.Series(False, index=df.index)).astype(bool)])
+    if not len(d):
+        return _no_rows("concurrency_utilization")
+    d = _with_runs(d, ["round", "test"])
+    omitted = _omitted(d)
+    d = d[d["main"]]
     long = d.melt(
         id_vars=[
             c
@@ -346,6 +419,7 @@ def concurrency_utilization(df: pd.DataFrame) -> Drawn:
                 "test_kind",
                 "kind_zh",
                 "engine_zh",
+                "run_id",
             )
             if c in d
         ],
@@ -378,7 +452,7 @@ def concurrency_utilization(df: pd.DataFrame) -> Drawn:
                 y=y,
                 color=color,
                 strokeDash=_round_dash(long),
-                detail=alt.Detail("engine_zh:N") if several else alt.Detail("test:N"),
+                detail=alt.Detail("engine_zh:N") if several else alt.Detail("run_id:N"),
             )
         )
         if kind == "overload":  # one point per run: nothing to join
@@ -390,7 +464,9 @@ def concurrency_utilization(df: pd.DataFrame) -> Drawn:
         n = sub["concurrency" if not length else "input_len_tokens"].nunique()
         return chart.properties(width=max(90, min(PANEL_WIDTH, 50 * n)), height=PANEL_HEIGHT)
 
-    return alt.hconcat(*_kind_panels(long, panel), title=f["title"])
+    series = sorted(set(long["series_zh"]))
+    note = " · ".join(x for x in (" / ".join(series) if len(series) <= 2 else "", omitted) if x)
+    return alt.hconcat(*_kind_panels(long, panel), title=_titled(f["title"], note) if note else f["title"])
 
 
 # --- TTFT ---------------------------------------------------------------------------------------------
@@ -409,11 +485,11 @@ def ttft_anatomy(df: pd.DataFrame) -> Drawn:
     if not len(d):
         return _no_rows("ttft_anatomy")
     d["part_zh"] = d["part"].map(lambda p: zh.TTFT_PARTS.get(p, p))
-    # a row per series (round · engine); a series with two runs of one test kind (a repeat) gets a row per run
-    repeats = d.groupby(["series_zh", "test_kind"])["test"].nunique().groupby(level=0).max()
-    d["run_zh"] = [
-        f"{s} · {t}" if repeats[s] > 1 else s for s, t in zip(d["series_zh"], d["test"], strict=True)
-    ]
+    # a row per series (round · engine), drawn from its main run of each test kind
+    d = _with_runs(d, ["round", "test"])
+    omitted = _omitted(d)
+    d = d[d["main"]]
+    d["run_zh"] = d["series_zh"]
     parts = [zh.TTFT_PARTS[p] for p in ("queue", "prefill", "remainder") if p in set(d["part"])]
     color = alt.Color(
         "part_zh:N",
@@ -458,7 +534,9 @@ def ttft_anatomy(df: pd.DataFrame) -> Drawn:
         sub_run = sub_run.assign(part_order=sub_run["part"].map({"queue": 0, "prefill": 1, "remainder": 2}))
         rows.append(alt.hconcat(*_kind_panels(sub_run, panel)).resolve_scale(y="independent"))
     chart = rows[0] if len(rows) == 1 else alt.vconcat(*rows)
-    return chart.properties(title=f["title"])
+    # one series: its name under the title (the panels name only their test)
+    note = " · ".join(x for x in (runs[0] if len(runs) == 1 else "", omitted) if x)
+    return chart.properties(title=_titled(f["title"], note) if note else f["title"])
 
 
 # --- KV -----------------------------------------------------------------------------------------------
@@ -494,6 +572,8 @@ def kv_fit(df: pd.DataFrame) -> Drawn:
 
 # --- overload -----------------------------------------------------------------------------------------
 
+# lines of distinct colour one panel can hold and still be read apart
+MAX_SERIES = 6
 # panel -> (the timeline's columns it draws, label key of its y axis)
 TIMELINE_PANELS = (
     ("kv_usage_pct", ("kv_usage_pct",), "y_kv_usage_pct"),
@@ -510,9 +590,14 @@ def overload_timeline(df: pd.DataFrame) -> Drawn:
         return _no_rows("overload_timeline")
     if "run" not in d:
         d["run"] = ""
-    if d.groupby("run")["t_s"].nunique().max() < 2:
+    # a run with one sample has no line to draw
+    d = d[d.groupby("run")["t_s"].transform("nunique") >= 2]
+    if not len(d):
         return Missing("too_few_points", "the overload timeline has fewer than two samples per run")
-    d["run_zh"] = _distinct(d, "series_zh", "run")
+    if d["run"].nunique() <= MAX_SERIES:
+        d["run_zh"] = _distinct(d, "series_zh", "run")
+    else:  # more runs than colours that read apart: a colour per series, a line per run
+        d["run_zh"] = d["series_zh"]
     color = _color("run_zh", f["color"], d["run_zh"])
     panels = []
     for _, cols, ykey in TIMELINE_PANELS:
@@ -520,7 +605,7 @@ def overload_timeline(df: pd.DataFrame) -> Drawn:
         if not cols:
             continue
         long = d.melt(
-            id_vars=["run_zh", "t_s"] + (["test_kind"] if "test_kind" in d else []),
+            id_vars=["run_zh", "run", "t_s"] + (["test_kind"] if "test_kind" in d else []),
             value_vars=cols,
             var_name="series",
             value_name="value",
@@ -545,6 +630,7 @@ def overload_timeline(df: pd.DataFrame) -> Drawn:
                     y=alt.Y("value:Q", title=f[ykey]),
                     color=color,
                     strokeDash=dash,
+                    detail=alt.Detail("run:N"),
                 )
             )
             .properties(width=WIDTH, height=130)
@@ -560,13 +646,14 @@ def engines_throughput(df: pd.DataFrame) -> Drawn:
     d = _labelled(_sweeps(df)).dropna(subset=["output_throughput_tokens_per_s"])
     if not len(d):
         return _no_rows("engines_points")
+    d = _with_runs(d, ["run"])
     base = alt.Chart(d, title=f["title"]).encode(
         **_enc(
             x=_conc_x(d["concurrency"], f["x"]),
             y=alt.Y("output_throughput_tokens_per_s:Q", title=f["y"]),
-            color=_color("engine_zh", f["color"], d["engine_zh"]),
+            color=_run_color(d, f["color"]),
             strokeDash=_round_dash(d),
-            detail=alt.Detail("run:N"),
+            detail=alt.Detail("run_id:N"),
         )
     )
     return _lines_and_points(base, d, size=60).properties(width=WIDTH, height=HEIGHT)
@@ -590,8 +677,10 @@ def engines_itl_roofline(df: pd.DataFrame) -> Drawn:
         return Missing(
             "no_gpu_datasheet", "no bandwidth floor: the campaign's device has no datasheet bandwidth"
         )
+    d = _with_runs(d, ["run"])
     long = d.melt(
-        id_vars=["concurrency", "engine_zh", "round_zh", "round", "gate_zh", "gate_ok", "run", "test_kind"],
+        id_vars=["concurrency", "engine_zh", "round_zh", "round", "gate_zh", "gate_ok", "run", "test_kind"]
+        + ["main", "run_id", "colour_zh"],
         value_vars=_present(d, "p50_itl_ms", "roofline_floor_ms"),
         var_name="what",
         value_name="ms",
@@ -603,13 +692,13 @@ def engines_itl_roofline(df: pd.DataFrame) -> Drawn:
     base = alt.Chart().encode(
         x=_conc_x(long["concurrency"], f["x"]),
         y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=_color("engine_zh", f["color"], long["engine_zh"]),
+        color=_run_color(long, f["color"]),
         strokeDash=alt.StrokeDash(
             "what_zh:N",
             title=zh.COLUMNS["what"],
             scale=_dash_scale(long["what_zh"], zh.SERIES["measured_p50_itl"], zh.SERIES["roofline_floor"]),
         ),
-        detail=alt.Detail("run:N"),
+        detail=alt.Detail("run_id:N"),
     )
     layer = _lines_and_points(base, long, size=40)
     if len(_rounds_latest_first(long)) < 2:
@@ -695,13 +784,16 @@ def _has_floor(d: pd.DataFrame) -> bool:
     return bool(_present(d, "floor_datasheet_ms", "floor_measured_ms"))
 
 
+# the columns a roofline figure keeps beside its values
+ROOFLINE_KEEP = ("concurrency", "line_zh", "colour_zh", "main", "run_id", "gate_zh", "gate_ok", "panel_zh")
+ROOFLINE_KEEP += ("test_kind", "run", "campaign")
+
+
 def _itl_floor_layer(
     d: pd.DataFrame, f: dict[str, str], color: alt.Color
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
     """Measured p50 ITL beside the datasheet and measured-ceiling floors: colour = series, dash = which line."""
-    keep = [
-        c for c in ("concurrency", "line_zh", "gate_zh", "gate_ok", "panel_zh", "test_kind", "run") if c in d
-    ]
+    keep = [c for c in ROOFLINE_KEEP if c in d]
     long = d.melt(
         id_vars=keep,
         value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
@@ -719,6 +811,7 @@ def _itl_floor_layer(
         x=_conc_x(long["concurrency"], f["x"]),
         y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
         color=color,
+        detail=alt.Detail("run:N"),
         strokeDash=alt.StrokeDash(
             "what_zh:N",
             title=zh.COLUMNS["what"],
@@ -737,9 +830,7 @@ def _achievement_layer(
     d: pd.DataFrame, f: dict[str, str], color: alt.Color
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
     """Roofline achievement against both bases (datasheet, measured ceiling): colour = series, dash = basis."""
-    keep = [
-        c for c in ("concurrency", "line_zh", "gate_zh", "gate_ok", "panel_zh", "test_kind", "run") if c in d
-    ]
+    keep = [c for c in ROOFLINE_KEEP if c in d]
     long = d.melt(
         id_vars=keep,
         value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
@@ -756,6 +847,7 @@ def _achievement_layer(
         x=_conc_x(long["concurrency"], f["x"]),
         y=alt.Y("pct:Q", title=f["y"]),
         color=color,
+        detail=alt.Detail("run:N"),
         strokeDash=alt.StrokeDash(
             "basis_zh:N",
             title=zh.COLUMNS["basis"],
@@ -766,9 +858,7 @@ def _achievement_layer(
 
 
 def _series_label(df: pd.DataFrame) -> pd.DataFrame:
-    d = _labelled(_sweeps(df))
-    d["line_zh"] = _distinct(d, "series_zh", "series")
-    return d
+    return _with_runs(_labelled(_sweeps(df)), ["run"])
 
 
 def roofline_itl_floor(df: pd.DataFrame) -> Drawn:
@@ -778,7 +868,7 @@ def roofline_itl_floor(df: pd.DataFrame) -> Drawn:
         return Missing(
             "no_gpu_datasheet", "no bandwidth floor: the campaign's device has no datasheet bandwidth"
         )
-    layer, long = _itl_floor_layer(d, f, _color("line_zh", f["color"], d["line_zh"]))
+    layer, long = _itl_floor_layer(d, f, _run_color(d, f["color"]))
     return alt.layer(*layer.layer, data=long).properties(width=WIDTH, height=HEIGHT, title=f["title"])
 
 
@@ -789,7 +879,7 @@ def roofline_achievement(df: pd.DataFrame) -> Drawn:
         return Missing(
             "no_gpu_datasheet", "no roofline achievement: the campaign's device has no datasheet bandwidth"
         )
-    layer, long = _achievement_layer(d, f, _color("line_zh", f["color"], d["line_zh"]))
+    layer, long = _achievement_layer(d, f, _run_color(d, f["color"]))
     return alt.layer(*layer.layer, data=long).properties(width=WIDTH, height=HEIGHT, title=f["title"])
 
 
@@ -800,6 +890,8 @@ def _run_series_zh(d: pd.DataFrame) -> dict[str, str]:
         fmts = [x for x in g.get("weight_format", pd.Series(dtype=object)) if not _blank(x)]
         out[run] = engine_format_zh(g["engine"].iloc[0], fmts[0] if fmts else None)
     names = list(out.values())
+    if len(out) > MAX_SERIES:  # more runs than colours that read apart: a colour per engine and format
+        return out
     return {r: (n if names.count(n) == 1 else f"{n} · {r}") for r, n in out.items()}
 
 

@@ -155,6 +155,10 @@ COMPONENTS: dict[str, str] = {
 
 TTFT_PARTS: dict[str, str] = {"queue": "排队", "prefill": "预填充", "remainder": "其余（前端、网络、反分词）"}
 
+# a series' other runs on a campaign figure (a repeat, the arms of a one-knob experiment): grey context
+OTHER_RUNS = "同系列的其他运行（重复、单变量实验）"
+OTHER_RUNS_OMITTED = "同系列的另外 {n} 个运行（重复、单变量实验）未画出"
+
 # a figure panel per kind of test: points of different tests are never joined into one curve
 TEST_KINDS: dict[str, str] = {
     "concurrency_sweep": "并发扫描",
