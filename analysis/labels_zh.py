@@ -519,6 +519,10 @@ FINDINGS.update(
         ("ttft", "prefill_growth_single_to_max"): "每请求平均预填充时间：最高并发 ÷ 并发 1",
         ("ttft", "queue_share_of_prefill_pct"): "最高并发时平均排队时间 ÷ 平均预填充时间",
         ("ttft", "kv_pool_blocks"): "KV 池的块数（16 token 一块）",
+        (
+            "length",
+            "mfu_one_axis_max_deviation_pct",
+        ): "同样每迭代 token 数下，长度扫描与并发扫描的算力之差（最大）",
         ("length", "kv_bytes_per_input_token"): "长度扫描：每多一个输入 token 的峰值 KV 字节（该并发下）",
         ("length", "kv_bytes_per_token_from_itl_slope"): "由 ITL 随上下文的斜率 × 带宽反推的每 token KV 字节",
         ("length", "prefill_ms_per_input_token"): "预填充：每个输入 token 的时间（斜率）",

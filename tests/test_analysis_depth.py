@@ -439,3 +439,31 @@ def test_prefill_growth_queue_share_and_dips_by_hand(out):
     c32 = _json("Round2/05-perf-test/llamacpp_c032.json")
     assert d["evidence"]["32"]["duration_s"] == pytest.approx(c32["duration"])
     assert f["round2.engines.llamacpp.per_slot_decode_tokens_per_s"]["value"] == pytest.approx(thr[64] / 64)
+
+
+def test_tokens_per_iteration_lines_both_sweeps_up_by_hand(out):
+    """The length sweep's achieved FLOP/s against the concurrency sweep's at the same tokens per iteration."""
+    f = _f(out)
+
+    def point(rel: str, csv_rel: str) -> tuple[float, float]:
+        res = _json(rel)
+        before, after, _ = _window(_sampler(csv_rel), res)
+        tpi = (after["iter_tok_sum"] - before["iter_tok_sum"]) / (
+            after["iter_tok_cnt"] - before["iter_tok_cnt"]
+        )
+        return tpi, (after["flops"] - before["flops"]) / res["duration"]
+
+    curve = sorted(
+        point(f"Round2/01-02-perf-test/vllm_c{c:03d}.json", "Round2/01-02-perf-test/metrics_sweep.csv")
+        for c in SWEEP
+    )
+    devs = {}
+    for n in LENGTHS:
+        x, y = point(f"Round2/03-perf-test/len_{n}.json", "Round2/03-perf-test/metrics_sweep.csv")
+        (x0, y0), (x1, y1) = next((a, b) for a, b in zip(curve, curve[1:], strict=False) if a[0] <= x <= b[0])
+        at_x = math.exp(math.log(y0) + math.log(x / x0) / math.log(x1 / x0) * math.log(y1 / y0))
+        devs[f"len_{n}"] = (y / at_x - 1) * 100
+    worst = max(devs, key=lambda k: abs(devs[k]))
+    got = f["round2.length.vllm.mfu_one_axis_max_deviation_pct"]
+    assert got["value"] == pytest.approx(devs[worst], rel=1e-6) and got["worst_point"] == worst
+    assert abs(devs[worst]) < 10  # the two sweeps lie on one curve
