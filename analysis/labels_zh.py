@@ -325,7 +325,8 @@ CHANGES: dict[str, str] = {
     "cuda_version": "CUDA 版本",
     "host_mem_total_gib": "主机内存（GiB）",
     "llamacpp_slots": "llama.cpp 槽数（-np）",
-    "llamacpp_prompt_cache": "llama.cpp 提示缓存",
+    "llamacpp_ctx_per_slot": "llama.cpp 每槽上下文（token）",
+    "llamacpp_idle_slot_cache_off": "llama.cpp 日志：空闲槽位的提示缓存被关闭（--cache-idle-slots 需要 --cache-ram）",
 }
 
 # --- findings: (topic, metric) -> what the finding is, in a table row or a sentence -----------------------
@@ -368,6 +369,10 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     (None, "kv_pool_tokens_theory"): "KV 池 token 数（理论：池字节 ÷ 每 token KV 字节）",
     (None, "max_concurrency_log"): "满长请求最大并发（日志 vs 理论）",
     (None, "max_concurrency_theory"): "满长请求最大并发（理论）",
+    (None, "max_concurrency_theory_half_model_len"): "满长请求最大并发（理论，若 --max-model-len 减半）",
+    ("overload", "max_running_requests"): "过载时运行中请求数的最大值（调度器放进的请求）",
+    ("engines", "throughput_ratio_at_max_common_concurrency"): "最高共同并发时的吞吐之比（vLLM ÷ llama.cpp）",
+    ("selection", "boundary_measured_p99_ttft_ms"): "按实测点，更优引擎发生切换的 p99 TTFT 预算",
     (None, "kv_pool_tokens_log_spread"): "同一轮各次启动的 KV 池差异",
     (None, "kv_pool_tokens_scrape"): "KV 池 token 数（/metrics vs 日志）",
     (None, "kv_fit_slope"): "KV 占用拟合斜率（token / 在途 token）",
@@ -414,7 +419,7 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     ("gates", "gates_unknown"): "无法判定的自检项",
     ("gates", "all_passed"): "全部测量点通过自检",
     ("gates", "points_flagged"): "标记（保留但需留意）的测量点",
-    ("gates", "output_shortfall_total_pct"): "未按请求输出的 token 占请求总量的比例",
+    ("gates", "output_shortfall_total_pct"): "未按请求输出的 token 占请求总量的比例（不含过载测试）",
     ("reproducibility", "repeat_max_abs_throughput_delta_pct"): "同一轮内重复测量的吞吐最大差异",
     ("reproducibility", "max_abs_throughput_delta_pct"): "两轮之间吞吐的最大差异",
     ("reproducibility", "changed_between_rounds"): "两轮之间改变了什么",
@@ -748,7 +753,9 @@ def finding_label(finding: Any, scope: bool = True) -> str:
         name += "（" + " ÷ ".join(format_label(f) for f in finding.formats) + "）"
     if finding.test:
         name += f"（测试 `{finding.test}`）"
-    if scope and finding.level != "campaign" and finding.engine:
+    # a finding about one engine, one run or one series names it; so does a round's finding that rests on one
+    # run (a round's overload point, the pool of its first vLLM log)
+    if scope and finding.engine and (finding.level != "campaign" or finding.run):
         return f"{series_label(finding.engine, finding.weight_format)} · {name}"
     return name
 

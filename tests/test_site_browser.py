@@ -74,7 +74,8 @@ class PageWatch:
 
 
 def _new_page(chromium, base_url, **kw):
-    ctx = chromium.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN", **kw)
+    kw.setdefault("viewport", {"width": 1280, "height": 900})
+    ctx = chromium.new_context(locale="zh-CN", **kw)
     page = ctx.new_page()
     return ctx, page, PageWatch(page, base_url)
 
@@ -155,6 +156,71 @@ def test_chinese_search_finds_the_right_page(site, chromium, base_url, query, ex
     ctx.close()
 
 
+# Pages the renderer writes (the hand-written method pages are prose of their own).
+def _report_pages(site: br.BuiltSite) -> list[str]:
+    return [
+        rel
+        for rel in br.html_pages(site.site)
+        if rel == "" or rel.startswith(("campaigns/", "comparison/", "structure/", "data/"))
+    ]
+
+
+# The article's text as a reader sees it, without code, citations of files and fields, and hashes.
+VISIBLE_PROSE = """() => {
+  const art = document.querySelector('article').cloneNode(true);
+  art.querySelectorAll('code, pre, svg, script, style, .ia-srcs, .ia-src, .ia-hash').forEach(e => e.remove());
+  return art.textContent;
+}"""
+FINDING_KEY = re.compile(r"\w+\.\w+_\w+")
+
+
+def test_every_report_page_opens_with_its_conclusion(site, chromium, base_url):
+    """On the first screen (1400 × 900) of every generated page: a conclusion box."""
+    ctx = chromium.new_context(viewport={"width": 1400, "height": 900}, locale="zh-CN")
+    page = ctx.new_page()
+    missing = []
+    for rel in _report_pages(site):
+        page.goto(base_url + rel, wait_until="domcontentloaded")
+        box = page.locator("article .admonition.abstract").first
+        bb = box.bounding_box() if box.count() else None
+        if bb is None or bb["y"] > 900 or "结论" not in box.inner_text():
+            missing.append(rel or "home")
+    ctx.close()
+    assert not missing, f"pages whose first screen holds no conclusion: {missing}"
+
+
+def test_pages_read_as_chinese_prose(site, chromium, base_url):
+    """No Markdown table left as text, no finding keys, no Python lists or dicts in what a reader reads."""
+    ctx, page, _ = _new_page(chromium, base_url)
+    problems = []
+    for rel in br.html_pages(site.site):
+        page.goto(base_url + rel, wait_until="domcontentloaded")
+        for p in page.eval_on_selector_all("article p", "els => els.map(e => e.innerText)"):
+            if any(line.strip().startswith("|") for line in p.splitlines()):
+                problems.append(f"{rel}: a table left as text: {p[:60]!r}")
+        prose = page.evaluate(VISIBLE_PROSE)
+        for key in sorted(set(FINDING_KEY.findall(prose))):
+            problems.append(f"{rel}: key-like token {key!r}")
+        for m in re.finditer(r".{0,20}[\[\]{}].{0,20}", prose):
+            problems.append(f"{rel}: a repr in the text: {m.group(0)!r}")
+    ctx.close()
+    assert not problems, "\n".join(problems[:30])
+
+
+def test_reproducibility_headline_is_per_engine(site, chromium, base_url):
+    """The reference's two rounds: vLLM moved ≤ a few %, llama.cpp (slots changed) far more — never one max."""
+    if br.REFERENCE_CAMPAIGN not in site.campaigns:
+        pytest.skip("reference campaign not present")
+    ctx, page, _ = _new_page(chromium, base_url)
+    page.goto(base_url + f"campaigns/{br.REFERENCE_CAMPAIGN}/reproducibility/", wait_until="domcontentloaded")
+    box = page.locator("article .admonition.abstract").first.inner_text()
+    ctx.close()
+    lines = [line for line in box.splitlines() if "最多相差" in line]
+    assert any(line.startswith("vLLM（bf16）") for line in lines), box
+    assert any(line.startswith("llama.cpp（Q4_K_M）") for line in lines), box
+    assert "较大者" not in box
+
+
 def test_screenshots(site, chromium, base_url):
     br.ARTIFACTS.mkdir(parents=True, exist_ok=True)
     report = br.REFERENCE_CAMPAIGN if br.REFERENCE_CAMPAIGN in site.campaigns else site.synthetic
@@ -179,11 +245,18 @@ def test_screenshots(site, chromium, base_url):
             ):  # our own campaigns' pages that differ most from the reference
                 if (site.site / "campaigns" / c / slug / "index.html").exists():
                     shots[f"campaign-{c}-{slug}.png"] = (f"campaigns/{c}/{slug}/", {})
+    # the reader's view at 1400 px: the home page and one campaign's overview, whole and first screen
+    wide = {"viewport": {"width": 1400, "height": 900}}
+    for name, rel in (("home-1400.png", ""), ("campaign-1400.png", f"campaigns/{report}/")):
+        shots[name] = (rel, wide)
+        shots[name.replace(".png", "-first-screen.png")] = (rel, {**wide, "full_page": False})
     for name, (rel, kw) in shots.items():
+        kw = dict(kw)
+        full = kw.pop("full_page", True)
         ctx, page, watch = _new_page(chromium, base_url, **kw)
         page.goto(base_url + rel, wait_until="networkidle")
         out: Path = br.ARTIFACTS / name
-        page.screenshot(path=str(out), full_page=True)
+        page.screenshot(path=str(out), full_page=full)
         assert out.stat().st_size > 10_000, f"{name}: screenshot suspiciously small"
         assert not watch.errors, "\n".join(watch.errors)
         ctx.close()

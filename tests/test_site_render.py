@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -492,17 +493,66 @@ def test_the_analysis_writes_each_campaign_profile_the_report_reads(built):
 
 def test_home_row_of_measured_ceilings_renders_the_findings(built):
     """The H200 campaign's ceilings.json (raw/): copy 4.256 TB/s against the datasheet's 4.8 (−11.3 %, inside
-    ±15 %: 吻合), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %: 不吻合)."""
+    ±15 %), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %: the card did not reach its rating)."""
     h200 = "h200-qwen2.5-7b-random"
     if h200 not in built.campaigns:
         pytest.skip("the H200 campaign is not in raw/")
     home = (built.docs / "index.md").read_text(encoding="utf-8")
-    (row,) = [
+    (line,) = [
         line
         for line in home.splitlines()
-        if line.startswith("| 这块卡实际能跑出多少带宽与算力？") and "4.26 TB/s" in line
+        if line.startswith("- **这块卡实际能跑出多少带宽与算力？**") and "4.26 TB/s" in line
     ]
-    assert "4.26 TB/s（数据手册 4.80 TB/s，误差 −11.3%）" in row
-    assert "669 TFLOP/s（数据手册 989 TFLOP/s，误差 −32.3%）" in row
-    assert '<span class="ia-badge ia-pass">吻合</span> <span class="ia-badge ia-fail">不吻合</span>' in row
-    assert f"campaigns/{h200}/concurrency.md" in row
+    assert (
+        "4.26 TB/s](" in line and "（数据手册 4.80 TB/s，误差 −11.3%）" in line
+    )  # the number links to its row
+    assert "669 TFLOP/s](" in line and "（数据手册 989 TFLOP/s，误差 −32.3%）" in line
+    assert "没有跑到标称能力" in line and f"campaigns/{h200}/concurrency.md" in line
+
+
+def test_home_answers_first_every_number_from_a_finding(reference_site):
+    """The reference campaign's headline spreads, checked against its round-2 result files by hand: vLLM
+    61.86 → 1,388 token/s from 1 to 64 streams; p50 TTFT at concurrency 64 0.787 s (1,024 + 256 token) against
+    169 s under overload (6,144 + 2,048 token)."""
+    import browser as br
+
+    src = br.reference_source() / "Round2"
+    c1 = json.loads((src / "01-02-perf-test" / "vllm_c001.json").read_text())
+    c64 = json.loads((src / "01-02-perf-test" / "vllm_c064.json").read_text())
+    stress = json.loads((src / "04-perf-test" / "stress.json").read_text())
+    home = (reference_site.docs / "index.md").read_text(encoding="utf-8")
+    head = home.split("## ")[0]  # the conclusion box, before any section
+    assert '!!! abstract "结论' in head
+    assert f"{c1['output_throughput']:,.1f}" in head and f"{c64['output_throughput']:,.0f}" in head
+    assert (
+        f"{c64['median_ttft_ms'] / 1000:.3f} 秒" in head
+        and f"{stress['median_ttft_ms'] / 1000:,.0f} 秒" in head
+    )
+    answers = home.split("## 关键问题")[1].split("## 意外的观察")[0]
+    for question in ("同时服务多少个请求", "开始付代价", "更快的卡", "装不下", "量化", "选哪个引擎"):
+        assert question in answers, question
+    production = home.split("## 在生产上跑它")[1].split("## 可信度与局限")[0]
+    assert production.count("\n- **") == 6 and "](" in production  # six lines, each number linked
+    trust = home.split("## 可信度与局限")[1].split("## ")[0]
+    assert "vLLM（bf16）" in trust and "llama.cpp（Q4_K_M）" in trust  # reproducibility per engine
+    assert "两个引擎中较大者" not in trust
+
+
+def test_campaign_pages_open_with_their_conclusion_latest_round_first(reference_site):
+    import browser as br
+
+    pages = sorted((reference_site.docs / "campaigns" / br.REFERENCE_CAMPAIGN).glob("*.md"))
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        body = text.split("\n# ", 1)[1] if not text.startswith("# ") else text
+        after_title = body.split("\n", 1)[1].lstrip()
+        assert after_title.startswith('!!! abstract "结论"'), page.name
+    kv = (reference_site.docs / "campaigns" / br.REFERENCE_CAMPAIGN / "kv.md").read_text(encoding="utf-8")
+    tail = kv.split("## 结论与对账")[1]
+    assert tail.index("**第二轮**") < tail.index('??? note "第一轮（较早的轮次）"')
+    concurrency = (reference_site.docs / "campaigns" / br.REFERENCE_CAMPAIGN / "concurrency.md").read_text()
+    for table in concurrency.split("## 结论与对账")[1].split("| 量（来源） |")[1:]:
+        na = table.count(
+            "ia-badge ia-na"
+        )  # "无数据" once per missing input (its cause), not once per finding
+        assert na == len(set(re.findall(r'ia-na">无数据</span><br><span class="ia-reason">([^<]+)<', table)))

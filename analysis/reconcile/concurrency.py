@@ -265,6 +265,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 )
             else:
                 kp = next(p for p in pts if p.concurrency == k)
+                # the sweep point just below the knee: what the tail looked like before it broke
+                below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
                 findings.append(
                     fnd.measured(
                         key,
@@ -273,6 +275,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
                         p50_itl_ms=kp.result.stat_ms("p50", "itl"),
                         p99_itl_ms=kp.result.stat_ms("p99", "itl"),
+                        below_concurrency=below.concurrency if below else None,
+                        below_p50_itl_ms=below.result.stat_ms("p50", "itl") if below else None,
+                        below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
                         rests_on=[p.key for p in pts],
                         gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
                         **which,
@@ -313,6 +318,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         **which,
                     )
                 )
+            findings.append(throughput_gain_finding(at, c1, [p for p in pts if ctx.gate_ok(p)], which))
             findings.extend(_counter_findings(at, engine, pts, points, campaign))
 
         # consistency of the summaries: throughput × duration = totals
@@ -366,6 +372,38 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             "concurrency_utilization": util,
         },
         findings=findings,
+    )
+
+
+def throughput_gain(single_tokens_per_s: float, top_tokens_per_s: float) -> float:
+    """How many times more output a full sweep gets than one stream, ratio: tokens/s at the highest
+    concurrency ÷ tokens/s at concurrency 1 (the spread only a full protocol shows)."""
+    return top_tokens_per_s / single_tokens_per_s
+
+
+def throughput_gain_finding(
+    at: At, c1: BenchPoint | None, gated_in: list[BenchPoint], which: dict
+) -> fnd.Finding:
+    """The throughput gain of one sweep (findings under ``at``, topic concurrency)."""
+    key = at("throughput_gain_single_to_max", topic="concurrency")
+    rated = [p for p in gated_in if p.result.output_throughput_tok_s]
+    if c1 is None or not c1.result.output_throughput_tok_s:
+        return fnd.not_available(key, "ratio", "no_concurrency_1", "no sweep point at concurrency 1", **which)
+    top = max(rated, key=lambda p: p.concurrency, default=None)
+    if top is None or top.concurrency == 1:
+        return fnd.not_available(
+            key, "ratio", "too_few_points", "no gated-in point above concurrency 1", **which
+        )
+    return fnd.measured(
+        key,
+        throughput_gain(c1.result.output_throughput_tok_s, top.result.output_throughput_tok_s),
+        "ratio",
+        [c1.cite("output_throughput"), top.cite("output_throughput")],
+        single_tokens_per_s=c1.result.output_throughput_tok_s,
+        top_tokens_per_s=top.result.output_throughput_tok_s,
+        top_concurrency=top.concurrency,
+        detail="output tokens/s at the highest gated-in sweep concurrency ÷ at concurrency 1",
+        **which,
     )
 
 

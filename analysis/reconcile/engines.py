@@ -53,6 +53,37 @@ def byte_ledger(series: list[dict], bandwidth_bytes_per_s: float | None) -> list
     return out
 
 
+def _throughput_ratio(at: At, by_engine: dict, ctx: Context) -> fnd.Finding:
+    """vLLM ÷ llama.cpp output tokens/s at the highest concurrency both measured (gated-in points), with the
+    single-stream ratio alongside: batching efficiency at high load against speed at one stream."""
+    key = at("throughput_ratio_at_max_common_concurrency", topic="engines")
+    ok = {
+        e: {p.concurrency: p for p in by_engine[e] if ctx.gate_ok(p) and p.result.output_throughput_tok_s}
+        for e in ENGINES
+    }
+    common = sorted(set(ok["vllm"]) & set(ok["llamacpp"]))
+    if not common:
+        return fnd.not_available(key, "ratio", "engine_missing", "no concurrency measured by both engines")
+    top, low = common[-1], common[0]
+    v, ll = ok["vllm"][top].result.output_throughput_tok_s, ok["llamacpp"][top].result.output_throughput_tok_s
+    v1, l1 = (
+        ok["vllm"][low].result.output_throughput_tok_s,
+        ok["llamacpp"][low].result.output_throughput_tok_s,
+    )
+    return fnd.measured(
+        key,
+        v / ll,
+        "ratio",
+        [ok["vllm"][top].cite("output_throughput"), ok["llamacpp"][top].cite("output_throughput")],
+        concurrency=top,
+        vllm_tokens_per_s=v,
+        llamacpp_tokens_per_s=ll,
+        lowest_concurrency=low,
+        ratio_at_lowest_concurrency=v1 / l1,
+        detail="vLLM ÷ llama.cpp output tokens/s at the highest gated-in concurrency both measured",
+    )
+
+
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
@@ -256,6 +287,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         srcs,
                     )
                 )
+        findings.append(_throughput_ratio(at, by_engine, ctx))
         # workload shortfall (ignore-eos not honoured)
         key = engine_at(rnd, "llamacpp", th.weight_formats.get("llamacpp"))("workload_shortfall_max_pct")
         sub = frame[frame["engine"] == "llamacpp"] if len(frame) else frame

@@ -377,6 +377,51 @@ def evaluate(campaign: Campaign, ctx: Context) -> None:
         ctx.gates[p.key] = evaluate_point(p, ctx)
 
 
+def shortfall_total_pct(expected_tokens: int, delivered_tokens: int) -> float:
+    """Output tokens asked for but not delivered, %: (expected − delivered) ÷ expected × 100."""
+    return (expected_tokens - delivered_tokens) / expected_tokens * 100.0
+
+
+def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
+    """What the output-token gate caught, in total: of all the tokens the sweeps asked for (completed requests ×
+    requested output), the share not delivered — an engine that stops at EOS despite ignore-eos does less
+    work, and its throughput reads too high. Overload points are left out: truncation there is by design."""
+    key = at("output_shortfall_total_pct")
+    known = [
+        p
+        for p in pts
+        if p.requested_output_len_tokens and p.result.completed and p.result.total_output_tokens is not None
+    ]
+    if not known:
+        return fnd.not_available(key, "%", "no_sweep_log", "no point with a known requested output length")
+    expected: dict[str, int] = {}
+    short: dict[str, int] = {}
+    for p in known:
+        want = p.result.completed * p.requested_output_len_tokens
+        expected[p.run.engine] = expected.get(p.run.engine, 0) + want
+        short[p.run.engine] = short.get(p.run.engine, 0) + max(0, want - p.result.total_output_tokens)
+    total_expected, total_short = sum(expected.values()), sum(short.values())
+    return fnd.measured(
+        key,
+        shortfall_total_pct(total_expected, total_expected - total_short),
+        "%",
+        [
+            p.cite("total_output_tokens")
+            for p in known
+            if p.result.total_output_tokens < p.result.completed * p.requested_output_len_tokens
+        ][:5],
+        expected_tokens=total_expected,
+        missing_tokens=total_short,
+        by_engine_pct={e: shortfall_total_pct(expected[e], expected[e] - short[e]) for e in sorted(expected)},
+        points_short=sum(
+            1
+            for p in known
+            if p.result.total_output_tokens < p.result.completed * p.requested_output_len_tokens
+        ),
+        points=len(known),
+    )
+
+
 def run(campaign: Campaign, ctx: Context) -> Section:
     rows = []
     for p in iter_points(campaign, include_warmup=True):
@@ -450,6 +495,7 @@ def run(campaign: Campaign, ctx: Context) -> Section:
                 detail="gates that could not be checked for some point (file missing)",
             )
         )
+        findings.append(_output_shortfall(at, [p for p in pts if not p.warmup and p.test_kind != "overload"]))
         by_gate = {}
         for gate in GATE_ORDER:
             res = [g for p in pts for g in ctx.gates[p.key] if g.gate == gate]

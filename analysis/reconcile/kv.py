@@ -68,6 +68,12 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
                 "max_concurrency_theory": theory.vllm_max_concurrency(blocks, BLOCK_SIZE_DEFAULT, mml)
                 if mml
                 else None,
+                # the same pool with --max-model-len halved (the log states concurrency for full-length requests)
+                "max_concurrency_theory_half_model_len": theory.vllm_max_concurrency(
+                    blocks, BLOCK_SIZE_DEFAULT, mml // 2
+                )
+                if mml
+                else None,
                 "max_concurrency_theory_min": lo / mml if mml else None,
                 "max_concurrency_theory_max": hi / mml if mml else None,
             }
@@ -184,6 +190,19 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         "requests",
                         [r0["source_gib"], *th.model_source],
                         detail="num_gpu_blocks ÷ ceil(max_model_len ÷ 16), blocks from the logged pool bytes",
+                        max_model_len_tokens=r0["max_model_len_tokens"],
+                    )
+                )
+                findings.append(
+                    fnd.measured(
+                        at("max_concurrency_theory_half_model_len"),
+                        r0["max_concurrency_theory_half_model_len"],
+                        "requests",
+                        [r0["source_gib"], *th.model_source],
+                        detail="num_gpu_blocks ÷ ceil((max_model_len ÷ 2) ÷ 16): the limit the log would state with "
+                        "--max-model-len halved; blocks are allocated as a request grows, so what really fits "
+                        "depends on the requests' own lengths",
+                        max_model_len_tokens=r0["max_model_len_tokens"] // 2,
                     )
                 )
             if len({r["kv_pool_tokens_log"] for r in rp}) > 1:

@@ -24,6 +24,7 @@ from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
 from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile.concurrency import run_sweep_points, sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
@@ -57,12 +58,25 @@ def tokens_freed(kv_before: float, kv_after: float, pool_tokens: int, n: float) 
     return (kv_before - kv_after) * pool_tokens / n
 
 
+RESIDENT_KEYS = (("max_running_requests", "requests"), ("resident_share_of_log_max_pct", "%"))
+VERSUS_SWEEP_KEYS = (("ttft_ratio_over_sweep", "ratio"), ("throughput_change_vs_sweep_pct", "%"))
 PREEMPTION_KEYS = (
     ("preemptions", "count"),
     ("itl_share_touched_by_preemptions_pct", "%"),
     ("tokens_freed_per_preemption", "tokens"),
     ("kv_usage_at_preemption_pct", "%"),
 )
+
+
+def resident_share_pct(mean_running: float, limit: float) -> float:
+    """The server's stated capacity that overload really used, %: mean running requests ÷ the limit the
+    start-up log states (vLLM's maximum concurrency for full-length requests; llama.cpp's slots) × 100."""
+    return mean_running / limit * 100.0
+
+
+def change_pct(value: float, base: float) -> float:
+    """(value − base) ÷ base × 100, %: negative when the value fell."""
+    return (value - base) / base * 100.0
 
 
 def point_cut(p: BenchPoint) -> bool:
@@ -387,10 +401,11 @@ def _point_findings(
         )
     if llama:
         findings += _llamacpp_findings(pre, p, cut)
+    findings += _versus_sweep(pre, p, campaign, rnd, cut)
     w = ctx.window(p)
     srel = p.run.counter_source
     if w is None or p.run.name not in ctx.sampler_series:
-        for k, u in (("mean_running_requests", "requests"), *PREEMPTION_KEYS):
+        for k, u in (("mean_running_requests", "requests"), *RESIDENT_KEYS, *PREEMPTION_KEYS):
             findings.append(
                 fnd.not_available(
                     pre(k), u, "no_sampler_csv", f"{p.run.cite_root} kept no sampler CSV", [p.cite()]
@@ -450,6 +465,7 @@ def _point_findings(
                 max_waiting=w.gauges["waiting"].max if "waiting" in w.gauges else None,
             )
         )
+    findings += _residents(pre, p, w, log, log_rel, mean_run, max_conc, llama)
     if not has_pre:
         for k, u in PREEMPTION_KEYS:
             findings.append(
@@ -563,6 +579,139 @@ def _point_findings(
             )
         )
     return findings
+
+
+def _sweep_twin(p: BenchPoint, campaign: Campaign, rnd: str | None) -> BenchPoint | None:
+    """The sweep point of the same engine (our runs: the same run) at the overload point's concurrency: the
+    same load but for the lengths, so the two differ only by how much KV each request needs."""
+    pts = run_sweep_points(p.run) if p.run.own else sweep_points(campaign, rnd, p.run.engine)
+    return next((q for q in pts if q.concurrency == p.concurrency and q.result.completed), None)
+
+
+def _versus_sweep(
+    pre: At, p: BenchPoint, campaign: Campaign, rnd: str | None, cut: bool
+) -> list[fnd.Finding]:
+    """The price of overload: p50 TTFT and output throughput against the sweep point at the same concurrency
+    (p50 ITL of both kept alongside: it says whether decoding itself got slower)."""
+    twin = _sweep_twin(p, campaign, rnd)
+    r = p.result
+    why = (
+        ("point_cut", "the overload point was cut before its requests finished")
+        if cut or not r.completed
+        else ("no_matching_sweep_point", f"no sweep point at concurrency {p.concurrency} to compare with")
+        if twin is None
+        else None
+    )
+    if why is not None:
+        return [fnd.not_available(pre(k), u, why[0], why[1], [p.cite()]) for k, u in VERSUS_SWEEP_KEYS]
+    assert twin is not None
+    t = twin.result
+    both = {
+        "concurrency": p.concurrency,
+        "overload_input_len_tokens": p.input_len_tokens,
+        "overload_output_len_tokens": p.requested_output_len_tokens,
+        "sweep_input_len_tokens": twin.input_len_tokens,
+        "sweep_output_len_tokens": twin.requested_output_len_tokens,
+        "overload_p50_itl_ms": r.stat_ms("p50", "itl"),
+        "sweep_p50_itl_ms": t.stat_ms("p50", "itl"),
+    }
+    out = []
+    ov_ttft, sw_ttft = r.stat_ms("p50", "ttft"), t.stat_ms("p50", "ttft")
+    if ov_ttft is None or not sw_ttft:
+        out.append(
+            fnd.not_available(pre("ttft_ratio_over_sweep"), "ratio", "unknown", "no p50 TTFT", [p.cite()])
+        )
+    else:
+        out.append(
+            fnd.measured(
+                pre("ttft_ratio_over_sweep"),
+                ov_ttft / sw_ttft,
+                "ratio",
+                [p.cite("p50_ttft_ms"), twin.cite("p50_ttft_ms")],
+                overload_p50_ttft_ms=ov_ttft,
+                sweep_p50_ttft_ms=sw_ttft,
+                detail="p50 TTFT of the overload point ÷ of the sweep point at the same concurrency",
+                **both,
+            )
+        )
+    ov_thr, sw_thr = r.output_throughput_tok_s, t.output_throughput_tok_s
+    if ov_thr is None or not sw_thr:
+        out.append(
+            fnd.not_available(
+                pre("throughput_change_vs_sweep_pct"), "%", "unknown", "no throughput", [p.cite()]
+            )
+        )
+    else:
+        out.append(
+            fnd.measured(
+                pre("throughput_change_vs_sweep_pct"),
+                change_pct(ov_thr, sw_thr),
+                "%",
+                [p.cite("output_throughput"), twin.cite("output_throughput")],
+                overload_tokens_per_s=ov_thr,
+                sweep_tokens_per_s=sw_thr,
+                detail="(overload − sweep) output tokens/s ÷ sweep, at the same concurrency",
+                **both,
+            )
+        )
+    return out
+
+
+def _residents(pre: At, p: BenchPoint, w, log, log_rel, mean_run, max_conc, llama: bool) -> list[fnd.Finding]:
+    """How many requests the server really held under overload: the running gauge's maximum (what the
+    scheduler admitted; vLLM's --max-num-seqs caps it) and its mean against the limit the log states."""
+    out: list[fnd.Finding] = []
+    srel = p.run.counter_source
+    g = w.gauges.get("running")
+    top = g.max if g is not None else None
+    args = getattr(log, "non_default_args", None) or {}
+    if top is None or (isinstance(top, float) and math.isnan(top)):
+        out.append(
+            fnd.not_available(
+                pre("max_running_requests"),
+                "requests",
+                "counter_not_enclosed",
+                "no running gauge",
+                [p.cite()],
+            )
+        )
+    else:
+        out.append(
+            fnd.measured(
+                pre("max_running_requests"),
+                top,
+                "requests",
+                [p.run.cite(srel, "running")],
+                max_num_seqs=args.get("max_num_seqs"),
+                mean_running=mean_run,
+                detail="maximum of the running gauge over the window: what the scheduler admitted at most",
+            )
+        )
+    if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)) or not max_conc:
+        out.append(
+            fnd.not_available(
+                pre("resident_share_of_log_max_pct"),
+                "%",
+                "no_server_log" if not max_conc else "counter_not_enclosed",
+                "no limit in the start-up log" if not max_conc else "no running gauge",
+                [p.cite()],
+            )
+        )
+    else:
+        line = log.lines.get("n_slots" if llama else "max_concurrency_x") if log is not None else None
+        out.append(
+            fnd.measured(
+                pre("resident_share_of_log_max_pct"),
+                resident_share_pct(mean_run, max_conc),
+                "%",
+                [p.run.cite(srel, "running"), p.run.cite(log_rel, line)],
+                mean_running=mean_run,
+                log_max_concurrency=max_conc,
+                basis="slots" if llama else "log_max_concurrency",
+                detail="mean running requests over the window ÷ the limit the start-up log states",
+            )
+        )
+    return out
 
 
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:

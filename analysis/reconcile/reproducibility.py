@@ -72,6 +72,21 @@ def _pairs(a_run, b_run, label: str, ctx: Context) -> list[dict]:
     return rows
 
 
+def _idle_slot_cache_off(log) -> tuple[bool, int | None]:
+    """Whether llama.cpp's start-up log says it switched its idle-slot prompt cache off (``--cache-idle-slots
+    requires --cache-ram, disabling``), and the line: a setting that changes how slots are reused."""
+    hit = next((w for w in log.warnings if "cache-idle-slots" in w.message), None)
+    return hit is not None, hit.line if hit else None
+
+
+# llama.cpp start-up facts compared between rounds: (value, log line)
+LLAMACPP_FACTS = {
+    "llamacpp_slots": lambda log: (log.n_slots, log.lines.get("n_slots")),
+    "llamacpp_ctx_per_slot": lambda log: (log.n_ctx_slot, log.lines.get("n_ctx_slot")),
+    "llamacpp_idle_slot_cache_off": _idle_slot_cache_off,
+}
+
+
 def _changes(campaign: Campaign, r1, r2) -> list[dict]:
     """Side-by-side facts of two rounds from their own files (first run of each with the file)."""
     rows = []
@@ -101,14 +116,16 @@ def _changes(campaign: Campaign, r1, r2) -> list[dict]:
         ("cuda_version", "fingerprint", lambda x: x.smi_cuda_version, "smi_driver_version"),
         ("host_mem_total_gib", "fingerprint", lambda x: x.mem_total_gib, "mem_total_gib"),
         ("llamacpp_slots", "server_log", None, None),
+        ("llamacpp_ctx_per_slot", "server_log", None, None),
+        ("llamacpp_idle_slot_cache_off", "server_log", None, None),
     ):
         vals = []
         for rnd in (r1, r2):
-            if what == "llamacpp_slots":
+            if what in LLAMACPP_FACTS:
                 run = next(iter(campaign.select(round=rnd, engine="llamacpp")), None)
                 rel, rec = run.server_log if run else (None, None)
-                v = getattr(rec, "n_slots", None) if rec else None
-                src = run.cite(rel, rec.lines.get("n_slots")) if rec else ""
+                v, line = LLAMACPP_FACTS[what](rec) if rec else (None, None)
+                src = run.cite(rel, line) if rec else ""
             else:
                 run, rel, rec = first(rnd, attr) if attr != "server_log" else _first_vllm(campaign, rnd)
                 v = getter(rec) if rec is not None else None

@@ -20,7 +20,7 @@ from analysis import findings as fnd
 from analysis import fits, theory
 from analysis.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, engine_at, run_at
-from analysis.reconcile.concurrency import run_sweep_points, sweep_points
+from analysis.reconcile.concurrency import run_sweep_points, sweep_points, throughput_gain_finding
 from analysis.reconcile.theoryctx import TheoryCtx
 
 ENGINES = ("vllm", "llamacpp")
@@ -202,6 +202,7 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
         )
     else:
         kp = next(p for p in pts if p.concurrency == k)
+        below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
         out.append(
             fnd.measured(
                 pre("knee_concurrency"),
@@ -210,6 +211,9 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
                 [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
                 p50_itl_ms=kp.result.stat_ms("p50", "itl"),
                 p99_itl_ms=kp.result.stat_ms("p99", "itl"),
+                below_concurrency=below.concurrency if below else None,
+                below_p50_itl_ms=below.result.stat_ms("p50", "itl") if below else None,
+                below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
                 gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
             )
         )
@@ -236,6 +240,8 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
                 gate_ok=ctx.gate_ok(best),
             )
         )
+    c1 = next((p for p in pts if p.concurrency == 1), None)
+    out.append(throughput_gain_finding(pre, c1, [p for p in pts if ctx.gate_ok(p)], {}))
     first = min(s_rows, key=lambda r: r["concurrency"])
     out.append(
         fnd.measured(

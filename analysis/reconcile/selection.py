@@ -35,6 +35,58 @@ def _better(budget_ms: float, fronts: dict[str, tuple[list[float], list[float]]]
     return "vllm" if within("vllm") > within("llamacpp") else "llamacpp"
 
 
+def step_winners(measured: dict[str, tuple[list[float], list[float]]]) -> list[tuple[float, str, dict]]:
+    """Per measured p99 TTFT (each a budget just above it), the engine whose best measured point within the
+    budget gives more output tokens/s — the table's own rule (strict "p99 TTFT < budget"), so what this says
+    never contradicts the budget table. An engine with nothing inside a budget delivers nothing there."""
+    out = []
+    for b in sorted({c for cost, _ in measured.values() for c in cost}):
+        within = math.nextafter(b, math.inf)
+        gain = {e: fits.best_within_budget(c, g, within).gain for e, (c, g) in measured.items()}
+        best = max(ENGINES, key=lambda e: (-math.inf if gain[e] is None else gain[e], e == "llamacpp"))
+        out.append((b, best, gain))
+    return out
+
+
+def _measured_boundary(key: At, measured: dict, srcs: list[str], rnd: str | None) -> fnd.Finding:
+    """Where the better engine changes on the measured points: below ``first_flip_ms`` the first winner always
+    leads, from the value on the last winner always does; between them they alternate (with how far the first
+    winner leads there)."""
+    if len(measured) < 2 or not all(c for c, _ in measured.values()):
+        return fnd.not_available(
+            key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd or 'the campaign'}"
+        )
+    steps = step_winners(measured)
+    first, last = steps[0][1], steps[-1][1]
+    if first == last:  # the same engine leads at the smallest and the largest budget
+        return fnd.not_available(
+            key,
+            "ms",
+            "no_crossing",
+            f"{first} leads at both ends of the measured budgets",
+            srcs,
+            better=first,
+        )
+    trailing = len(steps)
+    while trailing > 0 and steps[trailing - 1][1] == last:
+        trailing -= 1
+    flip = next(i for i, (_, w, _) in enumerate(steps) if w != first)
+    zone = [g for _, w, g in steps[flip:trailing] if w == first and g[last]]
+    lead = max(((g[first] - g[last]) / g[last] * 100 for g in zone), default=None)
+    return fnd.measured(
+        key,
+        steps[trailing][0],
+        "ms",
+        srcs,
+        better_below=first,
+        better_above=last,
+        first_flip_ms=steps[flip][0],
+        contested_lead_pct=lead,
+        detail="budgets at the measured p99 TTFTs: below first_flip_ms better_below always delivers more, from the "
+        "value on better_above does; in between they alternate, better_below leading by at most contested_lead_pct",
+    )
+
+
 def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     curve_rows: list[dict] = []
@@ -47,6 +99,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     for rnd in campaign.rounds:
         at = At(round=rnd, topic="selection")
         fronts: dict[str, tuple[list[float], list[float]]] = {}
+        measured: dict[str, tuple[list[float], list[float]]] = {}
         srcs: list[str] = []
         for engine in ENGINES:
             # gated-out points (failed requests, short outputs) cannot be recommended: they are drawn, not picked
@@ -70,6 +123,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                         "source": p.cite("p99_ttft_ms"),
                     }
                 )
+            measured[engine] = (cost, gain)
             if front:
                 fronts[engine] = ([cost[i] for i in front], [gain[i] for i in front])
                 srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [
@@ -88,6 +142,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                         "p99_ttft_ms": pick.cost,
                     }
                 )
+        findings.append(_measured_boundary(at("boundary_measured_p99_ttft_ms"), measured, srcs, rnd))
         key = at("boundary_p99_ttft_ms")
         if len(fronts) < 2:
             findings.append(

@@ -66,6 +66,10 @@ def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
     )
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
 def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
     rows = []
     findings: list[fnd.Finding] = []
@@ -146,6 +150,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                 "%",
                 [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
                 mean_queue_ms=q * 1000,
+                mean_prefill_ms=_ms(w.mean_of("prefill_sum", "prefill_cnt")),
                 mean_ttft_ms=p.result.mean_ttft_ms,
             )
         )

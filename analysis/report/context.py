@@ -127,12 +127,16 @@ class PageContext:
         """Every finding with these fields (``topic`` counts even when not given: see analysis.keys.matches)."""
         return self.c.findings.select(**query)
 
+    def unavailable(self, round: str | None) -> list[Finding]:
+        """The round's n/a findings, every topic (what the campaign could not measure, and why)."""
+        return [f for f in self.c.findings if f.round == round and not f.available]
+
     def per_round(self, queries: list[dict[str, Any]]) -> list[tuple[str | None, list[Finding]]]:
-        """For each round, the findings each query selects, in the order of the queries."""
+        """For each round, newest first, the findings each query selects, in the order of the queries."""
         for q in queries:
             self._known(q.get("topic"), q["metric"])
         out = []
-        for r in list(self.c.rounds) or [None]:
+        for r in list(reversed(self.c.rounds)) or [None]:
             hits: list[Finding] = []
             for q in queries:
                 hits += [f for f in self.findings(**{"round": r, **q}) if f not in hits]
@@ -180,13 +184,14 @@ class PageContext:
         )
 
     def by_round(self, name: str | Table, **where: Any) -> list[tuple[str | None, Table]]:
-        """The table's rows per round, rounds without rows left out (one untitled group without rounds)."""
+        """The table's rows per round, newest first, rounds without rows left out (one untitled group without
+        rounds)."""
         tab = name if isinstance(name, Table) else self.t(name)
         if where:
             tab = tab.where(**where)
         if not self.c.rounds:
             return [(None, tab)] if len(tab) else []
-        return [(r, tab.where(round=r)) for r in self.c.rounds if len(tab.where(round=r))]
+        return [(r, tab.where(round=r)) for r in reversed(self.c.rounds) if len(tab.where(round=r))]
 
     def groups(self, name: str | Table, columns: list[str], **where: Any) -> list[dict[str, Any]]:
         """The distinct values of ``columns`` in the table's row order (one dict per group)."""
