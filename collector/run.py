@@ -224,11 +224,13 @@ class _Protocol:
             self._stream("events.jsonl"),
             clock,
             echo=lambda s: console.print(s, markup=False),
-            on_error=self.io_fault,
+            on_error=lambda err: self.io_fault(err, "events.jsonl"),
         )
         self.requests = self._stream("requests.jsonl")
         self.requests_failed = False
-        self.scrapes = ScrapeLog(self._stream("scrapes.jsonl"), on_error=self.io_fault)
+        self.scrapes = ScrapeLog(
+            self._stream("scrapes.jsonl"), on_error=lambda err: self.io_fault(err, "scrapes.jsonl")
+        )
         self.server: ServerProcess | None = None
         self.sampler: Sampler | None = None
         self.abort: Abort | None = None
@@ -252,10 +254,10 @@ class _Protocol:
         elif self.pending_abort is None:
             self.pending_abort = reason
 
-    def io_fault(self, err: OSError) -> None:
+    def io_fault(self, err: OSError, rel: str | None = None) -> None:
         """A write to the raw store failed (any thread): the run stops, failed, with the reason."""
         if self.io_error is None:
-            self.io_error = io_reason(err)
+            self.io_error = io_reason(err, self.run.path / rel if rel else None)
             self.fault(self.io_error)
 
     def on_server_exit(self, code: int) -> None:
@@ -291,7 +293,7 @@ class _Protocol:
             log_stream,
             self.on_server_exit,
             log_path=None if sp.attach else self.run.path / "server.log",
-            on_log_error=self.io_fault,
+            on_log_error=lambda err: self.io_fault(err, "server.log"),
             run_path=self.run.path,
         )
         self.fingerprint()
@@ -416,7 +418,7 @@ class _Protocol:
                 self.requests.write_json(rec.to_obj())
             except OSError as err:
                 self.requests_failed = True
-                self.io_fault(err)
+                self.io_fault(err, "requests.jsonl")
 
         live.start_point(pt)
         limit_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
@@ -479,7 +481,7 @@ class _Protocol:
                     f"bench/{pt.point_id}.json", summary, source="analysis.metrics.point_summary_vllm_bench"
                 )
             except OSError as err:
-                self.io_fault(err)
+                self.io_fault(err, f"bench/{pt.point_id}.json")
             self.rows.append(point_row(pt, records))
         for c in ck.point_checks(
             pt, records, out.sent, sp.engine, before.text if before else None, after.text if after else None
@@ -514,11 +516,12 @@ def _install_sigterm() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def io_reason(err: OSError) -> str:
-    """A failed write as one line: ``disk full: <file>: No space left on device``."""
+def io_reason(err: OSError, path: Path | None = None) -> str:
+    """A failed write as one line: ``disk full: <file>: No space left on device`` (the file from the error, else
+    the stream being written)."""
     what = "disk full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write the raw store"
-    where = f"{err.filename}: " if err.filename else ""
-    return f"{what}: {where}{err.strerror or err}"
+    name = err.filename or path
+    return f"{what}: {f'{name}: ' if name else ''}{err.strerror or err}"
 
 
 def first_error(records: Sequence[RequestRecord]) -> str:

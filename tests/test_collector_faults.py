@@ -394,3 +394,34 @@ def test_a_run_stopped_before_any_point_is_analysed_without_a_traceback(tmp_path
                        cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert a.returncode == 0 and "Traceback" not in a.stderr, a.stderr
     assert (tmp_path / "out" / "cpu-tiny-qwen2" / "findings.json").is_file()
+
+
+def _group(pgid: int) -> list[int]:
+    return [
+        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and srvmod._pgid(int(p.name)) == pgid
+    ]
+
+
+@pytest.mark.engines
+def test_sigkill_of_the_collector_leaves_no_vllm_process(tmp_path):
+    """vLLM's API server spawns its engine core and workers (the parent-death signal reaches only the API
+    server): the watchdog stops the whole process group when the collector is killed."""
+    paths = engine_cache.paths()
+    engine_cache.require(paths.vllm_python, paths.tiny_hf_dir, paths.tiny_config_json)
+    raw = tmp_path / "raw"
+    plan = local_plan(tmp_path, "cpu-tiny-vllm.toml")
+    port = _port(plan)
+    p = _cli_run(plan, raw, env={**os.environ, "ANATOMY_STATE_DIR": str(tmp_path / "state")})
+
+    def healthy() -> bool:
+        ev = list(raw.glob("*/*/events.jsonl"))
+        return bool(ev) and b'"kind":"server_healthy"' in ev[0].read_bytes()
+
+    _wait_for(healthy, timeout_s=600, proc=p)
+    server = _listener(port)
+    members = _group(server)
+    assert len(members) >= 2, members  # the API server and at least its engine core
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=30)
+    assert _wait_gone(members, timeout_s=60) == [], "a vLLM process outlived the collector"
+    assert _port_closed(port)
