@@ -1018,6 +1018,57 @@ def experiment_kv_quant(df: pd.DataFrame) -> Drawn:
     return _experiment_lines(df, "kv_quant", "experiment_kv_quant")
 
 
+def experiment_kv_pool(df: pd.DataFrame) -> Drawn:
+    """Experiment 6: preemptions (left) and the requests resident at the wave's peak (right) against KV demand ÷
+    pool, the lock-step prediction as a line, each run as a dot, and (right) the log's max-concurrency line."""
+    f = _fig("experiment_kv_pool")
+    d = df.dropna(subset=["demand_over_pool"])
+    if not len(d):
+        return Missing("no_rows", "no runs of experiment kv_pool")
+    rows = []
+    for _, r in d.iterrows():
+        base = {"demand_over_pool": r["demand_over_pool"], "run": r["run"], "test_kind": r["test_kind"]}
+        for panel, pred, meas, log in (
+            ("preemptions", "preemptions_predicted", "preemptions", None),
+            ("residents", "residents_predicted", "residents", "log_max_concurrency"),
+        ):
+            for series, col in (("predicted", pred), ("measured", meas), ("log", log)):
+                if col is not None and not _blank(r[col]):
+                    rows.append({**base, "panel": panel, "series": series, "value": float(r[col])})
+    long = pd.DataFrame(rows)
+    long["series_zh"] = long["series"].map(lambda x: f[x])
+    order = [f[x] for x in ("predicted", "measured", "log") if x in set(long["series"])]
+    color = alt.Color("series_zh:N", title=f["color"], sort=order, scale=alt.Scale(domain=order))
+    x = alt.X("demand_over_pool:Q", title=f["x"], scale=alt.Scale(zero=False, padding=12))
+    panels = []
+    for panel in ("preemptions", "residents"):
+        sub = long[long["panel"] == panel]
+        if not len(sub):
+            continue
+        y = alt.Y("value:Q", title=f[f"y_{panel}"], scale=alt.Scale(zero=True))
+        # a prediction exists only at the pool sizes run: rings there, the measured runs as dots inside them;
+        # the log's max concurrency (pool ÷ tokens per request) is a line
+        rings = (
+            alt.Chart(sub[sub["series"] == "predicted"].drop_duplicates(["demand_over_pool"]))
+            .mark_point(size=220, filled=False, strokeWidth=2)
+            .encode(x=x, y=y, color=color)
+        )
+        dots = (
+            alt.Chart(sub[sub["series"] == "measured"])
+            .mark_point(size=60, filled=True)
+            .encode(x=x, y=y, color=color, tooltip=["run:N", "demand_over_pool:Q", "value:Q"])
+        )
+        layers = [rings, dots]
+        if (sub["series"] == "log").any():
+            layers.append(
+                alt.Chart(sub[sub["series"] == "log"].drop_duplicates(["demand_over_pool"]))
+                .mark_line(strokeDash=[6, 3])
+                .encode(x=x, y=y, color=color)
+            )
+        panels.append(alt.layer(*layers).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT))
+    return alt.hconcat(*panels, title=f["title"])
+
+
 # figure name -> (table it draws, function)
 FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "structure_params": ("structure_params", structure_params),
@@ -1039,6 +1090,7 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "experiment_sampling": ("experiment_points", experiment_sampling),
     "experiment_graphs": ("experiment_points", experiment_graphs),
     "experiment_kv_quant": ("experiment_points", experiment_kv_quant),
+    "experiment_kv_pool": ("experiment_pool", experiment_kv_pool),
 }
 
 

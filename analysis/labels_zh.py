@@ -591,6 +591,10 @@ EXPERIMENT_VARIANTS: dict[str, str] = {
     "kv_f16": "KV f16",
     "kv_q8_0": "KV q8_0",
     "kv_q4_0": "KV q4_0",
+    "pool_32": "32 块",
+    "pool_48": "48 块",
+    "pool_64": "64 块",
+    "pool_65": "65 块",
 }
 VERDICTS: dict[str, str] = {"confirmed": "成立", "refuted": "被推翻", "inconclusive": "无法判定"}
 PREDICTION_KINDS: dict[str, str] = {"bound": "界限", "point": "数值", "exact": "精确"}
@@ -637,7 +641,6 @@ FINDINGS.update(
         ("exp_sampling", "c64_p50_itl_delta_pct"): "并发 64：GPU 采样相对 CPU 采样的 p50 ITL 变化",
         ("exp_graphs", "c1_launch_cost"): "预测：关掉 CUDA 图后并发 1 的 p50 ITL 多 0.5–1.5 毫秒",
         ("exp_graphs", "high_c_unchanged"): "预测：并发 16–64 时关掉 CUDA 图变化在 ±5% 以内",
-        ("exp_graphs", "max_repeat_spread_pct"): "重复测量的最大差异（p50 ITL，各并发点中最大者）",
         (
             "exp_graphs",
             "graphs_reused_zero_blocks",
@@ -652,6 +655,13 @@ FINDINGS.update(
         ("exp_kv_quant", "capacity_tokens_at_budget"): "固定 84 GiB KV 预算能装的 token 数",
         ("exp_kv_quant", "f16_itl_growth_8k_to_16k_pct"): "f16 KV：并发 8 时输入 8k → 16k 的 p50 ITL 变化",
         ("exp_kv_quant", "c8_16k_p50_itl_delta_pct"): "并发 8、输入 16k：量化 KV 相对 f16 的 p50 ITL 变化",
+        ("exp_kv_pool", "preemptions"): "抢占次数（计数器 vs 同步一波的预测）",
+        ("exp_kv_pool", "stop_tokens"): "被抢占的流停在第几个输出 token（实测 vs 预测）",
+        ("exp_kv_pool", "residents_at_peak"): "波峰时驻留的请求数（实测 vs ⌊(N − 1) ÷ 每请求块数⌋）",
+        ("exp_kv_pool", "log_max_concurrency"): "日志的最大并发（vs 池 token ÷ 每请求 token）",
+        ("exp_kv_pool", "max_running"): "运行中请求数的最大值（每个请求都以提示长度被放进）",
+        ("exp_kv_pool", "max_repeat_spread_pct_throughput"): "重复测量的吞吐差异（同一池大小跑两次）",
+        ("exp_graphs", "max_repeat_spread_pct_itl"): "重复测量的最大差异（p50 ITL，各并发点中最大者）",
         **{("experiments", k): f"实验：{v}" for k, v in EXPERIMENT_NAMES.items()},
     }
 )
@@ -683,6 +693,16 @@ FIGURES.update(
             "dash": "重复",
             "repeat": "第 {k} 次",
             "panel": "{v}",
+        },
+        "experiment_kv_pool": {
+            "title": "KV 池大小：抢占与驻留请求随 KV 需求 ÷ 池的变化",
+            "x": "KV 需求 ÷ 池（倍）",
+            "y_preemptions": "抢占次数（次）",
+            "y_residents": "请求数（个）",
+            "color": "曲线",
+            "predicted": "预测（同步一波）",
+            "measured": "实测",
+            "log": "日志的最大并发",
         },
         "experiment_kv_quant": {
             "title": "KV 缓存量化：长上下文下的 p50 token 间延迟",

@@ -14,6 +14,7 @@ import pytest
 
 from analysis.campaign import load_campaign
 from analysis.parse.llamacpp_log import parse_llamacpp_log
+from analysis.pipeline import align
 from analysis.reconcile import Context, gates, theoryctx
 from analysis.reconcile import experiments as X
 
@@ -217,7 +218,7 @@ def test_verdicts_on_the_real_runs(section):
     # the refuting point of the slot bound is the concurrency-32 anomaly
     assert _finding(section, "np64_not_slower", run="exp-slots-np64-q4km").extra["concurrency"] == 32
     # CUDA graphs: the two graphs-off runs differ by more than the effect
-    spread = _finding(section, "max_repeat_spread_pct", run="exp-graphs-off-q4km").value
+    spread = _finding(section, "max_repeat_spread_pct_itl", run="exp-graphs-off-q4km").value
     c32 = _finding(section, "c32_p50_itl_delta_pct", run="exp-graphs-off-q4km")
     assert abs(c32.value) < spread and c32.extra["distinguishable"] is False
     for f in section.findings:
@@ -259,3 +260,68 @@ def test_arm_rule():
     assert X.repeat_of("exp-slots-np64-q4km", "exp-slots-np64") is None
     assert X.repeat_of("exp-slots-np64-q4km-r1", "exp-slots-np64-q4km") is None
     assert X.consecutive_runs([0, 1, 2, 60, 61, 63]) == 3
+
+
+# --- experiment 6 (vLLM CPU, KV-pool size) ---------------------------------------------------------------------
+
+CPU = RAW / X.CPU
+
+
+@pytest.fixture(scope="module")
+def pool_section():
+    if not (CPU / "exp-kvpool-65blk").is_dir():
+        pytest.skip("experiment 6's runs are not committed")
+    c = load_campaign([RAW], X.CPU)
+    ctx = Context(campaign=c)
+    align(c, ctx)
+    gates.evaluate(c, ctx)
+    return X.run(c, ctx, theoryctx.build(c))
+
+
+def test_lockstep_prediction_is_the_plans_table():
+    """The plan's table (rows at POOL_TABLE_LINES): residents at peak, preemptions and stop tokens per pool."""
+    for n, line in X.POOL_TABLE_LINES.items():
+        row = (CPU / f"exp-kvpool-{n}blk" / "plan.toml").read_text().splitlines()[line - 1]
+        cells = row.lstrip("#").split()
+        stops, residents = X.lockstep_preemptions(n, 128, 8, 256, 768)
+        assert int(cells[0]) == n and int(cells[5]) == residents and int(cells[6]) == len(stops), row
+        assert [int(t) for t in re.findall(r"\d+", " ".join(cells[7:]).split("(")[0])] == stops, row
+
+
+def _stops_by_hand(run: str, n: int) -> list[int]:
+    """The n streams with the longest pause between two chunks: output tokens received before the pause."""
+    pauses = []
+    for line in (CPU / run / "requests.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["phase_kind"] != "overload":
+            continue
+        c = r["chunk_mono_ns"]
+        i = max(range(len(c) - 1), key=lambda j: c[j + 1] - c[j])
+        pauses.append((c[i + 1] - c[i], sum(r["chunk_tokens"][: i + 1])))
+    return sorted(t for _, t in sorted(pauses, reverse=True)[:n])
+
+
+def test_pool_preemptions_on_the_real_runs(pool_section):
+    got = {}
+    for f in pool_section.findings:
+        if f.topic == "exp_kv_pool" and f.metric in (
+            "preemptions",
+            "stop_tokens",
+            "residents_at_peak",
+            "max_running",
+        ):
+            assert f.extra["verdict"] == "confirmed", (f.key, f.value, f.extra)
+            got[(f.run, f.metric)] = f
+    assert {r: got[(r, "preemptions")].value for r, _ in got} == {
+        "exp-kvpool-32blk": 5,
+        "exp-kvpool-48blk": 3,
+        "exp-kvpool-64blk": 1,
+        "exp-kvpool-65blk": 0,
+    }
+    assert got[("exp-kvpool-32blk", "preemptions")].extra["per_repeat"] == [5, 5]  # the repeat: same count
+    for run, n in (("exp-kvpool-32blk", 5), ("exp-kvpool-48blk", 3), ("exp-kvpool-64blk", 1)):
+        assert got[(run, "stop_tokens")].value == _stops_by_hand(run, n)
+    # the sharp case: the log promises 8 requests of 1,024 tokens at 64 blocks; the null block leaves 7
+    r64 = got[("exp-kvpool-64blk", "residents_at_peak")]
+    assert r64.value == 7 and r64.extra["log_max_concurrency"] == 8.0
+    assert got[("exp-kvpool-65blk", "residents_at_peak")].value == 8

@@ -183,7 +183,20 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         (("exp-kvq8-q4km", "exp-kvf16-q4km"), ("exp-kvq4-q4km", "exp-kvf16-q4km")),
     ),
+    Experiment(
+        "kv_pool",
+        "6",
+        CPU,
+        "vllm",
+        Knob("arg", "--num-gpu-blocks-override"),
+        tuple(_arm(f"pool_{n}", f"exp-kvpool-{n}blk", str(n), "bf16") for n in (32, 48, 64, 65)),
+        tuple((f"exp-kvpool-{n}blk", "exp-kvpool-32blk") for n in (48, 64, 65)),
+    ),
 )
+# Experiment 6's plans state their prediction table at these lines (the row of each pool size) and the formulas
+# at POOL_FORMULA_LINES; every arm's plan.toml copy holds the same header.
+POOL_TABLE_LINES = {32: 27, 48: 28, 64: 29, 65: 30}
+POOL_FORMULA_LINES = {"residents": 14, "preemptions": 15, "onset": 16, "log": 21, "max_running": 24}
 
 # Experiments the campaign could not run, and why (labels_zh.REASONS codes): n/a findings, so the page says so.
 NOT_RUN: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -495,6 +508,58 @@ def ledger_itl_change_ms(
     )
 
 
+def lockstep_preemptions(
+    n_blocks: int, block_tokens: int, concurrency: int, input_len: int, output_len: int
+) -> tuple[list[int], int]:
+    """One lock-step wave of ``concurrency`` equal requests in a vLLM pool of ``n_blocks`` blocks (one is the null
+    block, so n − 1 hold KV), each admitted with its prompt and grown a token per step, the newest preempted
+    (recompute) when the running ones need one block more than is free: (the output token after which each
+    preempted stream stops, in order; the requests still running at the wave's peak).
+
+    With m requests running at context T each, they need m × ceil(T ÷ B) blocks; the next preemption comes at
+    T = B × floor((n − 1) ÷ m) + 1, i.e. after output token T − prompt, if T stays within the request's largest
+    context (prompt + output − 1; the last token is never cached); then m − 1 requests run on."""
+    usable = n_blocks - 1
+    peak = input_len + output_len - 1
+    stops: list[int] = []
+    m = concurrency
+    while m > 0:
+        t = block_tokens * (usable // m) + 1
+        if t > peak:
+            break
+        stops.append(t - input_len)
+        m -= 1
+    return stops, m
+
+
+def demand_over_pool(
+    concurrency: int, input_len: int, output_len: int, block_tokens: int, n_blocks: int
+) -> float:
+    """KV demand of a wave over the pool, ratio = concurrency × ceil((prompt + output − 1) ÷ B) ÷ n blocks."""
+    return concurrency * math.ceil((input_len + output_len - 1) / block_tokens) / n_blocks
+
+
+def log_max_concurrency(pool_tokens: int, tokens_per_request: int) -> float:
+    """vLLM's start-up "Maximum concurrency for T tokens per request: X x" = pool tokens ÷ T (it counts the null
+    block as usable)."""
+    return pool_tokens / tokens_per_request
+
+
+def stop_tokens(records: Sequence, n: int) -> list[tuple[int, float, int]]:
+    """The n streams whose largest gap between two chunks is longest — preempted streams stop for whole seconds
+    while the others decode on —: (output tokens received before that gap, the gap's start [mono ns], the
+    request's line), sorted by the token count. The count n comes from the server's preemption counter."""
+    gaps = []
+    for r in records:
+        c, k = r.chunk_mono_ns, r.chunk_tokens
+        if len(c) < 2:
+            continue
+        i = max(range(len(c) - 1), key=lambda j: c[j + 1] - c[j])
+        gaps.append((c[i + 1] - c[i], sum(k[: i + 1]), c[i], r))
+    top = sorted(gaps, key=lambda g: -g[0])[:n]
+    return sorted((tokens, start, r.index) for _, tokens, start, r in top)
+
+
 def share_removed_pct(slope_treatment: float, slope_baseline: float) -> float:
     """Share of the per-stream cost a change removes, %: (1 − slope_treatment ÷ slope_baseline) × 100."""
     return (1.0 - slope_treatment / slope_baseline) * 100.0
@@ -579,7 +644,7 @@ def arm_runs(campaign: Campaign, exp: Experiment) -> dict[str, ArmRuns]:
     out: dict[str, ArmRuns] = {}
     for arm in exp.arms:
         ar = ArmRuns(exp, arm)
-        for run in campaign.runs:
+        for run in campaign.all_runs:
             k = repeat_of(run.name, arm.run)
             if k is None:
                 continue
@@ -987,7 +1052,7 @@ QUANTITY_UNITS = {
 
 def _plan_cite(campaign: Campaign, pred: Prediction) -> str:
     """The plan.toml line stating the prediction, cited in the run whose plan copy it is."""
-    run = next((r for r in campaign.runs if r.name == pred.plan[0]), None)
+    run = next((r for r in campaign.all_runs if r.name == pred.plan[0]), None)
     return run.cite("plan.toml", pred.plan[1]) if run else f"{pred.plan[0]}/plan.toml:{pred.plan[1]}"
 
 
@@ -1299,30 +1364,38 @@ def _delta_finding(
     )
 
 
-def _graphs_findings(e: _Exp) -> list[fnd.Finding]:
-    """The repeat spread of each arm (largest over points) beside the effect, and llama.cpp's own graph-reuse
-    counter (print_timing "graphs reused"), which does not see CUDA graphs."""
+def _repeat_spread_findings(e: _Exp, metric: str) -> list[fnd.Finding]:
+    """Per repeated arm: the largest repeat spread of a metric over its points, % of the first run."""
     out: list[fnd.Finding] = []
     for arm, ar in sorted(e.arms.items()):
         pcts = []
         for pid in e.pids(arm):
             ap = e.point(arm, pid)
-            s, v = ap.spread("p50_itl_ms"), ap.value("p50_itl_ms")
+            s, v = ap.spread(metric), ap.value(metric)
             if s is not None and v:
                 pcts.append((spread_pct(s, v), pid[1]))
-        at = run_at(ar.first, ar.arm.weight_format, topic=e.exp.topic)
         if pcts:
             worst = max(pcts)
+            at = run_at(ar.first, ar.arm.weight_format, topic=e.exp.topic)
             out.append(
                 fnd.measured(
-                    at("max_repeat_spread_pct"),
+                    at(f"max_repeat_spread_pct_{'itl' if metric == 'p50_itl_ms' else 'throughput'}"),
                     worst[0],
                     "%",
                     _cites(e, (arm,), None),
-                    detail="largest repeat spread of p50 ITL over the arm's points: (max - min) / first run",
+                    detail=f"largest repeat spread of {metric} over the arm's points: (max - min) / mean of the repeats",
                     concurrency=worst[1],
                 )
             )
+    return out
+
+
+def _graphs_findings(e: _Exp) -> list[fnd.Finding]:
+    """The repeat spread of each arm (largest over points) beside the effect, and llama.cpp's own graph-reuse
+    counter (print_timing "graphs reused"), which does not see CUDA graphs."""
+    out = _repeat_spread_findings(e, "p50_itl_ms")
+    for _arm, ar in sorted(e.arms.items()):
+        at = run_at(ar.first, ar.arm.weight_format, topic=e.exp.topic)
         zero, total, srcs = 0, 0, []
         for run in ar.runs.values():
             rel, log = run.server_log
@@ -1401,6 +1474,176 @@ def _kv_quant_findings(e: _Exp, th: TheoryCtx) -> list[fnd.Finding]:
     return out
 
 
+def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict | None:
+    """Experiment 6, one run: the pool from the log, the prediction for its size, and what the streams, the
+    preemption counter and the running gauge show."""
+    rel, log = run.server_log
+    _, req = run.requests
+    w = ctx.window(p)
+    if log is None or log.kv_cache_tokens is None or req is None or w is None:
+        return None
+    block = log.kv_cache_tokens // n_blocks
+    c, inp, out = int(p.concurrency), int(round(p.input_len_tokens)), int(p.requested_output_len_tokens)
+    stops_pred, residents_pred = lockstep_preemptions(n_blocks, block, c, inp, out)
+    recs = [r for r in req.records if r.point == p.label]
+    pre = w.delta("preemptions")
+    stops = stop_tokens(recs, int(pre)) if pre is not None else []
+    t0 = min(r.send_mono_ns for r in recs)
+    # residents at the peak: the running gauge's lowest sample after it first showed its highest and before the
+    # first request ended (the survivors of the wave; preempted ones wait)
+    residents = None
+    max_running = w.gauges["running"].max if "running" in w.gauges else None
+    if run.name in ctx.sampler_series and max_running is not None:
+        ts, cols = ctx.sampler_series[run.name]
+        first_end = min(r.end_mono_ns for r in recs) / 1e9
+        idx = [i for i in range(w.first_row, w.last_row + 1) if not math.isnan(cols["running"][i])]
+        top = next((i for i in idx if cols["running"][i] == max_running), None)
+        peak = [cols["running"][i] for i in idx if top is not None and i >= top and ts[i] <= first_end]
+        residents = int(min(peak)) if peak else None
+    log_x = log.max_concurrency_x
+    return {
+        "experiment": "kv_pool",
+        "run": run.name,
+        "test_kind": p.test_kind,
+        "concurrency": c,
+        "input_len_tokens": inp,
+        "output_len_tokens": out,
+        "n_blocks": n_blocks,
+        "block_tokens": block,
+        "pool_tokens_log": log.kv_cache_tokens,
+        "demand_over_pool": demand_over_pool(c, inp, out, block, n_blocks),
+        "log_max_concurrency": log_x,
+        "log_max_concurrency_theory": log_max_concurrency(
+            n_blocks * block, log.max_concurrency_tokens_per_request
+        )
+        if log.max_concurrency_tokens_per_request
+        else None,
+        "preemptions_predicted": len(stops_pred),
+        "preemptions": int(pre) if pre is not None else None,
+        "stop_tokens_predicted": stops_pred,
+        "stop_tokens": [t for t, _, _ in stops],
+        "first_stop_s": (stops[0][1] - t0) / 1e9 if stops else None,
+        "residents_predicted": residents_pred,
+        "residents": residents,
+        "max_running": int(max_running) if max_running is not None else None,
+        "log_source": run.cite(rel, log.lines.get("max_concurrency_x")),
+        "counter_source": ctx.sample_cite(run, w.first_row) if run.name in ctx.sample_lines else None,
+        "source": p.cite(),
+    }
+
+
+def _exact_finding(
+    at: At, got: list, pred, unit: str, detail: str, srcs: list[str], plan: str, extra: dict
+) -> fnd.Finding:
+    """A count predicted exactly, measured in every repeat: confirmed when every repeat equals it."""
+    ok = all(g == pred for g in got)
+    return fnd.Finding(
+        at=at,
+        value=got[0],
+        unit=unit,
+        sources=tuple(dict.fromkeys(srcs)),
+        status="ok" if ok else "mismatch",
+        detail=detail,
+        extra={
+            "verdict": "confirmed" if ok else "refuted",
+            "predicted_value": pred,
+            "per_repeat": got,
+            "plan_source": plan,
+            **extra,
+        },
+    )
+
+
+def _kv_pool_findings(e: _Exp, ctx: Context, rows: list[dict]) -> list[fnd.Finding]:
+    """Experiment 6: per pool size, preemptions (count, onset, stop points) against the lock-step prediction and
+    demand ÷ pool, and the requests resident at the wave's peak against the log's max-concurrency line."""
+    out: list[fnd.Finding] = []
+    for arm, ar in sorted(e.arms.items(), key=lambda x: int(x[1].arm.value)):
+        n_blocks = int(ar.arm.value)
+        per_run = []
+        for k, run in sorted(ar.runs.items()):
+            p = next((q for q in run.points if q.test_kind == "overload" and not q.warmup), None)
+            row = _pool_row(run, p, ctx, n_blocks) if p is not None else None
+            if row is None:
+                continue
+            row |= {"arm": arm, "variant": ar.arm.variant, "repeat": k}
+            rows.append(row)
+            per_run.append(row)
+        if not per_run:
+            continue
+        first = per_run[0]
+        at = run_at(ar.first, ar.arm.weight_format, topic=e.exp.topic)
+        plan = ar.first.cite("plan.toml", POOL_TABLE_LINES.get(n_blocks))
+        srcs = [plan] + [r["source"] for r in per_run] + [r["log_source"] for r in per_run]
+        srcs += [r["counter_source"] for r in per_run if r["counter_source"]]
+        common = {
+            "n_blocks": n_blocks,
+            "demand_over_pool": first["demand_over_pool"],
+            "repeats": len(per_run),
+        }
+
+        residents_minus_log = (
+            first["residents"] - first["log_max_concurrency"]
+            if first["residents"] is not None and first["log_max_concurrency"] is not None
+            else None
+        )
+        exact = (
+            (
+                "preemptions",
+                "preemptions",
+                "preemptions_predicted",
+                "count",
+                "vllm:num_preemptions_total across the overload point vs the lock-step prediction",
+                {},
+            ),
+            (
+                "stop_tokens",
+                "stop_tokens",
+                "stop_tokens_predicted",
+                "list",
+                "output tokens each preempted stream had before it stopped (its longest gap), requests.jsonl",
+                {"first_stop_s": [r["first_stop_s"] for r in per_run]},
+            ),
+            (
+                "residents_at_peak",
+                "residents",
+                "residents_predicted",
+                "requests",
+                "running requests at the wave's peak (running gauge) vs floor((N - 1) / blocks per request)",
+                {
+                    "log_max_concurrency": first["log_max_concurrency"],
+                    "residents_minus_log": residents_minus_log,
+                },
+            ),
+            (
+                "max_running",
+                "max_running",
+                "concurrency",
+                "requests",
+                "the running gauge's highest sample in the point: every request admitted with its prompt",
+                {},
+            ),
+        )
+        for metric, key, pred_key, unit, detail, extra in exact:
+            got = [r[key] for r in per_run]
+            out.append(
+                _exact_finding(at(metric), got, first[pred_key], unit, detail, srcs, plan, common | extra)
+            )
+        out.append(
+            fnd.measured(
+                at("log_max_concurrency"),
+                first["log_max_concurrency"],
+                "x",
+                [first["log_source"], plan],
+                theory=first["log_max_concurrency_theory"],
+                tolerance_pct=0.5,  # the log prints two decimals: 8.12 for 8.125
+                detail="the log's 'Maximum concurrency for T tokens per request' vs pool tokens / T (null block counted)",
+                **common,
+            )
+        )
+    return out
+
+
 def _plan_check(e: _Exp, campaign: Campaign) -> fnd.Finding:
     """Every arm's runs state the arm's knob value in their plan.toml (the rule's second half)."""
     bad = {
@@ -1431,6 +1674,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
         "experiment_buffers": [],
         "experiment_slots": [],
         "experiment_slopes": [],
+        "experiment_pool": [],
     }
     out: list[fnd.Finding] = []
     for exp in EXPERIMENTS:
@@ -1496,6 +1740,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
                     f = _delta_finding(e, treatment, baseline, c, f"c{c}_p50_itl_delta_pct")
                     if f is not None:
                         out.append(f)
+        if exp.name == "kv_pool":
+            out += _kv_pool_findings(e, ctx, tables["experiment_pool"])
+            out += _repeat_spread_findings(e, "output_throughput_tokens_per_s")
         if exp.name == "kv_quant":
             out += _kv_quant_findings(e, th)
             for treatment, baseline in exp.pairs:
