@@ -9,7 +9,9 @@ so every input has exactly the requested length and a point can be replayed from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -179,8 +181,12 @@ async def run_point(
     # requests, or when idle for 5 s): httpcore drops an idle connection the server has closed before reusing
     # it, a response saying "Connection: close" ends its connection, expiry is set below the servers' idle
     # timeouts, and a request that still meets a closing connection is sent again (collector.client).
-    limits = httpx.Limits(max_connections=point.concurrency, max_keepalive_connections=point.concurrency,
-                          keepalive_expiry=2.0)  # fmt: skip
+    # Each worker has its own client (a pool of one connection): httpcore's pool scans every connection for
+    # every request it places (O(connections x requests) per request; at 256 streams the biggest single cost
+    # of the client and a reason connections were dropped and made anew). One TLS context serves them all
+    # (making one costs milliseconds).
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
+    tls = ssl.create_default_context()
     timeout = httpx.Timeout(connect=30.0, read=read_timeout_s, write=30.0, pool=None)
     # The point's garbage is young: everything older is frozen out of the collector's reach, so a full
     # collection during the load does not walk every record of the run so far (a pause on every stream).
@@ -189,9 +195,17 @@ async def run_point(
     cpu0, wall0 = time.process_time_ns(), time.monotonic_ns()
     probe = probe or LagProbe(clock=clock)
     out.probe = probe
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as client:
+    async with contextlib.AsyncExitStack() as clients:
+        shared = None
+        if transport is not None:  # an injected transport (tests) serves every worker
+            shared = await clients.enter_async_context(
+                httpx.AsyncClient(timeout=timeout, transport=transport)
+            )
 
         async def worker(w: int) -> None:
+            client = shared or await clients.enter_async_context(
+                httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
+            )
             while not abort.is_set and state["next"] < point.requests:
                 i = state["next"]
                 state["next"] += 1
