@@ -38,6 +38,7 @@ from analysis.reconcile import (
     reproducibility,
     roofline,
     selection,
+    slo,
     structure,
     theoryctx,
     ttft,
@@ -97,7 +98,7 @@ def align_own(run, ctx: Context) -> None:
 def align(campaign: Campaign, ctx: Context) -> None:
     """Per run with a sampler CSV: find the client's clock offset from activity and cut every point's window.
     A collector run needs no offset: see align_own."""
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         if run.own:
             align_own(run, ctx)
             continue
@@ -185,7 +186,7 @@ def _capacity_by_series(
 def profile(campaign: Campaign, th: theoryctx.TheoryCtx) -> dict:
     """What kind of campaign this is, for the report (index.json): collected by our collector or imported, the
     device (a CPU smoke campaign has no GPU), the descriptions the runs recorded about themselves."""
-    devices = sorted({str(r.info.meta.get("gpu")) for r in campaign.runs if r.info.meta.get("gpu")})
+    devices = sorted({str(r.info.meta.get("gpu")) for r in campaign.all_runs if r.info.meta.get("gpu")})
     return {
         "collected": campaign.own,
         "cpu": campaign.own and devices == ["cpu"],
@@ -197,13 +198,47 @@ def profile(campaign: Campaign, th: theoryctx.TheoryCtx) -> dict:
     }
 
 
-def _analyze_campaign(
-    campaign: Campaign, out_dir: Path, raw_roots: list[Path]
-) -> tuple[list[str], comparison.CampaignSummary]:
+def gated_context(campaign: Campaign) -> Context:
+    """The shared state every section reads: aligned windows and the gate results per point."""
     ctx = Context(campaign=campaign)
     align(campaign, ctx)
-    th = theoryctx.build(campaign)
     gates.evaluate(campaign, ctx)
+    return ctx
+
+
+def slo_plan(
+    raw_roots: list[Path],
+    ttft_p99_ms: float,
+    itl_p99_ms: float | None = None,
+    engine: str | None = None,
+    campaigns: list[str] | None = None,
+) -> list[slo.SloAnswer]:
+    """`collector slo`: the SLO planner's answer (analysis.reconcile.slo.plan) for every campaign named (all
+    by default), on gated points, with the running gauge's peak per point where a sampler saw it."""
+    roots = [Path(r) for r in raw_roots]
+    names = campaigns or campaign_names(roots)
+    if not names:
+        raise AnatomyError(f"{', '.join(map(str, roots))}: no campaigns in the raw store")
+    out = []
+    for name in names:
+        campaign = load_campaign(roots, name)
+        ctx = gated_context(campaign)
+        out += slo.plan(
+            campaign,
+            ttft_p99_ms,
+            itl_p99_ms,
+            engine,
+            gate_ok=ctx.gate_ok,
+            window_max_running=slo.max_running(ctx),
+        )
+    return out
+
+
+def _analyze_campaign(
+    campaign: Campaign, out_dir: Path, raw_roots: list[Path], slos_ms: dict[str, float] | None = None
+) -> tuple[list[str], comparison.CampaignSummary]:
+    ctx = gated_context(campaign)
+    th = theoryctx.build(campaign)
     points = concurrency.points_frame(campaign, ctx, th)
     sections: list[Section] = [
         runs_section(campaign),
@@ -225,6 +260,7 @@ def _analyze_campaign(
         prediction.run(campaign, ctx, th),
         roofline.run(campaign, ctx, th),
         selection.run(campaign, ctx, points),
+        slo.run(campaign, ctx, slos_ms),
         reproducibility.run(campaign, ctx, points),
         experiments.run(campaign, ctx, th),
         provenance.run(campaign.name, raw_roots),
@@ -263,7 +299,7 @@ def _analyze_campaign(
         # run's state (collector.raw.store.RUN_STATES); runs that could not be parsed, with the reason
         "verified": campaign.verified,
         "run_states": {
-            **{r.name: r.state for r in campaign.runs},
+            **{r.name: r.state for r in campaign.all_runs},
             **{b.name: b.state for b in campaign.broken},
         },
         "unparsed_runs": {b.name: b.reason for b in campaign.broken},
@@ -279,7 +315,7 @@ def _analyze_campaign(
         lines.append(
             f"{campaign.name}: UNVERIFIED (--no-verify): the runs were read without checking their seals"
         )
-    for r in campaign.runs:
+    for r in campaign.all_runs:
         if r.state != "sealed-complete":
             lines.append(f"{campaign.name}/{r.name}: {r.state}; its findings say so")
     for b in campaign.broken:
@@ -351,7 +387,7 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
     """The clock offset found per run, and how well the windows line up with the sampler's activity."""
     rows = []
     findings = []
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         if run.name not in ctx.offsets:
             continue
         est, src = ctx.offsets[run.name]
@@ -461,7 +497,7 @@ def runs_section(campaign: Campaign) -> Section:
     one-line error); the rest of the campaign is analysed without it."""
     rows = [
         {"run": r.name, "engine": r.engine or None, "run_state": r.state, "parsed": True, "reason": None}
-        for r in campaign.runs
+        for r in campaign.all_runs
     ] + [
         {"run": b.name, "engine": b.engine, "run_state": b.state, "parsed": False, "reason": b.reason}
         for b in campaign.broken
@@ -492,12 +528,12 @@ class RunStates:
     carries: the least trusted of those runs' states (unsealed, then sealed-failed, then sealed-complete)."""
 
     def __init__(self, campaign: Campaign):
-        self.by_name = {r.name: r.state for r in campaign.runs} | {b.name: b.state for b in campaign.broken}
+        self.by_name = {r.name: r.state for r in campaign.all_runs} | {b.name: b.state for b in campaign.broken}
         # runs with data, by engine: a finding citing nothing may come from any of them
-        self.by_engine: dict[str | None, set[str]] = {None: {r.state for r in campaign.runs}}
-        for r in campaign.runs:
+        self.by_engine: dict[str | None, set[str]] = {None: {r.state for r in campaign.all_runs}}
+        for r in campaign.all_runs:
             self.by_engine.setdefault(r.engine, set()).add(r.state)
-        roots = [(r.cite_root, r.state) for r in campaign.runs] + [
+        roots = [(r.cite_root, r.state) for r in campaign.all_runs] + [
             (b.cite_root, b.state) for b in campaign.broken
         ]
         self.by_root = sorted(roots, key=lambda x: -len(x[0]))  # the longest root first: nested folders
@@ -540,7 +576,11 @@ class RunStates:
 
 
 def analyze(
-    raw_roots: list[Path], out: Path, campaigns: list[str] | None, verify: bool = True
+    raw_roots: list[Path],
+    out: Path,
+    campaigns: list[str] | None,
+    verify: bool = True,
+    slos_ms: dict[str, float] | None = None,
 ) -> Iterator[str]:
     """Analyse each campaign into ``out/<campaign>/``. With ``verify`` (the default) every run folder of the
     campaigns is first checked as `collector verify` checks it, and a changed run stops the analysis with
@@ -562,9 +602,9 @@ def analyze(
         campaign = load_campaign(roots, name, verified=verify)
         out_dir = Path(out) / name
         out_dir.mkdir(parents=True, exist_ok=True)
-        lines, summary = _analyze_campaign(campaign, out_dir, roots)
+        lines, summary = _analyze_campaign(campaign, out_dir, roots, slos_ms)
         summaries.append(summary)
-        states[name] = worst_state({r.state for r in campaign.runs})
+        states[name] = worst_state({r.state for r in campaign.all_runs})
         yield from lines
     if len(summaries) >= 2:
         yield from write_comparison(summaries, Path(out), states)

@@ -14,6 +14,8 @@ from pathlib import Path
 import click
 
 from analysis.pipeline import analyze as analyze_fn
+from analysis.pipeline import slo_plan
+from analysis.reconcile import slo as slo_lib
 from analysis.reconcile.gates import OWN_POINT_CHECKS, SEVERITY
 from collector import __version__
 from collector.importer import import_results
@@ -182,14 +184,48 @@ def inspect(raw: Path, campaign: str | None) -> None:
     is_flag=True,
     help="Forensics: read runs without checking their seals first; the results say 'verified: false'.",
 )
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    help="A per-request SLO for goodput, NAME=MS with NAME ttft_ms, tpot_ms, itl_ms or e2e_ms; repeatable.",
+)
 @click.argument("campaigns", nargs=-1)
 @_one_line_errors
-def analyze(raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...], no_verify: bool) -> None:
+def analyze(
+    raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...], no_verify: bool, slos: tuple[str, ...]
+) -> None:
     """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign.
 
     Every run read is verified first (as `collector verify` does); a changed run stops the analysis."""
-    for line in analyze_fn(list(raws), out, list(campaigns) or None, verify=not no_verify):
+    slos_ms = slo_lib.parse_slos(list(slos))
+    for line in analyze_fn(list(raws), out, list(campaigns) or None, verify=not no_verify, slos_ms=slos_ms):
         click.echo(line)
+
+
+@main.command()
+@click.option(
+    "--raw",
+    "raws",
+    type=click.Path(path_type=Path, file_okay=False),
+    multiple=True,
+    default=[DEFAULT_RAW],
+    show_default=True,
+    help="Root of a raw store; repeatable.",
+)
+@click.option("--ttft-p99-ms", "ttft", type=float, required=True, help="p99 TTFT budget, ms.")
+@click.option("--itl-p99-ms", "itl", type=float, default=None, help="p99 ITL budget, ms (optional).")
+@click.option("--engine", type=click.Choice(slo_lib.ENGINES), default=None, help="One engine only.")
+@click.option("--campaign", "campaigns", multiple=True, help="One campaign (repeatable); default: all.")
+@_one_line_errors
+def slo(
+    raws: tuple[Path, ...], ttft: float, itl: float | None, engine: str | None, campaigns: tuple[str, ...]
+):
+    """The SLO planner: per campaign, round and engine, the highest concurrency meeting the p99 budget(s),
+    interpolated between measured points, the goodput there and the engine settings that follow."""
+    for ans in slo_plan(list(raws), ttft, itl, engine, list(campaigns) or None):
+        for line in slo_lib.describe(ans):
+            click.echo(line)
 
 
 @main.command()

@@ -1,0 +1,577 @@
+"""Goodput and the SLO planner (issue #14, items 2 and 3).
+
+Goodput (per point, SLOs given at analysis time): the requests of a point meeting every SLO, per request
+(``analysis.metrics.meets_slos``: vllm bench serve's ``--goodput`` semantics), ÷ the point's duration. Exact
+only where the run kept one record per request (``requests.jsonl``, our own runs); a file of percentiles (the
+reference campaign's bench JSON) cannot say which requests met all SLOs at once: n/a with that reason.
+
+The planner, per round and engine: the highest concurrency whose p99 TTFT (and p99 ITL, when given) stays
+within the budget. Method: the sweep's gated points in concurrency order; the first point over the budget and
+the point before it bracket the answer; between them p99 is taken as linear in log2(concurrency)
+(``interpolate_log2``); with two budgets the lower concurrency binds. Our campaigns and the reference are
+closed-loop only (fixed concurrency, no request-rate arrivals): the answer is a concurrency, with the request
+throughput interpolated the same way. Where the measured points do not bracket the budget it names the point
+to measure next and writes the ``[[phase]]`` stanza for it. The settings that follow come from the server log's
+KV pool line and the capacity theory (``analysis.theory``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis import findings as fnd
+from analysis import metrics, theory
+from analysis.campaign import BenchPoint, Campaign
+from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile.concurrency import sweep_points
+from collector.raw.errors import AnatomyError
+
+ENGINES = ("vllm", "llamacpp")
+# the reference study's production budget (its "先定延迟目标" advice): p99 TTFT 730 ms
+REFERENCE_TTFT_P99_MS = 730.0
+# our own campaigns: twice the lowest single-stream-ish p99 TTFT the campaign measured (a budget the data
+# can bracket; the page says which it is)
+OWN_BUDGET_FACTOR = 2.0
+# vLLM's block size on CUDA when neither the plan nor the command line names one
+VLLM_DEFAULT_BLOCK = 16
+METHOD = (
+    "p99 per measured point; the first point over the budget and the one before it bracket the answer; "
+    "p99 linear in log2(concurrency) between them; with two budgets the lower concurrency binds"
+)
+
+
+class SloError(AnatomyError, ValueError):
+    """A malformed ``--slo`` (one line saying which and why)."""
+
+
+def parse_slos(items: list[str] | None) -> dict[str, float]:
+    """``["ttft_ms=730", "tpot_ms=50"]`` → ``{"ttft_ms": 730.0, "tpot_ms": 50.0}`` (metrics.SLO_METRICS)."""
+    out: dict[str, float] = {}
+    for item in items or []:
+        name, sep, val = item.partition("=")
+        name = name.strip()
+        if not sep or name not in metrics.SLO_METRICS:
+            raise SloError(f"--slo {item!r}: want NAME=MS with NAME one of {', '.join(metrics.SLO_METRICS)}")
+        try:
+            ms = float(val)
+        except ValueError:
+            raise SloError(f"--slo {item!r}: {val!r} is not a number of milliseconds") from None
+        if not math.isfinite(ms) or ms <= 0:
+            raise SloError(f"--slo {item!r}: the threshold must be a positive number of ms")
+        out[name] = ms
+    return out
+
+
+def interpolate_log2(x_lo: float, y_lo: float, x_hi: float, y_hi: float, y: float) -> float:
+    """The x where y is reached, y linear in log2(x) between (x_lo, y_lo) and (x_hi, y_hi):
+    x = 2^(log2 x_lo + (y − y_lo) ÷ (y_hi − y_lo) × (log2 x_hi − log2 x_lo))."""
+    frac = (y - y_lo) / (y_hi - y_lo)
+    return 2 ** (math.log2(x_lo) + frac * (math.log2(x_hi) - math.log2(x_lo)))
+
+
+def value_at_log2(x_lo: float, v_lo: float, x_hi: float, v_hi: float, x: float) -> float:
+    """v at x, v linear in log2(x) between (x_lo, v_lo) and (x_hi, v_hi)."""
+    frac = (math.log2(x) - math.log2(x_lo)) / (math.log2(x_hi) - math.log2(x_lo))
+    return v_lo + frac * (v_hi - v_lo)
+
+
+def point_goodput(p: BenchPoint, slos_ms: Mapping[str, float]) -> tuple[int, float | None] | None:
+    """(good requests, goodput req/s) of one point from its request records; None without them."""
+    rel, log = p.run.requests
+    if log is None:
+        return None
+    recs = [r for r in log.records if r.point == p.label]
+    if not recs:
+        return None
+    good = metrics.good_requests(recs, dict(slos_ms))
+    return good, metrics.goodput_req_s(good, metrics.duration_s(recs))
+
+
+@dataclass(frozen=True)
+class Measured:
+    concurrency: int
+    p99_ttft_ms: float | None
+    p99_itl_ms: float | None
+    request_throughput_req_s: float | None
+    source: str  # the point's file (its p99_ttft_ms field)
+    max_running: float | None  # the running gauge's highest sample in the point's window
+
+
+@dataclass
+class SloAnswer:
+    """The planner's answer for one round and engine (see the module docstring for the method)."""
+
+    campaign: str
+    round: str | None
+    engine: str
+    weight_format: str | None
+    run: str | None
+    ttft_p99_ms: float
+    itl_p99_ms: float | None
+    points: list[Measured] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # gated-out points' files
+    status: str = "no_points"  # bracketed | all_meet | none_meet | no_points
+    binding: str | None = None  # "ttft" or "itl"
+    concurrency: float | None = None
+    lower: Measured | None = None
+    upper: Measured | None = None
+    request_throughput_req_s: float | None = None
+    goodput_req_s: float | None = None  # exact, at the lower bracketing point
+    goodput_good: int | None = None
+    goodput_reason: str | None = None
+    settings: dict = field(default_factory=dict)
+    next_concurrency: int | None = None
+    stanza: str | None = None
+    load: str = "closed-loop only"
+    method: str = METHOD
+
+
+def _crossing(pts: list[Measured], attr: str, budget: float) -> tuple[str, int | None]:
+    """('bracketed', i) with pts[i] the first over the budget and pts[i-1] within; 'all_meet' / 'none_meet'."""
+    for i, p in enumerate(pts):
+        v = getattr(p, attr)
+        if v is None or v > budget:
+            return ("none_meet", None) if i == 0 else ("bracketed", i)
+    return "all_meet", None
+
+
+def _next_point(pts: list[Measured], status: str) -> int | None:
+    """All meet: double the highest concurrency (the sweeps' own step); none meet: halve the lowest (none
+    below 1: the budget is out of reach of this configuration)."""
+    if status == "all_meet":
+        return pts[-1].concurrency * 2
+    low = pts[0].concurrency
+    return low // 2 if low > 1 else None
+
+
+def plan_stanza(concurrency: int, ref: BenchPoint) -> str:
+    """A ``[[phase]]`` stanza (collector.raw.plan's phase schema) measuring one more sweep point at
+    ``concurrency``, with the measured sweep's lengths and its requests-per-stream ratio."""
+    per_stream = (ref.result.num_prompts or ref.result.completed) / (ref.concurrency or 1)
+    requests = max(concurrency, math.ceil(per_stream * concurrency))
+    return (
+        "[[phase]]\n"
+        f'name = "slo-next-c{concurrency:03d}"\n'
+        'kind = "concurrency"\n'
+        f"input_len = {round(ref.input_len_tokens or 0)}\n"
+        f"output_len = {ref.requested_output_len_tokens}\n"
+        "points = [\n"
+        f"  {{ concurrency = {concurrency}, requests = {requests}, seed = {100 + concurrency} }},\n"
+        "]\n"
+    )
+
+
+def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
+    """What the interpolated concurrency means for the engine's flags, from the sweep run's server log and
+    the capacity theory. vLLM: --max-num-seqs = floor(concurrency), against the residents the KV pool holds
+    for these requests (blocks ÷ ceil(request tokens ÷ block)) and the log's max_model_len line (blocks ÷
+    ceil(max_model_len ÷ block)); halving --max-model-len doubles that line but leaves the pool (sized by
+    memory) and so these requests' residents unchanged, as long as a request still fits. llama.cpp: -np =
+    floor(concurrency) slots, each needing the request's tokens of context (-c ≥ slots × request tokens)."""
+    c = ans.concurrency
+    run = pt.run
+    req_tokens = (
+        round(pt.input_len_tokens + pt.requested_output_len_tokens)
+        if pt.input_len_tokens is not None and pt.requested_output_len_tokens is not None
+        else None
+    )
+    out: dict = {"request_tokens": req_tokens}
+    if c is None:
+        return out
+    seqs = math.floor(c)
+    rel, log = run.server_log
+    if ans.engine == "llamacpp":
+        out.update(np_slots=seqs, ctx_tokens_min=seqs * req_tokens if req_tokens else None)
+        return out
+    out["max_num_seqs"] = seqs
+    if log is None or log.kv_cache_tokens is None or not log.max_model_len:
+        out["kv_reason"] = "no KV pool line in the server log"
+        return out
+    plan = run.docs.plan
+    block = plan.model.block_size if plan is not None and plan.model.block_size else VLLM_DEFAULT_BLOCK
+    mml = log.max_model_len
+    # logged tokens = floor(blocks ÷ ceil(mml ÷ block) × mml) = blocks × block when block divides mml
+    blocks = log.kv_cache_tokens // block if mml % block == 0 else None
+    out.update(
+        kv_pool_tokens=log.kv_cache_tokens,
+        block_size=block,
+        max_model_len=mml,
+        max_concurrency_log=log.max_concurrency_x,
+        source=run.cite(rel, log.lines.get("kv_cache_tokens")) if rel else None,
+    )
+    if blocks is None or not req_tokens:
+        return out
+    residents = blocks // math.ceil(req_tokens / block)
+    half = mml // 2
+    out.update(
+        kv_blocks=blocks,
+        residents_pool=residents,
+        max_num_seqs_fits_pool=seqs <= residents,
+        half_max_model_len=half,
+        half_max_concurrency_line=theory.vllm_max_concurrency(blocks, block, half),
+        half_residents_pool=residents if req_tokens <= half else 0,
+        half_refuses_requests=req_tokens > half,
+    )
+    return out
+
+
+def plan(
+    campaign: Campaign,
+    ttft_p99_ms: float,
+    itl_p99_ms: float | None = None,
+    engine: str | None = None,
+    gate_ok: Callable[[BenchPoint], bool] | None = None,
+    window_max_running: Callable[[BenchPoint], float | None] | None = None,
+) -> list[SloAnswer]:
+    """The planner's answer per round and engine of a campaign (see the module docstring)."""
+    answers = []
+    for rnd in campaign.rounds:
+        for eng in ENGINES if engine is None else (engine,):
+            allpts = sorted(sweep_points(campaign, rnd, eng), key=lambda p: p.concurrency)
+            if not allpts:
+                continue
+            ok = [p for p in allpts if gate_ok is None or gate_ok(p)]
+            ans = SloAnswer(
+                campaign=campaign.name,
+                round=rnd,
+                engine=eng,
+                weight_format=_weight_format(allpts[0]),
+                run=allpts[0].run.name,
+                ttft_p99_ms=ttft_p99_ms,
+                itl_p99_ms=itl_p99_ms,
+                excluded=[p.cite() for p in allpts if p not in ok],
+            )
+            by_m = {}
+            for p in ok:
+                m = Measured(
+                    concurrency=p.concurrency,
+                    p99_ttft_ms=p.result.p99_ttft_ms,
+                    p99_itl_ms=p.result.stat_ms("p99", "itl"),
+                    request_throughput_req_s=p.result.request_throughput_req_s,
+                    source=p.cite("p99_ttft_ms"),
+                    max_running=window_max_running(p) if window_max_running else None,
+                )
+                ans.points.append(m)
+                by_m[id(m)] = p
+            answers.append(ans)
+            if not ans.points:
+                continue
+            budgets = [("ttft", "p99_ttft_ms", ttft_p99_ms)]
+            if itl_p99_ms is not None:
+                budgets.append(("itl", "p99_itl_ms", itl_p99_ms))
+            best: tuple[float, str, int] | None = None
+            statuses = []
+            for name, attr, b in budgets:
+                status, i = _crossing(ans.points, attr, b)
+                statuses.append(status)
+                if status == "bracketed":
+                    lo, hi = ans.points[i - 1], ans.points[i]
+                    c = interpolate_log2(
+                        lo.concurrency, getattr(lo, attr), hi.concurrency, getattr(hi, attr), b
+                    )
+                    if best is None or c < best[0]:
+                        best = (c, name, i)
+            if "none_meet" in statuses:
+                ans.status = "none_meet"
+            elif best is not None:
+                ans.status = "bracketed"
+            else:
+                ans.status = "all_meet"
+            ref = by_m[id(ans.points[-1 if ans.status == "all_meet" else 0])]
+            if ans.status == "bracketed":
+                c, ans.binding, i = best
+                ans.concurrency, ans.lower, ans.upper = c, ans.points[i - 1], ans.points[i]
+                lo, hi = ans.lower, ans.upper
+                if lo.request_throughput_req_s is not None and hi.request_throughput_req_s is not None:
+                    ans.request_throughput_req_s = value_at_log2(
+                        lo.concurrency,
+                        lo.request_throughput_req_s,
+                        hi.concurrency,
+                        hi.request_throughput_req_s,
+                        c,
+                    )
+                ref = by_m[id(lo)]
+                slos = {"ttft_ms": ttft_p99_ms} | ({"itl_ms": itl_p99_ms} if itl_p99_ms is not None else {})
+                g = point_goodput(ref, slos)
+                if g is None:
+                    ans.goodput_reason = (
+                        "no per-request records (no requests.jsonl): the bench files hold percentiles, and "
+                        "which requests met every SLO at once is not in them"
+                    )
+                else:
+                    ans.goodput_good, ans.goodput_req_s = g
+            else:
+                ans.next_concurrency = _next_point(ans.points, ans.status)
+                if ans.next_concurrency is not None:
+                    ans.stanza = plan_stanza(ans.next_concurrency, ref)
+            ans.settings = _settings(ans, ref)
+    return answers
+
+
+def _weight_format(p: BenchPoint) -> str | None:
+    wf = getattr(p.run, "weight_format", None)
+    return wf if isinstance(wf, str) else None
+
+
+def default_budget_ms(campaign: Campaign) -> tuple[float, str]:
+    """The page's budget: the reference study's 730 ms p99 TTFT for an imported campaign; for our own,
+    ``OWN_BUDGET_FACTOR`` × the lowest p99 TTFT any sweep point measured, rounded up to 1 ms."""
+    if not campaign.own:
+        return REFERENCE_TTFT_P99_MS, "reference"
+    lows = [
+        p.result.p99_ttft_ms
+        for rnd in campaign.rounds
+        for e in ENGINES
+        for p in sweep_points(campaign, rnd, e)
+        if p.result.p99_ttft_ms
+    ]
+    if not lows:
+        return REFERENCE_TTFT_P99_MS, "reference"
+    return float(math.ceil(OWN_BUDGET_FACTOR * min(lows))), "twice_lowest"
+
+
+def describe(ans: SloAnswer) -> list[str]:
+    """The answer as plain English lines (the CLI prints them)."""
+    where = f"{ans.campaign} {ans.round or ''} {ans.engine}".replace("  ", " ")
+    budget = f"p99 TTFT ≤ {ans.ttft_p99_ms:g} ms" + (
+        f", p99 ITL ≤ {ans.itl_p99_ms:g} ms" if ans.itl_p99_ms is not None else ""
+    )
+    out = [f"{where}: {budget} ({ans.load}: no request-rate points)"]
+    if ans.status == "no_points":
+        return out + [
+            "  no gated sweep point to plan from"
+            + (f" ({len(ans.excluded)} excluded)" if ans.excluded else "")
+        ]
+    if ans.status == "bracketed":
+        lo, hi = ans.lower, ans.upper
+        out.append(f"  highest concurrency meeting it: {ans.concurrency:.2f} (binding: p99 {ans.binding})")
+        out.append(f"  method: {ans.method}")
+        attr, name = ("p99_itl_ms", "ITL") if ans.binding == "itl" else ("p99_ttft_ms", "TTFT")
+        out.append(
+            f"  bracketing points: c={lo.concurrency} p99 {name} {getattr(lo, attr):.1f} ms ({lo.source}); "
+            f"c={hi.concurrency} p99 {name} {getattr(hi, attr):.1f} ms ({hi.source})"
+        )
+        if ans.request_throughput_req_s is not None:
+            out.append(
+                f"  request throughput there (same interpolation): {ans.request_throughput_req_s:.3f} req/s"
+            )
+        if ans.goodput_req_s is not None:
+            out.append(
+                f"  goodput at c={lo.concurrency} (exact, per request): {ans.goodput_req_s:.3f} req/s "
+                f"({ans.goodput_good} good requests)"
+            )
+        else:
+            out.append(f"  goodput: n/a — {ans.goodput_reason}")
+    else:
+        what = "every measured point meets it" if ans.status == "all_meet" else "no measured point meets it"
+        out.append(f"  not bracketed: {what}")
+        if ans.next_concurrency is None:
+            out.append(
+                "  concurrency 1 already misses the budget: no concurrency meets it on this configuration"
+            )
+        else:
+            out.append(f"  measure next: concurrency {ans.next_concurrency}; plan stanza:")
+            out += ["    " + line for line in (ans.stanza or "").splitlines()]
+    s = ans.settings
+    if "max_num_seqs" in s:
+        line = f"  vLLM --max-num-seqs {s['max_num_seqs']}"
+        if "residents_pool" in s:
+            line += (
+                f"; the KV pool ({s['kv_pool_tokens']:,} tokens, {s['kv_blocks']:,} blocks of {s['block_size']}) "
+                f"holds {s['residents_pool']} requests of {s['request_tokens']} tokens; the max_model_len "
+                f"{s['max_model_len']} line: {s['max_concurrency_log']}x"
+            )
+            if ans.lower is not None and ans.lower.max_running is not None:
+                line += f"; measured residents at c={ans.lower.concurrency}: {ans.lower.max_running:g}"
+        out.append(line)
+        if "half_max_model_len" in s:
+            out.append(
+                f"  --max-model-len {s['half_max_model_len']}: the line becomes "
+                f"{s['half_max_concurrency_line']:.2f}x; the pool (sized by memory) and these requests' "
+                f"residents stay {s['half_residents_pool']}"
+                + (
+                    " — but these requests no longer fit and are refused"
+                    if s["half_refuses_requests"]
+                    else ""
+                )
+            )
+    elif "np_slots" in s:
+        out.append(
+            f"  llama.cpp -np {s['np_slots']} with -c ≥ {s['ctx_tokens_min']} ({s['request_tokens']} tokens a slot)"
+        )
+    return out
+
+
+def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
+    """The answer as findings under topic ``slo`` (engine level)."""
+    at = engine_at(ans.round, ans.engine, ans.weight_format, topic="slo")
+    budget = {"ttft_p99_budget_ms": ans.ttft_p99_ms, "itl_p99_budget_ms": ans.itl_p99_ms, "load": ans.load}
+    if ans.status != "bracketed":
+        detail = {
+            "no_points": "no gated sweep point",
+            "all_meet": "every measured point meets the budget",
+            "none_meet": "no measured point meets the budget",
+        }[ans.status]
+        return [
+            fnd.not_available(
+                at("slo_concurrency"),
+                "requests",
+                "slo_not_bracketed",
+                detail,
+                [m.source for m in ans.points],
+                slo_status=ans.status,
+                next_concurrency=ans.next_concurrency,
+                stanza=ans.stanza,
+                **budget,
+            )
+        ]
+    srcs = [ans.lower.source, ans.upper.source]
+    out = [
+        fnd.measured(
+            at("slo_concurrency"),
+            ans.concurrency,
+            "requests",
+            srcs,
+            detail=ans.method,
+            binding=ans.binding,
+            lower_concurrency=ans.lower.concurrency,
+            upper_concurrency=ans.upper.concurrency,
+            lower_p99_ttft_ms=ans.lower.p99_ttft_ms,
+            upper_p99_ttft_ms=ans.upper.p99_ttft_ms,
+            **budget,
+            **{k: v for k, v in ans.settings.items() if k != "source"},
+        )
+    ]
+    if ans.request_throughput_req_s is not None:
+        out.append(
+            fnd.measured(at("slo_request_throughput_req_s"), ans.request_throughput_req_s, "req/s", srcs)
+        )
+    if ans.goodput_req_s is not None:
+        out.append(
+            fnd.measured(
+                at("slo_goodput_req_s"),
+                ans.goodput_req_s,
+                "req/s",
+                [ans.lower.source],
+                at_concurrency=ans.lower.concurrency,
+                good_requests=ans.goodput_good,
+            )
+        )
+    else:
+        out.append(
+            fnd.not_available(
+                at("slo_goodput_req_s"),
+                "req/s",
+                "no_request_records",
+                ans.goodput_reason or "",
+                [ans.lower.source],
+            )
+        )
+    return out
+
+
+def goodput_findings(campaign: Campaign, slos_ms: Mapping[str, float], ctx: Context | None = None) -> list:
+    """Per sweep point, goodput against the analysis-time SLOs (per request, exact from requests.jsonl); per
+    sweep, the point with the highest goodput. A run without request records: one n/a per sweep saying why."""
+    out: list[fnd.Finding] = []
+    if not slos_ms:
+        return out
+    slo_extra = {f"slo_{k}": v for k, v in slos_ms.items()}
+    for rnd in campaign.rounds:
+        for eng in ENGINES:
+            pts = sweep_points(campaign, rnd, eng)
+            if not pts:
+                continue
+            sweep_at = engine_at(rnd, eng, _weight_format(pts[0]), topic="goodput")
+            rows = []
+            for p in pts:
+                g = point_goodput(p, slos_ms)
+                if g is None:
+                    continue
+                good, gp = g
+                at = run_at(p.run, _weight_format(p), topic="goodput")("goodput_req_s", test=p.label)
+                if gp is None:
+                    out.append(fnd.not_available(at, "req/s", "unknown", "zero point duration", [p.cite()]))
+                    continue
+                rows.append((gp, p))
+                out.append(
+                    fnd.measured(
+                        at,
+                        gp,
+                        "req/s",
+                        [p.cite()],
+                        concurrency=p.concurrency,
+                        good_requests=good,
+                        completed=p.result.completed,
+                        request_throughput_req_s=p.result.request_throughput_req_s,
+                        gate_ok=ctx.gate_ok(p) if ctx is not None else None,
+                        **slo_extra,
+                    )
+                )
+            if not rows:
+                out.append(
+                    fnd.not_available(
+                        sweep_at("goodput_max_req_s"),
+                        "req/s",
+                        "no_request_records",
+                        "no requests.jsonl: per-request goodput needs each request's latencies; "
+                        "goodput from percentiles is not per-request goodput",
+                        [pts[0].cite()],
+                        **slo_extra,
+                    )
+                )
+                continue
+            gp, p = max(rows, key=lambda t: (t[0], -t[1].concurrency))
+            out.append(
+                fnd.measured(
+                    sweep_at("goodput_max_req_s"),
+                    gp,
+                    "req/s",
+                    [p.cite()],
+                    concurrency=p.concurrency,
+                    **slo_extra,
+                )
+            )
+    return out
+
+
+def max_running(ctx: Context) -> Callable[[BenchPoint], float | None]:
+    """Per point, the running gauge's highest sample in its aligned window (None without a sampler)."""
+
+    def of(p: BenchPoint) -> float | None:
+        w = ctx.window(p)
+        g = getattr(w, "gauges", {}).get("running") if w is not None else None
+        return g.max if g is not None else None
+
+    return of
+
+
+def run(campaign: Campaign, ctx: Context, slos_ms: Mapping[str, float] | None = None) -> Section:
+    """The SLO section: goodput per point and sweep (when SLOs are given) and the planner's answer for the
+    campaign's default budget (``default_budget_ms``), as findings and the table ``slo_plan``."""
+    budget, basis = default_budget_ms(campaign)
+    answers = plan(campaign, budget, gate_ok=ctx.gate_ok, window_max_running=max_running(ctx))
+    found = goodput_findings(campaign, slos_ms or {}, ctx)
+    rows = []
+    for a in answers:
+        found += [f for f in answer_findings(a)]
+        for m in a.points:
+            rows.append(
+                {
+                    "round": a.round or "",
+                    "engine": a.engine,
+                    "concurrency": m.concurrency,
+                    "p99_ttft_ms": m.p99_ttft_ms,
+                    "p99_itl_ms": m.p99_itl_ms,
+                    "request_throughput_req_s": m.request_throughput_req_s,
+                    "ttft_p99_budget_ms": budget,
+                    "budget_basis": basis,
+                    "bracketing": a.lower is m or a.upper is m,
+                    "source": m.source,
+                }
+            )
+    return Section(name="slo", tables={"slo_plan": pd.DataFrame(rows)}, findings=found)
