@@ -984,3 +984,13 @@ def cell_text(column: str, value: Any) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) >= 1000:
         return fmt_int(value)  # a whole number that lost its int type in the CSV (small ones may be versions)
     return fmt_num(value)
+
+
+# issue #14: goodput and the SLO planner
+REASONS.update(
+    {
+        "no_request_records": "没有逐请求记录（requests.jsonl）：基准文件只有分位数，看不出哪些请求同时满足全部 SLO，"
+        "由分位数推出的不是逐请求的有效吞吐（goodput）",
+        "slo_not_bracketed": "测得的点没有把延迟预算夹在中间（全部满足或全部不满足），无法插值；见建议下一步测量的点",
+    }
+)
