@@ -63,7 +63,7 @@ SERVER_CPU, CLIENT_CPU = 0, 1
 TOOLS = ("ours", "vllm", "aiperf", "guidellm")
 PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
 TOOL_NAMES = {"ours": "inference-anatomy collector", "vllm": "vllm bench serve", "aiperf": "AIPerf",
-              "guidellm": "GuideLLM"}  # fmt: skip
+              "guidellm": "GuideLLM", "floor": "httpx 下限（只读字节、不解析）"}  # fmt: skip
 MS = 1e6
 
 
@@ -190,7 +190,9 @@ points = [{{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, out
             continue
         view.ttft_ms.append(metrics.ttft_ms(r))
         view.itl_ms.extend(metrics.itls_ms(r))
-        view.chunks.append((r.response_id, [t for t, k in zip(r.chunk_mono_ns, r.chunk_tokens, strict=True) if k]))
+        view.chunks.append(
+            (r.response_id, [t for t, k in zip(r.chunk_mono_ns, r.chunk_tokens, strict=True) if k])
+        )
     return view, cpu
 
 
@@ -237,7 +239,9 @@ def _pkg_version(py: Path, pkg: str) -> str:
 
 
 def _git_version() -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     return f"git {out.stdout.strip()}"
 
 
@@ -253,7 +257,23 @@ def ensure_peer(name: str) -> Path:
     return py
 
 
-RUNNERS = {"ours": run_ours, "vllm": run_vllm}
+def run_floor(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    out = work / "floor.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "httpx_floor.py"), url, str(c), str(n_req), str(OUTPUT_LEN),
+           str(out)]  # fmt: skip
+    cpu = _run_tool(cmd, ROOT, work / "tool.log")
+    import httpx  # local import: only for its version string
+
+    view = ClientView(version=f"httpx {httpx.__version__}")
+    for r in json.loads(out.read_text()):
+        recv = r["recv_ns"]
+        view.ttft_ms.append((recv[0] - r["send_ns"]) / MS)
+        view.itl_ms.extend((b - a) / MS for a, b in zip(recv, recv[1:], strict=False))
+        view.chunks.append((r["id"], recv))
+    return view, cpu
+
+
+RUNNERS = {"ours": run_ours, "vllm": run_vllm, "floor": run_floor}
 
 
 # ------------------------------------------------------------------------------------------ the error table
