@@ -271,7 +271,15 @@ class ServerProcess:
         owners = port_owner_pids(self.sp.port)
         facts: dict[str, Any] = {"pid": self.proc.pid, "listener_pids": owners, "ours": None}
         if not owners:
+            # /proc cannot tell (not Linux, hidden pids): at least the model it serves must be ours
             facts["why"] = f"no listener on port {self.sp.port} found in /proc"
+            served = served_model_ids(self.sp.base_url)
+            facts["served_models"] = served
+            if served is not None and self.sp.served_model_name not in served:
+                raise RunError(
+                    f"port {self.sp.port} answers as {served}, not as {self.sp.served_model_name!r}: not the "
+                    "server this run started; stop it, or choose another [server].port"
+                )
             return facts
         ours = [p for p in owners if _pgid(p) == self.proc.pid]
         if not ours:
@@ -545,6 +553,18 @@ def describe_pid(pid: int) -> str:
     except OSError:
         return f"pid {pid}"
     return f"pid {pid} ({cmd[:120] + ('…' if len(cmd) > 120 else '')})"
+
+
+def served_model_ids(base_url: str) -> list[str] | None:
+    """The model ids ``/v1/models`` lists (llama-server: its --alias; vLLM: --served-model-name); None when it
+    gives no such list."""
+    try:
+        data = httpx.get(f"{base_url}/v1/models", timeout=10.0).json().get("data")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return [str(d.get("id")) for d in data if isinstance(d, dict)]
 
 
 def _pgid(pid: int) -> int | None:

@@ -212,6 +212,28 @@ def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path):
     assert m["status"] == "failed" and "not from the server this run started" in m["note"]
 
 
+def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch):
+    """Where /proc cannot name the listener (not Linux, hidden pids; simulated), a server answering with another
+    model name is still refused."""
+    monkeypatch.setattr(srvmod, "port_owner_pids", lambda port: [])
+    script = tmp_path / "never-listens"
+    script.write_text(f'#!/bin/sh\n[ "$1" = "--help" ] && exec {PY} {FAULT_SERVER} --help\nexec sleep 300\n')
+    script.chmod(0o755)
+    plan = make_plan(tmp_path)
+    plan.write_text(plan.read_text().replace(str(tmp_path / "fake-llama-server"), str(script)))
+    port, raw = _port(plan), tmp_path / "raw"
+    intruder: list[FaultServer] = []
+
+    def bind_after_preflight() -> None:
+        _wait_for(lambda: list(raw.glob("fake/*/run.json")), timeout_s=60)
+        intruder.append(FaultServer(port=port, token_ms=2.0, alias="someone-else").start())
+
+    threading.Thread(target=bind_after_preflight, daemon=True).start()
+    with pytest.raises(RunError, match=rf"port {port} answers as \['someone-else'\], not as 'tiny'"):
+        execute_run(plan, raw)
+    intruder[0].stop()
+
+
 # -- exit codes and messages -----------------------------------------------------------------------------
 
 

@@ -140,3 +140,14 @@ def test_vllm_flags_checked_against_the_installed_source():
     assert src is not None and (src / "engine" / "arg_utils.py").is_file()
     flags = ["--max-model-len", "--no-enable-prefix-caching", "--dtype", "-tp", "--no-such-flag-xyz"]
     assert vllm_unknown_flags(src, flags) == ["--no-such-flag-xyz"]
+
+
+def test_a_plan_not_in_utf8(tmp_path):
+    plan = make_plan(tmp_path)
+    plan.write_bytes(
+        plan.read_bytes().replace(b'campaign = "fake"', b'campaign = "fake" # caf\xe9')
+    )  # Latin-1
+    p = subprocess.run([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.strip() == f"Error: {plan}:2: not UTF-8 text (byte 0xe9); save the plan as UTF-8"
