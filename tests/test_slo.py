@@ -114,8 +114,9 @@ def test_planner_reference_730ms(ref):
     assert {(a.round, a.engine) for a in answers} >= {("round2", "vllm"), ("round2", "llamacpp")}
     for a in answers:
         files = _sweep_files(a)
-        upper = next(i for i, (_, p99, _, _) in enumerate(files) if p99 > BUDGET_MS)
-        assert upper > 0, "the reference's sweeps all start within 730 ms"
+        # the highest concurrency within the budget and the next one up
+        upper = 1 + max(i for i, (_, p99, _, _) in enumerate(files) if p99 <= BUDGET_MS)
+        assert upper < len(files), "the reference's sweeps all end over 730 ms"
         (c_lo, y_lo, rt_lo, f_lo), (c_hi, y_hi, rt_hi, f_hi) = files[upper - 1], files[upper]
         assert a.status == "bracketed" and a.binding == "ttft"
         assert a.lower.source == f"{f_lo.relative_to(SEED).as_posix()}:p99_ttft_ms"
@@ -130,6 +131,7 @@ def test_planner_reference_730ms(ref):
         gp = next(f for f in slo.answer_findings(a) if f.metric == "slo_goodput_req_s")
         assert gp.status == "n/a" and gp.reason == "no_request_records"
         assert a.load == "closed-loop only"
+        assert a.non_monotone == [c for c, p99, _, _ in files[: upper - 1] if p99 > BUDGET_MS]
     r2 = next(a for a in answers if (a.round, a.engine) == ("round2", "vllm"))
     assert (r2.lower.concurrency, r2.upper.concurrency) == (4, 8)
     assert r2.settings["max_num_seqs"] == math.floor(r2.concurrency)
@@ -144,7 +146,7 @@ def test_planner_not_bracketed_measure_next(ref, tmp_path):
     answers = slo.plan(ref, 1e7, engine="vllm")
     for a in answers:
         top = _sweep_files(a)[-1]
-        assert a.status == "all_meet" and a.concurrency is None
+        assert a.status == "highest_meets" and a.concurrency is None
         assert a.next_concurrency == 2 * top[0]
         table = tomllib.loads(a.stanza)["phase"][0]
         phase = _phase(_Table(table, tmp_path / "plan.toml", "[[phase]] #1"), 0, set())

@@ -6,13 +6,14 @@ only where the run kept one record per request (``requests.jsonl``, our own runs
 reference campaign's bench JSON) cannot say which requests met all SLOs at once: n/a with that reason.
 
 The planner, per round and engine: the highest concurrency whose p99 TTFT (and p99 ITL, when given) stays
-within the budget. Method: the sweep's gated points in concurrency order; the first point over the budget and
-the point before it bracket the answer; between them p99 is taken as linear in log2(concurrency)
-(``interpolate_log2``); with two budgets the lower concurrency binds. Our campaigns and the reference are
-closed-loop only (fixed concurrency, no request-rate arrivals): the answer is a concurrency, with the request
-throughput interpolated the same way. Where the measured points do not bracket the budget it names the point
-to measure next and writes the ``[[phase]]`` stanza for it. The settings that follow come from the server log's
-KV pool line and the capacity theory (``analysis.theory``).
+within the budget. Method: the sweep's gated points in concurrency order; the highest point within the budget
+and the next one up bracket the answer (lower points over the budget are named: p99 not monotone); between
+them p99 is taken as linear in log2(concurrency) (``interpolate_log2``); with two budgets the lower
+concurrency binds. Our campaigns and the reference are closed-loop only (fixed concurrency, no request-rate
+arrivals): the answer is a concurrency, with the request throughput interpolated the same way. Where the
+measured points do not bracket the budget it names the point to measure next and writes the ``[[phase]]``
+stanza for it. The settings that follow come from the server log's KV pool line and the capacity theory
+(``analysis.theory``).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from collector.raw.errors import AnatomyError
 ENGINES = ("vllm", "llamacpp")
 # the reference study's production budget (its "先定延迟目标" advice): p99 TTFT 730 ms
 REFERENCE_TTFT_P99_MS = 730.0
-# our own campaigns: twice the lowest single-stream-ish p99 TTFT the campaign measured (a budget the data
-# can bracket; the page says which it is)
+# our own campaigns: twice the slowest sweep's lowest p99 TTFT (a budget every sweep of the campaign can
+# reach; the page says which it is)
 OWN_BUDGET_FACTOR = 2.0
 # vLLM's block size on CUDA when neither the plan nor the command line names one
 VLLM_DEFAULT_BLOCK = 16
 METHOD = (
-    "p99 per measured point; the first point over the budget and the one before it bracket the answer; "
+    "p99 per measured point; the highest concurrency within the budget and the next one up bracket the "
+    "answer; "
     "p99 linear in log2(concurrency) between them; with two budgets the lower concurrency binds"
 )
 
@@ -114,7 +116,9 @@ class SloAnswer:
     itl_p99_ms: float | None
     points: list[Measured] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)  # gated-out points' files
-    status: str = "no_points"  # bracketed | all_meet | none_meet | no_points
+    status: str = "no_points"  # bracketed | highest_meets | none_meet | no_points
+    # lower concurrencies over the budget below the answer (p99 not monotone in concurrency: few requests)
+    non_monotone: list[int] = field(default_factory=list)
     binding: str | None = None  # "ttft" or "itl"
     concurrency: float | None = None
     lower: Measured | None = None
@@ -130,19 +134,26 @@ class SloAnswer:
     method: str = METHOD
 
 
+def _meets(p: Measured, attr: str, budget: float) -> bool:
+    v = getattr(p, attr)
+    return v is not None and v <= budget
+
+
 def _crossing(pts: list[Measured], attr: str, budget: float) -> tuple[str, int | None]:
-    """('bracketed', i) with pts[i] the first over the budget and pts[i-1] within; 'all_meet' / 'none_meet'."""
-    for i, p in enumerate(pts):
-        v = getattr(p, attr)
-        if v is None or v > budget:
-            return ("none_meet", None) if i == 0 else ("bracketed", i)
-    return "all_meet", None
+    """('bracketed', i): pts[i - 1] is the highest concurrency within the budget and pts[i], the next one, is
+    over it; 'highest_meets' (the highest measured concurrency is within) or 'none_meet'."""
+    meets = [i for i, p in enumerate(pts) if _meets(p, attr, budget)]
+    if not meets:
+        return "none_meet", None
+    if meets[-1] == len(pts) - 1:
+        return "highest_meets", None
+    return "bracketed", meets[-1] + 1
 
 
 def _next_point(pts: list[Measured], status: str) -> int | None:
-    """All meet: double the highest concurrency (the sweeps' own step); none meet: halve the lowest (none
-    below 1: the budget is out of reach of this configuration)."""
-    if status == "all_meet":
+    """The highest meets: double it (the sweeps' own step); none meet: halve the lowest (none below 1: the
+    budget is out of reach of this configuration)."""
+    if status == "highest_meets":
         return pts[-1].concurrency * 2
     low = pts[0].concurrency
     return low // 2 if low > 1 else None
@@ -171,7 +182,8 @@ def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
     for these requests (blocks ÷ ceil(request tokens ÷ block)) and the log's max_model_len line (blocks ÷
     ceil(max_model_len ÷ block)); halving --max-model-len doubles that line but leaves the pool (sized by
     memory) and so these requests' residents unchanged, as long as a request still fits. llama.cpp: -np =
-    floor(concurrency) slots, each needing the request's tokens of context (-c ≥ slots × request tokens)."""
+    floor(concurrency) slots, each needing the request's tokens of context (-c ≥ slots × request
+    tokens)."""
     c = ans.concurrency
     run = pt.run
     req_tokens = (
@@ -280,8 +292,15 @@ def plan(
             elif best is not None:
                 ans.status = "bracketed"
             else:
-                ans.status = "all_meet"
-            ref = by_m[id(ans.points[-1 if ans.status == "all_meet" else 0])]
+                ans.status = "highest_meets"
+            ref = by_m[id(ans.points[-1 if ans.status == "highest_meets" else 0])]
+            top = best[2] - 1 if ans.status == "bracketed" else len(ans.points) - 1  # the answer's point
+            if ans.status != "none_meet":
+                ans.non_monotone = [
+                    m.concurrency
+                    for m in ans.points[:top]
+                    if not all(_meets(m, attr, b) for _, attr, b in budgets)
+                ]
             if ans.status == "bracketed":
                 c, ans.binding, i = best
                 ans.concurrency, ans.lower, ans.upper = c, ans.points[i - 1], ans.points[i]
@@ -319,19 +338,20 @@ def _weight_format(p: BenchPoint) -> str | None:
 
 def default_budget_ms(campaign: Campaign) -> tuple[float, str]:
     """The page's budget: the reference study's 730 ms p99 TTFT for an imported campaign; for our own,
-    ``OWN_BUDGET_FACTOR`` × the lowest p99 TTFT any sweep point measured, rounded up to 1 ms."""
+    ``OWN_BUDGET_FACTOR`` × the largest of the sweeps' lowest p99 TTFTs (per round and engine), rounded up to
+    1 ms."""
     if not campaign.own:
         return REFERENCE_TTFT_P99_MS, "reference"
-    lows = [
-        p.result.p99_ttft_ms
-        for rnd in campaign.rounds
-        for e in ENGINES
-        for p in sweep_points(campaign, rnd, e)
-        if p.result.p99_ttft_ms
-    ]
+    lows = []
+    for rnd in campaign.rounds:
+        for e in ENGINES:
+            sweep = [p.result.p99_ttft_ms for p in sweep_points(campaign, rnd, e) if p.result.p99_ttft_ms]
+            if sweep:
+                lows.append(min(sweep))
     if not lows:
         return REFERENCE_TTFT_P99_MS, "reference"
-    return float(math.ceil(OWN_BUDGET_FACTOR * min(lows))), "twice_lowest"
+    # the slowest sweep's lowest p99: every sweep then has a point within the budget
+    return float(math.ceil(OWN_BUDGET_FACTOR * max(lows))), "twice_lowest"
 
 
 def describe(ans: SloAnswer) -> list[str]:
@@ -367,7 +387,11 @@ def describe(ans: SloAnswer) -> list[str]:
         else:
             out.append(f"  goodput: n/a — {ans.goodput_reason}")
     else:
-        what = "every measured point meets it" if ans.status == "all_meet" else "no measured point meets it"
+        what = (
+            "the highest measured concurrency meets it"
+            if ans.status == "highest_meets"
+            else "no measured point meets it"
+        )
         out.append(f"  not bracketed: {what}")
         if ans.next_concurrency is None:
             out.append(
@@ -376,12 +400,17 @@ def describe(ans: SloAnswer) -> list[str]:
         else:
             out.append(f"  measure next: concurrency {ans.next_concurrency}; plan stanza:")
             out += ["    " + line for line in (ans.stanza or "").splitlines()]
+    if ans.non_monotone:
+        out.append(
+            f"  note: p99 not monotone in concurrency: lower concurrencies {ans.non_monotone} miss the budget"
+        )
     s = ans.settings
     if "max_num_seqs" in s:
         line = f"  vLLM --max-num-seqs {s['max_num_seqs']}"
         if "residents_pool" in s:
             line += (
-                f"; the KV pool ({s['kv_pool_tokens']:,} tokens, {s['kv_blocks']:,} blocks of {s['block_size']}) "
+                f"; the KV pool ({s['kv_pool_tokens']:,} tokens, "
+                f"{s['kv_blocks']:,} blocks of {s['block_size']}) "
                 f"holds {s['residents_pool']} requests of {s['request_tokens']} tokens; the max_model_len "
                 f"{s['max_model_len']} line: {s['max_concurrency_log']}x"
             )
@@ -401,7 +430,8 @@ def describe(ans: SloAnswer) -> list[str]:
             )
     elif "np_slots" in s:
         out.append(
-            f"  llama.cpp -np {s['np_slots']} with -c ≥ {s['ctx_tokens_min']} ({s['request_tokens']} tokens a slot)"
+            f"  llama.cpp -np {s['np_slots']} with -c ≥ {s['ctx_tokens_min']} "
+            f"({s['request_tokens']} tokens a slot)"
         )
     return out
 
@@ -413,7 +443,7 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
     if ans.status != "bracketed":
         detail = {
             "no_points": "no gated sweep point",
-            "all_meet": "every measured point meets the budget",
+            "highest_meets": "the highest measured concurrency meets the budget",
             "none_meet": "no measured point meets the budget",
         }[ans.status]
         return [
@@ -424,6 +454,7 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
                 detail,
                 [m.source for m in ans.points],
                 slo_status=ans.status,
+                non_monotone=ans.non_monotone,
                 next_concurrency=ans.next_concurrency,
                 stanza=ans.stanza,
                 **budget,
@@ -442,6 +473,10 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
             upper_concurrency=ans.upper.concurrency,
             lower_p99_ttft_ms=ans.lower.p99_ttft_ms,
             upper_p99_ttft_ms=ans.upper.p99_ttft_ms,
+            lower_p99_itl_ms=ans.lower.p99_itl_ms,
+            upper_p99_itl_ms=ans.upper.p99_itl_ms,
+            lower_max_running=ans.lower.max_running,
+            non_monotone=ans.non_monotone,
             **budget,
             **{k: v for k, v in ans.settings.items() if k != "source"},
         )
