@@ -35,6 +35,7 @@ from collector.raw.store import RawStore, RunInfo, open_run, run_state, verify_r
 # Store bookkeeping that no parser covers: never measurement data.
 _STORE_FILES = {"run.json", "journal.jsonl", "manifest.json", "SEALED"}
 REQUESTS_FILE = "requests.jsonl"
+EXPERIMENT_PREFIX = "exp-"  # see is_experiment_run
 
 
 @dataclass
@@ -220,10 +221,21 @@ class BrokenRun:
 
 @dataclass
 class Campaign:
+    """A campaign's runs. ``runs`` are its protocol runs, the ones every campaign-level reconciliation reads;
+    ``experiment_runs`` are the arms of one-knob experiments (``is_experiment_run``), read only by
+    ``reconcile.experiments`` — a sweep with one knob changed must never stand in for the campaign's sweep."""
+
     name: str
     runs: list[RunData]
     broken: list[BrokenRun] = field(default_factory=list)
     verified: bool = True  # every run folder verified before loading (False: `analyze --no-verify`)
+    experiment_runs: list[RunData] = field(default_factory=list)
+
+    @property
+    def all_runs(self) -> list[RunData]:
+        """Protocol runs, then experiment runs (each by name): for what concerns every run (states, clocks,
+        theory). Protocol runs first, so a fact every run states (the model config) is cited from one of them."""
+        return self.runs + self.experiment_runs
 
     @property
     def rounds(self) -> list[str | None]:
@@ -531,12 +543,19 @@ def load_campaign(raw_roots: Iterable[Path], name: str, verified: bool = True) -
             runs.append(run)
     campaign = Campaign(
         name=name,
-        runs=sorted(runs, key=lambda r: r.name),
+        runs=sorted((r for r in runs if not is_experiment_run(r.name)), key=lambda r: r.name),
+        experiment_runs=sorted((r for r in runs if is_experiment_run(r.name)), key=lambda r: r.name),
         broken=sorted(broken, key=lambda b: b.name),
         verified=verified,
     )
     _borrow_protocol(campaign)
     return campaign
+
+
+def is_experiment_run(name: str) -> bool:
+    """The one rule that makes a run an experiment arm: its name starts with ``exp-`` (plans/*-exp-*.toml
+    name their runs so)."""
+    return name.startswith(EXPERIMENT_PREFIX)
 
 
 def campaign_names(raw_roots: Iterable[Path]) -> list[str]:

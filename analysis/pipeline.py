@@ -528,7 +528,9 @@ class RunStates:
     carries: the least trusted of those runs' states (unsealed, then sealed-failed, then sealed-complete)."""
 
     def __init__(self, campaign: Campaign):
-        self.by_name = {r.name: r.state for r in campaign.all_runs} | {b.name: b.state for b in campaign.broken}
+        self.by_name = {r.name: r.state for r in campaign.all_runs} | {
+            b.name: b.state for b in campaign.broken
+        }
         # runs with data, by engine: a finding citing nothing may come from any of them
         self.by_engine: dict[str | None, set[str]] = {None: {r.state for r in campaign.all_runs}}
         for r in campaign.all_runs:

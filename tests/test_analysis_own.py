@@ -421,7 +421,8 @@ def test_cpu_campaign_capacity_is_exact_and_roofline_says_why(cpu_raw, tmp_path,
     monkeypatch.chdir(REPO)  # the plan names the model config relative to the repository root
     list(analyze([cpu_raw], tmp_path, [CPU_CAMPAIGN]))
     f = json.loads((tmp_path / CPU_CAMPAIGN / "findings.json").read_text())
-    runs = {k.split(".")[1] for k in f if k.startswith("runs.")}
+    # protocol runs only: experiment arms (exp-*) are read by the experiments section alone
+    runs = {k.split(".")[1] for k in f if k.startswith("runs.") and not k.split(".")[1].startswith("exp_")}
     assert runs
     cfg_path = REPO / ".engines/models/tiny-qwen2.config.json"
     cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else None

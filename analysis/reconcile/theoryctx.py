@@ -104,7 +104,7 @@ def gpu_name_from_fingerprint(fp) -> str | None:
 def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str | None]:
     """The model's shape from the collector runs' own records (see the module docstring)."""
     reasons = []
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         d = run.docs
         if d.model_config_file:
             return (
@@ -135,7 +135,7 @@ def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str |
 
 def _own_gpu(campaign: Campaign, ctx: TheoryCtx) -> None:
     """GPU by what nvidia-smi saw (fingerprint/summary.json), else the plan's `model.gpu`."""
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         d = run.docs
         name = gpu_name_from_summary(d.fingerprint_summary) if d.fingerprint_summary else None
         if name:
@@ -165,7 +165,7 @@ def _own_gpu(campaign: Campaign, ctx: TheoryCtx) -> None:
 
 
 def _own_formats(campaign: Campaign, ctx: TheoryCtx) -> None:
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         plan = run.docs.plan
         if plan is None or not run.points:
             continue
@@ -183,7 +183,7 @@ def _own_formats(campaign: Campaign, ctx: TheoryCtx) -> None:
 
 
 def _ceilings(campaign: Campaign, ctx: TheoryCtx) -> None:
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         if run.docs.ceilings is not None:
             ctx.ceilings = run.docs.ceilings
             ctx.ceilings_source = [run.cite(run.docs.files["ceilings"])]
@@ -191,7 +191,7 @@ def _ceilings(campaign: Campaign, ctx: TheoryCtx) -> None:
 
 
 def build(campaign: Campaign) -> TheoryCtx:
-    if any(r.own for r in campaign.runs):
+    if any(r.own for r in campaign.all_runs):
         cfg, src, reason = _own_model(campaign)
         ctx = TheoryCtx(cfg=cfg, gpu=None, model_source=src, model_reason=reason)
         _own_gpu(campaign, ctx)
@@ -200,7 +200,7 @@ def build(campaign: Campaign) -> TheoryCtx:
         return ctx
     cfg = None
     model_src: list[str] = []
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         for p in run.points:
             for name in (p.result.model_id, p.result.tokenizer_id):
                 if not name or name.endswith(".gguf"):
@@ -217,7 +217,7 @@ def build(campaign: Campaign) -> TheoryCtx:
             break
     gpu = None
     gpu_src: list[str] = []
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         rel, fp = run.fingerprint
         name = gpu_name_from_fingerprint(fp) if fp is not None else None
         if name:
@@ -229,7 +229,7 @@ def build(campaign: Campaign) -> TheoryCtx:
             gpu_src = [run.cite(rel, gpus[0].line if gpus else None)]
             break
     ctx = TheoryCtx(cfg=cfg, gpu=gpu, model_source=model_src, gpu_source=gpu_src)
-    for run in campaign.runs:
+    for run in campaign.all_runs:
         rel, log = run.server_log
         if log is None or run.engine in ctx.weight_formats:
             continue
