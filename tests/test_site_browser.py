@@ -172,6 +172,8 @@ VISIBLE_PROSE = """() => {
   return art.textContent;
 }"""
 FINDING_KEY = re.compile(r"\w+\.\w+_\w+")
+# A Python list or dict printed into the text: ['a', …], {'a': …}, [1, 2, 3, …] (an interval [a, b] is prose).
+PYTHON_REPR = re.compile(r".{0,20}(\[['\"]|\{['\"]|\[\]|\{\}|\[-?\d[\d.]*(, -?\d[\d.]*){2,}\]).{0,20}")
 
 
 def test_every_report_page_opens_with_its_conclusion(site, chromium, base_url):
@@ -201,7 +203,7 @@ def test_pages_read_as_chinese_prose(site, chromium, base_url):
         prose = page.evaluate(VISIBLE_PROSE)
         for key in sorted(set(FINDING_KEY.findall(prose))):
             problems.append(f"{rel}: key-like token {key!r}")
-        for m in re.finditer(r".{0,20}[\[\]{}].{0,20}", prose):
+        for m in PYTHON_REPR.finditer(prose):
             problems.append(f"{rel}: a repr in the text: {m.group(0)!r}")
     ctx.close()
     assert not problems, "\n".join(problems[:30])
