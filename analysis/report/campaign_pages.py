@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from analysis.report import slo_page
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page
 from analysis.report.results import CampaignResults
@@ -39,6 +40,7 @@ CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] =
         lambda c: _has_rows(c, "engines_points") or _has_rows(c, "roofline_points"),
     ),
     ("selection", "campaign/selection.md.j2", lambda c: _has_rows(c, "selection_guide")),
+    slo_page.PAGE,  # issue #14
     (
         "reproducibility",
         "campaign/reproducibility.md.j2",
