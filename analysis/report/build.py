@@ -7,7 +7,7 @@ benchmark build the very same site into a temporary folder without touching the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +49,7 @@ def build_site(
     results_dir: Path,
     docs_dir: Path,
     site_dir: Path,
-    imports: list[tuple[Path, str]] = (),  # type: ignore[assignment]
+    imports: Sequence[tuple[Path, str]] = (),
     analyze: bool = True,
     on_line: Callable[[str], None] | None = None,
 ) -> BuildTimes:
