@@ -991,6 +991,16 @@ REASONS.update(
     {
         "no_request_records": "没有逐请求记录（requests.jsonl）：基准文件只有分位数，看不出哪些请求同时满足全部 SLO，"
         "由分位数推出的不是逐请求的有效吞吐（goodput）",
-        "slo_not_bracketed": "测得的点没有把延迟预算夹在中间（全部满足或全部不满足），无法插值；见建议下一步测量的点",
+        "slo_not_bracketed": "测得的点没有把延迟预算夹在中间（最高的实测并发仍满足，或没有一个点满足），无法插值",
+    }
+)
+UNITS["req/s"] = "请求/秒"
+FINDINGS.update(
+    {
+        ("slo", "slo_concurrency"): "满足延迟预算的最高并发（对数插值）",
+        ("slo", "slo_request_throughput_req_s"): "该并发下的请求吞吐（插值）",
+        ("slo", "slo_goodput_req_s"): "有效吞吐 goodput（满足全部 SLO 的请求/秒，下方夹点实测）",
+        ("goodput", "goodput_req_s"): "有效吞吐 goodput（满足全部 SLO 的请求/秒）",
+        ("goodput", "goodput_max_req_s"): "并发扫描中最高的有效吞吐 goodput",
     }
 )

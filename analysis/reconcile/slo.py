@@ -34,8 +34,8 @@ from collector.raw.errors import AnatomyError
 ENGINES = ("vllm", "llamacpp")
 # the reference study's production budget (its "先定延迟目标" advice): p99 TTFT 730 ms
 REFERENCE_TTFT_P99_MS = 730.0
-# our own campaigns: twice the slowest sweep's lowest p99 TTFT (a budget every sweep of the campaign can
-# reach; the page says which it is)
+# our own campaigns, when no budget lies between every sweep's lowest and highest p99 TTFT: twice the
+# slowest sweep's lowest (default_budget_ms; the page says which it is)
 OWN_BUDGET_FACTOR = 2.0
 # vLLM's block size on CUDA when neither the plan nor the command line names one
 VLLM_DEFAULT_BLOCK = 16
@@ -337,21 +337,25 @@ def _weight_format(p: BenchPoint) -> str | None:
 
 
 def default_budget_ms(campaign: Campaign) -> tuple[float, str]:
-    """The page's budget: the reference study's 730 ms p99 TTFT for an imported campaign; for our own,
-    ``OWN_BUDGET_FACTOR`` × the largest of the sweeps' lowest p99 TTFTs (per round and engine), rounded up to
-    1 ms."""
+    """The page's budget, ms: the reference study's 730 ms p99 TTFT for an imported campaign (basis
+    ``reference``); for our own, a budget every sweep can bracket where one exists: with L the largest of the
+    sweeps' lowest p99 TTFTs and H the smallest of their highest, sqrt(L × H) rounded up to 1 ms when L < H
+    (basis ``geometric_mid``), else ``OWN_BUDGET_FACTOR`` × L (basis ``twice_lowest``)."""
     if not campaign.own:
         return REFERENCE_TTFT_P99_MS, "reference"
-    lows = []
+    lows, highs = [], []
     for rnd in campaign.rounds:
         for e in ENGINES:
             sweep = [p.result.p99_ttft_ms for p in sweep_points(campaign, rnd, e) if p.result.p99_ttft_ms]
             if sweep:
                 lows.append(min(sweep))
+                highs.append(max(sweep))
     if not lows:
         return REFERENCE_TTFT_P99_MS, "reference"
-    # the slowest sweep's lowest p99: every sweep then has a point within the budget
-    return float(math.ceil(OWN_BUDGET_FACTOR * max(lows))), "twice_lowest"
+    low, high = max(lows), min(highs)
+    if low < high:
+        return float(math.ceil(math.sqrt(low * high))), "geometric_mid"
+    return float(math.ceil(OWN_BUDGET_FACTOR * low)), "twice_lowest"
 
 
 def describe(ans: SloAnswer) -> list[str]:
