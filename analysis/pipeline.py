@@ -223,6 +223,7 @@ def slo_plan(
     for name in names:
         campaign = load_campaign(roots, name)
         ctx = gated_context(campaign)
+        th = theoryctx.build(campaign)
         out += slo.plan(
             campaign,
             ttft_p99_ms,
@@ -230,6 +231,7 @@ def slo_plan(
             engine,
             gate_ok=ctx.gate_ok,
             window_max_running=slo.max_running(ctx),
+            weight_format_of=th.weight_format_for,
         )
     return out
 
@@ -260,7 +262,7 @@ def _analyze_campaign(
         prediction.run(campaign, ctx, th),
         roofline.run(campaign, ctx, th),
         selection.run(campaign, ctx, points),
-        slo.run(campaign, ctx, slos_ms),
+        slo.run(campaign, ctx, th, slos_ms),
         reproducibility.run(campaign, ctx, points),
         experiments.run(campaign, ctx, th),
         provenance.run(campaign.name, raw_roots),

@@ -158,3 +158,46 @@ def test_planner_not_bracketed_measure_next(ref, tmp_path):
     # no point meets a budget below concurrency 1's p99 TTFT: nothing lower to measure
     low = slo.plan(ref, 1.0, engine="vllm")
     assert all(a.status == "none_meet" and a.next_concurrency is None and a.stanza is None for a in low)
+
+
+CPU = Path(__file__).resolve().parents[1] / "raw" / "cpu-tiny-qwen2"
+
+
+@pytest.mark.skipif(not CPU.is_dir(), reason="the CPU smoke campaign is not committed in raw/")
+def test_goodput_exact_on_our_requests():
+    """Per point of our own llama.cpp sweep, goodput against a per-request TTFT SLO equals the count worked out
+    from requests.jsonl's lines here (TTFT = first chunk carrying a token − send) ÷ (last end − first send)."""
+    lines = [
+        json.loads(x) for x in (CPU / "llamacpp" / "requests.jsonl").read_text().splitlines() if x.strip()
+    ]
+    by_point: dict[str, list[dict]] = {}
+    for o in lines:
+        by_point.setdefault(o["point"], []).append(o)
+
+    def ttft_ms(o):
+        toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
+        return (toks[0] - o["send_mono_ns"]) / 1e6 if toks and o["error"] is None else None
+
+    all_ttfts = sorted(t for o in lines if o["phase_kind"] == "concurrency" and (t := ttft_ms(o)) is not None)
+    limit = all_ttfts[len(all_ttfts) // 2]  # the median: some requests meet it, some do not
+    campaign = load_campaign([CPU.parent], CPU.name)
+    found = {
+        f.test: f
+        for f in slo.goodput_findings(campaign, {"ttft_ms": limit})
+        if f.metric == "goodput_req_s" and f.engine == "llamacpp"
+    }
+    checked = 0
+    for point, recs in by_point.items():
+        if recs[0]["phase_kind"] != "concurrency" or point not in found:
+            continue
+        good = sum(1 for o in recs if (t := ttft_ms(o)) is not None and t <= limit)
+        dur_s = (max(o["end_mono_ns"] for o in recs) - min(o["send_mono_ns"] for o in recs)) / 1e9
+        assert found[point].value == pytest.approx(good / dur_s, rel=1e-12), point
+        assert found[point].extra["good_requests"] == good
+        checked += 1
+    assert checked >= 2
+    assert (
+        0
+        < sum(f.extra["good_requests"] for f in found.values())
+        < sum(f.extra["completed"] for f in found.values())
+    )

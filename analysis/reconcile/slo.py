@@ -29,6 +29,7 @@ from analysis import metrics, theory
 from analysis.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, engine_at, run_at
 from analysis.reconcile.concurrency import sweep_points
+from analysis.reconcile.theoryctx import TheoryCtx
 from collector.raw.errors import AnatomyError
 
 ENGINES = ("vllm", "llamacpp")
@@ -100,6 +101,8 @@ class Measured:
     p99_itl_ms: float | None
     request_throughput_req_s: float | None
     source: str  # the point's file (its p99_ttft_ms field)
+    run: str
+    label: str  # the point's name in its run (file stem, or point id in requests.jsonl)
     max_running: float | None  # the running gauge's highest sample in the point's window
 
 
@@ -238,6 +241,7 @@ def plan(
     engine: str | None = None,
     gate_ok: Callable[[BenchPoint], bool] | None = None,
     window_max_running: Callable[[BenchPoint], float | None] | None = None,
+    weight_format_of: Callable | None = None,
 ) -> list[SloAnswer]:
     """The planner's answer per round and engine of a campaign (see the module docstring)."""
     answers = []
@@ -251,7 +255,7 @@ def plan(
                 campaign=campaign.name,
                 round=rnd,
                 engine=eng,
-                weight_format=_weight_format(allpts[0]),
+                weight_format=_weight_format(allpts[0], weight_format_of),
                 run=allpts[0].run.name,
                 ttft_p99_ms=ttft_p99_ms,
                 itl_p99_ms=itl_p99_ms,
@@ -265,6 +269,8 @@ def plan(
                     p99_itl_ms=p.result.stat_ms("p99", "itl"),
                     request_throughput_req_s=p.result.request_throughput_req_s,
                     source=p.cite("p99_ttft_ms"),
+                    run=p.run.name,
+                    label=p.label,
                     max_running=window_max_running(p) if window_max_running else None,
                 )
                 ans.points.append(m)
@@ -331,9 +337,9 @@ def plan(
     return answers
 
 
-def _weight_format(p: BenchPoint) -> str | None:
-    wf = getattr(p.run, "weight_format", None)
-    return wf if isinstance(wf, str) else None
+def _weight_format(p: BenchPoint, of: Callable | None) -> str | None:
+    """The weight format the point's run served (theoryctx.TheoryCtx.weight_format_for), None without it."""
+    return of(p.run) if of is not None else None
 
 
 def default_budget_ms(campaign: Campaign) -> tuple[float, str]:
@@ -513,7 +519,12 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
     return out
 
 
-def goodput_findings(campaign: Campaign, slos_ms: Mapping[str, float], ctx: Context | None = None) -> list:
+def goodput_findings(
+    campaign: Campaign,
+    slos_ms: Mapping[str, float],
+    ctx: Context | None = None,
+    weight_format_of: Callable | None = None,
+) -> list:
     """Per sweep point, goodput against the analysis-time SLOs (per request, exact from requests.jsonl); per
     sweep, the point with the highest goodput. A run without request records: one n/a per sweep saying why."""
     out: list[fnd.Finding] = []
@@ -525,14 +536,16 @@ def goodput_findings(campaign: Campaign, slos_ms: Mapping[str, float], ctx: Cont
             pts = sweep_points(campaign, rnd, eng)
             if not pts:
                 continue
-            sweep_at = engine_at(rnd, eng, _weight_format(pts[0]), topic="goodput")
+            sweep_at = engine_at(rnd, eng, _weight_format(pts[0], weight_format_of), topic="goodput")
             rows = []
             for p in pts:
                 g = point_goodput(p, slos_ms)
                 if g is None:
                     continue
                 good, gp = g
-                at = run_at(p.run, _weight_format(p), topic="goodput")("goodput_req_s", test=p.label)
+                at = run_at(p.run, _weight_format(p, weight_format_of), topic="goodput")(
+                    "goodput_req_s", test=p.label
+                )
                 if gp is None:
                     out.append(fnd.not_available(at, "req/s", "unknown", "zero point duration", [p.cite()]))
                     continue
@@ -589,12 +602,19 @@ def max_running(ctx: Context) -> Callable[[BenchPoint], float | None]:
     return of
 
 
-def run(campaign: Campaign, ctx: Context, slos_ms: Mapping[str, float] | None = None) -> Section:
-    """The SLO section: goodput per point and sweep (when SLOs are given) and the planner's answer for the
-    campaign's default budget (``default_budget_ms``), as findings and the table ``slo_plan``."""
+def run(
+    campaign: Campaign, ctx: Context, th: TheoryCtx, slos_ms: Mapping[str, float] | None = None
+) -> Section:
+    """The SLO section: goodput per point and sweep (against the SLOs given at analysis time, else the page's
+    budget as a per-request TTFT SLO) and the planner's answer for the campaign's default budget
+    (``default_budget_ms``), as findings and the table ``slo_plan``."""
     budget, basis = default_budget_ms(campaign)
-    answers = plan(campaign, budget, gate_ok=ctx.gate_ok, window_max_running=max_running(ctx))
-    found = goodput_findings(campaign, slos_ms or {}, ctx)
+    fmt = th.weight_format_for
+    answers = plan(
+        campaign, budget, gate_ok=ctx.gate_ok, window_max_running=max_running(ctx), weight_format_of=fmt
+    )
+    found = goodput_findings(campaign, slos_ms or {"ttft_ms": budget}, ctx, fmt)
+    goodput = {(f.run, f.test): f.value for f in found if f.metric == "goodput_req_s" and f.available}
     rows = []
     for a in answers:
         found += [f for f in answer_findings(a)]
@@ -607,6 +627,7 @@ def run(campaign: Campaign, ctx: Context, slos_ms: Mapping[str, float] | None = 
                     "p99_ttft_ms": m.p99_ttft_ms,
                     "p99_itl_ms": m.p99_itl_ms,
                     "request_throughput_req_s": m.request_throughput_req_s,
+                    "goodput_req_s": goodput.get((m.run, m.label)),
                     "ttft_p99_budget_ms": budget,
                     "budget_basis": basis,
                     "bracketing": a.lower is m or a.upper is m,
