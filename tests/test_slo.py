@@ -87,14 +87,19 @@ def test_slo_parsing():
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory):
+def ref_root(tmp_path_factory):
     if not SEED.is_dir():
         pytest.skip("the reference campaign is not beside the checkout")
     from collector.importer import import_results
 
     root = tmp_path_factory.mktemp("ref")
     list(import_results(SEED, REF, root))
-    return load_campaign([root], REF)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ref(ref_root):
+    return load_campaign([ref_root], REF)
 
 
 def _sweep_files(answer) -> list[tuple[int, float, float, Path]]:
@@ -201,3 +206,21 @@ def test_goodput_exact_on_our_requests():
         < sum(f.extra["good_requests"] for f in found.values())
         < sum(f.extra["completed"] for f in found.values())
     )
+
+
+def test_slo_command(ref, ref_root):
+    """`collector slo` prints the library's answer (gated points, as the pages use), bracketing files cited."""
+    from click.testing import CliRunner
+
+    from collector.cli import main
+
+    res = CliRunner().invoke(
+        main, ["slo", "--raw", str(ref_root), "--ttft-p99-ms", "730", "--engine", "vllm"]
+    )
+    assert res.exit_code == 0, res.output
+    r2 = next(a for a in slo.plan(ref, BUDGET_MS, engine="vllm") if a.round == "round2")
+    assert f"highest concurrency meeting it: {r2.concurrency:.2f}" in res.output
+    assert r2.lower.source in res.output and r2.upper.source in res.output
+    assert "closed-loop only" in res.output and "goodput: n/a" in res.output
+    bad = CliRunner().invoke(main, ["analyze", "--raw", str(ref_root), "--slo", "ttft=730"])
+    assert bad.exit_code == 1 and "--slo 'ttft=730'" in bad.output
