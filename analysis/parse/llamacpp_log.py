@@ -305,15 +305,15 @@ def _other_line(st: _State, no: int, msg: str) -> None:
         return
     if "build" in msg and "build_number" not in st.log.lines:
         for key in ("build_b", "build_c", "build_a"):
-            r = _P[key].search(msg)
-            if r:
-                st.set("build_number", int(r["n"]), no)
-                st.set("build_commit", r["c"], no)
+            build = _P[key].search(msg)
+            if build:
+                st.set("build_number", int(build["n"]), no)
+                st.set("build_commit", build["c"], no)
                 return
     if "n_threads = " in msg and ("threadpool init" in msg or msg.startswith("system info")):
-        r = _P["threads"].search(msg)
-        if r:
-            st.set("n_threads", int(r["n"]), no)
+        threads = _P["threads"].search(msg)
+        if threads:
+            st.set("n_threads", int(threads["n"]), no)
 
 
 def _parse(source: str | Path | bytes, path: str) -> LlamacppServerLog:

@@ -210,16 +210,18 @@ def parse_prometheus_text(text: str, path: str | Path = "<text>", first_line: in
         for s in f.samples:
             owner[(s.name, tuple(sorted(s.labels.items())))] = (f.name, f.type)
     typed = []
-    for s in samples:
-        fam, typ = owner.get((s.name, tuple(sorted(s.labels.items()))), (s.name, "unknown"))
-        if math.isnan(s.value) and typ == "counter":
-            raise ParseError(path, s.line, f"counter {s.name} is NaN")
-        if typ == "histogram" and s.name.endswith("_bucket"):
+    for ps in samples:
+        fam, typ = owner.get((ps.name, tuple(sorted(ps.labels.items()))), (ps.name, "unknown"))
+        if math.isnan(ps.value) and typ == "counter":
+            raise ParseError(path, ps.line, f"counter {ps.name} is NaN")
+        if typ == "histogram" and ps.name.endswith("_bucket"):
             try:
-                float(s.labels["le"])
+                float(ps.labels["le"])
             except (KeyError, ValueError):
-                raise ParseError(path, s.line, f"histogram bucket {s.name} has no valid 'le' label") from None
-        typed.append(PromSample(s.name, s.labels, s.value, s.line, fam, typ, s.timestamp_s))
+                raise ParseError(
+                    path, ps.line, f"histogram bucket {ps.name} has no valid 'le' label"
+                ) from None
+        typed.append(PromSample(ps.name, ps.labels, ps.value, ps.line, fam, typ, ps.timestamp_s))
     return PromSnapshot(path=path, samples=typed, families=families)
 
 

@@ -309,14 +309,14 @@ def _handle(b: _Builder, path: str, rec: LogRecord) -> None:
     if rec.level in ("WARNING", "ERROR", "CRITICAL"):
         b.log.warnings.append(rec)
     if "Avg prompt throughput:" in msg:
-        m = _strict(path, no, _P["stats_head"], msg, "Engine N: Avg prompt throughput: X tokens/s, …")
-        b.log.engine_stats.append(_stats(path, rec, m))
+        head = _strict(path, no, _P["stats_head"], msg, "Engine N: Avg prompt throughput: X tokens/s, …")
+        b.log.engine_stats.append(_stats(path, rec, head))
         return
     if "LLM engine (v" in msg and "with config:" in msg:
-        m = _strict(path, no, _P["engine"], msg, "Initializing a V1 LLM engine (vX) with config: …")
-        b.set("engine_config", _engine_config(path, no, m), no)
+        eng = _strict(path, no, _P["engine"], msg, "Initializing a V1 LLM engine (vX) with config: …")
+        b.set("engine_config", _engine_config(path, no, eng), no)
         if "version" not in b.log.lines:  # the banner usually said it already
-            b.set("version", m.group("v"), no)
+            b.set("version", eng.group("v"), no)
         return
     if msg.startswith("non-default args:"):
         try:

@@ -118,7 +118,8 @@ class _Table:
     def __init__(self, data: Any, file: Path, where: str):
         if not isinstance(data, dict):
             raise PlanError(f"{file}: {where}: expected a table")
-        self.data, self.file, self.where, self.seen = data, file, where, set()
+        self.data, self.file, self.where = data, file, where
+        self.seen: set[str] = set()
 
     def _err(self, key: str, what: str) -> PlanError:
         return PlanError(f"{self.file}: {self.where}.{key}: {what}")

@@ -138,7 +138,7 @@ class RequestRecord:
         for k in _REQ_STR:
             if not isinstance(obj.get(k), str):
                 raise bad(f"key {k!r} should be a string, got {clip(repr(obj.get(k)), 40)}")
-        arrays = {}
+        arrays: dict[str, tuple[int, ...]] = {}
         for k in ("chunk_mono_ns", "chunk_unix_ns", "chunk_tokens"):
             v = obj.get(k)
             if not isinstance(v, list) or not all(_is_int(x) for x in v):
@@ -171,7 +171,9 @@ class RequestRecord:
             **{k: obj[k] for k in _REQ_INT + _REQ_STR},
             headers_mono_ns=obj.get("headers_mono_ns"),
             http_status=obj.get("http_status"),
-            **arrays,
+            chunk_mono_ns=arrays["chunk_mono_ns"],
+            chunk_unix_ns=arrays["chunk_unix_ns"],
+            chunk_tokens=arrays["chunk_tokens"],
             token_count_source=obj.get("token_count_source"),
             done=obj["done"],
             usage=obj.get("usage"),

@@ -272,32 +272,32 @@ def run_state(run_dir: Path) -> str:
     return f"sealed-{status}"
 
 
-def _run_json_problem(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """run.json parsed and checked for shape: (fields, None), or (None, what is wrong with it)."""
+def _run_json_problem(run_dir: Path) -> dict[str, Any] | str:
+    """run.json parsed and checked for shape: its fields, or a string saying what is wrong with it."""
     p = run_dir / RUN_FILE
     try:
         data = p.read_bytes()
     except OSError as err:
-        return None, f"cannot read ({err.strerror or err})"
+        return f"cannot read ({err.strerror or err})"
     try:
         info = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        return None, "not UTF-8 text"
+        return "not UTF-8 text"
     except json.JSONDecodeError as err:
-        return None, f"not valid JSON ({err.msg} at line {err.lineno})"
+        return f"not valid JSON ({err.msg} at line {err.lineno})"
     if not isinstance(info, dict):
-        return None, "not a JSON object"
+        return "not a JSON object"
     for name, typ in _RUN_FIELDS.items():
         if name not in info:
-            return None, f"field {name!r} missing"
+            return f"field {name!r} missing"
         if not isinstance(info[name], typ):
-            return None, f"field {name!r} is not a {_TYPE_NAMES[typ]}"
+            return f"field {name!r} is not a {_TYPE_NAMES[typ]}"
     unix_ns = info["created"].get("unix_ns")
     if not isinstance(unix_ns, int) or isinstance(unix_ns, bool):
-        return None, "field 'created.unix_ns' is not an integer"
+        return "field 'created.unix_ns' is not an integer"
     if "tool" in info and not isinstance(info["tool"], dict):
-        return None, "field 'tool' is not an object"
-    return info, None
+        return "field 'tool' is not an object"
+    return info
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:
@@ -305,9 +305,9 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not (run_dir / RUN_FILE).exists():
         raise StoreError(f"{run_dir}: not a run (no {RUN_FILE})")
-    info, problem = _run_json_problem(run_dir)
-    if info is None:
-        raise StoreError(f"{run_dir / RUN_FILE}: {problem}")
+    info = _run_json_problem(run_dir)
+    if isinstance(info, str):
+        raise StoreError(f"{run_dir / RUN_FILE}: {info}")
     return info
 
 
@@ -510,7 +510,7 @@ def recover_seal(run_dir: Path) -> str:
         manifest = _load_manifest(run_dir, report)
         if manifest is not None:
             _check_against_manifest(run_dir, manifest, report)
-        if not report.ok:
+        if manifest is None or not report.ok:  # a manifest that does not load is a problem in the report
             raise StoreError(
                 f"{run_dir}: refusing to seal: the interrupted seal's manifest does not match the files: "
                 f"{report.problems[0].line()}"
@@ -518,7 +518,7 @@ def recover_seal(run_dir: Path) -> str:
         _create_exclusive(run_dir / SEAL, (sha256_file(run_dir / MANIFEST) + "\n").encode())
         return f"{run_dir}: sealed-{manifest['status']} (the interrupted seal had written manifest.json; SEALED added)"
     line_no, end, points_done = _measuring_ended(run_dir)
-    status = end.get("status")
+    status: str = end["status"]  # _measuring_ended checked it is one of SEAL_STATUSES
     extra = {
         "checks_failed": end.get("checks_failed") or [],
         "points_done": points_done,
@@ -663,15 +663,17 @@ def _verify_run(run_dir: Path, report: VerifyReport) -> None:
     report.runs += 1
     for tmp in sorted(run_dir.rglob(f"{TMP_PREFIX}*")):
         report.note(tmp, "leftover of an interrupted write (kept, not part of the run)")
-    info, bad = _run_json_problem(run_dir)
-    if info is None:
-        report.problem(run_dir / RUN_FILE, bad)
+    got = _run_json_problem(run_dir)
+    info: dict[str, Any] | None = None
+    if isinstance(got, str):
+        report.problem(run_dir / RUN_FILE, got)
     else:
+        info = got
         for fieldname, folder in (("campaign", run_dir.parent.name), ("run", run_dir.name)):
-            if info[fieldname] != folder:
+            if got[fieldname] != folder:
                 report.problem(
                     run_dir / RUN_FILE,
-                    f"changed: {fieldname} {info[fieldname]!r} but the folder is {folder!r}",
+                    f"changed: {fieldname} {got[fieldname]!r} but the folder is {folder!r}",
                 )
                 info = None  # one line per file: said already
                 break
