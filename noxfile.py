@@ -87,8 +87,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
+    """House checks: ruff's rules, ruff's formatting (checked, never applied here), mypy on the modules
+    pyproject's [tool.mypy] lists."""
     _install(session, "lint")
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 @nox.session
@@ -99,7 +103,8 @@ def site(session: nox.Session) -> None:
     raw_args = [a for r in roots for a in ("--raw", str(r))]
     shutil.rmtree(RESULTS, ignore_errors=True)  # derived from raw/: no campaign of an earlier build lingers
     session.run("collector", "analyze", *raw_args, "--out", str(RESULTS))
-    session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS))  # results only, never raw/
+    # The report reads the results only, never raw/.
+    session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS))
     session.run("mkdocs", "build", "--strict", "--site-dir", str(PUBLIC), env={"NO_MKDOCS_2_WARNING": "1"})
     session.log(f"site built: open {PUBLIC / 'index.html'} (or `nox -s serve`)")
 
