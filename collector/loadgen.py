@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import multiprocessing
+import os
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +68,7 @@ class PointOutcome:
     end: Stamp | None = None
     aborted: str | None = None
     probe: LagProbe | None = None
+    probes: list[dict[str, Any]] = field(default_factory=list)  # one client_probe observation per shard
     cpu_ns: int | None = None  # this process's user + system CPU over the point
     wall_ns: int | None = None
 
@@ -153,8 +156,15 @@ async def run_point(
     clock: Clock = SYSTEM_CLOCK,
     transport: httpx.AsyncBaseTransport | None = None,
     probe: LagProbe | None = None,
+    indices: Sequence[int] | None = None,
+    workers: int | None = None,
+    worker_offset: int = 0,
 ) -> PointOutcome:
+    """One point's closed loop in this process. A shard (``run_load``) sends only the request ``indices`` it
+    was given, with ``workers`` workers numbered from ``worker_offset``."""
     prompts = prompt_token_ids(point.seed, point.requests, point.input_len, *token_id_range)
+    todo = list(range(point.requests)) if indices is None else list(indices)
+    n_workers = min(point.concurrency, len(todo)) if workers is None else min(workers, len(todo))
     out = PointOutcome(point.point_id)
     url = f"{base_url}/v1/completions"
     state = {"next": 0, "connect_fail_streak": 0}
@@ -206,8 +216,8 @@ async def run_point(
             client = shared or await clients.enter_async_context(
                 httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
             )
-            while not abort.is_set and state["next"] < point.requests:
-                i = state["next"]
+            while not abort.is_set and state["next"] < len(todo):
+                i = todo[state["next"]]
                 state["next"] += 1
                 out.sent += 1
                 meta = {
@@ -217,7 +227,7 @@ async def run_point(
                     "point": point.point_id,
                     "point_index": point.index,
                     "index": i,
-                    "worker": w,
+                    "worker": worker_offset + w,
                     "concurrency": point.concurrency,
                     "seed": point.seed,
                     "input_len": point.input_len,
@@ -238,7 +248,7 @@ async def run_point(
 
         out.start = stamp(clock)
         probe.start()
-        tasks = [asyncio.create_task(worker(w)) for w in range(min(point.concurrency, point.requests))]
+        tasks = [asyncio.create_task(worker(w)) for w in range(n_workers)]
         abort_wait = asyncio.create_task(abort.event.wait())
         try:
             pending = set(tasks)
@@ -265,5 +275,176 @@ async def run_point(
             out.end = stamp(clock)
             out.cpu_ns, out.wall_ns = time.process_time_ns() - cpu0, time.monotonic_ns() - wall0
     gc.unfreeze()
+    out.aborted = abort.reason
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- shards
+
+SHARD_MIN_STREAMS = 64  # below this many streams per process one event loop reads them all with time to spare
+
+
+def shards_for(setting: int, concurrency: int, cores: int | None = None) -> int:
+    """Load-client processes for a point: the plan's ``load.shards`` when set (at most one per stream), else
+    one per ``SHARD_MIN_STREAMS`` streams, at most one per core this process may run on."""
+    if setting:
+        return max(1, min(setting, concurrency))
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, min(cores, concurrency // SHARD_MIN_STREAMS))
+
+
+def _split(point: PointPlan, n: int, k: int) -> tuple[list[int], int, int]:
+    """Shard k of n: its request indices (every n-th), its workers and the number of its first worker."""
+    base, extra = divmod(point.concurrency, n)
+    workers = base + (k < extra)
+    return list(range(k, point.requests, n)), workers, k * base + min(k, extra)
+
+
+def _shard_main(conn: Any, k: int, n: int, go: Any, stop: Any, grace: Any, kw: dict[str, Any]) -> None:
+    """A shard's process: its own event loop runs its part of the point; every record goes back over the
+    pipe as the request ends, then the shard's probe and CPU. Waits for ``go`` so all shards start together."""
+    gc.collect()
+
+    async def main() -> None:
+        abort = Abort()
+        point = kw.pop("point")
+        indices, workers, offset = _split(point, n, k)
+
+        def late(lag_ns: int) -> None:
+            conn.send(("late", lag_ns))
+
+        probe = LagProbe(warn_ns=kw.pop("warn_ns"), on_late=late)
+
+        async def watch() -> None:  # the parent's abort reaches the shard within 50 ms
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            abort.set("stopped by the collector", grace.value)
+
+        watcher = asyncio.create_task(watch())
+        conn.send(("ready", None))
+        await asyncio.to_thread(go.wait)
+        out = await run_point(point, sink=lambda r: conn.send(("rec", r.to_obj())), abort=abort, probe=probe,
+                              indices=indices, workers=workers, worker_offset=offset, **kw)  # fmt: skip
+        watcher.cancel()
+        conn.send(("end", {"sent": out.sent, "probe": _probe_obj(probe, out, k), "aborted": out.aborted}))
+
+    asyncio.run(main())
+    conn.close()
+
+
+def _probe_obj(probe: LagProbe, out: PointOutcome, shard: int) -> dict[str, Any]:
+    """A shard's self-observations, as the ``client_probe`` event carries them."""
+    return {"shard": shard, "period_ns": probe.period_ns, "due_mono_ns": probe.due_mono_ns,
+            "lag_ns": probe.lag_ns, "cpu_ns": out.cpu_ns, "wall_ns": out.wall_ns}  # fmt: skip
+
+
+async def run_load(
+    point: PointPlan,
+    *,
+    shards: int,
+    sink: Callable[[RequestRecord], None],
+    abort: Abort,
+    on_request: Callable[[RequestRecord], None] | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+    on_late: Callable[[int], None] | None = None,
+    warn_ns: int | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    **kw: Any,
+) -> PointOutcome:
+    """One point over ``shards`` processes (``run_point`` in this one when 1). Each shard runs its own event
+    loop with its share of the workers and of the request indices; this process writes every record as it
+    arrives (``sink``), so requests.jsonl is one stream on the one CLOCK_MONOTONIC of the host. The outcome's
+    ``probes`` hold one ``client_probe`` observation per shard."""
+    if shards <= 1:
+        probe = LagProbe(warn_ns=warn_ns, on_late=on_late, clock=clock)
+        out = await run_point(point, sink=sink, abort=abort, on_request=on_request, on_chunk=on_chunk,
+                              clock=clock, probe=probe, **kw)  # fmt: skip
+        out.probes = [_probe_obj(probe, out, 0)]
+        return out
+    mp = multiprocessing.get_context("spawn")  # no fork of a process with threads (sampler, server watcher)
+    go, stop, grace = mp.Event(), mp.Event(), mp.Value("d", 0.0)
+    loop = asyncio.get_running_loop()
+    out = PointOutcome(point.point_id)
+    out.probes = []
+    state = {"streak": 0, "ended": 0, "ready": 0}
+    unreachable_after = max(3, point.concurrency)
+    all_ready, all_ended = loop.create_future(), loop.create_future()
+    procs, conns = [], []
+    for k in range(shards):
+        rx, tx = mp.Pipe(duplex=False)
+        p = mp.Process(target=_shard_main, args=(tx, k, shards, go, stop, grace,
+                                                 {"point": point, "warn_ns": warn_ns, **kw}), daemon=True)  # fmt: skip
+        p.start()
+        tx.close()
+        procs.append(p)
+        conns.append(rx)
+
+    def receive(rx: Any) -> None:
+        try:
+            while rx.poll():
+                what, obj = rx.recv()
+                if what == "rec":
+                    rec = RequestRecord.from_obj(obj)
+                    sink(rec)
+                    out.finished += 1
+                    if rec.error_kind is None:
+                        out.ok += 1
+                        state["streak"] = 0
+                    else:
+                        out.errors[rec.error_kind] += 1
+                        state["streak"] = state["streak"] + 1 if rec.error_kind == "connect" else 0
+                        if state["streak"] >= unreachable_after:
+                            abort.set(f"server unreachable: {state['streak']} connection failures in a row")
+                    if on_chunk is not None:
+                        on_chunk(sum(rec.chunk_tokens))
+                    if on_request is not None:
+                        on_request(rec)
+                elif what == "ready":
+                    state["ready"] += 1
+                    if state["ready"] == shards and not all_ready.done():
+                        all_ready.set_result(None)
+                elif what == "late" and on_late is not None:
+                    on_late(obj)
+                elif what == "end":
+                    out.sent += obj["sent"]
+                    out.probes.append(obj["probe"])
+                    raise EOFError
+        except (EOFError, OSError):
+            loop.remove_reader(rx.fileno())
+            state["ended"] += 1
+            if state["ended"] == shards and not all_ended.done():
+                all_ended.set_result(None)
+            if not all_ready.done() and state["ended"]:
+                all_ready.set_result(None)  # a shard died before it was ready: the point ends below
+
+    for rx in conns:
+        loop.add_reader(rx.fileno(), receive, rx)
+
+    async def relay_abort() -> None:
+        await abort.event.wait()
+        grace.value = abort.grace_s
+        stop.set()
+
+    relay = asyncio.create_task(relay_abort())
+    try:
+        await all_ready
+        out.start = stamp(clock)
+        go.set()
+        await all_ended
+    finally:
+        stop.set()
+        relay.cancel()
+        for p in procs:
+            await asyncio.to_thread(p.join, 10)
+            if p.is_alive():
+                p.kill()
+        for rx in conns:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(rx.fileno())
+            rx.close()
+        out.end = stamp(clock)
+    dead = [p.exitcode for p in procs if p.exitcode not in (0, None)]
+    if dead and not abort.is_set:
+        abort.set(f"a load-client shard exited with code {dead[0]}")
     out.aborted = abort.reason
     return out

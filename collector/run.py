@@ -39,7 +39,7 @@ from analysis import metrics
 from collector import checks as ck
 from collector import fingerprint
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
-from collector.loadgen import Abort, LagProbe, run_point
+from collector.loadgen import Abort, run_load, shards_for
 from collector.plan import plan_data
 from collector.preflight import preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
@@ -431,18 +431,17 @@ class _Protocol:
                 highlight=False,
             )
 
-        probe = LagProbe(warn_ns=limit_ns, on_late=late, clock=self.clock)
-        out = await run_point(
-            pt, base_url=sp.base_url, model=sp.served_model_name,
+        shards = shards_for(p.load.shards, pt.concurrency)
+        out = await run_load(
+            pt, shards=shards, base_url=sp.base_url, model=sp.served_model_name,
             token_id_range=(p.model.token_id_low, p.model.token_id_high),
             engine_extra=self.server.adapter.request_extra(), plan_extra=p.load.extra_body,
             request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
             sink=sink, abort=self.abort, on_chunk=live.chunk, on_request=live.request, clock=self.clock,
-            probe=probe,
+            on_late=late, warn_ns=limit_ns,
         )  # fmt: skip
-        self.events.emit("client_probe", point=pt.point_id, period_ns=probe.period_ns,
-                         due_mono_ns=probe.due_mono_ns, lag_ns=probe.lag_ns, cpu_ns=out.cpu_ns,
-                         wall_ns=out.wall_ns, shards=1)  # fmt: skip
+        for probe in out.probes:
+            self.events.emit("client_probe", point=pt.point_id, shards=shards, **probe)
         if out.aborted and self.server.proc is not None:
             # Connection errors can outrun the watcher thread's notice; a dead server is the root cause.
             try:

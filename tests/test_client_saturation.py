@@ -16,7 +16,7 @@ from analysis import metrics
 from analysis.campaign import iter_points, load_campaign
 from analysis.reconcile import gates
 from benchmarks.metronome import MetronomeProcess
-from collector.loadgen import Abort, run_point
+from collector.loadgen import Abort, run_load, run_point, shards_for
 from collector.raw.plan import PointPlan
 from collector.raw.records import EventRecord, RequestRecord
 from collector.run import execute_run
@@ -105,7 +105,8 @@ def test_an_overloaded_client_point_is_flagged(tmp_path):
     (ev_file,) = raw.glob("fid/*/events.jsonl")
     probes = [EventRecord.from_obj(json.loads(x)) for x in ev_file.read_text().splitlines()]
     probes = [e for e in probes if e.kind == "client_probe"]
-    assert len(probes) == 1 and all(len(e.get("lag_ns")) == len(e.get("due_mono_ns")) for e in probes)
+    assert probes and all(len(e.get("lag_ns")) == len(e.get("due_mono_ns")) for e in probes)
+    assert len(probes) == probes[0].get("shards")  # one per load-client process
     campaign = load_campaign([raw], "fid")
     verdicts = {
         p.label: gates.client_gate(p.run, p.label) for p in iter_points(campaign, include_warmup=True)
@@ -113,3 +114,23 @@ def test_an_overloaded_client_point_is_flagged(tmp_path):
     (g,) = [v for k, v in verdicts.items() if "load" in k]
     assert g.status == "fail" and g.reason == "client_saturated" and g.severity == "exclude", g
     assert "event-loop lag p99" in g.detail
+
+
+def test_a_point_sharded_over_processes_records_every_request_once():
+    recs: list[RequestRecord] = []
+    with MetronomeProcess(free_port(), first_token_ms=5, interval_ms=2) as m:
+        out = asyncio.run(run_load(_point(5, 12, 10), shards=2, base_url=m.url, model="metronome",
+                                   token_id_range=(32, 127), engine_extra={}, plan_extra={}, request_timeout_s=60,
+                                   read_timeout_s=30, sink=recs.append, abort=Abort()))  # fmt: skip
+        log = m.log()
+    assert out.ok == out.sent == out.finished == 12 and out.aborted is None
+    assert sorted(r.index for r in recs) == list(range(12)) and sorted({r.worker for r in recs}) == list(
+        range(5)
+    )
+    assert sorted(p["shard"] for p in out.probes) == [0, 1] and all(
+        p["lag_ns"] and p["cpu_ns"] for p in out.probes
+    )
+    # one monotonic clock across the processes: every chunk was received after the metronome emitted it
+    emits = {r["id"]: r["emit_ns"] for r in log["requests"]}
+    assert all(a > b for r in recs for a, b in zip(r.chunk_mono_ns, emits[r.response_id], strict=True))
+    assert shards_for(0, 1) == 1 and shards_for(3, 2) == 2 and shards_for(0, 1024, cores=2) == 2

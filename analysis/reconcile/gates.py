@@ -122,20 +122,21 @@ def _own_checks(run) -> dict[tuple[str, str | None], tuple[object, int]]:
 
 
 def client_gate(run, point: str) -> GateResult:
-    """Our load client's self-check for one point: its ``client_probe`` event (event-loop lag) judged by
-    ``analysis.metrics.client_saturated``; unknown for runs whose collector did not record one yet."""
+    """Our load client's self-check for one point: its ``client_probe`` events (event-loop lag, one per
+    load-client process) judged together by ``analysis.metrics.client_saturated``; unknown for runs whose
+    collector did not record them yet."""
     rel, log = run.events
     hits = [(i, e) for i, e in enumerate(log.records if log is not None else [], 1)
             if e.kind == "client_probe" and e.get("point") == point]  # fmt: skip
     if not hits:
         return GateResult("client_not_saturated", "unknown", "no_client_probe", run.cite(rel) if rel else None,
                           "no client_probe event (collector predates the client's self-check)")  # fmt: skip
-    line, e = hits[-1]
-    lag = e.get("lag_ns") or []
+    line = hits[0][0]
+    lag = [x for _, e in hits for x in (e.get("lag_ns") or [])]  # every shard's loop: one process is enough
     sat = metrics.client_saturated(lag)
     p99 = metrics.client_loop_lag_p99_ms(lag)
     detail = "no probe sample" if p99 is None else (
-        f"event-loop lag p99 {p99:.2f} ms over {len(lag)} wake-ups "
+        f"event-loop lag p99 {p99:.2f} ms over {len(lag)} wake-ups of {len(hits)} process(es) "
         f"(limit {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms)")  # fmt: skip
     status = "unknown" if sat is None else ("fail" if sat else "pass")
     reason = None if sat is False else ("client_saturated" if sat else "unknown")

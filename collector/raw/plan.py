@@ -68,6 +68,9 @@ class LoadPlan:
     request_timeout_s: float = 600.0  # whole request, send to last byte
     read_timeout_s: float = 120.0  # longest silence between two bytes (also the first byte)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # load-client processes per point (each its own event loop; records merged on the one monotonic clock):
+    # 0 = from the core count and the point's concurrency (collector.loadgen.shards_for)
+    shards: int = 0
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,7 @@ def _load(t: _Table) -> LoadPlan:
         request_timeout_s=t.positive("request_timeout_s", float, 600.0),
         read_timeout_s=t.positive("read_timeout_s", float, 120.0),
         extra_body=t.get("extra_body", dict, {}),
+        shards=t.positive("shards", int, 0, zero_ok=True),
     )
     t.done()
     return lp

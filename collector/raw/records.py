@@ -219,7 +219,7 @@ class EventRecord:
       absent in older runs): point, ``period_ns`` (the probe's period), ``due_mono_ns`` and ``lag_ns`` (each
       wake-up of a task that sleeps to a deadline on the client's event loop: how late it ran — a busy loop
       reads every chunk that late), ``cpu_ns`` / ``wall_ns`` (the client process's user + system CPU and the
-      wall time over the point), ``shards`` (processes the load ran in).
+      wall time over the point), ``shard`` (which load-client process; one event each) of ``shards``.
     """
 
     kind: str
