@@ -184,15 +184,15 @@ def point_result(records: Sequence[RequestRecord], path: str, model_id: str | No
 # --- goodput against SLOs (canonical view) ------------------------------------------------------------------
 
 # The per-request SLO metrics (ms), as `vllm bench serve --goodput KEY:VALUE` names them, with ours beside:
-# vLLM's ``ttft``, ``tpot``, ``e2el`` are our ``ttft_ms``, ``tpot_ms``, ``e2e_ms``; ``itl_ms`` is AIPerf's per-request
-# ``inter_token_latency`` (the request's mean gap after the first token), which is the same number as TPOT.
+# vLLM's ``ttft``, ``tpot``, ``e2el`` are our ``ttft_ms``, ``tpot_ms``, ``e2e_ms``; ``itl_ms`` is AIPerf's
+# per-request ``inter_token_latency`` (the request's mean gap after the first token): the same number as TPOT.
 SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
 def slo_values_ms(r: RequestRecord) -> dict[str, float | None]:
     """One request's values of every SLO metric, ms: ``ttft_ms`` (``ttft_ms``), ``tpot_ms`` and ``itl_ms``
-    (both ``tpot_ms``: AIPerf's per-request ITL is (last token − first token) ÷ (tokens − 1), the same mean gap),
-    ``e2e_ms`` (``e2el_ms``). None where the request has no such value (no token; fewer than 2 tokens)."""
+    (both ``tpot_ms``: AIPerf's per-request ITL is (last token − first token) ÷ (tokens − 1), the same mean
+    gap), ``e2e_ms`` (``e2el_ms``). None where the request has no such value (no token; fewer than 2)."""
     tpot = tpot_ms(r)
     return {"ttft_ms": ttft_ms(r), "tpot_ms": tpot, "itl_ms": tpot, "e2e_ms": e2el_ms(r)}
 
@@ -200,8 +200,10 @@ def slo_values_ms(r: RequestRecord) -> dict[str, float | None]:
 def meets_slos(r: RequestRecord, slos_ms: dict[str, float]) -> bool:
     """Whether one request is "good": it completed and, for every SLO given, its own value ≤ the threshold
     [ms] — per request, all SLOs at once, ``≤`` inclusive, as ``vllm bench serve --goodput`` counts a good
-    request (``all(slo >= value)``; AIPerf and GuideLLM count the same way). A request without a value for a
-    metric (no token for TTFT, fewer than 2 tokens for TPOT/ITL) cannot be shown to meet it: not good."""
+    request (``calculate_metrics``: ``all(s >= r for s, r in zip(slo_values, req_metric))``; AIPerf's
+    ``--goodput`` counts completed requests meeting every constraint the same way). As vLLM's ``all_tpots``
+    does, a request with one output token has TPOT (and ITL) 0: no gap to miss. A request with no token has no
+    TTFT: not good."""
     if not r.ok:
         return False
     vals = slo_values_ms(r)
@@ -209,6 +211,8 @@ def meets_slos(r: RequestRecord, slos_ms: dict[str, float]) -> bool:
         if name not in vals:
             raise ValueError(f"unknown SLO metric {name!r}; known: {', '.join(SLO_METRICS)}")
         v = vals[name]
+        if v is None and name in ("tpot_ms", "itl_ms") and vals["ttft_ms"] is not None:
+            v = 0.0
         if v is None or v > limit:
             return False
     return True
@@ -220,9 +224,9 @@ def good_requests(records: Sequence[RequestRecord], slos_ms: dict[str, float]) -
 
 
 def goodput_req_s(good_requests_: int, duration_s: float) -> float | None:
-    """Goodput, requests/s = requests meeting all SLOs ÷ point duration [s] (``duration_s``: first send to last
-    stream end, the same denominator as ``request_throughput_req_s``, as vllm bench's ``request_goodput``);
-    None for a zero duration."""
+    """Goodput, requests/s = requests meeting all SLOs ÷ point duration [s] (``duration_s``: first send to
+    last stream end, the same denominator as ``request_throughput_req_s``, as vllm bench's
+    ``request_goodput``); None for a zero duration."""
     return good_requests_ / duration_s if duration_s > 0 else None
 
 

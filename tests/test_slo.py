@@ -48,7 +48,7 @@ def rec(i, send_ms, chunks, end_ms, completion=None, error=None):
 #   A: TTFT 100, TPOT (130 − 100) ÷ 3 = 10, E2E 140
 #   B: TTFT 250 − 50 = 200, TPOT (270 − 250) ÷ 3 = 6.67, E2E 230
 #   C: failed (never good)
-#   D: TTFT 40, one token: no TPOT, E2E 50
+#   D: TTFT 40, one token: TPOT 0 for goodput (vLLM's all_tpots), E2E 50
 #   E: TTFT 60 − 20 = 40, TPOT 100, E2E 150
 # duration = last end 280 − first send 0 = 0.28 s
 A = rec(0, 0, [(100, 1), (110, 1), (130, 2), (132, 0)], 140, completion=4)
@@ -65,10 +65,10 @@ DURATION_S = 0.28
     [
         ({"ttft_ms": 100}, ["A", "D", "E"]),  # ≤ is good: A's 100 ms meets a 100 ms SLO
         ({"ttft_ms": 99.9}, ["D", "E"]),
-        ({"ttft_ms": 100, "tpot_ms": 50}, ["A"]),  # D has no TPOT, E's is 100
-        ({"itl_ms": 10}, ["A", "B"]),  # per request, ITL is the mean gap: TPOT
+        ({"ttft_ms": 100, "tpot_ms": 50}, ["A", "D"]),  # D's one token: TPOT 0 (vLLM's all_tpots); E's 100
+        ({"itl_ms": 10}, ["A", "B", "D"]),  # per request, ITL is the mean gap: TPOT
         ({"e2e_ms": 150}, ["A", "D", "E"]),
-        ({"ttft_ms": 1e9, "tpot_ms": 1e9, "e2e_ms": 1e9}, ["A", "B", "E"]),
+        ({"ttft_ms": 1e9, "tpot_ms": 1e9, "e2e_ms": 1e9}, ["A", "B", "D", "E"]),  # all but the failed one
     ],
 )
 def test_goodput_by_hand(slos, good):
@@ -170,8 +170,9 @@ CPU = Path(__file__).resolve().parents[1] / "raw" / "cpu-tiny-qwen2"
 
 @pytest.mark.skipif(not CPU.is_dir(), reason="the CPU smoke campaign is not committed in raw/")
 def test_goodput_exact_on_our_requests():
-    """Per point of our own llama.cpp sweep, goodput against a per-request TTFT SLO equals the count worked out
-    from requests.jsonl's lines here (TTFT = first chunk carrying a token − send) ÷ (last end − first send)."""
+    """Per point of our own llama.cpp sweep, goodput against a per-request TTFT SLO equals the count worked
+    out from requests.jsonl's lines here (TTFT = first chunk carrying a token − send) ÷ (last end − first
+    send)."""
     lines = [
         json.loads(x) for x in (CPU / "llamacpp" / "requests.jsonl").read_text().splitlines() if x.strip()
     ]
@@ -209,7 +210,8 @@ def test_goodput_exact_on_our_requests():
 
 
 def test_slo_command(ref, ref_root):
-    """`collector slo` prints the library's answer (gated points, as the pages use), bracketing files cited."""
+    """`collector slo` prints the library's answer (gated points, as the pages use), bracketing files
+    cited."""
     from click.testing import CliRunner
 
     from collector.cli import main
