@@ -638,8 +638,9 @@ def execute_run(
         checks_failed = proto.checks_failed if proto else []
         if proto is not None:
             proto.events.emit("run_end", status=status, reason=reason, checks_failed=checks_failed)
-            if proto.io_error and proto.io_error not in (reason or ""):
-                reason = f"{reason}; {proto.io_error}"  # run_end itself could not be written
+            if proto.io_error and proto.io_error not in (reason or ""):  # run_end itself could not be written
+                reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
+                status = "failed"
         try:
             run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": checks_failed,
                                                  "points_done": proto.points_done if proto else 0,
