@@ -2,7 +2,7 @@
 
 The site is built from every campaign there is: the reference campaign (imported from ../shared when present),
 the repository's own ``raw/`` (the CPU smoke campaign, later the H200 campaign), and a synthetic H200-like
-llama.cpp campaign (two weight formats, exact timings: ``tests/test_analysis_own.py`` builds it with the raw
+llama.cpp campaign (two weight formats, exact timings: ``tests/synthetic_gpu.py`` writes it with the raw
 store) so that the cross-campaign comparison page is rendered and tested before real H200 data exists.
 
 Chromium is Debian's package (``apt-get install chromium``), driven through Playwright's Python package with
@@ -20,9 +20,13 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from analysis.report.build import build_site
+from tests.synthetic_gpu import write_campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_CAMPAIGN = "rtx4090-qwen2.5-7b"
@@ -78,26 +82,8 @@ class BuiltSite:
 
 
 def synthetic_gpu_campaign(raw: Path) -> str:
-    """Write the synthetic H200-like campaign of tests/test_analysis_own.py into ``raw``; return its name."""
-    import test_analysis_own as own  # tests/ is on sys.path under pytest (and for this module's importers)
-
-    from collector.ceilings import store_run
-    from collector.raw.store import RawStore
-
-    store = RawStore(raw)
-    own._own_run(store, "llamacpp-f16", "fp16")
-    own._own_run(store, "llamacpp-q4km", "q4_k_m")
-    store_run(
-        {
-            "v": 1,
-            "copy_bytes_per_s": own.COPY_BW,
-            "bf16_matmul_flops_per_s": 8.0e14,
-            "device_name": "NVIDIA H200",
-        },
-        raw,
-        own.CAMPAIGN,
-    )
-    return own.CAMPAIGN
+    """Write the synthetic H200-like campaign (tests/synthetic_gpu.py) into ``raw``; return its name."""
+    return write_campaign(raw)
 
 
 def repo_has_campaigns() -> bool:
@@ -111,12 +97,6 @@ def repo_has_campaigns() -> bool:
 def built_site() -> BuiltSite:
     """Import the reference campaign into a fresh raw store, add the synthetic GPU campaign, analyze it with the
     repository's raw/, render and build (strict), once."""
-    import sys
-    import time
-
-    from analysis.report.build import build_site
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     work = Path(tempfile.mkdtemp(prefix="ia-site-"))
     raw, results, docs, site = work / "raw", work / "results", work / "docs", work / "public"
     raw.mkdir()

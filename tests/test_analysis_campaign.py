@@ -26,11 +26,9 @@ KV_BYTES_PER_TOKEN = 2 * 28 * 4 * 128 * 2
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory) -> Path:
-    raw = tmp_path_factory.mktemp("raw")
-    list(import_results(SEED, CAMPAIGN, raw))
+def out(tmp_path_factory, reference_raw) -> Path:
     out = tmp_path_factory.mktemp("out")
-    lines = list(analyze([raw], out, None))
+    lines = list(analyze([reference_raw], out, None))
     assert len(lines) == 1 and CAMPAIGN in lines[0]
     return out / CAMPAIGN
 

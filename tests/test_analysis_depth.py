@@ -35,12 +35,8 @@ pytestmark = pytest.mark.skipif(not SEED.is_dir(), reason="the reference campaig
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory) -> Path:
-    from collector.importer import import_results
-
-    ref = tmp_path_factory.mktemp("ref")
-    list(import_results(SEED, REF, ref))
-    roots = [ref] + ([RAW] if (RAW / H200).is_dir() else [])
+def out(tmp_path_factory, reference_raw) -> Path:
+    roots = [reference_raw] + ([RAW] if (RAW / H200).is_dir() else [])
     res = tmp_path_factory.mktemp("res")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO)

@@ -14,8 +14,6 @@ The hand fixture (ms from 0; every request asked for 10 prompt tokens):
 
 from __future__ import annotations
 
-import collections
-import csv
 import json
 import math
 from pathlib import Path

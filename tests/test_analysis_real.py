@@ -45,14 +45,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory) -> Path:
-    roots = [RAW]
-    if SEED.is_dir():
-        from collector.importer import import_results
-
-        ref = tmp_path_factory.mktemp("ref")
-        list(import_results(SEED, REF, ref))
-        roots.append(ref)
+def out(tmp_path_factory, reference_raw) -> Path:
+    roots = [RAW, *([reference_raw] if reference_raw else [])]
     res = tmp_path_factory.mktemp("res")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO)

@@ -37,10 +37,8 @@ def _one(
 
 
 @pytest.fixture
-def server():
-    s = FaultServer(token_ms=1.0).start()
-    yield s
-    s.stop()
+def server(fault_server):
+    return fault_server(token_ms=1.0)
 
 
 @pytest.mark.parametrize(
@@ -74,12 +72,9 @@ def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source):
         ("malformed", "protocol", 200, 1),
     ],
 )
-def test_faults_become_error_records_with_what_arrived(fault, kind, status, chunks):
-    s = FaultServer(token_ms=1.0, faults={fault: 1}).start()
-    try:
-        rec = _one(s, max_tokens=8)
-    finally:
-        s.stop()
+def test_faults_become_error_records_with_what_arrived(fault, kind, status, chunks, fault_server):
+    s = fault_server(token_ms=1.0, faults={fault: 1})
+    rec = _one(s, max_tokens=8)
     assert rec.error_kind == kind, rec.error_message
     assert rec.http_status == status and not rec.done
     assert len(rec.chunk_mono_ns) == chunks
@@ -88,21 +83,15 @@ def test_faults_become_error_records_with_what_arrived(fault, kind, status, chun
     assert RequestRecord.from_obj(rec.to_obj()) == rec
 
 
-def test_slow_first_byte_hits_the_read_timeout():
-    s = FaultServer(token_ms=1.0, faults={"slow": 1}, slow_s=3.0).start()
-    try:
-        rec = _one(s, read_timeout_s=0.3)
-    finally:
-        s.stop()
+def test_slow_first_byte_hits_the_read_timeout(fault_server):
+    s = fault_server(token_ms=1.0, faults={"slow": 1}, slow_s=3.0)
+    rec = _one(s, read_timeout_s=0.3)
     assert rec.error_kind == "timeout" and rec.chunk_mono_ns == () and rec.http_status == 200
 
 
-def test_hanging_stream_hits_the_request_timeout():
-    s = FaultServer(token_ms=1.0, faults={"hang": 1}).start()
-    try:
-        rec = _one(s, request_timeout_s=0.5, read_timeout_s=30)
-    finally:
-        s.stop()
+def test_hanging_stream_hits_the_request_timeout(fault_server):
+    s = fault_server(token_ms=1.0, faults={"hang": 1})
+    rec = _one(s, request_timeout_s=0.5, read_timeout_s=30)
     assert rec.error_kind == "timeout" and "request_timeout_s" in rec.error_message
 
 

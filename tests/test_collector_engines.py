@@ -21,30 +21,16 @@ import pytest
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples, parse_scrapes_jsonl
+from collector.engines import EnginePaths
 from collector.raw.errors import RunError
 from collector.raw.store import open_run
 from collector.run import execute_run
 from tests import engine_cache
-from tests.loopback import free_port
 
 pytestmark = pytest.mark.engines
 REPO = engine_cache.REPO
 CACHE = engine_cache.CACHE
-PATHS = engine_cache.paths()
 _require = engine_cache.require
-
-
-def local_plan(tmp: Path, shipped: str, edits: dict[str, str] | None = None) -> Path:
-    """The shipped plan with the cache paths made absolute and a free port (nothing else changed)."""
-    text = (REPO / "plans" / shipped).read_text()
-    text = text.replace('".engines/', f'"{CACHE}/')
-    text = re.sub(r"(?m)^port = \d+", f"port = {free_port()}", text)
-    for old, new in (edits or {}).items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp / shipped
-    p.write_text(text)
-    return p
 
 
 def _assert_clean_campaign(res, n_points: int) -> list:
@@ -72,8 +58,8 @@ def _verify_cli(raw: Path) -> None:
     assert p.returncode == 0 and "OK:" in p.stdout, p.stdout + p.stderr
 
 
-def test_llamacpp_cpu_campaign(tmp_path):
-    _require(PATHS.llama_server, PATHS.tiny_gguf, PATHS.tiny_config_json)
+def test_llamacpp_cpu_campaign(tmp_path, local_plan, engines):
+    _require(engines.llama_server, engines.tiny_gguf, engines.tiny_config_json)
     raw = tmp_path / "raw"
     res = execute_run(local_plan(tmp_path, "cpu-tiny-llamacpp.toml"), raw)
     reqs = _assert_clean_campaign(res, 8)
@@ -88,8 +74,8 @@ def test_llamacpp_cpu_campaign(tmp_path):
     _verify_cli(raw)
 
 
-def test_vllm_cpu_campaign_with_real_preemption(tmp_path):
-    _require(PATHS.vllm_python, PATHS.tiny_hf_dir, PATHS.tiny_config_json)
+def test_vllm_cpu_campaign_with_real_preemption(tmp_path, local_plan, engines):
+    _require(engines.vllm_python, engines.tiny_hf_dir, engines.tiny_config_json)
     raw = tmp_path / "raw"
     res = execute_run(local_plan(tmp_path, "cpu-tiny-vllm.toml"), raw)
     reqs = _assert_clean_campaign(res, 9)
@@ -132,25 +118,22 @@ def _wait_sweep_records(raw: Path, campaign: str, n: int, proc: subprocess.Popen
     raise AssertionError("no sweep requests on disk in time")
 
 
-LONG_SWEEP = {  # one long point, so the fault lands inside it
-    "{ concurrency = 1, requests = 3, seed = 101 },": "{ concurrency = 2, requests = 200, seed = 101 },",
-}
-
-
-def _long_llamacpp_run(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]:
+def _long_llamacpp_run(
+    tmp_path: Path, local_plan, long_sweep: dict[str, str], engines: EnginePaths
+) -> tuple[subprocess.Popen, Path, int]:
     """`collector run` of the CPU llama.cpp plan with a long sweep, once 4 sweep requests are on disk."""
-    _require(PATHS.llama_server, PATHS.tiny_gguf, PATHS.tiny_config_json)
+    _require(engines.llama_server, engines.tiny_gguf, engines.tiny_config_json)
     raw = tmp_path / "raw"
-    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", LONG_SWEEP)
+    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", long_sweep)
     port = int(re.search(r"(?m)^port = (\d+)", plan.read_text())[1])
     p = subprocess.Popen([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     return p, _wait_sweep_records(raw, "cpu-tiny-qwen2", 4, p), port
 
 
-def test_llamacpp_server_killed_mid_point(tmp_path):
-    p, run, port = _long_llamacpp_run(tmp_path)
-    os.kill(_server_pid(PATHS.llama_server, port), signal.SIGKILL)
+def test_llamacpp_server_killed_mid_point(tmp_path, engines, long_sweep, local_plan):
+    p, run, port = _long_llamacpp_run(tmp_path, local_plan, long_sweep, engines)
+    os.kill(_server_pid(engines.llama_server, port), signal.SIGKILL)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 1
     assert "server exited with code -9 during point p01-sweep" in out.decode() + err.decode()
@@ -163,9 +146,9 @@ def test_llamacpp_server_killed_mid_point(tmp_path):
     assert [e.get("expected") for e in ev if e.kind == "server_exit"] == [False]
 
 
-def test_sigint_to_collector_run_stops_real_server(tmp_path):
-    p, run, port = _long_llamacpp_run(tmp_path)
-    pid = _server_pid(PATHS.llama_server, port)
+def test_sigint_to_collector_run_stops_real_server(tmp_path, engines, long_sweep, local_plan):
+    p, run, port = _long_llamacpp_run(tmp_path, local_plan, long_sweep, engines)
+    pid = _server_pid(engines.llama_server, port)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 1 and "interrupted by SIGINT during point p01-sweep" in out.decode() + err.decode()
@@ -180,12 +163,12 @@ def test_sigint_to_collector_run_stops_real_server(tmp_path):
     assert end.get("sent") == end.get("finished") == len(reqs)  # every request sent has its record
 
 
-def test_startup_failure_is_sealed_with_the_reason(tmp_path):
+def test_startup_failure_is_sealed_with_the_reason(tmp_path, local_plan, engines):
     """A model file pre-flight cannot judge (it exists; its tensors are cut short): llama-server exits during
     start-up, and the one-line reason names the server log and the log's first error line."""
-    _require(PATHS.llama_server, PATHS.tiny_gguf)
+    _require(engines.llama_server, engines.tiny_gguf)
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(PATHS.tiny_gguf.read_bytes()[: PATHS.tiny_gguf.stat().st_size // 2])
+    cut.write_bytes(engines.tiny_gguf.read_bytes()[: engines.tiny_gguf.stat().st_size // 2])
     plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml")
     plan.write_text(re.sub(r'(?m)^model = ".*"$', f'model = "{cut}"', plan.read_text()))
     with pytest.raises(RunError, match="server exited with code") as exc:
@@ -198,8 +181,8 @@ def test_startup_failure_is_sealed_with_the_reason(tmp_path):
     assert cause and cause in log and re.search(r"(?i)error|fail", cause), str(exc.value)
 
 
-def test_unknown_llama_server_flag_is_refused_before_any_run_folder(tmp_path):
-    _require(PATHS.llama_server, PATHS.tiny_gguf)
+def test_unknown_llama_server_flag_is_refused_before_any_run_folder(tmp_path, local_plan, engines):
+    _require(engines.llama_server, engines.tiny_gguf)
     plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", {'"-lv", "4",': '"-lv", "4", "--no-such-flag",'})
     with pytest.raises(
         RunError, match=r"\[server\].args: --no-such-flag: unknown flag \(`.*llama-server --help`"

@@ -33,8 +33,6 @@ from collector.raw.store import Stream, open_run
 from collector.run import execute_run
 from tests import engine_cache
 from tests.fault_server import FaultServer
-from tests.test_collector_engines import LONG_SWEEP, local_plan
-from tests.test_collector_run import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -111,7 +109,7 @@ def _listener(port: int) -> int | None:
 # -- no orphans -------------------------------------------------------------------------------------------
 
 
-def test_sigkill_of_the_collector_takes_the_server_and_its_children_down(tmp_path):
+def test_sigkill_of_the_collector_takes_the_server_and_its_children_down(tmp_path, make_plan):
     """The server (and the child it spawned, as vLLM spawns its engine core) must not outlive a collector killed
     with SIGKILL: the parent-death signal takes the server, the watchdog its process group."""
     raw = tmp_path / "raw"
@@ -129,7 +127,7 @@ def test_sigkill_of_the_collector_takes_the_server_and_its_children_down(tmp_pat
     assert _port_closed(port)
 
 
-def test_a_server_left_by_a_dead_collector_is_stopped_before_the_next_run(tmp_path):
+def test_a_server_left_by_a_dead_collector_is_stopped_before_the_next_run(tmp_path, make_plan):
     """Both guards defeated (say the watchdog was killed too): the record in the state folder lets the next
     run on the port stop exactly that server, then measure its own."""
     plan = make_plan(tmp_path, points="[{concurrency = 1, requests = 2, seed = 5}]", output_len=4)
@@ -155,7 +153,7 @@ def test_a_server_left_by_a_dead_collector_is_stopped_before_the_next_run(tmp_pa
     assert not srvmod._record_path(port).exists()  # our own record went with our server
 
 
-def test_a_recorded_server_of_a_live_collector_is_never_touched(tmp_path):
+def test_a_recorded_server_of_a_live_collector_is_never_touched(tmp_path, make_plan):
     plan = make_plan(tmp_path, points="[{concurrency = 1, requests = 2, seed = 5}]", output_len=4)
     port = _port(plan)
     other = subprocess.Popen([PY, str(FAULT_SERVER), "--port", str(port)], start_new_session=True,
@@ -172,8 +170,8 @@ def test_a_recorded_server_of_a_live_collector_is_never_touched(tmp_path):
         other.kill()
 
 
-def test_a_foreign_process_on_the_port_is_named_and_nothing_is_written(tmp_path):
-    srv = FaultServer(token_ms=2.0).start()
+def test_a_foreign_process_on_the_port_is_named_and_nothing_is_written(tmp_path, make_plan, fault_server):
+    srv = fault_server(token_ms=2.0)
     plan = make_plan(tmp_path)
     plan.write_text(re.sub(r"(?m)^port = \d+", f"port = {srv.port}", plan.read_text()))
     p = subprocess.run([PY, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")], cwd=ROOT,
@@ -184,7 +182,7 @@ def test_a_foreign_process_on_the_port_is_named_and_nothing_is_written(tmp_path)
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "raw").exists()
 
 
-def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path):
+def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path, make_plan, fault_server):
     """A server that binds late (as vLLM does) after pre-flight found the port free: /health answers, but from a
     process outside the server we started — refused before any fingerprint of it is saved."""
     script = tmp_path / "never-listens"
@@ -198,7 +196,7 @@ def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path):
 
     def bind_after_preflight() -> None:
         _wait_for(lambda: list(raw.glob("fake/*/run.json")), timeout_s=60)
-        intruder.append(FaultServer(port=port, token_ms=2.0).start())
+        intruder.append(fault_server(port=port, token_ms=2.0))
 
     threading.Thread(target=bind_after_preflight, daemon=True).start()
     with pytest.raises(
@@ -212,7 +210,7 @@ def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path):
     assert m["status"] == "failed" and "not from the server this run started" in m["note"]
 
 
-def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch):
+def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch, make_plan, fault_server):
     """Where /proc cannot name the listener (not Linux, hidden pids; simulated), a server answering with another
     model name is still refused."""
     monkeypatch.setattr(srvmod, "port_owner_pids", lambda port: [])
@@ -226,7 +224,7 @@ def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch):
 
     def bind_after_preflight() -> None:
         _wait_for(lambda: list(raw.glob("fake/*/run.json")), timeout_s=60)
-        intruder.append(FaultServer(port=port, token_ms=2.0, alias="someone-else").start())
+        intruder.append(fault_server(port=port, token_ms=2.0, alias="someone-else"))
 
     threading.Thread(target=bind_after_preflight, daemon=True).start()
     with pytest.raises(RunError, match=rf"port {port} answers as \['someone-else'\], not as 'tiny'"):
@@ -237,7 +235,7 @@ def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch):
 # -- exit codes and messages -----------------------------------------------------------------------------
 
 
-def test_every_request_failing_stops_the_run_with_the_http_cause(tmp_path):
+def test_every_request_failing_stops_the_run_with_the_http_cause(tmp_path, make_plan):
     """Token ids past the server's vocabulary: HTTP 400 on every request. The run stops after that point, failed,
     and the terminal says why in one line (status + body)."""
     raw = tmp_path / "raw"
@@ -254,7 +252,7 @@ def test_every_request_failing_stops_the_run_with_the_http_cause(tmp_path):
     assert {r.point for r in parse_requests_jsonl(run / "requests.jsonl")} == {"p00-warmup-c002-i8-o4"}
 
 
-def test_a_complete_run_whose_every_point_fails_a_gate_exits_nonzero(tmp_path):
+def test_a_complete_run_whose_every_point_fails_a_gate_exits_nonzero(tmp_path, make_plan):
     """HTTP 500 on every 2nd request: each point completes but fails the `failures` check, which the analysis'
     gates treat as excluding the point — `collector run` says the run is unusable and exits 1."""
     raw = tmp_path / "raw"
@@ -270,7 +268,7 @@ def test_a_complete_run_whose_every_point_fails_a_gate_exits_nonzero(tmp_path):
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
 
 
-def test_startup_failure_names_the_log_and_its_error_line(tmp_path):
+def test_startup_failure_names_the_log_and_its_error_line(tmp_path, make_plan):
     raw = tmp_path / "raw"
     msg = "couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 1"
     plan = make_plan(tmp_path, ["--exit-at-start", msg])
@@ -280,7 +278,7 @@ def test_startup_failure_names_the_log_and_its_error_line(tmp_path):
     assert f"server exited with code 1 during start-up; {run / 'server.log'}: {msg}" in str(exc.value)
 
 
-def test_end_of_run_summary_table_per_point(tmp_path):
+def test_end_of_run_summary_table_per_point(tmp_path, make_plan):
     """The table at the end: per point, requests ok/failed, output tok/s, p50 TTFT and p50 ITL — the numbers
     analysis.metrics computes from the run's requests.jsonl."""
     out = io.StringIO()
@@ -296,7 +294,7 @@ def test_end_of_run_summary_table_per_point(tmp_path):
     assert sum(int(ln.replace("│", " ").split()[2]) for ln in table.splitlines() if "-c0" in ln) == 3
 
 
-def test_startup_spinner_shows_the_logs_last_line(tmp_path):
+def test_startup_spinner_shows_the_logs_last_line(tmp_path, make_plan):
     out = io.StringIO()
     plan = make_plan(tmp_path, ["--slow-start-s", "2"])
     execute_run(plan, tmp_path / "raw", console=Console(file=out, width=200, force_terminal=True))
@@ -333,7 +331,7 @@ def _assert_disk_full_outcome(raw: Path, port: int, message: str) -> None:
     assert all(r.request_id for r in reqs)
 
 
-def test_disk_full_on_a_small_tmpfs_ends_the_run_failed_in_one_line(tmp_path):
+def test_disk_full_on_a_small_tmpfs_ends_the_run_failed_in_one_line(tmp_path, make_plan):
     raw = tmp_path / "raw"
     if not _small_tmpfs(raw, "400k"):
         pytest.skip("cannot mount a tmpfs here (not root?): see the injected-ENOSPC test")
@@ -349,7 +347,7 @@ def test_disk_full_on_a_small_tmpfs_ends_the_run_failed_in_one_line(tmp_path):
         subprocess.run(["umount", "-l", str(raw)], capture_output=True)
 
 
-def test_disk_full_injected_in_every_writer_thread(tmp_path, monkeypatch):
+def test_disk_full_injected_in_every_writer_thread(tmp_path, monkeypatch, make_plan):
     """Without a small file system: every stream write fails with ENOSPC from the 60th on — whichever thread
     (load loop, sampler, server-log pump, event writers) meets it first ends the run, failed, with the reason."""
     writes = {"n": 0}
@@ -375,17 +373,16 @@ def test_disk_full_injected_in_every_writer_thread(tmp_path, monkeypatch):
 
 
 @pytest.mark.engines
-def test_sigkill_of_the_collector_leaves_no_llama_server(tmp_path):
-    paths = engine_cache.paths()
-    engine_cache.require(paths.llama_server, paths.tiny_gguf, paths.tiny_config_json)
+def test_sigkill_of_the_collector_leaves_no_llama_server(tmp_path, local_plan, engines, long_sweep):
+    engine_cache.require(engines.llama_server, engines.tiny_gguf, engines.tiny_config_json)
     raw = tmp_path / "raw"
-    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", LONG_SWEEP)
+    plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", long_sweep)
     port = _port(plan)
     p = _cli_run(plan, raw, env={**os.environ, "ANATOMY_STATE_DIR": str(tmp_path / "state")})
     server = _wait_for(lambda: _listener(port), timeout_s=180, proc=p)
     _wait_for(lambda: list(raw.glob("*/*/requests.jsonl")) and b'"phase":"sweep"'
               in next(raw.glob("*/*/requests.jsonl")).read_bytes(), timeout_s=180, proc=p)  # fmt: skip
-    assert Path(f"/proc/{server}/exe").resolve() == paths.llama_server.resolve()
+    assert Path(f"/proc/{server}/exe").resolve() == engines.llama_server.resolve()
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=30)
     assert _wait_gone([server]) == [], "llama-server outlived the collector"
@@ -393,11 +390,10 @@ def test_sigkill_of_the_collector_leaves_no_llama_server(tmp_path):
 
 
 @pytest.mark.engines
-def test_a_run_stopped_before_any_point_is_analysed_without_a_traceback(tmp_path):
+def test_a_run_stopped_before_any_point_is_analysed_without_a_traceback(tmp_path, local_plan, engines):
     """Ctrl-C while llama-server is still loading: a run with a real server log and no point at all. `analyze`
     reports it and exits 0 (it used to end in ``KeyError: 'round'``)."""
-    paths = engine_cache.paths()
-    engine_cache.require(paths.llama_server, paths.tiny_gguf, paths.tiny_config_json)
+    engine_cache.require(engines.llama_server, engines.tiny_gguf, engines.tiny_config_json)
     raw = tmp_path / "raw"
     p = _cli_run(local_plan(tmp_path, "cpu-tiny-llamacpp.toml"), raw,
                  env={**os.environ, "ANATOMY_STATE_DIR": str(tmp_path / "state")})  # fmt: skip
@@ -425,11 +421,10 @@ def _group(pgid: int) -> list[int]:
 
 
 @pytest.mark.engines
-def test_sigkill_of_the_collector_leaves_no_vllm_process(tmp_path):
+def test_sigkill_of_the_collector_leaves_no_vllm_process(tmp_path, local_plan, engines):
     """vLLM's API server spawns its engine core and workers (the parent-death signal reaches only the API
     server): the watchdog stops the whole process group when the collector is killed."""
-    paths = engine_cache.paths()
-    engine_cache.require(paths.vllm_python, paths.tiny_hf_dir, paths.tiny_config_json)
+    engine_cache.require(engines.vllm_python, engines.tiny_hf_dir, engines.tiny_config_json)
     raw = tmp_path / "raw"
     plan = local_plan(tmp_path, "cpu-tiny-vllm.toml")
     port = _port(plan)

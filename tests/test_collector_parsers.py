@@ -13,11 +13,10 @@ from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples, parse_scrapes_jsonl
 from collector.raw.errors import ParseError
 from collector.run import execute_run
-from tests.test_collector_run import make_plan
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def run_dir(tmp_path_factory, make_plan) -> Path:
     tmp = tmp_path_factory.mktemp("p")
     return execute_run(make_plan(tmp), tmp / "raw").path
 

@@ -22,59 +22,9 @@ from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from collector.raw.errors import PlanError, RunError
 from collector.raw.store import open_run, verify
 from collector.run import execute_run
-from tests.fault_server import FaultServer
-from tests.loopback import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-
-
-def make_plan(tmp: Path, server_args=(), points="[{concurrency = 1, requests = 3, seed = 11}, {concurrency = 4, requests = 12, seed = 12}]",
-              output_len=16, extra="", sampling="interval_s = 0.2") -> Path:  # fmt: skip
-    fake = tmp / "fake-llama-server"
-    fake.write_text(f'#!/bin/sh\nexec {PY} {ROOT / "tests" / "fault_server.py"} "$@"\n')
-    fake.chmod(0o755)
-    (tmp / "tiny.gguf").write_bytes(b"")  # the fake server reads no model; pre-flight wants the file to exist
-    args = ["--cache-ram", "0", "--slot-prompt-similarity", "0", "--token-ms", "2", *server_args]
-    plan = tmp / "fake.toml"
-    plan.write_text(f"""
-campaign = "fake"
-run = "r"
-[server]
-engine = "llamacpp"
-binary = "{fake}"
-model = "{tmp / "tiny.gguf"}"
-port = {free_port()}
-args = {json.dumps(args)}
-startup_timeout_s = 30
-stop_timeout_s = 5
-[model]
-config = "Qwen2.5-7B-Instruct"
-gpu = "rtx4090"
-token_id_range = [32, 127]
-[sampling]
-{sampling}
-[load]
-drain_s = 0.1
-request_timeout_s = 20
-read_timeout_s = 10
-{extra}
-[[phase]]
-name = "warmup"
-kind = "warmup"
-concurrency = 2
-requests = 2
-input_len = 8
-output_len = 4
-seed = 1
-[[phase]]
-name = "sweep"
-kind = "concurrency"
-input_len = 24
-output_len = {output_len}
-points = {points}
-""")
-    return plan
 
 
 def _run_dir(raw: Path) -> Path:
@@ -94,7 +44,7 @@ def _port(run: Path) -> int:
     return int(json.loads((run / "fingerprint" / "command.json").read_text())["url"].rsplit(":", 1)[1])
 
 
-def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path):
+def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path, make_plan):
     raw = tmp_path / "raw"
     res = execute_run(make_plan(tmp_path), raw)
     run = res.path
@@ -132,7 +82,7 @@ def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path):
     assert _port_closed(_port(run))
 
 
-def test_server_dying_mid_point_keeps_finished_requests_and_seals_failed(tmp_path):
+def test_server_dying_mid_point_keeps_finished_requests_and_seals_failed(tmp_path, make_plan):
     raw = tmp_path / "raw"
     with pytest.raises(RunError, match=r"failed.*server exited with code 3 during point p02-sweep-c004"):
         execute_run(make_plan(tmp_path, ["--die-after", "12"]), raw)
@@ -156,7 +106,7 @@ def test_server_dying_mid_point_keeps_finished_requests_and_seals_failed(tmp_pat
     assert _port_closed(_port(run))
 
 
-def test_http_errors_are_recorded_and_fail_the_point_checks(tmp_path):
+def test_http_errors_are_recorded_and_fail_the_point_checks(tmp_path, make_plan):
     raw = tmp_path / "raw"
     res = execute_run(make_plan(tmp_path, ["--fault", "http500:4", "--fault", "cut:7"]), raw)
     assert res.status == "complete"
@@ -170,7 +120,7 @@ def test_http_errors_are_recorded_and_fail_the_point_checks(tmp_path):
     assert summary.failed == sum(1 for r in reqs if not r.ok and r.point.startswith("p02"))
 
 
-def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path):
+def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path, make_plan):
     raw = tmp_path / "raw"
     res = execute_run(make_plan(tmp_path, ["--metrics-down-after", "3"], output_len=64), raw)
     assert res.status == "complete"
@@ -182,7 +132,7 @@ def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path):
     )
 
 
-def test_bad_plan_is_one_line_and_writes_nothing(tmp_path):
+def test_bad_plan_is_one_line_and_writes_nothing(tmp_path, make_plan):
     plan = make_plan(tmp_path)
     plan.write_text(plan.read_text().replace("drain_s = 0.1", "drain_s = 0.1\ndrian_s = 1"))
     with pytest.raises(PlanError, match=r"fake.toml: \[load\].drian_s: unknown key"):
@@ -190,7 +140,7 @@ def test_bad_plan_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "raw").exists()
 
 
-def test_missing_server_binary_is_refused_before_any_run_folder(tmp_path):
+def test_missing_server_binary_is_refused_before_any_run_folder(tmp_path, make_plan):
     plan = make_plan(tmp_path)
     plan.write_text(plan.read_text().replace("fake-llama-server", "no-such-server"))
     with pytest.raises(RunError, match=r"fake.toml: \[server\].binary: .*no-such-server does not exist"):
@@ -199,7 +149,7 @@ def test_missing_server_binary_is_refused_before_any_run_folder(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_to_collector_run_stops_server_and_seals_failed(tmp_path, sig):
+def test_signal_to_collector_run_stops_server_and_seals_failed(tmp_path, sig, make_plan):
     raw = tmp_path / "raw"
     plan = make_plan(tmp_path, points="[{concurrency = 2, requests = 400, seed = 5}]", output_len=200)
     p = subprocess.Popen([PY, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=ROOT,
@@ -229,8 +179,8 @@ def test_signal_to_collector_run_stops_server_and_seals_failed(tmp_path, sig):
     assert _port_closed(_port(run)) and verify(raw).ok
 
 
-def test_attach_to_a_running_server_records_it_and_notices_it_vanish(tmp_path):
-    srv = FaultServer(token_ms=2.0).start()
+def test_attach_to_a_running_server_records_it_and_notices_it_vanish(tmp_path, make_plan, fault_server):
+    srv = fault_server(token_ms=2.0)
     plan = make_plan(tmp_path, points="[{concurrency = 2, requests = 300, seed = 5}]", output_len=50)
     text = plan.read_text()
     start = text.index('binary = "')

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 from collector.sampler import Sampler
-from tests.fault_server import FaultServer
 
 
 class ListLog:
@@ -36,12 +35,9 @@ def _sample(server, interval_s, until_rows):
     return s, log.rows, events
 
 
-def test_ticks_follow_the_grid_without_drift():
-    srv = FaultServer().start()
-    try:
-        s, rows, events = _sample(srv, 0.05, 8)
-    finally:
-        srv.stop()
+def test_ticks_follow_the_grid_without_drift(fault_server):
+    srv = fault_server()
+    s, rows, events = _sample(srv, 0.05, 8)
     interval_ns = 50_000_000
     start = rows[0].due_mono_ns
     ks = [r.k for r in rows]
@@ -51,12 +47,9 @@ def test_ticks_follow_the_grid_without_drift():
     assert s.skipped_ticks >= ks[-1] + 1 - len(ks) and events == []  # any jump in k was counted as skipped
 
 
-def test_slow_scrapes_skip_ticks_instead_of_stretching_the_interval():
-    srv = FaultServer(metrics_delay_s=0.12).start()
-    try:
-        s, rows, _ = _sample(srv, 0.05, 4)
-    finally:
-        srv.stop()
+def test_slow_scrapes_skip_ticks_instead_of_stretching_the_interval(fault_server):
+    srv = fault_server(metrics_delay_s=0.12)
+    s, rows, _ = _sample(srv, 0.05, 4)
     ks = [r.k for r in rows]
     assert all(
         b - a >= 2 for a, b in zip(ks, ks[1:], strict=False)
@@ -66,11 +59,8 @@ def test_slow_scrapes_skip_ticks_instead_of_stretching_the_interval():
     assert all((r.due_mono_ns - start) == r.k * 50_000_000 for r in rows)
 
 
-def test_metrics_going_away_is_one_event_and_scraping_goes_on():
-    srv = FaultServer(metrics_down_after=2).start()
-    try:
-        _, rows, events = _sample(srv, 0.05, 6)
-    finally:
-        srv.stop()
+def test_metrics_going_away_is_one_event_and_scraping_goes_on(fault_server):
+    srv = fault_server(metrics_down_after=2)
+    _, rows, events = _sample(srv, 0.05, 6)
     assert [r.status for r in rows[:3]] == [200, 200, 503]
     assert [k for k, _ in events] == ["metrics_unreachable"] and events[0][1]["status"] == 503

@@ -15,7 +15,6 @@ import pytest
 from collector.preflight import PreflightError, preflight, read_gguf_meta, vllm_source_dir, vllm_unknown_flags
 from collector.raw.plan import load_plan
 from tests import engine_cache
-from tests.test_collector_run import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = engine_cache.paths()
@@ -39,25 +38,25 @@ def _edit(plan: Path, old: str, new: str) -> Path:
     return plan
 
 
-def test_the_test_plan_passes(tmp_path):
+def test_the_test_plan_passes(tmp_path, make_plan):
     pf = preflight(load_plan(make_plan(tmp_path)), tmp_path / "raw")
     assert pf.vocab_size == 152064 and "Qwen2.5-7B-Instruct" in pf.vocab_source  # the theory's config.json
     assert pf.context_tokens == 32768
 
 
-def test_token_ids_past_the_vocabulary(tmp_path):
+def test_token_ids_past_the_vocabulary(tmp_path, make_plan):
     plan = _edit(make_plan(tmp_path), "token_id_range = [32, 127]", "token_id_range = [1000, 160000]")
     _refused(tmp_path, plan, r"\[model\].token_id_range \[1000, 160000\) reaches past the vocabulary of 152064 "
                              r"tokens \(\[model\].config Qwen2.5-7B-Instruct vocab_size\)")  # fmt: skip
 
 
-def test_lengths_past_max_model_len(tmp_path):
+def test_lengths_past_max_model_len(tmp_path, make_plan):
     plan = _edit(make_plan(tmp_path), 'gpu = "rtx4090"', 'gpu = "rtx4090"\nmax_model_len = 32')
     _refused(tmp_path, plan, r"point p01-sweep-c001-i24-o16: input_len 24 \+ output_len 16 = 40 tokens exceeds the "
                              r"32 a request may hold \(\[model\].max_model_len\)")  # fmt: skip
 
 
-def test_lengths_past_a_llama_cpp_slot(tmp_path):
+def test_lengths_past_a_llama_cpp_slot(tmp_path, make_plan):
     plan = make_plan(tmp_path, ["-c", "64", "-np", "2"])  # 32 tokens per slot
     _refused(tmp_path, plan, r"p01-sweep-c001-i24-o16: .* exceeds the 32 a request may hold \(-c 64 / -np 2")
 
@@ -80,11 +79,11 @@ def test_lengths_past_a_llama_cpp_slot(tmp_path):
         ('"--token-ms"', '"--no-such-flag", "--token-ms"', r"\[server\].args: --no-such-flag: unknown flag"),
     ],
 )
-def test_bad_plan_values(tmp_path, old, new, pattern):
+def test_bad_plan_values(tmp_path, old, new, pattern, make_plan):
     _refused(tmp_path, _edit(make_plan(tmp_path), old, new), pattern)
 
 
-def test_raw_root_that_cannot_hold_a_store(tmp_path):
+def test_raw_root_that_cannot_hold_a_store(tmp_path, make_plan):
     plan = make_plan(tmp_path)
     afile = tmp_path / "a-file"
     afile.write_text("x")
@@ -94,7 +93,7 @@ def test_raw_root_that_cannot_hold_a_store(tmp_path):
         preflight(load_plan(plan), afile / "raw")
 
 
-def test_raw_root_on_a_read_only_file_system(tmp_path):
+def test_raw_root_on_a_read_only_file_system(tmp_path, make_plan):
     ro = tmp_path / "ro"
     ro.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)]).returncode:
@@ -123,7 +122,7 @@ def test_gguf_metadata_read_without_loading_the_file():
     assert read_gguf_meta(PATHS.tiny_config_json) == {}  # not GGUF
 
 
-def test_gguf_vocabulary_bounds_the_token_ids(tmp_path):
+def test_gguf_vocabulary_bounds_the_token_ids(tmp_path, make_plan):
     engine_cache.require(PATHS.llama_server, PATHS.tiny_gguf)
     n = read_gguf_meta(PATHS.tiny_gguf)["tokenizer.ggml.tokens"]
     plan = make_plan(tmp_path)
@@ -142,7 +141,7 @@ def test_vllm_flags_checked_against_the_installed_source():
     assert vllm_unknown_flags(src, flags) == ["--no-such-flag-xyz"]
 
 
-def test_a_plan_not_in_utf8(tmp_path):
+def test_a_plan_not_in_utf8(tmp_path, make_plan):
     plan = make_plan(tmp_path)
     plan.write_bytes(
         plan.read_bytes().replace(b'campaign = "fake"', b'campaign = "fake" # caf\xe9')
