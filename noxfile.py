@@ -118,8 +118,11 @@ def serve(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Speed targets, measured (not asserted in tests): analyze, site build, collector client cost."""
+    """Speed targets, measured (not asserted in tests): analyze, site build, collector client cost, and the
+    load client's fidelity against a metronome server beside vllm bench serve, AIPerf and GuideLLM (their
+    venvs are made under .engines/peers/ on first use; `-- --publish` rewrites the committed table)."""
     _install(session)
+    session.install("psutil")  # the fidelity bench samples each tool's process tree
     session.run(
         "python",
         "-m",
@@ -131,7 +134,10 @@ def bench(session: nox.Session) -> None:
         "llamacpp",
         "--only",
         "models",
+        "--only",
+        "vllm",
     )
     session.run("python", "benchmarks/bench_analyze.py")
     session.run("python", "benchmarks/bench_site.py")
     session.run("python", "benchmarks/bench_client.py", "--cache", str(ENGINES))
+    session.run("python", "benchmarks/bench_fidelity.py", *session.posargs)

@@ -273,7 +273,57 @@ def run_floor(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, Tre
     return view, cpu
 
 
-RUNNERS = {"ours": run_ours, "vllm": run_vllm, "floor": run_floor}
+_UNIX_MINUS_MONO_NS = time.time_ns() - time.monotonic_ns()  # one host: converts the peers' wall-clock stamps
+
+
+def run_aiperf(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    py = ensure_peer("aiperf")
+    art = work / "aiperf"
+    cmd = [str(py.parent / "aiperf"), "profile", "--model", "metronome", "--url", url,
+           "--endpoint-type", "completions", "--streaming", "--tokenizer", str(ENGINES / "models" / "tiny-qwen2"),
+           "--isl", str(INPUT_LEN), "--isl-stddev", "0", "--osl", str(OUTPUT_LEN), "--osl-stddev", "0",
+           "--extra-inputs", "ignore_eos:true", "--concurrency", str(c), "--request-count", str(n_req),
+           "--artifact-dir", str(art), "--ui-type", "none", "--random-seed", "1"]  # fmt: skip
+    cpu = _run_tool(cmd, work, work / "tool.log")
+    view = ClientView(version=_pkg_version(py, "aiperf"), itl_per_chunk=False)
+    for line in (art / "profile_export.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        m = r.get("metrics") or {}
+        if "time_to_first_token" not in m or r.get("error"):
+            continue
+        ttft = m["time_to_first_token"]["value"]
+        view.ttft_ms.append(ttft)
+        # what AIPerf reports as ITL: one value per request, the mean over its tokens
+        view.itl_ms.append(m["inter_token_latency"]["value"])
+        t = r["metadata"]["request_start_ns"] - _UNIX_MINUS_MONO_NS + ttft * MS
+        recv = [round(t)]
+        for x in (m.get("inter_chunk_latency") or {}).get("value", []):
+            t += x * MS
+            recv.append(round(t))
+        view.chunks.append((None, recv))
+    return view, cpu
+
+
+def run_guidellm(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    py = ensure_peer("guidellm")
+    out = work / "guidellm.json"
+    tok = ENGINES / "models" / "tiny-qwen2"
+    cmd = [str(py.parent / "guidellm"), "run",
+           "--backend", f"kind=openai_http,target={url},model={tok},request_format=/v1/completions",
+           "--profile", f"kind=concurrent,streams={c}", "--constraint", f"kind=max_requests,count={n_req}",
+           "--data", f"kind=synthetic_text,prompt_tokens={INPUT_LEN},output_tokens={OUTPUT_LEN}",
+           "--output", f"kind=json,path={out}", "--disable-console-interactive"]  # fmt: skip
+    cpu = _run_tool(cmd, work, work / "tool.log")
+    view = ClientView(version=_pkg_version(py, "guidellm"), itl_per_chunk=False)
+    for b in json.loads(out.read_text())["benchmarks"]:
+        for r in b["requests"]["successful"]:
+            view.ttft_ms.append(r["time_to_first_token_ms"])
+            view.itl_ms.append(r["inter_token_latency_ms"])  # GuideLLM's ITL: the request's mean
+    return view, cpu  # no per-chunk times are kept: chunk latency n/a
+
+
+RUNNERS = {"ours": run_ours, "vllm": run_vllm, "floor": run_floor, "aiperf": run_aiperf,
+           "guidellm": run_guidellm}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ the error table
