@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from analysis.campaign import load_campaign
+from analysis.labels_zh import VERDICTS as X_VERDICT_ZH
 from analysis.parse.llamacpp_log import parse_llamacpp_log
-from analysis.pipeline import align
+from analysis.pipeline import align, analyze
 from analysis.reconcile import Context, gates, theoryctx
 from analysis.reconcile import experiments as X
+from analysis.report.markdown import anchor_of
+from analysis.report.render import render_site
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
@@ -325,3 +328,50 @@ def test_pool_preemptions_on_the_real_runs(pool_section):
     r64 = got[("exp-kvpool-64blk", "residents_at_peak")]
     assert r64.value == 7 and r64.extra["log_max_concurrency"] == 8.0
     assert got[("exp-kvpool-65blk", "residents_at_peak")].value == 8
+
+
+# --- the pages ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    res = tmp_path_factory.mktemp("results")
+    list(analyze([RAW], res, [X.H200, X.CPU]))
+    docs = tmp_path_factory.mktemp("docs") / "docs"
+    render_site(res, docs)
+    return res, docs
+
+
+def test_pages_render(site):
+    """Every verdict finding is a row of its campaign's experiments page, with its verdict; each experiment has
+    its section and figure; the home page's "实验" section links to each experiment."""
+    res, docs = site
+    home = (docs / "index.md").read_text(encoding="utf-8")
+    assert "## 实验 { #experiments }" in home
+    for campaign, sections in (
+        (X.H200, ("slots", "sampling", "graphs", "kv-quant", "not-run")),
+        (X.CPU, ("kv-pool",)),
+    ):
+        page = docs / "campaigns" / campaign / "experiments.md"
+        text = page.read_text(encoding="utf-8")
+        for anchor in sections:
+            assert "{ #" + anchor + " }" in text, (campaign, anchor)
+            assert f"campaigns/{campaign}/experiments.md#{anchor}" in home, (campaign, anchor)
+        found = json.loads((res / campaign / "findings.json").read_text(encoding="utf-8"))
+        verdicts = {
+            k: f["verdict"]
+            for k, f in found.items()
+            if f.get("topic", "").startswith("exp_") and "verdict" in f
+        }
+        assert verdicts
+        rows = {line.split('"')[1]: line for line in text.splitlines() if line.startswith('| <span id="f-')}
+        for key, v in verdicts.items():
+            row = rows[anchor_of(key)]
+            assert X_VERDICT_ZH[v] in row, (key, row)
+        for f in (docs / "campaigns" / campaign / "figures").glob("experiment_*.svg"):
+            assert f.stat().st_size > 1000
+        assert sorted(
+            p.stem for p in (docs / "campaigns" / campaign / "figures").glob("experiment_*.svg")
+        ) == sorted(
+            p.name.removesuffix(".vl.json") for p in (res / campaign / "figures").glob("experiment_*.vl.json")
+        )

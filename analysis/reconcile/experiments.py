@@ -18,7 +18,8 @@ Numbers: every point's metric comes from ``BenchPoint.result`` — ``analysis.me
 run's requests.jsonl; nothing here computes a percentile. Per arm and point: the mean over its repeats and the
 repeat spread (max − min). A difference between two arms carries the larger of their spreads; an arm with one
 run borrows the largest relative spread the experiment's repeated arms show at the same point (marked
-``spread_borrowed``). A difference no larger than its spread is "not distinguishable".
+``spread_borrowed``); a spread in % is relative to the arm's mean. A difference no larger than its spread is
+"not distinguishable".
 
 Verdicts (``verdict``): the measurement is the interval [m − s, m + s] (m the value or difference, s its
 spread). A bound prediction [lo, hi] is confirmed when the interval lies inside it, refuted when they do not
@@ -27,6 +28,11 @@ interval, confirmed when inside and the interval excludes 0 (the change is seen)
 interval holds both p and 0; an exact prediction (a buffer size from the block formats) is confirmed when the
 log's number equals it to the log's printed precision. A prediction over several points is refuted when any
 point refutes it, confirmed when every point confirms it, inconclusive otherwise.
+
+Experiment 6 (vLLM CPU, KV-pool size) predicts counts, so its predictions are exact: the lock-step wave
+(``lockstep_preemptions``) gives each pool's preemptions, the output token after which each preempted stream
+stops and the requests resident at the peak; measured by the preemption counter across the point, the streams'
+longest pauses (requests.jsonl) and the running gauge, in every repeat.
 """
 
 from __future__ import annotations
@@ -1033,11 +1039,11 @@ def _margin(r: dict) -> float:
 
 
 def _decisive(ev: Evaluated) -> dict:
-    """The point that decides the verdict: the refuting point farthest from the prediction, else the first
-    inconclusive point, else the first point."""
+    """The point that decides the verdict: the refuting point farthest from the prediction in units of its
+    spread (the clearest refutation), else the first inconclusive point, else the first point."""
     refuting = [r for r in ev.rows if r["verdict"] == "refuted"]
     if refuting:
-        return max(refuting, key=_margin)
+        return max(refuting, key=lambda r: _margin(r) / r["spread"] if r["spread"] else _margin(r))
     return next((r for r in ev.rows if r["verdict"] == "inconclusive"), ev.rows[0])
 
 
@@ -1436,6 +1442,8 @@ def _kv_quant_findings(e: _Exp, th: TheoryCtx) -> list[fnd.Finding]:
                 "bytes/token",
                 [src],
                 detail="2 x L x K x d x bytes per element",
+                kv_type=ar.arm.value,
+                theory_only=True,
             )
         )
         out.append(
@@ -1446,6 +1454,8 @@ def _kv_quant_findings(e: _Exp, th: TheoryCtx) -> list[fnd.Finding]:
                 [src],
                 detail=f"floor({KV_BUDGET_GIB:g} GiB / KV bytes per token): the tokens issue #6's KV pool would hold",
                 budget_gib=KV_BUDGET_GIB,
+                kv_type=ar.arm.value,
+                theory_only=True,
             )
         )
     base = next((a for a in e.arms if e.exp.arm(a).variant == "kv_f16"), None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from analysis.report import slo_page
+from analysis.report import experiments_page, slo_page
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page
 from analysis.report.results import CampaignResults
@@ -46,6 +46,7 @@ CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] =
         "campaign/reproducibility.md.j2",
         lambda c: _has_rows(c, "reproducibility") or _has_rows(c, "reproducibility_changes"),
     ),
+    experiments_page.PAGE,  # issue #15
     ("gates", "campaign/gates.md.j2", lambda c: _has_rows(c, "gates")),
 )
 
