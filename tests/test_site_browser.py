@@ -7,10 +7,12 @@ page. Screenshots of the home page and one report go to build/test-artifacts/.
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import NoReturn
 
 import browser as br  # tests/browser.py (pytest puts tests/ on sys.path)
 import pytest
@@ -23,15 +25,22 @@ def site() -> br.BuiltSite:
     return br.built_site()  # every campaign there is, plus a synthetic GPU campaign (see tests/browser.py)
 
 
+def _missing(what: str) -> NoReturn:
+    """Skip locally; in CI (env CI set) a browser test that cannot run is a failure, never a silent skip."""
+    if os.environ.get("CI"):
+        pytest.fail(f"browser test cannot run in CI: {what}", pytrace=False)
+    pytest.skip(f"{what}; browser test skipped")
+
+
 @pytest.fixture(scope="module")
 def chromium():
     exe = br.find_chromium()
     if exe is None:
-        pytest.skip("no Chromium installed (Debian: apt-get install chromium); browser test skipped")
+        _missing("no Chromium installed (Debian: apt-get install chromium fonts-noto-cjk)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip(
+        _missing(
             "python package playwright not installed (pip install playwright; no browser download needed)"
         )
     with sync_playwright() as p:
