@@ -62,7 +62,7 @@ INPUT_LEN, OUTPUT_LEN = 64, 64
 SERVER_CPU, CLIENT_CPU = 0, 1
 TOOLS = ("ours", "vllm", "aiperf", "guidellm")
 PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
-TOOL_NAMES = {"ours": "inference-anatomy collector", "vllm": "vllm bench serve", "aiperf": "AIPerf",
+TOOL_NAMES = {"ours": "inference-anatomy collector", "before": "inference-anatomy collector（改进前）", "vllm": "vllm bench serve", "aiperf": "AIPerf",
               "guidellm": "GuideLLM", "floor": "httpx 下限（只读字节、不解析）"}  # fmt: skip
 MS = 1e6
 
@@ -156,7 +156,7 @@ def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None =
     return cpu
 
 
-def run_ours(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+def run_ours(url: str, c: int, n_req: int, work: Path, root: Path = ROOT) -> tuple[ClientView, TreeCPU]:
     plan = work / "plan.toml"
     plan.write_text(f"""campaign = "fidelity"
 run = "c{c:04d}"
@@ -180,10 +180,10 @@ kind = "concurrency"
 points = [{{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, output_len = {OUTPUT_LEN}, seed = 1 }}]
 """)
     raw = work / "raw"
-    cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], ROOT,
-                    work / "tool.log")  # fmt: skip
+    cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], root,
+                    work / "tool.log", env={"PYTHONPATH": str(root)})  # fmt: skip
     (req,) = raw.glob("fidelity/*/requests.jsonl")
-    view = ClientView(version=_git_version())
+    view = ClientView(version=_git_version(root))
     for line in req.read_text().splitlines():
         r = RequestRecord.from_obj(json.loads(line))
         if r.phase_kind != "concurrency" or not r.ok:
@@ -238,9 +238,9 @@ def _pkg_version(py: Path, pkg: str) -> str:
     return out.stdout.strip()
 
 
-def _git_version() -> str:
+def _git_version(root: Path = ROOT) -> str:
     out = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     return f"git {out.stdout.strip()}"
 
@@ -322,7 +322,15 @@ def run_guidellm(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, 
     return view, cpu  # no per-chunk times are kept: chunk latency n/a
 
 
-RUNNERS = {"ours": run_ours, "vllm": run_vllm, "floor": run_floor, "aiperf": run_aiperf,
+BEFORE = Path(tempfile.gettempdir()) / "inference-anatomy-before"
+
+
+def run_before(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    """Our client as it was before issue #13 (a checkout of ``--before`` in a temporary worktree)."""
+    return run_ours(url, c, n_req, work, root=BEFORE)
+
+
+RUNNERS = {"ours": run_ours, "before": run_before, "vllm": run_vllm, "floor": run_floor, "aiperf": run_aiperf,
            "guidellm": run_guidellm}  # fmt: skip
 
 
@@ -468,12 +476,17 @@ def main() -> None:
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--port", type=int, default=18931)
     ap.add_argument("--publish", action="store_true")
+    ap.add_argument("--before", default="9288007^", help="the revision the 'before' tool runs")
     args = ap.parse_args()
     tools = [t for t in args.tools.split(",") if t]
     points = [int(x) for x in args.points.split(",")]
     for t in tools:
         if t in PEER_PINS:
             ensure_peer(t)
+    if "before" in tools and not BEFORE.exists():
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(BEFORE), args.before], check=True
+        )
     load = os.getloadavg()[0]
     if load > 1.5:
         print(f"warning: load average {load:.2f} > 1.5: the numbers will be noisy", file=sys.stderr)
