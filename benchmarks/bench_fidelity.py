@@ -34,6 +34,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -140,17 +141,18 @@ def _pin(cmd: list[str]) -> list[str]:
 
 
 def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None,
-              timeout_s: float = 600) -> TreeCPU:  # fmt: skip
+              timeout_s: float = 300) -> TreeCPU:  # fmt: skip
     with open(log, "wb") as fh:
         proc = subprocess.Popen(_pin(cmd), cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})  # fmt: skip
+                                env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
         cpu = TreeCPU(proc.pid).start()
         try:
             rc = proc.wait(timeout_s)
         finally:
             cpu.stop()
             if proc.poll() is None:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)  # the tool and every worker process it started
+                proc.wait()
     if rc != 0:
         raise RuntimeError(f"{cmd[0]} … exited {rc}; see {log}: {log.read_text(errors='replace')[-1500:]}")
     return cpu
@@ -403,26 +405,32 @@ def median_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure(tools: list[str], points: list[int], repeats: int, port: int) -> list[dict[str, Any]]:
-    results = []
+    """Every tool at every point, ``repeats`` times, interleaved (point, repeat, tool) so that a machine whose
+    load drifts treats the tools alike; the median of each tool's repeats per point."""
+    rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
     with MetronomeProcess(port, cpu=SERVER_CPU, **SCHEDULE) as metro:
-        for tool in tools:
-            for c in points:
-                n_req = requests_for(c)
-                reps = []
-                for k in range(repeats):
+        for c in points:
+            n_req = requests_for(c)
+            for k in range(repeats):
+                for tool in tools:
                     metro.reset()
                     with tempfile.TemporaryDirectory(prefix=f"fid-{tool}-{c}-") as d:
                         try:
                             view, cpu = RUNNERS[tool](metro.url, c, n_req, Path(d))
-                        except (RuntimeError, OSError, ValueError) as err:
+                        except (
+                            RuntimeError,
+                            OSError,
+                            ValueError,
+                            KeyError,
+                            subprocess.TimeoutExpired,
+                        ) as err:
                             print(f"{tool} c={c} #{k}: failed: {err}", file=sys.stderr)
                             continue
                     row = evaluate(view, metro.log(), c, n_req, cpu)
+                    row["load_avg"] = os.getloadavg()[0]
                     print(json.dumps({"tool": tool, "repeat": k, **row}), flush=True)
-                    reps.append(row)
-                if reps:
-                    results.append({"tool": tool, **median_rows(reps)})
-    return results
+                    rows.setdefault((tool, c), []).append(row)
+    return [{"tool": t, **median_rows(rows[(t, c)])} for t in tools for c in points if (t, c) in rows]
 
 
 # ------------------------------------------------------------------------------------------------- output
