@@ -170,8 +170,13 @@ def envelope_crossings(
     grid = sorted(set(a_cost) | set(b_cost))
     lo = max(a_cost[0], b_cost[0])
     grid = [g for g in grid if g >= lo]
-    ga = [envelope_gain(g, a_cost, a_gain) for g in grid]
-    gb = [envelope_gain(g, b_cost, b_gain) for g in grid]
+    ga: list[float] = []
+    gb: list[float] = []
+    for g in grid:
+        a, b = envelope_gain(g, a_cost, a_gain), envelope_gain(g, b_cost, b_gain)
+        assert a is not None and b is not None  # the grid starts at both fronts' cheapest point: never below
+        ga.append(a)
+        gb.append(b)
     out: list[float] = []
     for i in range(len(grid) - 1):
         seg = loglog_crossings([grid[i], grid[i + 1]], [ga[i], ga[i + 1]], [gb[i], gb[i + 1]])
