@@ -8,6 +8,7 @@ the build with the template and what is missing, instead of publishing a blank.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,11 +166,10 @@ class PageContext:
         return f"[{label}]({self.link(home)}#{anchor_of(key)})"
 
     def finding_ref(self, finding: Finding, text: str) -> str:
-        """``text`` linked to where the finding is shown (a line of prose that rests on a finding)."""
-        home = self.site.finding_pages.get((self.c.name, finding.key))
-        if home is None:
-            return text
-        return f"[{text}]({self.link(home)}#{anchor_of(finding.key)})"
+        """``text`` linked to the row where the finding is shown (a line of prose that rests on a finding).
+        A page's conclusion comes before its own findings table, so the link is resolved when every page has
+        been rendered (resolve_finding_refs); a finding no page shows stays plain text."""
+        return f"{_REF}{self.c.name}{_SEP}{finding.key}{_SEP}{text}{_REF}"
 
     # -- tables ------------------------------------------------------------------------------------------------
     def t(self, name: str) -> Table:
@@ -365,6 +365,25 @@ class PageContext:
     def link(self, target: str) -> str:
         """A relative link from this page to another page or file (both relative to docs_dir)."""
         return relative_link(target, self.page_path)
+
+
+# Marks of a deferred link to a finding's row: private-use characters, never in a template's text (and, unlike
+# ASCII separators, not line breaks to str.splitlines, which jinja's indent filter uses).
+_REF, _SEP = "\ue000", "\ue001"
+_REF_RE = re.compile(f"{_REF}([^{_SEP}]*){_SEP}([^{_SEP}]*){_SEP}([^{_REF}]*){_REF}")
+
+
+def resolve_finding_refs(site: SiteState, page: Page) -> str:
+    """The page's text with every deferred finding link pointing at the finding's row (its first page)."""
+
+    def link(m: re.Match[str]) -> str:
+        campaign, key, text = m.groups()
+        home = site.finding_pages.get((campaign, key))
+        if home is None:
+            return text
+        return f"[{text}]({relative_link(home, page.path)}#{anchor_of(key)})"
+
+    return _REF_RE.sub(link, page.text)
 
 
 def render_template(

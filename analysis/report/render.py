@@ -31,7 +31,7 @@ from analysis.report import (
     raw_index_page,
     structure_page,
 )
-from analysis.report.context import RenderReport, SiteState
+from analysis.report.context import RenderReport, SiteState, resolve_finding_refs
 from analysis.report.env import make_env
 from analysis.report.markdown import Page
 from analysis.report.profile import build_profile
@@ -88,6 +88,7 @@ class SiteRenderer:
         self.assets_dir = assets_dir
         self.only = campaigns
         self.site = SiteState(env=make_env(Path(templates_dir)))
+        self._pages: list[Page] = []
 
     @property
     def report(self) -> RenderReport:
@@ -109,15 +110,22 @@ class SiteRenderer:
             shutil.copytree(self.assets_dir, self.out / "assets", dirs_exist_ok=True)
 
     def _write(self, page: Page) -> Page:
-        target = self.out / page.path
-        if target.exists():
+        """Keep a rendered page; files are written once every page is rendered (_flush), when every
+        finding's home page is known and the numbers that link to findings can be resolved."""
+        if (self.out / page.path).exists():
             raise RenderError(
                 f"{page.path}: rendered page would overwrite a hand-written page of the same path"
             )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(page.text, encoding="utf-8")
         self.report.pages.append(page.path)
+        self._pages.append(page)
         return page
+
+    def _flush(self) -> None:
+        for page in self._pages:
+            target = self.out / page.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(resolve_finding_refs(self.site, page), encoding="utf-8")
+        self._pages.clear()
 
     # -- results -----------------------------------------------------------------------------------------------
     def _load(self) -> tuple[list[CampaignResults], CampaignResults | None]:
@@ -186,6 +194,7 @@ class SiteRenderer:
         nav.append({nav_zh["method"]: [{self._handwritten(rel).title: rel} for rel in HANDWRITTEN_PAGES]})
         nav.append({nav_zh["data"]: [{p.title: p.path} for p in data]})
 
+        self._flush()
         site.figures.convert(self.out)
         left_out = site.figures.left_out
         (self.out / FIGURES_FILE).write_text(
