@@ -69,7 +69,8 @@ class FaultServer:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._server is not None:
+        """Close the listening socket; a server stopped already (its loop closed) is left as it is."""
+        if self._loop is not None and self._server is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._server.close)
 
     @property
