@@ -816,6 +816,8 @@ def fmt_num(x: object, decimals: int | None = None, sig: int = 3) -> str:
         return "✓" if x else "✗"
     if isinstance(x, int):
         return f"{x:,}"
+    if isinstance(x, list | tuple):  # e.g. the output tokens where each preempted stream stopped
+        return "、".join(fmt_num(v, decimals, sig) for v in x) if x else MISSING
     if not isinstance(x, Real):
         return str(x)
     x = float(x)

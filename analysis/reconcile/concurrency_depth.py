@@ -19,15 +19,11 @@ from analysis import fits
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
 from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile.concurrency import throughput_gain
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
-
-
-def gain(throughput_max: float, throughput_single: float) -> float:
-    """Throughput gained by batching, ratio: output tok/s at the highest concurrency ÷ at concurrency 1."""
-    return throughput_max / throughput_single
 
 
 def per_slot_efficiency_pct(gain_: float, concurrency: int) -> float:
@@ -150,7 +146,9 @@ def series_findings(
             )
         )
     else:
-        g = gain(top[1]["output_throughput_tokens_per_s"], single[1]["output_throughput_tokens_per_s"])
+        g = throughput_gain(
+            single[1]["output_throughput_tokens_per_s"], top[1]["output_throughput_tokens_per_s"]
+        )
         out.append(
             fnd.measured(
                 at("per_slot_efficiency_pct"),

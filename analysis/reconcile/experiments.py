@@ -211,7 +211,7 @@ NOT_RUN: dict[str, tuple[tuple[str, str, str], ...]] = {
             "model_size",
             "exp_not_run_model_shapes",
             "experiment 4 not run: collector.modelgen knew only the tiny and 7B shapes then (0.5B/1.5B/3B need "
-            "their shapes incl. tied embeddings); see /work/notes/h200-experiments-report.md",
+            "their shapes incl. tied embeddings); the device budget went to experiments 1-3",
         ),
         (
             "two_gpus",
@@ -1577,7 +1577,10 @@ def _kv_pool_findings(e: _Exp, ctx: Context, rows: list[dict]) -> list[fnd.Findi
             if row is None:
                 continue
             row |= {"arm": arm, "variant": ar.arm.variant, "repeat": k}
-            rows.append(row)
+            # the table is a CSV the page prints: token lists as text, not a Python list's repr
+            rows.append(
+                row | {c: ", ".join(map(str, row[c])) for c in ("stop_tokens", "stop_tokens_predicted")}
+            )
             per_run.append(row)
         if not per_run:
             continue
