@@ -34,7 +34,9 @@ RUN_COLUMNS = (
     "gpu",
     "description",
 )
-FILE_COLUMNS = ("run", "rel", "size", "sha256", "source", "written_wall")
+# No per-file write time: for an import it is the moment of the import, not of the measurement, so it would
+# make two imports of the same source analyse differently; a collected run's time is its run's created_wall.
+FILE_COLUMNS = ("run", "rel", "size", "sha256", "source")
 
 
 def _wall(stamp: Any) -> str | None:
@@ -81,7 +83,8 @@ def run(campaign_name: str, raw_roots: Iterable[Path]) -> Section:
                     "imported": bool(meta.get("imported")),
                     "origin": origin(meta, provenance),
                     "tool_version": tool,
-                    "created_wall": _wall(info.created),
+                    # when our collector wrote the run; an import's creation time is the import's, not the data's
+                    "created_wall": None if meta.get("imported") else _wall(info.created),
                     "gpu": meta.get("gpu"),
                     "description": meta.get("description"),
                 }
@@ -94,7 +97,6 @@ def run(campaign_name: str, raw_roots: Iterable[Path]) -> Section:
                         "size": e.get("size"),
                         "sha256": e.get("sha256"),
                         "source": e.get("source"),
-                        "written_wall": _wall(e.get("written_at")),
                     }
                 )
     tables = {

@@ -18,7 +18,6 @@ class RawFile:
     size: int | None
     sha256: str | None
     source: str | None  # the file's original path (imports) or its writer (collected runs)
-    written_wall: str | None
     used_by: list[str] = field(default_factory=list)  # finding keys
 
     @property
@@ -68,7 +67,6 @@ def runs_of(c: CampaignResults) -> list[RawRun]:
                     size=f.get("size"),
                     sha256=f.get("sha256"),
                     source=f.get("source"),
-                    written_wall=f.get("written_wall"),
                 )
             )
     return list(runs.values())
