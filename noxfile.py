@@ -15,7 +15,8 @@ nox.options.sessions = ["site"]
 
 ROOT = Path(__file__).parent
 ENGINES = ROOT / ".engines"
-# The reference campaign (someone else's, never committed): ../shared here and in CI; the Pages workflow points
+# The reference campaign (someone else's, never committed): ../shared here and in CI; the Pages workflow
+# points
 # ANATOMY_SEED_CAMPAIGN at a checkout of its public source instead.
 SEED_CAMPAIGN = Path(
     os.environ.get("ANATOMY_SEED_CAMPAIGN", ROOT.parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b")
@@ -100,7 +101,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def site(session: nox.Session) -> None:
-    """Main job: import the reference campaign, analyze every raw root, render pages, mkdocs build --strict."""
+    """Main job: import the reference campaign, analyze every raw root, render pages, mkdocs build
+    --strict."""
     _install(session, "site")
     roots = _import_reference(session)
     raw_args = [a for r in roots for a in ("--raw", str(r))]

@@ -234,7 +234,8 @@ class Campaign:
     @property
     def all_runs(self) -> list[RunData]:
         """Protocol runs, then experiment runs (each by name): for what concerns every run (states, clocks,
-        theory). Protocol runs first, so a fact every run states (the model config) is cited from one of them."""
+        theory). Protocol runs first, so a fact every run states (the model config) is cited from one of
+        them."""
         return self.runs + self.experiment_runs
 
     @property

@@ -62,8 +62,8 @@ Drawn = alt.TopLevelMixin | Missing
 
 
 def engine_format_zh(engine: str, weight_format: object) -> str:
-    """A series' Chinese name from its own row: `llama.cpp（F16）`; the bare engine name where the table does not
-    say which weight format the engine served (never a format assumed from another campaign)."""
+    """A series' Chinese name from its own row: `llama.cpp（F16）`; the bare engine name where the table does
+    not say which weight format the engine served (never a format assumed from another campaign)."""
     name = zh.ENGINE_NAMES.get(engine, engine)
     if _blank(weight_format):
         return name
@@ -222,10 +222,10 @@ OTHER_COLOR = "#bbbbbb"
 
 
 def _main_runs(d: pd.DataFrame, run_cols: list[str]) -> pd.Series:
-    """Whether each row is its series' main run: per round, engine (with format) and test kind, the run with the
-    most measured points of that kind (ties: the first by name). The others — a repeat, the arms of a one-knob
-    experiment — are context on a campaign's figure (thin, grey, one legend entry); their own pages compare
-    them. Every row of a table without a run column is main."""
+    """Whether each row is its series' main run: per round, engine (with format) and test kind, the run with
+    the most measured points of that kind (ties: the first by name). The others — a repeat, the arms of a
+    one-knob experiment — are context on a campaign's figure (thin, grey, one legend entry); their own pages
+    compare them. Every row of a table without a run column is main."""
     if not all(c in d for c in run_cols):
         return pd.Series(True, index=d.index)
     run = d[run_cols].astype(str).agg(" / ".join, axis=1)
@@ -743,7 +743,8 @@ def _comparison_zh(a: object, b: object, comparison: str) -> str:
 
 
 def reproducibility_delta(df: pd.DataFrame) -> Drawn:
-    """Throughput change per concurrency, a panel per engine; a bar per comparison (between rounds, repeats)."""
+    """Throughput change per concurrency, a panel per engine; a bar per comparison (between rounds,
+    repeats)."""
     f = _fig("reproducibility_delta")
     if not len(df):
         return _no_rows("reproducibility")
@@ -792,7 +793,8 @@ ROOFLINE_KEEP += ("test_kind", "run", "campaign")
 def _itl_floor_layer(
     d: pd.DataFrame, f: dict[str, str], color: alt.Color
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
-    """Measured p50 ITL beside the datasheet and measured-ceiling floors: colour = series, dash = which line."""
+    """Measured p50 ITL beside the datasheet and measured-ceiling floors: colour = series, dash = which
+    line."""
     keep = [c for c in ROOFLINE_KEEP if c in d]
     long = d.melt(
         id_vars=keep,
@@ -829,7 +831,8 @@ def _itl_floor_layer(
 def _achievement_layer(
     d: pd.DataFrame, f: dict[str, str], color: alt.Color
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
-    """Roofline achievement against both bases (datasheet, measured ceiling): colour = series, dash = basis."""
+    """Roofline achievement against both bases (datasheet, measured ceiling): colour = series, dash =
+    basis."""
     keep = [c for c in ROOFLINE_KEEP if c in d]
     long = d.melt(
         id_vars=keep,
@@ -934,8 +937,8 @@ def prediction_vs_measured(df: pd.DataFrame) -> Drawn:
 
 def _experiment_lines(df: pd.DataFrame, experiment: str, name: str) -> Drawn:
     """One experiment's arms: p50 ITL per point, colour = arm (the knob's setting), dash = repeat, a line per
-    run; a panel per weight format (a sweep over concurrency) or per concurrency (a length sweep over the input
-    length), so no line joins different tests or formats."""
+    run; a panel per weight format (a sweep over concurrency) or per concurrency (a length sweep over the
+    input length), so no line joins different tests or formats."""
     f = _fig(name)
     d = df[df["experiment"] == experiment].dropna(subset=["p50_itl_ms"])
     if not len(d):
@@ -1019,8 +1022,9 @@ def experiment_kv_quant(df: pd.DataFrame) -> Drawn:
 
 
 def experiment_kv_pool(df: pd.DataFrame) -> Drawn:
-    """Experiment 6: preemptions (left) and the requests resident at the wave's peak (right) against KV demand ÷
-    pool, the lock-step prediction as a line, each run as a dot, and (right) the log's max-concurrency line."""
+    """Experiment 6: preemptions (left) and the requests resident at the wave's peak (right) against KV demand
+    ÷ pool, the lock-step prediction as a line, each run as a dot, and (right) the log's max-concurrency
+    line."""
     f = _fig("experiment_kv_pool")
     d = df.dropna(subset=["demand_over_pool"])
     if not len(d):
@@ -1120,7 +1124,8 @@ def figure_specs(tables: dict[str, pd.DataFrame]) -> tuple[dict[str, dict], dict
 
 
 def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
-    """Vega-Lite specs of every figure that has something to draw (see figure_specs for the others' reasons)."""
+    """Vega-Lite specs of every figure that has something to draw (see figure_specs for the others'
+    reasons)."""
     return figure_specs(tables)[0]
 
 
@@ -1128,7 +1133,8 @@ def all_figures(tables: dict[str, pd.DataFrame]) -> dict[str, dict]:
 
 
 def _gpu_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of campaigns measured on a GPU with a datasheet: a CPU smoke campaign has no place on GPU axes."""
+    """The rows of campaigns measured on a GPU with a datasheet: a CPU smoke campaign has no place on GPU
+    axes."""
     if "bandwidth_datasheet_bytes_per_s" not in df:
         return df.iloc[0:0]
     with_gpu = df.groupby("campaign")["bandwidth_datasheet_bytes_per_s"].transform(lambda s: s.notna().any())
@@ -1216,7 +1222,8 @@ COMPARISON_FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
 def comparison_figure_specs(
     tables: dict[str, pd.DataFrame],
 ) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
-    """Vega-Lite specs of the cross-campaign figures that have something to draw, and why the others do not."""
+    """Vega-Lite specs of the cross-campaign figures that have something to draw, and why the others do
+    not."""
     return _build(tables, COMPARISON_FIGURES)
 
 

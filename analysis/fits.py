@@ -29,8 +29,8 @@ def least_squares(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
     """Ordinary least squares line through (x, y).
 
     slope = Σ(x−x̄)(y−ȳ) / Σ(x−x̄)², intercept = ȳ − slope·x̄,
-    r² = 1 − SS_res / SS_tot with SS_res = Σ(y−ŷ)², SS_tot = Σ(y−ȳ)² (r² = 1 when SS_tot = 0 and the fit is exact).
-    Units: slope in [y]/[x], intercept in [y].
+    r² = 1 − SS_res / SS_tot with SS_res = Σ(y−ŷ)², SS_tot = Σ(y−ȳ)² (r² = 1 when SS_tot = 0 and the fit is
+    exact). Units: slope in [y]/[x], intercept in [y].
     """
     if len(xs) != len(ys):
         raise ValueError(f"least_squares: {len(xs)} x values but {len(ys)} y values")

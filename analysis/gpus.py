@@ -38,7 +38,8 @@ MIB = 2**20
 # `collector init` after.
 GPUS: dict[str, GpuSpec] = {
     # NVIDIA Ada Lovelace GPU Architecture whitepaper (v2.1), Appendix A, GeForce RTX 4090: 24 GB GDDR6X,
-    # 384-bit at 21 Gbps = 1008 GB/s; "Peak BF16 Tensor TFLOPS with FP32 Accumulate 165.2/330.4" (dense/sparse).
+    # 384-bit at 21 Gbps = 1008 GB/s; "Peak BF16 Tensor TFLOPS with FP32 Accumulate 165.2/330.4"
+    # (dense/sparse).
     # GeForce runs FP16/BF16 tensor math at half rate when accumulating in FP32 (330.3 TFLOPS is the
     # FP16-accumulate figure, which no BF16 framework path uses) -> 165.2e12.
     # 24564 MiB: nvidia-smi in the reference campaign's fingerprint.txt.
@@ -68,7 +69,9 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=81559 * MIB,
         bandwidth_bytes_per_s=3.35e12,
         bf16_flops_per_s=989.4e12,
-        source="NVIDIA H100 Tensor Core GPU datasheet (H100 SXM); H100 whitepaper Table 1 for the dense figure",
+        source=(
+            "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM); H100 whitepaper Table 1 for the dense figure"
+        ),
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: 141GB HBM3e, 4.8 TB/s; "BF16 Tensor Core 1,979 TFLOPS"
     # with sparsity -> dense 989.4 TFLOPS (same GH100 compute as H100 SXM). nvidia-smi: 143771 MiB.
@@ -82,7 +85,8 @@ GPUS: dict[str, GpuSpec] = {
         source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)",
     ),
     # NVIDIA L40S datasheet: 48GB GDDR6 with ECC, 864 GB/s; "BF16 Tensor Core 362.05 | 733 TFLOPS*"
-    # (* with sparsity). Data-centre Ada runs FP32-accumulate at full rate, unlike GeForce. nvidia-smi: 46068 MiB.
+    # (* with sparsity). Data-centre Ada runs FP32-accumulate at full rate, unlike GeForce. nvidia-smi: 46068
+    # MiB.
     "l40s": GpuSpec(
         name="l40s",
         display_name="NVIDIA L40S",
@@ -151,7 +155,8 @@ GPUS: dict[str, GpuSpec] = {
         source="NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe); H100 whitepaper for the dense figure",
     ),
     # NVIDIA L4 Tensor Core GPU datasheet: 24GB GDDR6, 300 GB/s; "BF16 Tensor Core 242 teraFLOPS*" (* with
-    # sparsity) -> dense 121 TFLOPS. The datasheet gives one figure (no separate FP32-accumulate row); like the
+    # sparsity) -> dense 121 TFLOPS. The datasheet gives one figure (no separate FP32-accumulate row); like
+    # the
     # L40S, a data-centre Ada part, so no GeForce half rate is applied. nvidia-smi: "NVIDIA L4", 23034 MiB.
     "l4": GpuSpec(
         name="l4",

@@ -1,8 +1,8 @@
 """Where a finding belongs, and the one place that names things: slugs, series ids and finding keys.
 
 A finding is addressed by structured fields (`At`): the campaign, the round, the engine and weight format, the
-run, the cross-campaign series, the topic (the reconciliation it comes from: ``overload``, ``gates`` …) and the
-metric. Readers select findings by these fields; the key is only an id (the findings.json key, an HTML
+run, the cross-campaign series, the topic (the reconciliation it comes from: ``overload``, ``gates`` …) and
+the metric. Readers select findings by these fields; the key is only an id (the findings.json key, an HTML
 anchor) that this module composes from them. Nothing parses a key back into fields.
 
 Key layout, for a reader of findings.json (the fields in this order, empty ones left out)::
@@ -34,7 +34,8 @@ def slug(text: object) -> str:
 
 
 def series_id(engine: str, weight_format: str | None) -> str:
-    """A series across campaigns: engine and weight format (``llamacpp_q4_k_m``; ``…_unknown`` without one)."""
+    """A series across campaigns: engine and weight format (``llamacpp_q4_k_m``; ``…_unknown`` without
+    one)."""
     return slug(f"{engine}_{weight_format or 'unknown'}")
 
 

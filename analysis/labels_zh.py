@@ -90,7 +90,9 @@ REASONS: dict[str, str] = {
     "no_rows": "没有可画的数据（该节的无数据结论说明原因）",
     "run_unparseable": "该运行的原始文件无法解析（见详情），本批次其余运行照常分析",
     "no_matching_sweep_point": "没有相同并发的扫描测量点可以对照",
-    "client_saturated": "压测客户端自身饱和（事件循环滞后 p99 超过 5 毫秒）：这个点的延迟与吞吐由客户端而不是服务器决定",
+    "client_saturated": (
+        "压测客户端自身饱和（事件循环滞后 p99 超过 5 毫秒）：这个点的延迟与吞吐由客户端而不是服务器决定"
+    ),
     "no_client_probe": "该运行的采集器还没有记录客户端自检（事件循环滞后），无法判断客户端是否饱和",
     "unknown": "无法从现有文件判断",
 }
@@ -326,7 +328,9 @@ CHANGES: dict[str, str] = {
     "host_mem_total_gib": "主机内存（GiB）",
     "llamacpp_slots": "llama.cpp 槽数（-np）",
     "llamacpp_ctx_per_slot": "llama.cpp 每槽上下文（token）",
-    "llamacpp_idle_slot_cache_off": "llama.cpp 日志：空闲槽位的提示缓存被关闭（--cache-idle-slots 需要 --cache-ram）",
+    "llamacpp_idle_slot_cache_off": (
+        "llama.cpp 日志：空闲槽位的提示缓存被关闭（--cache-idle-slots 需要 --cache-ram）"
+    ),
 }
 
 # --- findings: (topic, metric) -> what the finding is, in a table row or a sentence -----------------------
@@ -433,7 +437,8 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     ("concurrency", "knee_p99_itl_ratio"): "拐点处 p99 ITL ÷ 拐点前一档的 p99 ITL",
     ("concurrency", "max_concurrency_tested"): "扫描测到的最高并发",
 }
-# --- issue #11: the reference study's derivations (structure, memory, length sweep, concurrency, overload) ---
+# --- issue #11: the reference study's derivations (structure, memory, length sweep, concurrency, overload)
+# ---
 MATRICES: dict[str, str] = {
     "q_proj": "q 投影",
     "k_proj": "k 投影",
@@ -544,8 +549,12 @@ FINDINGS.update(
 )
 REASONS.update(
     {
-        "no_flops_counter": "没有 FLOPs / 读取字节计数器（只有 vLLM 在 --enable-mfu-metrics 时提供），无法计算 MFU / MBU",
-        "no_memory_line": "服务器日志中没有显存账目行（vLLM 的 'Free memory on device …' 或 llama.cpp 的 'buffer size'）",
+        "no_flops_counter": (
+            "没有 FLOPs / 读取字节计数器（只有 vLLM 在 --enable-mfu-metrics 时提供），无法计算 MFU / MBU"
+        ),
+        "no_memory_line": (
+            "服务器日志中没有显存账目行（vLLM 的 'Free memory on device …' 或 llama.cpp 的 'buffer size'）"
+        ),
     }
 )
 
@@ -601,7 +610,9 @@ PREDICTION_KINDS: dict[str, str] = {"bound": "界限", "point": "数值", "exact
 REASONS.update(
     {
         "exp_runs_missing": "该实验的对照组运行不全（少于两组），无法比较",
-        "exp_not_run_model_shapes": "实验 4 未运行：当时的随机权重生成器只有微型与 7B 两种形状（0.5B/1.5B/3B 需要含共享词嵌入的形状）",
+        "exp_not_run_model_shapes": (
+            "实验 4 未运行：当时的随机权重生成器只有微型与 7B 两种形状（0.5B/1.5B/3B 需要含共享词嵌入的形状）"
+        ),
         "exp_not_run_two_gpus": "实验 5 未运行：本次会话没有借到两块 GPU 的机器",
         "exp_random_weights_acceptance": "随机权重下草稿模型的接受率没有意义，测了也不能代表真实模型",
         "exp_vllm_gpu_out_of_reach": "分块预填充是 vLLM 的参数，而这里够不到 GPU 上的 vLLM",
@@ -743,7 +754,8 @@ def format_label(fmt: str | None) -> str:
 
 
 def series_label(engine: str | None, weight_format: str | None = None) -> str:
-    """An engine with its weight format, ``llama.cpp（Q4_K_M）``; the engine alone when the format is unknown."""
+    """An engine with its weight format, ``llama.cpp（Q4_K_M）``; the engine alone when the format is
+    unknown."""
     if weight_format:
         return f"{engine_name(engine)}（{format_label(weight_format)}）"
     return engine_name(engine)
@@ -991,9 +1003,12 @@ def cell_text(column: str, value: Any) -> str:
 # issue #14: goodput and the SLO planner
 REASONS.update(
     {
-        "no_request_records": "没有逐请求记录（requests.jsonl）：基准文件只有分位数，看不出哪些请求同时满足全部 SLO，"
-        "由分位数推出的不是逐请求的有效吞吐（goodput）",
-        "slo_not_bracketed": "测得的点没有把延迟预算夹在中间（最高的实测并发仍满足，或没有一个点满足），无法插值",
+        "no_request_records": "没有逐请求记录（requests.jsonl）：基准文件只有分位数，"
+        "看不出哪些请求同时满足全部 "
+        "SLO，由分位数推出的不是逐请求的有效吞吐（goodput）",
+        "slo_not_bracketed": (
+            "测得的点没有把延迟预算夹在中间（最高的实测并发仍满足，或没有一个点满足），无法插值"
+        ),
     }
 )
 UNITS["req/s"] = "请求/秒"

@@ -347,7 +347,8 @@ def point_summary_vllm_bench(
     return out
 
 
-# --- the load client's own fidelity ---------------------------------------------------------------------------
+# --- the load client's own fidelity
+# ---------------------------------------------------------------------------
 
 # A client whose event loop runs 1 % of its wake-ups more than this late adds that much to the chunk times
 # it records: the ITLs and TTFTs of the point describe the client as much as the server.

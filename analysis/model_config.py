@@ -4,25 +4,28 @@ Bundled configs (``analysis/models/*.json``) are the Hub files, content unchange
 Hub file itself could not be read, the public copy it came from is named and checked against a second source
 for the keys the theory reads:
 
-- ``Qwen2.5-7B-Instruct`` (``Qwen/Qwen2.5-7B-Instruct``): values agree with several public copies of the Hub file
-  and with vLLM 0.27.1's own start-up log in the reference campaign (``hidden_size=3584 num_attention_heads=28
-  num_key_value_heads=4 head_dim=128 intermediate_size=18944 vocab_size=152064``); 7,615,616,512 parameters.
+- ``Qwen2.5-7B-Instruct`` (``Qwen/Qwen2.5-7B-Instruct``): values agree with several public copies of the Hub
+  file and with vLLM 0.27.1's own start-up log in the reference campaign (``hidden_size=3584
+  num_attention_heads=28 num_key_value_heads=4 head_dim=128 intermediate_size=18944 vocab_size=152064``);
+  7,615,616,512 parameters.
 - ``Qwen2.5-0.5B-Instruct`` (``Qwen/Qwen2.5-0.5B-Instruct``): tied embeddings; 494,032,768 parameters.
-- ``Llama-3.1-8B-Instruct`` (``meta-llama/Llama-3.1-8B-Instruct``): llama3 rope scaling; 8,030,261,248 parameters.
+- ``Llama-3.1-8B-Instruct`` (``meta-llama/Llama-3.1-8B-Instruct``): llama3 rope scaling; 8,030,261,248
+  parameters.
 - ``Llama-3.1-70B-Instruct``: inference-sim/inference-sim ``model_configs/llama-3.1-70b-instruct/config.json``
   (f90a1e3), identical to mlc-ai/mlc-llm ``model_preset.py`` ``llama3_1_70b`` (79d603f).
 - ``Llama-3.2-1B-Instruct``, ``Llama-3.2-3B-Instruct``, ``Qwen2.5-3B-Instruct``, ``Mistral-7B-v0.3``,
-  ``gemma-2-2b-it``, ``gemma-2-9b-it``: mlc-ai/mlc-llm ``python/mlc_llm/model/model_preset.py`` (79d603f) presets
-  ``llama3_2_1b``, ``llama3_2_3b``, ``qwen2.5_3b``, ``mistral_7b_v03``, ``gemma2_2b``, ``gemma2_9b`` (copies of
-  the Hub files); shapes cross-checked with other public copies (Llama-3.2-3B base, Qwen2.5-3B base, gemma-2-9b).
+  ``gemma-2-2b-it``, ``gemma-2-9b-it``: mlc-ai/mlc-llm ``python/mlc_llm/model/model_preset.py`` (79d603f)
+  presets ``llama3_2_1b``, ``llama3_2_3b``, ``qwen2.5_3b``, ``mistral_7b_v03``, ``gemma2_2b``, ``gemma2_9b``
+  (copies of the Hub files); shapes cross-checked with other public copies (Llama-3.2-3B base, Qwen2.5-3B
+  base, gemma-2-9b).
 - ``Qwen2.5-1.5B-Instruct``, ``Qwen2.5-72B-Instruct``: public verbatim copies of the Hub files (a test fixture
   marked "verbatim snapshot", and a ``原始 config.json`` dump; a second copy agrees for the 1.5B).
 - ``Qwen2.5-32B-Instruct``: a transformers load log of the Hub file (``Qwen2Config {...}``); the loader-added
   ``rope_scaling: null``, ``_name_or_path`` and loader ``transformers_version`` are left out.
 - ``Qwen2.5-14B-Instruct``: only the keys the theory reads (no full public copy found): shape from the model
-  card (48 layers, 40 Q / 8 KV heads) and public configs (hidden 5120, intermediate 13824, vocab 152064, untied);
-  ``max_position_embeddings`` 32768 from the card ("The current config.json is set for context length up to
-  32,768 tokens").
+  card (48 layers, 40 Q / 8 KV heads) and public configs (hidden 5120, intermediate 13824, vocab 152064,
+  untied); ``max_position_embeddings`` 32768 from the card ("The current config.json is set for context length
+  up to 32,768 tokens").
 - ``Qwen3-0.6B``, ``Qwen3-8B``, ``Qwen3-32B``: ai-dynamo/aiconfigurator ``aic-core/.../model_configs/
   Qwen--Qwen3-*_config.json`` (095f58a); ``Qwen3-14B``: inference-sim ``model_configs/qwen3-14b`` (f90a1e3);
   ``Qwen3-4B``: two public copies agree. Qwen3's ``head_dim`` (128) is explicit and is not hidden/heads.
@@ -63,10 +66,12 @@ _ARCH_DEFAULTS: dict[str, tuple[bool, bool, bool]] = {
 }
 
 
-# Keys whose presence (a value above 1) means a mixture-of-experts MLP: each token reads only its routed experts'
+# Keys whose presence (a value above 1) means a mixture-of-experts MLP: each token reads only its routed
+# experts'
 # weights, so weight bytes read per step, FLOPs per token and the parameter count all differ from a dense MLP.
 _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-# model types whose ``sliding_window`` only applies when ``use_sliding_window`` is true (transformers Qwen2/Qwen3).
+# model types whose ``sliding_window`` only applies when ``use_sliding_window`` is true (transformers
+# Qwen2/Qwen3).
 _GATED_SLIDING_WINDOW = ("qwen2", "qwen3")
 _NOT_COVERED = "the theory covers dense decoder layers with full attention only"
 
@@ -77,8 +82,8 @@ def unsupported_reason(data: dict) -> str | None:
     - a mixture of experts (``num_experts`` / ``num_local_experts`` / ``n_routed_experts`` > 1);
     - multi-head latent attention (``kv_lora_rank``): KV holds a compressed latent, not K and V per head;
     - windowed attention: ``layer_types`` other than full attention, ``use_sliding_window`` true, or a
-      ``sliding_window`` shorter than the context on architectures that always apply it (Gemma 2, Mistral v0.1):
-      a windowed layer caches at most the window, so KV bytes per token depend on the context length.
+      ``sliding_window`` shorter than the context on architectures that always apply it (Gemma 2, Mistral
+      v0.1): a windowed layer caches at most the window, so KV bytes per token depend on the context length.
     """
     for key in _MOE_KEYS:
         value = data.get(key)
@@ -97,16 +102,16 @@ def unsupported_reason(data: dict) -> str | None:
         kinds = sorted({str(t) for t in layer_types} - {"full_attention"})
         if kinds:
             return (
-                f"key 'layer_types' has {', '.join(kinds)} layers: a windowed or linear layer caches a bounded "
-                f"state, so KV bytes per token depend on the context; {_NOT_COVERED}"
+                f"key 'layer_types' has {', '.join(kinds)} layers: a windowed or linear layer caches a "
+                f"bounded state, so KV bytes per token depend on the context; {_NOT_COVERED}"
             )
     window = data.get("sliding_window")
     model_type = data.get("model_type")
     if model_type in _GATED_SLIDING_WINDOW:
         if data.get("use_sliding_window"):
             return (
-                f"key 'use_sliding_window' is true (window {window}): windowed layers cache at most the window, "
-                f"so KV bytes per token depend on the context; {_NOT_COVERED}"
+                f"key 'use_sliding_window' is true (window {window}): windowed layers cache at most the "
+                f"window, so KV bytes per token depend on the context; {_NOT_COVERED}"
             )
     elif isinstance(window, int) and not isinstance(window, bool) and window > 0:
         max_pos = data.get("max_position_embeddings")
@@ -207,7 +212,8 @@ def model_config_from_dict(data: dict, *, name: str, source: Path) -> ModelConfi
     else:
         if hidden % heads:
             raise PlanError(
-                f"{source}: key 'head_dim' missing and hidden_size {hidden} is not a multiple of {heads} heads"
+                f"{source}: key 'head_dim' missing and hidden_size {hidden} is not a multiple of "
+                f"{heads} heads"
             )
         head_dim = hidden // heads
     qkv_bias, o_bias, qk_norm = _ARCH_DEFAULTS[model_type]
@@ -236,7 +242,8 @@ def model_config_from_dict(data: dict, *, name: str, source: Path) -> ModelConfi
 
 
 def load_model_config(name_or_path: str | Path) -> ModelConfig:
-    """A bundled config by name (case-insensitive; ``qwen2.5-7b``, a Hub id) or a config.json / model folder path."""
+    """A bundled config by name (case-insensitive; ``qwen2.5-7b``, a Hub id) or a config.json / model folder
+    path."""
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():

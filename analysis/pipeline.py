@@ -283,7 +283,8 @@ def _analyze_campaign(
         write_table(out_dir / "tables" / f"{name}.csv", tables[name])
     specs, figures_missing = charts.figure_specs(tables)
     if not campaign.own:
-        # an imported campaign's roofline is drawn by engines_itl_roofline; roofline_points feeds the comparison
+        # an imported campaign's roofline is drawn by engines_itl_roofline; roofline_points feeds the
+        # comparison
         specs = {k: v for k, v in specs.items() if k not in charts.OWN_CAMPAIGN_FIGURES}
         figures_missing = {k: v for k, v in figures_missing.items() if k not in charts.OWN_CAMPAIGN_FIGURES}
     for name in sorted(specs):
@@ -380,8 +381,8 @@ def write_comparison(
     (cdir / "index.json").write_text(dumps(index), encoding="utf-8")
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
     return [
-        f"comparison of {len(summaries)} campaigns: {len(found)} findings ({n_bad} mismatch), {len(tables)} tables, "
-        f"{len(specs)} figures -> {cdir}"
+        f"comparison of {len(summaries)} campaigns: {len(found)} findings ({n_bad} mismatch), {len(tables)} "
+        f"tables, {len(specs)} figures -> {cdir}"
     ]
 
 
@@ -423,8 +424,9 @@ def window_section(campaign: Campaign, ctx: Context) -> Section:
                     0.0,
                     "s",
                     [r.cite(r.counter_source) for r in own],
-                    detail="collector runs: requests and scrapes carry the same monotonic clock, so there is no offset "
-                    "to find; each point's counters are differenced between its own boundary scrapes",
+                    detail="collector runs: requests and scrapes carry the same monotonic clock, so there "
+                    "is no offset to find; each point's counters are differenced between its own "
+                    "boundary scrapes",
                     clock="CLOCK_MONOTONIC",
                 )
             )

@@ -37,7 +37,8 @@ def lm_head_params(cfg: ModelConfig) -> int:
 
 
 def q_proj_params(cfg: ModelConfig) -> int:
-    """Query projection per layer: h × (H·d) weights + H·d bias where the architecture has q/k/v bias (Qwen2)."""
+    """Query projection per layer: h × (H·d) weights + H·d bias where the architecture has q/k/v bias
+    (Qwen2)."""
     out = cfg.num_attention_heads * cfg.head_dim
     return cfg.hidden_size * out + (out if cfg.qkv_bias else 0)
 
@@ -55,7 +56,8 @@ def v_proj_params(cfg: ModelConfig) -> int:
 
 
 def o_proj_params(cfg: ModelConfig) -> int:
-    """Attention output projection per layer: (H·d) × h weights (+ h bias only with Llama's attention_bias)."""
+    """Attention output projection per layer: (H·d) × h weights (+ h bias only with Llama's
+    attention_bias)."""
     return cfg.num_attention_heads * cfg.head_dim * cfg.hidden_size + (cfg.hidden_size if cfg.o_bias else 0)
 
 
@@ -313,7 +315,8 @@ def flops_per_token_by_matrix(cfg: ModelConfig) -> dict[str, int]:
 # Element-wise operations per element, counted as one FLOP per arithmetic operation (an exp, a rsqrt or a
 # division counts one too): RMSNorm x²·Σ, ·rsqrt, ·gain = 4 per channel; RoPE x·cos + rot(x)·sin = 3 per
 # rotated element; SiLU x·σ(x) with σ = 1/(1+e^−x) = 4 and the gate product 1 = 5 per MLP channel; a residual
-# add 1 per channel; a bias add 1 per output. Softmax (≈ 5 per score: scale, max, subtract, exp, normalise) grows
+# add 1 per channel; a bias add 1 per output. Softmax (≈ 5 per score: scale, max, subtract, exp, normalise)
+# grows
 # with the context and belongs to the attention kernel; it is counted separately.
 ELEMENTWISE_OPS = {"rmsnorm": 4, "rope": 3, "swiglu": 5, "residual": 1, "bias": 1, "softmax": 5}
 
@@ -321,7 +324,8 @@ ELEMENTWISE_OPS = {"rmsnorm": 4, "rope": 3, "swiglu": 5, "residual": 1, "bias": 
 def elementwise_flops_per_layer_by_op(cfg: ModelConfig) -> dict[str, int]:
     """Non-matmul FLOPs per token in one layer, by operation, FLOPs (see ELEMENTWISE_OPS):
     rmsnorm 2 × 4·h, rope 3·(H + K)·d, swiglu 5·I, residual 2·h, bias (H + 2K)·d where the q/k/v projections
-    carry a bias (+ h with an o bias, + 2I + h with MLP biases), and Qwen3's per-head q/k norms 4·(H + K)·d."""
+    carry a bias (+ h with an o bias, + 2I + h with MLP biases), and Qwen3's per-head q/k norms 4·(H +
+    K)·d."""
     h, d, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
     big_h, k = cfg.num_attention_heads, cfg.num_key_value_heads
     ops = ELEMENTWISE_OPS
@@ -409,15 +413,16 @@ def kv_bytes_per_layer_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> fl
 
 
 def hidden_state_bytes_per_token(cfg: ModelConfig, dtype: str = "bf16") -> float:
-    """The hidden state of one token at one layer's input, bytes: h × b (what a cache of activations would hold)."""
+    """The hidden state of one token at one layer's input, bytes: h × b (what a cache of activations would
+    hold)."""
     return cfg.hidden_size * kv_bytes_per_element(dtype)
 
 
 def kv_read_share_of_weights_pct(
     cfg: ModelConfig, context_tokens: int, weight_format: str = "bf16", kv_dtype: str = "bf16"
 ) -> float:
-    """KV bytes one sequence's decode step reads at context T, as a share of the weight bytes the step reads, %:
-    T × KV bytes/token ÷ weight_bytes_read_per_decode_step × 100."""
+    """KV bytes one sequence's decode step reads at context T, as a share of the weight bytes the step reads,
+    %: T × KV bytes/token ÷ weight_bytes_read_per_decode_step × 100."""
     kv = kv_bytes_read_per_step(kv_bytes_per_token(cfg, kv_dtype), 1, context_tokens)
     return kv / weight_bytes_read_per_decode_step(cfg, weight_format) * 100.0
 
@@ -460,9 +465,11 @@ GGUF_FTYPES: dict[str, str] = {
     "q4_0": "Q4_0",
 }
 
-# Typical whole-file averages, bits per weight, for when only a bpw figure is at hand. Q8_0 and F16 follow from the
+# Typical whole-file averages, bits per weight, for when only a bpw figure is at hand. Q8_0 and F16 follow
+# from the
 # block layouts above; Q4_K_M is a mix (Q4_K, with Q6_K for half of attn_v/ffn_down and for output) whose
-# average depends on the shapes: ≈4.85 is the usual rule of thumb, 4.91 for Qwen2.5-7B (4.36 GiB, llama-quantize).
+# average depends on the shapes: ≈4.85 is the usual rule of thumb, 4.91 for Qwen2.5-7B (4.36 GiB,
+# llama-quantize).
 GGUF_TYPICAL_BPW: dict[str, float] = {"f16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q4_k_m": 4.85, "q4_0": 4.5}
 
 
@@ -477,7 +484,8 @@ def weight_bytes_from_bpw(params: int, bits_per_weight: float) -> float:
 
 
 def bits_per_weight_from_file_bytes(file_bytes: int, params: int) -> float:
-    """Average bit width of a real weight file, bits/param: file bytes × 8 / params (metadata included, a few MB)."""
+    """Average bit width of a real weight file, bits/param: file bytes × 8 / params (metadata included, a few
+    MB)."""
     return file_bytes * 8 / params
 
 
@@ -733,7 +741,8 @@ def llama_cpp_kv_mib(n_ctx: int, kv_bytes_per_token_: float) -> float:
 
 
 def logged_gib_tolerance_tokens(kv_bytes_per_token_: float, decimals: int = 2) -> float:
-    """How many tokens a GiB figure rounded to `decimals` hides, ± tokens: 0.5·10^-decimals · 2^30 ÷ KV bytes/token.
+    """How many tokens a GiB figure rounded to `decimals` hides, ± tokens: 0.5·10^-decimals · 2^30 ÷ KV
+    bytes/token.
 
     vLLM logs 'Available KV cache memory: 6.41 GiB' with two decimals, so the pool is known to ±0.005 GiB.
     """
@@ -753,7 +762,8 @@ def vllm_tokens_range_for_logged_gib(
 
 
 def llama_cpp_n_ctx_slot(n_ctx: int, n_parallel: int, kv_unified: bool = False) -> int:
-    """llama.cpp's context per slot, tokens: -c total ÷ -np slots (n_ctx_slot); with -kvu every slot sees all of -c.
+    """llama.cpp's context per slot, tokens: -c total ÷ -np slots (n_ctx_slot); with -kvu every slot sees all
+    of -c.
 
     The reference log: -c 262144 -np 64 -> n_ctx_slot = 4096.
     """
@@ -761,7 +771,8 @@ def llama_cpp_n_ctx_slot(n_ctx: int, n_parallel: int, kv_unified: bool = False) 
 
 
 def llama_cpp_kv_bytes(cfg: ModelConfig, n_ctx: int, kv_dtype: str = "fp16") -> float:
-    """llama.cpp's KV buffer for -c C cells, bytes: C × KV bytes/token (the cache is allocated whole at start)."""
+    """llama.cpp's KV buffer for -c C cells, bytes: C × KV bytes/token (the cache is allocated whole at
+    start)."""
     return n_ctx * kv_bytes_per_token(cfg, kv_dtype)
 
 

@@ -47,12 +47,32 @@ def client_tpot_ms(rec: RequestRecord) -> float:
 
 def measure(url: str, concurrency: int, requests: int, output_len: int) -> dict:
     recs: list[RequestRecord] = []
-    pt = PointPlan(phase="bench", kind="concurrency", index=0, concurrency=concurrency, requests=requests,
-                   input_len=64, output_len=output_len, seed=concurrency, expect_preemptions="any")  # fmt: skip
+    pt = PointPlan(
+        phase="bench",
+        kind="concurrency",
+        index=0,
+        concurrency=concurrency,
+        requests=requests,
+        input_len=64,
+        output_len=output_len,
+        seed=concurrency,
+        expect_preemptions="any",
+    )
     cpu0, wall0 = process_cpu_ns(), time.monotonic_ns()
-    asyncio.run(run_point(pt, base_url=url, model="tiny", token_id_range=(32, 127),
-                          engine_extra=LlamaCppAdapter("llamacpp").request_extra(), plan_extra={},
-                          request_timeout_s=600, read_timeout_s=120, sink=recs.append, abort=Abort()))  # fmt: skip
+    asyncio.run(
+        run_point(
+            pt,
+            base_url=url,
+            model="tiny",
+            token_id_range=(32, 127),
+            engine_extra=LlamaCppAdapter("llamacpp").request_extra(),
+            plan_extra={},
+            request_timeout_s=600,
+            read_timeout_s=120,
+            sink=recs.append,
+            abort=Abort(),
+        )
+    )
     cpu_s, wall_s = (process_cpu_ns() - cpu0) / 1e9, (time.monotonic_ns() - wall0) / 1e9
     assert all(r.ok for r in recs), [r.error_message for r in recs if not r.ok]
     tokens = sum(sum(r.chunk_tokens) for r in recs)
@@ -79,8 +99,25 @@ def main() -> None:
     args = ap.parse_args()
     paths = engine_paths(args.cache)
     port = _free_port()
-    cmd = [str(paths.llama_server), "-m", str(paths.tiny_gguf), "--host", "127.0.0.1", "--port", str(port),
-           "-np", "8", "-c", "8192", "-t", "1", "--cache-ram", "0", "--slot-prompt-similarity", "0"]  # fmt: skip
+    cmd = [
+        str(paths.llama_server),
+        "-m",
+        str(paths.tiny_gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        "8",
+        "-c",
+        "8192",
+        "-t",
+        "1",
+        "--cache-ram",
+        "0",
+        "--slot-prompt-similarity",
+        "0",
+    ]
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"

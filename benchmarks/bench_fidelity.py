@@ -1,7 +1,9 @@
 """The load client's fidelity against ground truth, beside the peers (a benchmark, run by ``nox -s bench``).
 
-    python benchmarks/bench_fidelity.py [--points 1,16,64,256,1024] [--repeats 3] [--tools ours,vllm,aiperf,guidellm]
-        [--publish]   # also rewrite the table in site/docs/methodology.md and benchmarks/results/fidelity.json
+    python benchmarks/bench_fidelity.py [--points 1,16,64,256,1024] [--repeats 3] [--tools
+    ours,vllm,aiperf,guidellm]
+        [--publish]   # also rewrite the table in site/docs/methodology.md and
+        benchmarks/results/fidelity.json
 
 A metronome server (``benchmarks/metronome.py``, its own process, pinned to core 0) emits every token at a
 known CLOCK_MONOTONIC time. Each tool runs as its users run it, pinned to core 1, against the same closed-loop
@@ -20,7 +22,8 @@ made here from PyPI when missing). Per point, from each tool's own output files 
   20 ms, interpolated to the load window: the metronome's first request received → last token emitted;
   start-up and report writing are left out), over the tokens emitted in the window;
 - achieved ÷ offered token rate: the load's ideal duration (rounds × the schedule's request time) over its
-  real one (first request received → last token emitted): a client that reads late sends its next request late.
+  real one (first request received → last token emitted): a client that reads late sends its next request
+  late.
 
 Writes build/bench/fidelity.json and fidelity.md (medians of the repeats), and with --publish the committed
 copies the site shows.
@@ -63,8 +66,14 @@ INPUT_LEN, OUTPUT_LEN = 64, 64
 SERVER_CPU, CLIENT_CPU = 0, 1
 TOOLS = ("ours", "vllm", "aiperf", "guidellm")
 PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
-TOOL_NAMES = {"ours": "inference-anatomy collector", "before": "inference-anatomy collector（改进前）", "vllm": "vllm bench serve", "aiperf": "AIPerf",
-              "guidellm": "GuideLLM", "floor": "httpx 下限（只读字节、不解析）"}  # fmt: skip
+TOOL_NAMES = {
+    "ours": "inference-anatomy collector",
+    "before": "inference-anatomy collector（改进前）",
+    "vllm": "vllm bench serve",
+    "aiperf": "AIPerf",
+    "guidellm": "GuideLLM",
+    "floor": "httpx 下限（只读字节、不解析）",
+}
 MS = 1e6
 
 
@@ -179,7 +188,9 @@ drain_s = 0
 [[phase]]
 name = "fidelity"
 kind = "concurrency"
-points = [{{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, output_len = {OUTPUT_LEN}, seed = 1 }}]
+points = [
+  {{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, output_len = {OUTPUT_LEN}, seed = 1 }},
+]
 """)
     raw = work / "raw"
     cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], root,
@@ -261,8 +272,15 @@ def ensure_peer(name: str) -> Path:
 
 def run_floor(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
     out = work / "floor.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "httpx_floor.py"), url, str(c), str(n_req), str(OUTPUT_LEN),
-           str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "httpx_floor.py"),
+        url,
+        str(c),
+        str(n_req),
+        str(OUTPUT_LEN),
+        str(out),
+    ]
     cpu = _run_tool(cmd, ROOT, work / "tool.log")
     import httpx  # local import: only for its version string
 
@@ -281,11 +299,39 @@ _UNIX_MINUS_MONO_NS = time.time_ns() - time.monotonic_ns()  # one host: converts
 def run_aiperf(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
     py = ensure_peer("aiperf")
     art = work / "aiperf"
-    cmd = [str(py.parent / "aiperf"), "profile", "--model", "metronome", "--url", url,
-           "--endpoint-type", "completions", "--streaming", "--tokenizer", str(ENGINES / "models" / "tiny-qwen2"),
-           "--isl", str(INPUT_LEN), "--isl-stddev", "0", "--osl", str(OUTPUT_LEN), "--osl-stddev", "0",
-           "--extra-inputs", "ignore_eos:true", "--concurrency", str(c), "--request-count", str(n_req),
-           "--artifact-dir", str(art), "--ui-type", "none", "--random-seed", "1"]  # fmt: skip
+    cmd = [
+        str(py.parent / "aiperf"),
+        "profile",
+        "--model",
+        "metronome",
+        "--url",
+        url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--tokenizer",
+        str(ENGINES / "models" / "tiny-qwen2"),
+        "--isl",
+        str(INPUT_LEN),
+        "--isl-stddev",
+        "0",
+        "--osl",
+        str(OUTPUT_LEN),
+        "--osl-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--concurrency",
+        str(c),
+        "--request-count",
+        str(n_req),
+        "--artifact-dir",
+        str(art),
+        "--ui-type",
+        "none",
+        "--random-seed",
+        "1",
+    ]
     cpu = _run_tool(cmd, work, work / "tool.log")
     view = ClientView(version=_pkg_version(py, "aiperf"), itl_per_chunk=False)
     for line in (art / "profile_export.jsonl").read_text().splitlines():
@@ -445,12 +491,17 @@ def _fmt(v: Any, nd: int = 1) -> str:
 
 
 def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    head = ("| 工具 | 并发 | TTFT 误差 p50 / p99 (ms) | 逐块延迟 p50 / p99 / max (ms) | ITL 误差 p50 / p99 (ms) "
-            "| CPU ms / 千 token | 实际 / 应达 token 速率 |\n|---|---:|---:|---:|---:|---:|---:|\n")  # fmt: skip
+    head = (
+        "| 工具 | 并发 | TTFT 误差 p50 / p99 (ms) | 逐块延迟 p50 / p99 / max (ms) | ITL 误差 p50 / p99 (ms) "
+        "| CPU ms / 千 token | 实际 / 应达 token 速率 |\n|---|---:|---:|---:|---:|---:|---:|\n"
+    )
     lines = []
     for r in results:
-        lat = ("n/a（不逐块记录）" if r["chunk_lat_p50_ms"] is None else
-               f"{r['chunk_lat_p50_ms']:.2f} / {r['chunk_lat_p99_ms']:.2f} / {r['chunk_lat_max_ms']:.1f}")  # fmt: skip
+        lat = (
+            "n/a（不逐块记录）"
+            if r["chunk_lat_p50_ms"] is None
+            else f"{r['chunk_lat_p50_ms']:.2f} / {r['chunk_lat_p99_ms']:.2f} / {r['chunk_lat_max_ms']:.1f}"
+        )
         itl = f"{_fmt(r['itl_err_p50_ms'], 2)} / {_fmt(r['itl_err_p99_ms'], 2)}"
         if not r["itl_per_chunk"]:
             itl += "（按请求平均）"
@@ -459,8 +510,15 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(f"| {TOOL_NAMES[r['tool']]} | {r['concurrency']} | {_fmt(r['ttft_err_p50_ms'], 2)} / "
                      f"{_fmt(r['ttft_err_p99_ms'], 2)} | {lat} | {itl} | {cpu} | {ach} |")  # fmt: skip
     vers = "，".join(f"{TOOL_NAMES[t]} {v}" for t, v in meta["versions"].items())
-    return (f"测量日期 {meta['date']}（{meta['machine']}；每点取 {meta['repeats']} 次的中位数）；版本：{vers}。\n\n"
-            + head + "\n".join(lines) + "\n")  # fmt: skip
+    return (
+        (
+            f"测量日期 {meta['date']}（{meta['machine']}；每点取 {meta['repeats']} "
+            f"次的中位数）；版本：{vers}。\n\n"
+        )
+        + head
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 MARK_BEGIN, MARK_END = "<!-- fidelity-table:begin -->", "<!-- fidelity-table:end -->"

@@ -45,7 +45,8 @@ print(json.dumps({"base_kib": base, "peak_kib": peak, "seconds": dt, "lines": lo
 
 
 def build_log(engine: str, target_bytes: int, out: Path) -> int:
-    """A log of about ``target_bytes``: the source once, then its repeatable part until the size is reached."""
+    """A log of about ``target_bytes``: the source once, then its repeatable part until the size is
+    reached."""
     data = SOURCES[engine].read_bytes()
     lines = data.splitlines(keepends=True)
     if engine == "vllm":  # start-up facts once, then what a serving server keeps printing

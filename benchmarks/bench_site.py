@@ -1,10 +1,11 @@
 """Time the site build as ``nox -s site`` does it (goal: < 30 s on these 2-core machines, installs excluded).
 
-The site is built from every campaign: the reference campaign (``--seed``, imported into a temporary raw store;
-the import is not timed) and the repository's own ``raw/`` (``--no-repo-raw`` leaves it out).
+The site is built from every campaign: the reference campaign (``--seed``, imported into a temporary raw
+store; the import is not timed) and the repository's own ``raw/`` (``--no-repo-raw`` leaves it out).
 Run: ``python benchmarks/bench_site.py [--repeat N] [--seed DIR] [--no-repo-raw]``. Each repeat times
 analyze → render → ``mkdocs build --strict`` into fresh temporary folders, in process (figures are converted
-afresh every time: no cache), and prints the steps, the campaigns and figures, and the best total against the goal.
+afresh every time: no cache), and prints the steps, the campaigns and figures, and the best total against the
+goal.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """Metronome: an OpenAI-compatible streaming server that emits every token at a known CLOCK_MONOTONIC time,
-so a load client's timestamps can be checked against the truth (a bench and test instrument, not product code).
+so a load client's timestamps can be checked against the truth (a bench and test instrument, not product
+code).
 
     python -m benchmarks.metronome --port 8123 --cpu 0 --first-token-ms 50 --interval-ms 20 \
         [--jitter-ms 0] [--spike-every 10 --spike-ms 10] [--seed 1] [--model metronome]
 
 Serves ``POST /v1/completions`` and ``/v1/chat/completions`` (SSE with ``stream: true``: one event per token,
-the usage chunk when ``stream_options.include_usage`` asks for it, ``[DONE]``; a plain JSON answer at the end of
-the schedule otherwise), ``GET /health``, ``/v1/models``, ``/version``, a minimal ``/metrics``, and the ground
-truth: ``GET /metronome/log`` (every request's receive time and every token's due and actual emit time) and
-``POST /metronome/reset``. Output length is the request's ``max_tokens`` (``max_completion_tokens``). ``--drop-after N`` closes each
-connection, unannounced, after its N-th answer (a server closing kept-alive connections under the client).
+the usage chunk when ``stream_options.include_usage`` asks for it, ``[DONE]``; a plain JSON answer at the end
+of the schedule otherwise), ``GET /health``, ``/v1/models``, ``/version``, a minimal ``/metrics``, and the
+ground truth: ``GET /metronome/log`` (every request's receive time and every token's due and actual emit time)
+and ``POST /metronome/reset``. Output length is the request's ``max_tokens`` (``max_completion_tokens``).
+``--drop-after N`` closes each connection, unannounced, after its N-th answer (a server closing kept-alive
+connections under the client).
 
 Schedule of one request (ns on CLOCK_MONOTONIC): token 0 is due ``first_token_ms`` after the request was read
 whole; token k (k ≥ 1) ``interval_ms`` (± a uniform ``jitter_ms``, seeded per request) after token k − 1, plus
@@ -67,7 +69,8 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 
 
 class DeadlineTimer:
-    """A ``timerfd`` on CLOCK_MONOTONIC armed at absolute times (ns): readable in epoll when the time comes."""
+    """A ``timerfd`` on CLOCK_MONOTONIC armed at absolute times (ns): readable in epoll when the time
+    comes."""
 
     def __init__(self) -> None:
         self.fd = _libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
@@ -93,7 +96,8 @@ class DeadlineTimer:
 
 
 def harden(cpu: int | None, realtime: bool = False) -> dict[str, Any]:
-    """Own core (real-time priority on it), no GC pauses, locked memory, 1 ns timer slack; what worked is returned (and logged)."""
+    """Own core (real-time priority on it), no GC pauses, locked memory, 1 ns timer slack; what worked is
+    returned (and logged)."""
     out: dict[str, Any] = {}
     if cpu is not None:
         try:
@@ -277,7 +281,8 @@ class Metronome:
         self._parse(c)
 
     def _parse(self, c: Conn) -> None:
-        """Answer every complete request in the input buffer (one at a time: a stream holds the connection)."""
+        """Answer every complete request in the input buffer (one at a time: a stream holds the
+        connection)."""
         while not c.busy and not c.closed:
             end = c.inbuf.find(b"\r\n\r\n")
             if end < 0:
@@ -327,8 +332,23 @@ class Metronome:
         elif path == "/health":
             self._respond(c, 200, b"{}")
         elif path == "/v1/models":
-            self._respond(c, 200, json.dumps({"object": "list", "data": [{"id": self.model, "object": "model",
-                          "owned_by": "metronome", "max_model_len": self.max_model_len}]}).encode())  # fmt: skip
+            self._respond(
+                c,
+                200,
+                json.dumps(
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": self.model,
+                                "object": "model",
+                                "owned_by": "metronome",
+                                "max_model_len": self.max_model_len,
+                            }
+                        ],
+                    }
+                ).encode(),
+            )
         elif path == "/version":
             self._respond(c, 200, b'{"version":"metronome-1"}')
         elif path == "/metrics":
@@ -380,8 +400,11 @@ class Metronome:
             t = _mono()
             st.emitted.extend([t] * st.n)
             text = " a" * st.n
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                      if st.chat else {"index": 0, "text": text, "finish_reason": "length"})  # fmt: skip
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                if st.chat
+                else {"index": 0, "text": text, "finish_reason": "length"}
+            )
             body = json.dumps({"id": f"cmpl-metro-{st.rid}", "object": "chat.completion" if st.chat else
                                "text_completion", "created": self.created, "model": self.model,
                                "choices": [choice], "usage": self._usage(st)}).encode()  # fmt: skip
@@ -481,11 +504,18 @@ class Metronome:
             "emit_error_ns": _summary(errs),
             "send_ns": _summary(sends),
             "requests": [
-                {"id": f"{'chatcmpl' if s.chat else 'cmpl'}-metro-{s.rid}", "rid": s.rid, "recv_ns": s.recv_ns,
-                 "done_ns": s.done_ns, "n": s.n, "due_ns": s.due[: len(s.emitted)], "emit_ns": s.emitted}
+                {
+                    "id": f"{'chatcmpl' if s.chat else 'cmpl'}-metro-{s.rid}",
+                    "rid": s.rid,
+                    "recv_ns": s.recv_ns,
+                    "done_ns": s.done_ns,
+                    "n": s.n,
+                    "due_ns": s.due[: len(s.emitted)],
+                    "emit_ns": s.emitted,
+                }
                 for s in self.log
             ],
-        }  # fmt: skip
+        }
 
 
 def _summary(xs: Sequence[int]) -> dict[str, Any]:

@@ -133,7 +133,9 @@ def measure(
         "copy_bytes_per_s": copy_bytes_per_s(copy_bytes, copy_med),
         "bf16_matmul_flops_per_s": matmul_flops_per_s(n, n, n, mm_med),
         "method": {
-            "copy": "torch.Tensor.copy_ device->device of a float32 buffer; bytes = read + written = 2 x buffer",
+            "copy": (
+                "torch.Tensor.copy_ device->device of a float32 buffer; bytes = read + written = 2 x buffer"
+            ),
             "matmul": "torch.matmul(a, b, out=c), bf16, a and b ~ N(0,1) (never zeros); FLOPs = 2 n^3",
             "timing": "CUDA events around bursts of back-to-back calls after a time-based warm-up; "
             "rate from the median burst",

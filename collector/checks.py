@@ -56,7 +56,8 @@ def _complete_lines(path: Path) -> bytes:
 
 
 def flag_value(args: Sequence[str], *names: str) -> str | None:
-    """The value of a server flag (``-c 8192`` or ``--ctx-size=8192``); the last one wins, as in the engines."""
+    """The value of a server flag (``-c 8192`` or ``--ctx-size=8192``); the last one wins, as in the
+    engines."""
     value = None
     for i, a in enumerate(args):
         for n in names:
@@ -92,9 +93,10 @@ def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> CheckRes
     have_log = facts.get("log_kv_cache_tokens") is not None and facts.get("log_max_concurrency_x") is not None
     ok = have_log or "metrics_num_gpu_blocks" in facts
     detail = (
-        f"KV cache {facts.get('log_kv_cache_tokens')} tokens, max concurrency {facts.get('log_max_concurrency_x')}x "
-        f"for {facts.get('log_max_concurrency_tokens_per_request')} tokens/request; /metrics blocks "
-        f"{facts.get('metrics_num_gpu_blocks')} x {facts.get('metrics_block_size')}"
+        f"KV cache {facts.get('log_kv_cache_tokens')} tokens, max concurrency "
+        f"{facts.get('log_max_concurrency_x')}x for {facts.get('log_max_concurrency_tokens_per_request')} "
+        f"tokens/request; /metrics blocks {facts.get('metrics_num_gpu_blocks')} x "
+        f"{facts.get('metrics_block_size')}"
     )
     return CheckResult(
         "startup", "kv_pool", ok, detail if ok else "no KV pool lines in the log nor in /metrics", facts=facts
@@ -120,8 +122,9 @@ def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> 
 
 
 def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> CheckResult:
-    """vLLM: ``--no-enable-prefix-caching`` given (V1 turns it on by default) and the engine config line agrees;
-    llama.cpp: ``--cache-ram 0`` and ``--slot-prompt-similarity 0`` (no reuse of an earlier prompt)."""
+    """vLLM: ``--no-enable-prefix-caching`` given (V1 turns it on by default) and the engine config line
+    agrees; llama.cpp: ``--cache-ram 0`` and ``--slot-prompt-similarity 0`` (no reuse of an earlier
+    prompt)."""
     if sp.attach:
         return CheckResult(
             "startup",
@@ -136,8 +139,15 @@ def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> CheckResu
             cfg = parse_vllm_log_bytes(_complete_lines(log_path), log_path).engine_config
             logged = cfg.enable_prefix_caching if cfg is not None else None
         ok = flag and logged is not True
-        return CheckResult("startup", "prefix_caching_off", ok,
-                           f"--no-enable-prefix-caching {'given' if flag else 'MISSING'}; engine config enable_prefix_caching={logged}")  # fmt: skip
+        return CheckResult(
+            "startup",
+            "prefix_caching_off",
+            ok,
+            (
+                f"--no-enable-prefix-caching {'given' if flag else 'MISSING'}; engine config "
+                f"enable_prefix_caching={logged}"
+            ),
+        )
     cram = flag_value(sp.args, "--cache-ram", "-cram")
     sps = flag_value(sp.args, "--slot-prompt-similarity", "-sps")
     ok = cram == "0" and sps is not None and float(sps) == 0.0
@@ -169,8 +179,13 @@ def check_sampling_overrides(engine: str, log_path: Path | None) -> CheckResult:
             "startup", "engine_sampling_overrides", True, "no default-sampling override in the log"
         )
     params = [o.params for o in ovr]
-    return CheckResult("startup", "engine_sampling_overrides", False, f"model generation_config overrides sampling: {params}",
-                       facts={"overrides": params})  # fmt: skip
+    return CheckResult(
+        "startup",
+        "engine_sampling_overrides",
+        False,
+        f"model generation_config overrides sampling: {params}",
+        facts={"overrides": params},
+    )
 
 
 # ----------------------------------------------------------------------------------------- per point
@@ -191,22 +206,47 @@ def point_checks(
         if r.error_kind is not None:
             errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
     out = [
-        CheckResult("point", "completed_vs_sent", len(ok_recs) == sent == point.requests,
-                    f"{len(ok_recs)} completed of {sent} sent ({point.requests} planned)", pid),
-        CheckResult("point", "failures", not errors, f"{sum(errors.values())} failed: {errors}" if errors else "none", pid),
-    ]  # fmt: skip
+        CheckResult(
+            "point",
+            "completed_vs_sent",
+            len(ok_recs) == sent == point.requests,
+            f"{len(ok_recs)} completed of {sent} sent ({point.requests} planned)",
+            pid,
+        ),
+        CheckResult(
+            "point",
+            "failures",
+            not errors,
+            f"{sum(errors.values())} failed: {errors}" if errors else "none",
+            pid,
+        ),
+    ]
 
     def usage(r: RequestRecord, key: str) -> Any:
         return (r.usage or {}).get(key)
 
     bad_out = [r.request_id for r in ok_recs if usage(r, "completion_tokens") != point.output_len]
     bad_chunks = [r.request_id for r in ok_recs if sum(r.chunk_tokens) != point.output_len]
-    out.append(CheckResult("point", "output_tokens", (not bad_out and not bad_chunks) if ok_recs else None,
-                           f"usage.completion_tokens != {point.output_len} in {len(bad_out)}, streamed tokens != "
-                           f"{point.output_len} in {len(bad_chunks)} of {len(ok_recs)} completed", pid))  # fmt: skip
+    out.append(
+        CheckResult(
+            "point",
+            "output_tokens",
+            (not bad_out and not bad_chunks) if ok_recs else None,
+            f"usage.completion_tokens != {point.output_len} in {len(bad_out)}, streamed tokens != "
+            f"{point.output_len} in {len(bad_chunks)} of {len(ok_recs)} completed",
+            pid,
+        )
+    )
     bad_in = [r.request_id for r in ok_recs if usage(r, "prompt_tokens") != point.input_len]
-    out.append(CheckResult("point", "input_tokens", not bad_in if ok_recs else None,
-                           f"usage.prompt_tokens != {point.input_len} in {len(bad_in)} of {len(ok_recs)} completed", pid))  # fmt: skip
+    out.append(
+        CheckResult(
+            "point",
+            "input_tokens",
+            not bad_in if ok_recs else None,
+            f"usage.prompt_tokens != {point.input_len} in {len(bad_in)} of {len(ok_recs)} completed",
+            pid,
+        )
+    )
 
     if engine == "vllm":
         before, after = metric_total(metrics_before, PREEMPTIONS), metric_total(metrics_after, PREEMPTIONS)
@@ -219,16 +259,32 @@ def point_checks(
         else:
             d = after - before
             want = {"none": d == 0, "some": d > 0, "any": True}[point.expect_preemptions]
-            out.append(CheckResult("point", "preemptions", want, f"{d:g} preemptions (expected {point.expect_preemptions})",
-                                   pid, facts={"preemptions_delta": d}))  # fmt: skip
+            out.append(
+                CheckResult(
+                    "point",
+                    "preemptions",
+                    want,
+                    f"{d:g} preemptions (expected {point.expect_preemptions})",
+                    pid,
+                    facts={"preemptions_delta": d},
+                )
+            )
         hb, ha = metric_total(metrics_before, PREFIX_HITS), metric_total(metrics_after, PREFIX_HITS)
         if hb is None or ha is None:
             out.append(
                 CheckResult("point", "prefix_cache_hits", None, "no prefix-cache counter in /metrics", pid)
             )
         else:
-            out.append(CheckResult("point", "prefix_cache_hits", ha - hb == 0, f"{ha - hb:g} prefix-cache hit tokens", pid,
-                                   facts={"prefix_cache_hits_delta": ha - hb}))  # fmt: skip
+            out.append(
+                CheckResult(
+                    "point",
+                    "prefix_cache_hits",
+                    ha - hb == 0,
+                    f"{ha - hb:g} prefix-cache hit tokens",
+                    pid,
+                    facts={"prefix_cache_hits_delta": ha - hb},
+                )
+            )
     else:
         out.append(CheckResult("point", "preemptions", None, f"{engine} has no preemption counter", pid))
         # llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache.

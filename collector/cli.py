@@ -259,7 +259,8 @@ def run(plan_file: Path, raw: Path) -> None:
         raise click.ClickException(f"{result.path}: complete, but unusable: {why}")
 
 
-# The collector's checks that stand for an analysis gate (analysis.reconcile.gates reads them from events.jsonl).
+# The collector's checks that stand for an analysis gate (analysis.reconcile.gates reads them from
+# events.jsonl).
 _CHECK_GATES = {**OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}
 _STARTUP_GATES = {"prefix_caching_off": "prefix_caching_off"}
 
@@ -280,7 +281,10 @@ def unusable(result: RunResult) -> str | None:
         c = excluding[measured[0]]
         row = next(r for r in result.points if r.point == measured[0])
         cause = f"; first failed request: {row.first_error}" if row.first_error else ""
-        return f"every measured point fails a gate that excludes it (first: {c.point}: {c.name}: {c.detail}{cause})"
+        return (
+            f"every measured point fails a gate that excludes it (first: {c.point}: {c.name}: "
+            f"{c.detail}{cause})"
+        )
     return None
 
 

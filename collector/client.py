@@ -32,9 +32,9 @@ _RETRY_BEFORE_RESPONSE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.Writ
 
 
 class _TokenCounter:
-    """Tokens carried by each chunk. The first source a stream offers is kept for the whole stream (llama.cpp's
-    last chunk adds a cumulative ``usage`` next to its ``timings``: switching source there would count the
-    whole output again)."""
+    """Tokens carried by each chunk. The first source a stream offers is kept for the whole stream
+    (llama.cpp's last chunk adds a cumulative ``usage`` next to its ``timings``: switching source there would
+    count the whole output again)."""
 
     ORDER = ("token_ids", "usage", "timings")
 
@@ -171,8 +171,20 @@ async def stream_completion(
     except httpx.HTTPError as err:
         error = _error("http_other", err)
     except asyncio.CancelledError:
-        rec = _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
-                      counter, _error("aborted", "cancelled by the collector (run aborted)"), retries)  # fmt: skip
+        rec = _finish(
+            identity,
+            clock,
+            sent,
+            headers_at,
+            status,
+            state,
+            chunk_mono,
+            chunk_unix,
+            chunk_tokens,
+            counter,
+            _error("aborted", "cancelled by the collector (run aborted)"),
+            retries,
+        )
         sink = meta.get("_sink")
         if sink is not None:
             sink(rec)

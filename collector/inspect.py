@@ -1,4 +1,5 @@
-"""``collector inspect``: what the parsers find in each run of the raw store (read-only, never crashes on a file).
+"""``collector inspect``: what the parsers find in each run of the raw store (read-only, never crashes on a
+file).
 
 Per run: engine and version, KV pool in tokens, the engine's max-concurrency figure, result files with their
 completed/failed requests, sampler rows, sweep points, and every file that failed to parse with the parser's
@@ -62,8 +63,8 @@ def _summarise(parsed: dict[str, Any]) -> list[str]:
                 )
             if v.max_concurrency_x is not None:
                 out.append(
-                    f"max conc.   {v.max_concurrency_x}x at {v.max_concurrency_tokens_per_request:,} tokens/request  "
-                    f"({_at(rel, v.lines.get('max_concurrency_x'))})"
+                    f"max conc.   {v.max_concurrency_x}x at {v.max_concurrency_tokens_per_request:,} "
+                    f"tokens/request  ({_at(rel, v.lines.get('max_concurrency_x'))})"
                 )
             if v.engine_stats:
                 out.append(f"stats lines {len(v.engine_stats)}  ({rel})")

@@ -30,7 +30,8 @@ from collector.raw.records import RequestRecord
 
 
 def prompt_token_ids(seed: int, n_requests: int, input_len: int, low: int, high: int) -> list[list[int]]:
-    """``n_requests`` prompts of ``input_len`` ids, uniform on [low, high), from ``numpy.random.default_rng(seed)``."""
+    """``n_requests`` prompts of ``input_len`` ids, uniform on [low, high), from
+    ``numpy.random.default_rng(seed)``."""
     rng = np.random.default_rng(seed)
     return rng.integers(low, high, size=(n_requests, input_len), dtype=np.int64).tolist()
 
@@ -258,7 +259,8 @@ async def run_point(
                 )
                 pending.discard(abort_wait)
                 if abort_wait in done:
-                    # In-flight streams get a short grace to end by themselves (a dead server fails them at once),
+                    # In-flight streams get a short grace to end by themselves (a dead server fails them at
+                    # once),
                     # then they are cancelled; each cancelled request still leaves its partial record.
                     if pending:
                         _, pending = await asyncio.wait(pending, timeout=abort.grace_s)
@@ -302,7 +304,8 @@ def _split(point: PointPlan, n: int, k: int) -> tuple[list[int], int, int]:
 
 def _shard_main(conn: Any, k: int, n: int, go: Any, stop: Any, grace: Any, kw: dict[str, Any]) -> None:
     """A shard's process: its own event loop runs its part of the point; every record goes back over the
-    pipe as the request ends, then the shard's probe and CPU. Waits for ``go`` so all shards start together."""
+    pipe as the request ends, then the shard's probe and CPU. Waits for ``go`` so all shards start
+    together."""
     gc.collect()
 
     async def main() -> None:
@@ -372,8 +375,11 @@ async def run_load(
     procs, conns = [], []
     for k in range(shards):
         rx, tx = mp.Pipe(duplex=False)
-        p = mp.Process(target=_shard_main, args=(tx, k, shards, go, stop, grace,
-                                                 {"point": point, "warn_ns": warn_ns, **kw}), daemon=True)  # fmt: skip
+        p = mp.Process(
+            target=_shard_main,
+            args=(tx, k, shards, go, stop, grace, {"point": point, "warn_ns": warn_ns, **kw}),
+            daemon=True,
+        )
         p.start()
         tx.close()
         procs.append(p)

@@ -268,7 +268,8 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
         f"each sequence holds {T:,} tokens of KV"
     )
     out.append(
-        "step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x FLOPs/token / peak"
+        "step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x "
+        "FLOPs/token / peak"
     )
     rows = [
         [
@@ -285,7 +286,8 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
         ["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr"
     )
     out.append(
-        f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> {d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
+        f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> "
+        f"{d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
     )
     return out
 
@@ -296,7 +298,8 @@ def render_table(d: dict) -> str:
     L = c["num_hidden_layers"]
     out: list[str] = []
     out.append(
-        f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache {d['kv_dtype']}"
+        f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache "
+        f"{d['kv_dtype']}"
     )
     out.append(f"config: {d['model_config_path']}")
     out.append(
@@ -323,13 +326,14 @@ def render_table(d: dict) -> str:
     mlp = sum(per_share[k] for k in ("gate_proj", "up_proj", "down_proj"))
     out.append(
         f"per layer: attention {100 * attn:.1f}%, MLP {100 * mlp:.1f}%; all layers "
-        f"{_n(d['params_layers_total'])} = {100 * d['params_layers_total'] / d['params_total']:.1f}% of the model"
+        f"{_n(d['params_layers_total'])} = {100 * d['params_layers_total'] / d['params_total']:.1f}% of the "
+        "model"
     )
 
     out += ["", "== KV cache =="]
     out.append(
-        f"KV bytes/token = 2 (K,V) x {L} layers x {c['num_key_value_heads']} kv heads x {c['head_dim']} head_dim "
-        f"x {d['kv_bytes_per_element']:g} B ({d['kv_dtype']}) = {_n(d['kv_bytes_per_token'])} B "
+        f"KV bytes/token = 2 (K,V) x {L} layers x {c['num_key_value_heads']} kv heads x {c['head_dim']} "
+        f"head_dim x {d['kv_bytes_per_element']:g} B ({d['kv_dtype']}) = {_n(d['kv_bytes_per_token'])} B "
         f"({d['kv_bytes_per_token'] / 1024:,.1f} KiB)"
     )
     out.append(
@@ -337,24 +341,28 @@ def render_table(d: dict) -> str:
         f"{d['gqa_factor']:g}x ({c['num_attention_heads']} heads / {c['num_key_value_heads']} kv heads)"
     )
     out.append(
-        f"{max(1, d['max_model_len']):,} tokens of context = {_gib(d['kv_bytes_per_token'] * d['max_model_len'])}"
+        f"{max(1, d['max_model_len']):,} tokens of context = "
+        f"{_gib(d['kv_bytes_per_token'] * d['max_model_len'])}"
     )
 
     out += ["", "== FLOPs per token =="]
     T = d["decode_context_tokens"]
     out.append(
-        f"layer matmuls   2 x {_n(d['matmul_params_per_layer'] * L)} weights = {_sci(d['flops_per_token_matmul'])}"
+        f"layer matmuls   2 x {_n(d['matmul_params_per_layer'] * L)} weights = "
+        f"{_sci(d['flops_per_token_matmul'])}"
     )
     out.append(
         f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)"
     )
     out.append(
-        f"attention       4 x T x L x H x d = {_n(d['attention_flops_per_token_per_context_token'])} x T (decode at context T)"
+        f"attention       4 x T x L x H x d = {_n(d['attention_flops_per_token_per_context_token'])} x "
+        "T (decode at context T)"
     )
     out.append(f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token")
     out.append(
-        f"attention overtakes weights at T = {d['attention_overtakes_weights_at_tokens']:,} tokens (decode, lm_head included); "
-        f"prefill S = {d['attention_overtakes_weights_prefill_at_tokens']:,} (full SxS, no causal halving)"
+        f"attention overtakes weights at T = {d['attention_overtakes_weights_at_tokens']:,} tokens (decode, "
+        f"lm_head included); prefill S = {d['attention_overtakes_weights_prefill_at_tokens']:,} (full SxS, "
+        "no causal halving)"
     )
     for p in d["prefill"]:
         out.append(
@@ -383,7 +391,8 @@ def render_table(d: dict) -> str:
         else "embedding table gathered, not read"
     )
     out.append(
-        f"read per decode step: {_n(d['weight_bytes_read_per_step'])} B ({_gib(d['weight_bytes_read_per_step'])}); {note}"
+        f"read per decode step: {_n(d['weight_bytes_read_per_step'])} B "
+        f"({_gib(d['weight_bytes_read_per_step'])}); {note}"
     )
 
     out += ["", "== Decode floor =="]
@@ -398,8 +407,9 @@ def render_table(d: dict) -> str:
     else:
         e = d["kv_pool_estimate"]
         out.append(
-            f"pool: {_gib(d['kv_pool_bytes'])} (estimated: {e['gpu_memory_utilization']} x {_gib(d['gpu_memory_bytes'])} "
-            f"- weights {_gib(d['weight_bytes'])} - reserve {_gib(e['reserve_bytes'])})"
+            f"pool: {_gib(d['kv_pool_bytes'])} (estimated: {e['gpu_memory_utilization']} x "
+            f"{_gib(d['gpu_memory_bytes'])} - weights {_gib(d['weight_bytes'])} - reserve "
+            f"{_gib(e['reserve_bytes'])})"
         )
     out.append(f"tokens: floor(pool / {_n(d['kv_bytes_per_token'])} B) = {d['kv_pool_tokens']:,}")
     out.append(
@@ -408,19 +418,20 @@ def render_table(d: dict) -> str:
     )
     blocks_per_req = math.ceil(d["max_model_len"] / d["block_size"])
     out.append(
-        f"vLLM: block {d['block_size']} -> {d['vllm_num_gpu_blocks']:,} blocks = {d['vllm_kv_cache_tokens']:,} tokens; "
-        f"max concurrency {d['vllm_num_gpu_blocks']:,} / {blocks_per_req:,} blocks per request = {d['max_concurrency_vllm']:.2f}x"
+        f"vLLM: block {d['block_size']} -> {d['vllm_num_gpu_blocks']:,} blocks = "
+        f"{d['vllm_kv_cache_tokens']:,} tokens; max concurrency {d['vllm_num_gpu_blocks']:,} / "
+        f"{blocks_per_req:,} blocks per request = {d['max_concurrency_vllm']:.2f}x"
     )
     if d["kv_pool_source"] == "given":
         lo, hi = d["vllm_kv_cache_tokens_range"]
         clo, chi = d["max_concurrency_vllm_range"]
         out.append(
-            f"a GiB figure rounded to 2 decimals hides +/-{d['kv_pool_gib_rounding_tolerance_tokens']:,.1f} tokens: "
-            f"vLLM would report {lo:,}..{hi:,} tokens, {clo:.2f}x..{chi:.2f}x"
+            f"a GiB figure rounded to 2 decimals hides +/-{d['kv_pool_gib_rounding_tolerance_tokens']:,.1f} "
+            f"tokens: vLLM would report {lo:,}..{hi:,} tokens, {clo:.2f}x..{chi:.2f}x"
         )
     out.append(
-        f"llama.cpp: -np N -c C gives each slot C/N tokens; {d['llama_cpp_slots_at_max_model_len']:,} slots of "
-        f"{d['max_model_len']:,} fit (-c {d['llama_cpp_ctx_total_for_max_model_len_per_slot']:,})"
+        f"llama.cpp: -np N -c C gives each slot C/N tokens; {d['llama_cpp_slots_at_max_model_len']:,} slots "
+        f"of {d['max_model_len']:,} fit (-c {d['llama_cpp_ctx_total_for_max_model_len_per_slot']:,})"
     )
     return "\n".join(out)
 

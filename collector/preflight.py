@@ -51,7 +51,8 @@ class PreflightError(RunError):
 
 @dataclass
 class Preflight:
-    """What pre-flight found: notes for the console (an orphan stopped, a check skipped) and the facts used."""
+    """What pre-flight found: notes for the console (an orphan stopped, a check skipped) and the facts
+    used."""
 
     notes: list[str] = field(default_factory=list)
     vocab_size: int | None = None
@@ -356,7 +357,19 @@ def check_flags(plan: Plan) -> list[str]:
 
 # GGUF value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64,
 # 12 f64 (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
+_SCALAR = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _WANT_SUFFIXES = (".vocab_size", ".context_length")
 
 

@@ -184,8 +184,15 @@ def _flag_int(args: Sequence[str], *names: str) -> int | None:
 def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
     """Theory for this model/GPU/flags from ``collector plan``'s library, written before any request."""
     m = plan.model
-    inputs = {"model": m.config, "gpu": m.gpu, "kv_pool_gib": m.kv_pool_gib, "max_model_len": m.max_model_len,
-              "kv_dtype": m.kv_dtype, "weight_format": m.weight_format, "block_size": m.block_size}  # fmt: skip
+    inputs = {
+        "model": m.config,
+        "gpu": m.gpu,
+        "kv_pool_gib": m.kv_pool_gib,
+        "max_model_len": m.max_model_len,
+        "kv_dtype": m.kv_dtype,
+        "weight_format": m.weight_format,
+        "block_size": m.block_size,
+    }
     if plan.server.engine == "llamacpp":
         inputs["llama_cpp_ctx_total"] = _flag_int(plan.server.args, "-c", "--ctx-size")
         inputs["llama_cpp_slots"] = _flag_int(plan.server.args, "-np", "--parallel")
@@ -297,8 +304,12 @@ class _Protocol:
             run_path=self.run.path,
         )
         self.fingerprint()
-        self.events.emit("server_start", mode="attach" if sp.attach else "start", url=sp.base_url,
-                         argv=fingerprint.redact_args(self.server.command) if self.server.command else None)  # fmt: skip
+        self.events.emit(
+            "server_start",
+            mode="attach" if sp.attach else "start",
+            url=sp.base_url,
+            argv=fingerprint.redact_args(self.server.command) if self.server.command else None,
+        )
         self.server.start()
         head = f"waiting for {sp.base_url}/health (up to {sp.startup_timeout_s:.0f} s)"
         self.console.print(head)
@@ -425,9 +436,9 @@ class _Protocol:
 
         def late(lag_ns: int) -> None:
             self.console.print(
-                f"[yellow]client saturated[/] in {pt.point_id}: its event loop ran {lag_ns / 1e6:.1f} ms late "
-                f"(> {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms on more than 1 % of wake-ups): the client, not the "
-                "server, is setting the pace of this point",
+                f"[yellow]client saturated[/] in {pt.point_id}: its event loop ran {lag_ns / 1e6:.1f} ms "
+                f"late (> {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms on more than 1 % of wake-ups): the "
+                "client, not the server, is setting the pace of this point",
                 highlight=False,
             )
 
@@ -516,8 +527,8 @@ def _install_sigterm() -> Callable[[], None]:
 
 
 def io_reason(err: OSError, path: Path | None = None) -> str:
-    """A failed write as one line: ``disk full: <file>: No space left on device`` (the file from the error, else
-    the stream being written)."""
+    """A failed write as one line: ``disk full: <file>: No space left on device`` (the file from the error,
+    else the stream being written)."""
     what = "disk full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write the raw store"
     name = err.filename or path
     return f"{what}: {f'{name}: ' if name else ''}{err.strerror or err}"
@@ -586,8 +597,14 @@ def execute_run(
     store = RawStore(raw_root)
     name = store.unique_run_name(plan.campaign, plan.run_name)
     sp = plan.server
-    meta = {"engine": sp.engine, "server_mode": "attach" if sp.attach else "start", "plan_file": str(plan_file),
-            "model": plan.model.config, "gpu": plan.model.gpu, "description": plan.description}  # fmt: skip
+    meta = {
+        "engine": sp.engine,
+        "server_mode": "attach" if sp.attach else "start",
+        "plan_file": str(plan_file),
+        "model": plan.model.config,
+        "gpu": plan.model.gpu,
+        "description": plan.description,
+    }
     try:
         run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta)
     except OSError as err:

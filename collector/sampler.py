@@ -1,6 +1,6 @@
 """The sampler: every interval, the server's raw ``/metrics`` text (and ``nvidia-smi`` query output when there
-is a GPU), appended verbatim with both clocks to ``scrapes.jsonl`` (one ``collector.raw.records.ScrapeRecord`` a
-line).
+is a GPU), appended verbatim with both clocks to ``scrapes.jsonl`` (one ``collector.raw.records.ScrapeRecord``
+a line).
 
 It runs in its own thread with its own HTTP client, so a slow scrape never delays the load client's event loop
 and a busy event loop never delays a scrape. The schedule is drift-free: tick k is due at

@@ -85,7 +85,8 @@ class LlamaCppAdapter(Adapter):
 
     def request_extra(self) -> dict[str, Any]:
         # timings_per_token: a cumulative predicted_n on every event, the exact token count of each chunk.
-        # cache_prompt false: without it a slot reuses the KV of whatever prefix the new prompt shares with the
+        # cache_prompt false: without it a slot reuses the KV of whatever prefix the new prompt shares with
+        # the
         # slot's previous one (seen: 1 token, when two random prompts began with the same id), --cache-ram 0
         # and --slot-prompt-similarity 0 notwithstanding.
         return {"timings_per_token": True, "cache_prompt": False}
@@ -131,7 +132,8 @@ class ServerProcess:
     """A started server (or, with ``attach``, a handle on one that runs elsewhere).
 
     ``start()`` must be called from the thread that stays alive for the server's whole life (the main thread
-    of ``collector run``): the kernel's parent-death signal fires when the *thread* that forked the server ends.
+    of ``collector run``): the kernel's parent-death signal fires when the *thread* that forked the server
+    ends.
     """
 
     def __init__(
@@ -220,13 +222,17 @@ class ServerProcess:
         return ""
 
     def startup_failure(self, code: int) -> str:
-        """One line for a server that exited during start-up: its code, the log's path and first error line."""
+        """One line for a server that exited during start-up: its code, the log's path and first error
+        line."""
         for t in self._threads:
             if t.name == "server-log":
                 t.join(timeout=2.0)  # the last lines of the log are written before it is read
         if self.log_path is None:
             return f"server exited with code {code} during start-up"
-        return f"server exited with code {code} during start-up; {self.log_path}: {first_error_line(self.log_path)}"
+        return (
+            f"server exited with code {code} during start-up; {self.log_path}: "
+            f"{first_error_line(self.log_path)}"
+        )
 
     def wait_healthy(
         self,
@@ -381,7 +387,8 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
 
 
 # Runs as ``python -c``: waits on its stdin, the read end of a pipe only the collector holds. One byte means
-# "released" (the server was stopped on purpose); end-of-file without it means the collector died: the server's
+# "released" (the server was stopped on purpose); end-of-file without it means the collector died: the
+# server's
 # whole process group is stopped, grandchildren included (which the parent-death signal does not reach).
 _WATCHDOG = """
 import os, signal, sys, time
@@ -522,7 +529,8 @@ def _listen_inodes(port: int) -> set[str]:
 
 
 def port_owner_pids(port: int) -> list[int]:
-    """Pids holding a listening socket on ``port`` (from /proc; [] when nothing is found or /proc is absent)."""
+    """Pids holding a listening socket on ``port`` (from /proc; [] when nothing is found or /proc is
+    absent)."""
     inodes = _listen_inodes(port)
     if not inodes:
         return []

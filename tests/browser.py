@@ -87,7 +87,8 @@ def synthetic_gpu_campaign(raw: Path) -> str:
 
 
 def repo_has_campaigns() -> bool:
-    """raw/ holds campaigns (``ANATOMY_SITE_TEST_REPO_RAW=0`` leaves them out, e.g. while one is being re-run)."""
+    """raw/ holds campaigns (``ANATOMY_SITE_TEST_REPO_RAW=0`` leaves them out, e.g. while one is being
+    re-run)."""
     if os.environ.get("ANATOMY_SITE_TEST_REPO_RAW", "1") == "0":
         return False
     return REPO_RAW.is_dir() and any(p.is_dir() for p in REPO_RAW.iterdir())
@@ -95,8 +96,8 @@ def repo_has_campaigns() -> bool:
 
 @functools.cache
 def built_site() -> BuiltSite:
-    """Import the reference campaign into a fresh raw store, add the synthetic GPU campaign, analyze it with the
-    repository's raw/, render and build (strict), once."""
+    """Import the reference campaign into a fresh raw store, add the synthetic GPU campaign, analyze it with
+    the repository's raw/, render and build (strict), once."""
     work = Path(tempfile.mkdtemp(prefix="ia-site-"))
     raw, results, docs, site = work / "raw", work / "results", work / "docs", work / "public"
     raw.mkdir()

@@ -92,7 +92,8 @@ points = {points}
 
 @pytest.fixture(scope="session")
 def make_plan() -> Callable[..., Path]:
-    """``make_plan(tmp, server_args=(), points=..., output_len=16, extra="", sampling=...)`` → the plan's path."""
+    """``make_plan(tmp, server_args=(), points=..., output_len=16, extra="", sampling=...)`` → the plan's
+    path."""
     return _fake_plan
 
 

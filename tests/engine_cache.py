@@ -1,4 +1,5 @@
-"""Where the tests find the real engines (`nox -s engines` builds them), and what happens when they are missing."""
+"""Where the tests find the real engines (`nox -s engines` builds them), and what happens when they are
+missing."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ def require(*artifacts: Path) -> None:
     missing = [p for p in artifacts if not p.exists()]
     if not missing:
         return
-    msg = f"engine cache incomplete ({missing[0]} missing): run `python -m collector.engines prepare --cache .engines`"
+    msg = (
+        f"engine cache incomplete ({missing[0]} missing): run `python -m collector.engines prepare "
+        "--cache .engines`"
+    )
     if os.environ.get("CI"):
         pytest.fail(msg)
     pytest.skip(msg)

@@ -109,10 +109,18 @@ class FaultServer:
             writer.close()
 
     async def _plain(self, writer, status: int, body: bytes, ctype: str = "application/json") -> bool:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
-                  503: "Service Unavailable"}[status]  # fmt: skip
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+            503: "Service Unavailable",
+        }[status]
         writer.write(
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            (
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
         )
         writer.write(body)
         await writer.drain()
@@ -197,8 +205,14 @@ class FaultServer:
                     await send('{"choices": [{"text": "x", "index": 0')
                     continue
                 self.tokens_total += 1
-                ev: dict = {"id": f"cmpl-{n}", "object": "text_completion", "model": self.alias,
-                            "choices": [{"index": 0, "text": "a", "finish_reason": "length" if i == max_tokens else None}]}  # fmt: skip
+                ev: dict = {
+                    "id": f"cmpl-{n}",
+                    "object": "text_completion",
+                    "model": self.alias,
+                    "choices": [
+                        {"index": 0, "text": "a", "finish_reason": "length" if i == max_tokens else None}
+                    ],
+                }
                 if continuous:
                     ev["usage"] = {
                         "prompt_tokens": prompt_n,
@@ -241,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--exit-at-start", default=None)
     ap.add_argument("--spawn-child", action="store_true")
     ap.add_argument("--slow-start-s", type=float, default=0.0)
-    # llama-server flags the test plans pass, accepted and ignored (and listed by --help, which the collector's
+    # llama-server flags the test plans pass, accepted and ignored (and listed by --help, which the
+    # collector's
     # pre-flight reads to refuse flags the server does not know)
     for flag in ("--cache-ram", "--slot-prompt-similarity", "-np", "-c", "-t", "-lv"):
         ap.add_argument(flag, default=None)

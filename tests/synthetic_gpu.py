@@ -67,10 +67,10 @@ points = [{", ".join(f"{{ concurrency = {c}, requests = {2 * c}, seed = {c} }}" 
 
 def _metrics(prompt_s: float, pred_tokens: int, pred_s: float) -> str:
     return (
-        f"# TYPE llamacpp:prompt_seconds_total counter\nllamacpp:prompt_seconds_total {prompt_s}\n"
-        f"# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {pred_tokens}\n"
-        f"# TYPE llamacpp:tokens_predicted_seconds_total counter\nllamacpp:tokens_predicted_seconds_total {pred_s}\n"
-        "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n"
+        f"# TYPE llamacpp:prompt_seconds_total counter\nllamacpp:prompt_seconds_total {prompt_s}\n# TYPE "
+        f"llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {pred_tokens}\n# TYPE "
+        "llamacpp:tokens_predicted_seconds_total counter\nllamacpp:tokens_predicted_seconds_total "
+        f"{pred_s}\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n"
     )
 
 
@@ -102,10 +102,10 @@ def own_run(store: RawStore, run_name: str, fmt: str) -> None:
             [
                 "0.00.010.737 I srv    load_model: loading model 'm.gguf'",
                 f"0.00.045.512 I load_tensors:   CUDA0 model buffer size = {w_mib:10.2f} MiB",
-                f"0.00.057.382 I llama_kv_cache: size = {CTX * KV_BYTES_PER_TOKEN / 2**20:8.2f} MiB (  4096 cells,  28 layers,  "
-                f"{SLOTS}/{SLOTS} seqs), K (f16):  896.00 MiB, V (f16):  896.00 MiB",
-                f"0.00.078.718 I srv    load_model: initializing, n_slots = {SLOTS}, n_ctx_slot = {CTX // SLOTS}, "
-                "kv_unified = 'false'",
+                f"0.00.057.382 I llama_kv_cache: size = {CTX * KV_BYTES_PER_TOKEN / 2**20:8.2f} MiB (  4096 "
+                f"cells,  28 layers,  {SLOTS}/{SLOTS} seqs), K (f16):  896.00 MiB, V (f16):  896.00 MiB",
+                f"0.00.078.718 I srv    load_model: initializing, n_slots = {SLOTS}, n_ctx_slot = "
+                f"{CTX // SLOTS}, kv_unified = 'false'",
                 "",
             ]
         ),

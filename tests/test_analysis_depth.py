@@ -96,7 +96,8 @@ def test_kv_against_weights_hidden_state_and_compute_by_hand(out):
     for t, key in ((1024, "1k"), (8192, "8k"), (32768, "32k")):
         got = f[f"model.kv_read_share_of_weights_{key}_pct"]["value"]
         assert got == pytest.approx(t * KV_BYTES / W_READ_BF16 * 100, rel=1e-9)
-    # the campaign's typical request: the first sweep point (Round1 c001.json) and its sweep log's output length
+    # the campaign's typical request: the first sweep point (Round1 c001.json) and its sweep log's output
+    # length
     c1 = _json("Round1/01-perf-test/c001.json")
     prompt = c1["total_input_tokens"] / c1["completed"]
     ns = next(
@@ -144,7 +145,8 @@ def test_kv_pool_hand_estimate_and_where_the_difference_goes_by_hand(out):
         assert abs((budget - consumed - act) - pool) <= 0.015
         assert f[f"{rnd}.memory.non_torch_gib"]["value"] == pytest.approx(consumed - loaded)
         assert f[f"{rnd}.memory.cuda_graph_gib"]["value"] == graphs
-        # the hand estimate: 0.9 × the datasheet's 24,564 MiB − the bf16 weights (2 bytes × every parameter) − 1 GiB
+        # the hand estimate: 0.9 × the datasheet's 24,564 MiB − the bf16 weights (2 bytes × every parameter) −
+        # 1 GiB
         hand = util * 24564 / 1024 - PARAMS * 2 / GIB - 1
         assert f[f"{rnd}.memory.kv_pool_hand_estimate_gib"]["value"] == pytest.approx(hand, rel=1e-9)
         gap = f[f"{rnd}.memory.kv_pool_log_minus_hand_estimate_gib"]
@@ -156,7 +158,8 @@ def test_kv_pool_hand_estimate_and_where_the_difference_goes_by_hand(out):
         assert sum(terms.values()) == pytest.approx(
             pool - hand, abs=0.02
         )  # three logged numbers, two decimals
-    # the hand estimate lands on round 2's pool; round 1 lost 1.78 GiB to a 1 GiB larger non-torch + activation
+    # the hand estimate lands on round 2's pool; round 1 lost 1.78 GiB to a 1 GiB larger non-torch +
+    # activation
     assert abs(f["round2.memory.kv_pool_log_minus_hand_estimate_gib"]["value"]) < 0.02
 
 
@@ -396,7 +399,8 @@ def test_overload_price_little_and_counter_conflict_by_hand(out):
     lit = f["round2.overload.littles_law_waiting"]
     assert lit["value"] == pytest.approx(sum(r["waiting"] for r in inside) / len(inside), rel=1e-9)
     assert lit["theory"] == pytest.approx(lam * wq, rel=1e-9) and lit["status"] == "ok"
-    # the counter conflict: iteration tokens = exactly the work without recompute, the FLOPs counter 19 % above it
+    # the counter conflict: iteration tokens = exactly the work without recompute, the FLOPs counter 19 %
+    # above it
     it = after["iter_tok_sum"] - before["iter_tok_sum"]
     assert it == res["completed"] * (s_in + s_out) == 1_048_576
     assert f["round2.overload.iteration_tokens_excess_pct"]["value"] == pytest.approx(0.0, abs=1e-9)

@@ -141,7 +141,8 @@ def test_write_table_fixed_format(tmp_path):
     assert (tmp_path / "t.csv").read_text() == "x,y\n1,2.5\n2,0.3333333333\n"
 
 
-# -- the one labels + formatting module ------------------------------------------------------------------------
+# -- the one labels + formatting module
+# ------------------------------------------------------------------------
 
 
 def test_numbers_thousands_separators_and_precision():

@@ -156,7 +156,8 @@ def test_ceilings_against_the_h200_datasheet_by_hand():
     assert (
         mm.theory == 989.4e12 and mm.error_pct == pytest.approx(-32.383, abs=1e-3) and mm.status == "mismatch"
     )
-    # a measured copy far below the datasheet (3.0 of 4.8 TB/s: −37.5 %) is a mismatch too, and so is one above it
+    # a measured copy far below the datasheet (3.0 of 4.8 TB/s: −37.5 %) is a mismatch too, and so is one
+    # above it
     assert ceilings.run(None, _ceilings_ctx(3.0e12, 8e14, "h200")).findings[0].status == "mismatch"
     assert ceilings.run(None, _ceilings_ctx(5.6e12, 8e14, "h200")).findings[0].status == "mismatch"  # +16.7 %
 

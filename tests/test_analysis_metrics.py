@@ -35,17 +35,35 @@ T0_UNIX_NS = 1_700_000_000_000 * MS
 def obj(i, send_ms, chunks, end_ms, completion=None, prompt=10, error=None, point="pt", concurrency=2):
     """One requests.jsonl line; chunks = [(receive ms, tokens), ...]."""
     return {
-        "v": 1, "request_id": f"r{i}", "phase": "p", "phase_kind": "concurrency", "point": point,
-        "point_index": 0, "index": i, "worker": i % 2, "concurrency": concurrency, "seed": 1, "input_len": 10,
-        "max_tokens": 4, "send_mono_ns": send_ms * MS, "send_unix_ns": T0_UNIX_NS + send_ms * MS,
-        "headers_mono_ns": None, "end_mono_ns": end_ms * MS, "end_unix_ns": T0_UNIX_NS + end_ms * MS,
+        "v": 1,
+        "request_id": f"r{i}",
+        "phase": "p",
+        "phase_kind": "concurrency",
+        "point": point,
+        "point_index": 0,
+        "index": i,
+        "worker": i % 2,
+        "concurrency": concurrency,
+        "seed": 1,
+        "input_len": 10,
+        "max_tokens": 4,
+        "send_mono_ns": send_ms * MS,
+        "send_unix_ns": T0_UNIX_NS + send_ms * MS,
+        "headers_mono_ns": None,
+        "end_mono_ns": end_ms * MS,
+        "end_unix_ns": T0_UNIX_NS + end_ms * MS,
         "http_status": 200 if error is None else 500,
-        "chunk_mono_ns": [t * MS for t, _ in chunks], "chunk_unix_ns": [T0_UNIX_NS + t * MS for t, _ in chunks],
-        "chunk_tokens": [n for _, n in chunks], "token_count_source": "usage", "done": error is None,
+        "chunk_mono_ns": [t * MS for t, _ in chunks],
+        "chunk_unix_ns": [T0_UNIX_NS + t * MS for t, _ in chunks],
+        "chunk_tokens": [n for _, n in chunks],
+        "token_count_source": "usage",
+        "done": error is None,
         "usage": None if completion is None else {"prompt_tokens": prompt, "completion_tokens": completion},
-        "finish_reason": "length", "engine_timings": None, "response_id": None,
+        "finish_reason": "length",
+        "engine_timings": None,
+        "response_id": None,
         "error": None if error is None else {"kind": "http", "message": error},
-    }  # fmt: skip
+    }
 
 
 A = RequestRecord.from_obj(obj(0, 0, [(100, 1), (110, 1), (130, 2), (132, 0)], 140, completion=4))
@@ -75,7 +93,8 @@ def test_e2el_runs_to_the_stream_end():
 
 
 def test_itls_are_chunk_aware():
-    # A: 100→110 one token (10); 110→130 carried 2 tokens: two intervals of 10; the empty closing chunk is none
+    # A: 100→110 one token (10); 110→130 carried 2 tokens: two intervals of 10; the empty closing chunk is
+    # none
     assert metrics.itls_ms(A) == [10.0, 10.0, 10.0]
     # B: 3 tokens in the first chunk arrived together (two intervals of 0), then 20 ms for one token
     assert metrics.itls_ms(B) == [0.0, 0.0, 20.0]
@@ -158,7 +177,8 @@ def test_views_differ_exactly_where_vllm_bench_counts_chunks():
     assert [metrics.ttft_ms_vllm_bench(r) for r in (A, B, D)] == [100, 200, 30]
     # E2E: to the last chunk, not the stream end
     assert [metrics.e2el_ms_vllm_bench(r) for r in (A, B, D)] == [132, 220, 45]
-    # ITL: one gap per chunk, whatever it carried (A's 2-token chunk is one 20 ms gap, the empty one a 2 ms gap)
+    # ITL: one gap per chunk, whatever it carried (A's 2-token chunk is one 20 ms gap, the empty one a 2 ms
+    # gap)
     assert metrics.itls_ms_vllm_bench(A) == [10, 20, 2]
     assert metrics.itls_ms_vllm_bench(B) == [20]
     assert metrics.itls_ms_vllm_bench(D) == [10, 5]

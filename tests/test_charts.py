@@ -173,8 +173,8 @@ def test_no_spec_draws_an_empty_data_set(figures):
 
 
 def test_no_line_joins_different_tests(figures):
-    """A line's series (colour × dash × detail × facet) holds points of one test kind; only the model-structure
-    figures (theory, no test) draw lines from tables without one."""
+    """A line's series (colour × dash × detail × facet) holds points of one test kind; only the
+    model-structure figures (theory, no test) draw lines from tables without one."""
     checked = 0
     for name, (spec, _) in figures.items():
         if name.split("/")[1].startswith("structure_"):

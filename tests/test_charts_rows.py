@@ -1,6 +1,6 @@
-"""A long table still makes a chart (issue #12): Altair refuses to embed more than 5,000 rows by default, and an
-overload of ~20 minutes sampled by the collector is a timeline longer than that (two quantities of the requests
-panel double it). ``collector analyze`` used to end there with MaxRowsError."""
+"""A long table still makes a chart (issue #12): Altair refuses to embed more than 5,000 rows by default, and
+an overload of ~20 minutes sampled by the collector is a timeline longer than that (two quantities of the
+requests panel double it). ``collector analyze`` used to end there with MaxRowsError."""
 
 from __future__ import annotations
 

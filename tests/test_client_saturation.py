@@ -30,9 +30,20 @@ def _point(c: int, n: int, out: int) -> PointPlan:
 
 def _run_point(url: str, pt: PointPlan) -> tuple[list[RequestRecord], object]:
     recs: list[RequestRecord] = []
-    out = asyncio.run(run_point(pt, base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={},
-                                plan_extra={}, request_timeout_s=60, read_timeout_s=30, sink=recs.append,
-                                abort=Abort()))  # fmt: skip
+    out = asyncio.run(
+        run_point(
+            pt,
+            base_url=url,
+            model="metronome",
+            token_id_range=(32, 127),
+            engine_extra={},
+            plan_extra={},
+            request_timeout_s=60,
+            read_timeout_s=30,
+            sink=recs.append,
+            abort=Abort(),
+        )
+    )
     return recs, out
 
 
@@ -119,9 +130,21 @@ def test_an_overloaded_client_point_is_flagged(tmp_path):
 def test_a_point_sharded_over_processes_records_every_request_once():
     recs: list[RequestRecord] = []
     with MetronomeProcess(free_port(), first_token_ms=5, interval_ms=2) as m:
-        out = asyncio.run(run_load(_point(5, 12, 10), shards=2, base_url=m.url, model="metronome",
-                                   token_id_range=(32, 127), engine_extra={}, plan_extra={}, request_timeout_s=60,
-                                   read_timeout_s=30, sink=recs.append, abort=Abort()))  # fmt: skip
+        out = asyncio.run(
+            run_load(
+                _point(5, 12, 10),
+                shards=2,
+                base_url=m.url,
+                model="metronome",
+                token_id_range=(32, 127),
+                engine_extra={},
+                plan_extra={},
+                request_timeout_s=60,
+                read_timeout_s=30,
+                sink=recs.append,
+                abort=Abort(),
+            )
+        )
         log = m.log()
     assert out.ok == out.sent == out.finished == 12 and out.aborted is None
     assert sorted(r.index for r in recs) == list(range(12)) and sorted({r.worker for r in recs}) == list(

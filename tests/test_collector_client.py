@@ -20,8 +20,19 @@ from tests.fault_server import FaultServer
 from tests.loopback import free_port
 
 # The identity fields a record carries (loadgen fills them per request).
-META = {"request_id": "r", "phase": "t", "phase_kind": "concurrency", "point": "p", "point_index": 0, "index": 0,
-        "worker": 0, "concurrency": 1, "seed": 0, "input_len": 5, "max_tokens": 6}  # fmt: skip
+META = {
+    "request_id": "r",
+    "phase": "t",
+    "phase_kind": "concurrency",
+    "point": "p",
+    "point_index": 0,
+    "index": 0,
+    "worker": 0,
+    "concurrency": 1,
+    "seed": 0,
+    "input_len": 5,
+    "max_tokens": 6,
+}
 
 
 def _one(
@@ -149,8 +160,18 @@ def test_closed_loop_keeps_concurrency_and_records_every_request(server):
     recs = []
 
     async def go():
-        return await run_point(_point(3, 10), base_url=server.url, model="m", token_id_range=(32, 127), engine_extra={},
-                               plan_extra={}, request_timeout_s=10, read_timeout_s=5, sink=recs.append, abort=Abort())  # fmt: skip
+        return await run_point(
+            _point(3, 10),
+            base_url=server.url,
+            model="m",
+            token_id_range=(32, 127),
+            engine_extra={},
+            plan_extra={},
+            request_timeout_s=10,
+            read_timeout_s=5,
+            sink=recs.append,
+            abort=Abort(),
+        )
 
     out = asyncio.run(go())
     assert out.sent == out.finished == out.ok == 10 and not out.errors and out.aborted is None
@@ -166,9 +187,18 @@ def test_abort_stops_sending_and_records_in_flight_requests(server):
     async def go():
         abort = Abort()
         asyncio.get_running_loop().call_later(0.3, abort.set, "test abort")
-        return await run_point(_point(2, 50, output_len=400), base_url=server.url, model="m", token_id_range=(32, 127),
-                               engine_extra={}, plan_extra={}, request_timeout_s=30, read_timeout_s=5,
-                               sink=recs.append, abort=abort)  # fmt: skip
+        return await run_point(
+            _point(2, 50, output_len=400),
+            base_url=server.url,
+            model="m",
+            token_id_range=(32, 127),
+            engine_extra={},
+            plan_extra={},
+            request_timeout_s=30,
+            read_timeout_s=5,
+            sink=recs.append,
+            abort=abort,
+        )
 
     out = asyncio.run(go())
     assert out.aborted == "test abort" and out.sent < 50
@@ -182,8 +212,18 @@ def test_unreachable_server_aborts_the_point():
     recs = []
 
     async def go():
-        return await run_point(_point(2, 40), base_url=s.url, model="m", token_id_range=(32, 127), engine_extra={},
-                               plan_extra={}, request_timeout_s=5, read_timeout_s=5, sink=recs.append, abort=Abort())  # fmt: skip
+        return await run_point(
+            _point(2, 40),
+            base_url=s.url,
+            model="m",
+            token_id_range=(32, 127),
+            engine_extra={},
+            plan_extra={},
+            request_timeout_s=5,
+            read_timeout_s=5,
+            sink=recs.append,
+            abort=Abort(),
+        )
 
     out = asyncio.run(go())
     assert out.aborted.startswith("server unreachable") and out.errors["connect"] == len(recs) < 40

@@ -1,4 +1,5 @@
-"""Plan loading: the shipped plans load; unknown keys and bad values are one-line errors naming file + field."""
+"""Plan loading: the shipped plans load; unknown keys and bad values are one-line errors naming file +
+field."""
 
 from __future__ import annotations
 

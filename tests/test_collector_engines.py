@@ -126,8 +126,12 @@ def _long_llamacpp_run(
     raw = tmp_path / "raw"
     plan = local_plan(tmp_path, "cpu-tiny-llamacpp.toml", long_sweep)
     port = int(re.search(r"(?m)^port = (\d+)", plan.read_text())[1])
-    p = subprocess.Popen([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     return p, _wait_sweep_records(raw, "cpu-tiny-qwen2", 4, p), port
 
 

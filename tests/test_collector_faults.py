@@ -1,9 +1,9 @@
 """``collector run`` under the faults a rented box brings (issue #12): the collector killed with SIGKILL, a
-server left running by an earlier collector, a foreign process on the port, a disk that fills up, a point whose
-every request fails, a server that cannot start. The server is the local test server started as if it were
-llama-server (``tests/fault_server.py``); the same kill against the real llama-server is marked ``engines``.
-Every case checks the promise it is about: no server process left, no wrong server measured, one line on the
-terminal (no traceback), nothing that looks complete when it is not.
+server left running by an earlier collector, a foreign process on the port, a disk that fills up, a point
+whose every request fails, a server that cannot start. The server is the local test server started as if it
+were llama-server (``tests/fault_server.py``); the same kill against the real llama-server is marked
+``engines``. Every case checks the promise it is about: no server process left, no wrong server measured, one
+line on the terminal (no traceback), nothing that looks complete when it is not.
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ def _listener(port: int) -> int | None:
 
 
 def test_sigkill_of_the_collector_takes_the_server_and_its_children_down(tmp_path, make_plan):
-    """The server (and the child it spawned, as vLLM spawns its engine core) must not outlive a collector killed
-    with SIGKILL: the parent-death signal takes the server, the watchdog its process group."""
+    """The server (and the child it spawned, as vLLM spawns its engine core) must not outlive a collector
+    killed with SIGKILL: the parent-death signal takes the server, the watchdog its process group."""
     raw = tmp_path / "raw"
     plan = make_plan(tmp_path, ["--spawn-child"], points="[{concurrency = 2, requests = 400, seed = 5}]",
                      output_len=200)  # fmt: skip
@@ -174,8 +174,13 @@ def test_a_foreign_process_on_the_port_is_named_and_nothing_is_written(tmp_path,
     srv = fault_server(token_ms=2.0)
     plan = make_plan(tmp_path)
     plan.write_text(re.sub(r"(?m)^port = \d+", f"port = {srv.port}", plan.read_text()))
-    p = subprocess.run([PY, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [PY, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     srv.stop()
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert re.search(rf"port {srv.port} is already in use by pid {os.getpid()} \(", p.stderr), p.stderr
@@ -183,8 +188,8 @@ def test_a_foreign_process_on_the_port_is_named_and_nothing_is_written(tmp_path,
 
 
 def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path, make_plan, fault_server):
-    """A server that binds late (as vLLM does) after pre-flight found the port free: /health answers, but from a
-    process outside the server we started — refused before any fingerprint of it is saved."""
+    """A server that binds late (as vLLM does) after pre-flight found the port free: /health answers, but from
+    a process outside the server we started — refused before any fingerprint of it is saved."""
     script = tmp_path / "never-listens"
     script.write_text(f'#!/bin/sh\n[ "$1" = "--help" ] && exec {PY} {FAULT_SERVER} --help\nexec sleep 300\n')
     script.chmod(0o755)
@@ -211,8 +216,8 @@ def test_an_orphan_that_answers_on_the_port_is_not_measured(tmp_path, make_plan,
 
 
 def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch, make_plan, fault_server):
-    """Where /proc cannot name the listener (not Linux, hidden pids; simulated), a server answering with another
-    model name is still refused."""
+    """Where /proc cannot name the listener (not Linux, hidden pids; simulated), a server answering with
+    another model name is still refused."""
     monkeypatch.setattr(srvmod, "port_owner_pids", lambda port: [])
     script = tmp_path / "never-listens"
     script.write_text(f'#!/bin/sh\n[ "$1" = "--help" ] && exec {PY} {FAULT_SERVER} --help\nexec sleep 300\n')
@@ -236,16 +241,19 @@ def test_without_proc_the_served_model_must_be_ours(tmp_path, monkeypatch, make_
 
 
 def test_every_request_failing_stops_the_run_with_the_http_cause(tmp_path, make_plan):
-    """Token ids past the server's vocabulary: HTTP 400 on every request. The run stops after that point, failed,
-    and the terminal says why in one line (status + body)."""
+    """Token ids past the server's vocabulary: HTTP 400 on every request. The run stops after that point,
+    failed, and the terminal says why in one line (status + body)."""
     raw = tmp_path / "raw"
     plan = make_plan(tmp_path, ["--vocab", "100"])  # the plan draws ids up to 126
     p = subprocess.run([PY, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], cwd=ROOT,
                        capture_output=True, text=True, timeout=180)  # fmt: skip
     assert p.returncode == 1 and "Traceback" not in p.stderr
     last = p.stderr.strip().splitlines()[-1]
-    assert re.search(r"failed, 0/3 points \(point p00-warmup\S*: all 2 requests failed \(first: HTTP 400: "
-                     r"\{\"error\": \{\"message\": \"Token id \d+ is out of vocabulary\"", last), last  # fmt: skip
+    assert re.search(
+        r"failed, 0/3 points \(point p00-warmup\S*: all 2 requests failed \(first: HTTP 400: "
+        r"\{\"error\": \{\"message\": \"Token id \d+ is out of vocabulary\"",
+        last,
+    ), last
     (run,) = raw.glob("fake/*")
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "failed" and "all 2 requests failed" in m["note"]
@@ -256,8 +264,21 @@ def test_a_complete_run_whose_every_point_fails_a_gate_exits_nonzero(tmp_path, m
     """HTTP 500 on every 2nd request: each point completes but fails the `failures` check, which the analysis'
     gates treat as excluding the point — `collector run` says the run is unusable and exits 1."""
     raw = tmp_path / "raw"
-    p = subprocess.run([PY, "-m", "collector.cli", "run", str(make_plan(tmp_path, ["--fault", "http500:2"])),
-                        "--raw", str(raw)], cwd=ROOT, capture_output=True, text=True, timeout=180)  # fmt: skip
+    p = subprocess.run(
+        [
+            PY,
+            "-m",
+            "collector.cli",
+            "run",
+            str(make_plan(tmp_path, ["--fault", "http500:2"])),
+            "--raw",
+            str(raw),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert (
         "complete, but unusable: every measured point fails a gate that excludes it (first: p01-sweep"
@@ -289,8 +310,14 @@ def test_end_of_run_summary_table_per_point(tmp_path, make_plan):
     for point in ("p00-warmup-c002-i8-o4", "p01-sweep-c001-i24-o16", "p02-sweep-c004-i24-o16"):
         b = metrics.point_result([r for r in reqs if r.point == point], point)
         cells = next(ln for ln in table.splitlines() if point in ln).replace("│", " ").split()
-        assert cells == [point, str(b.completed), str(b.failed), f"{b.output_throughput_tok_s:.1f}",
-                         f"{b.latency['ttft'].median_ms:.1f}", f"{b.latency['itl'].median_ms:.2f}"]  # fmt: skip
+        assert cells == [
+            point,
+            str(b.completed),
+            str(b.failed),
+            f"{b.output_throughput_tok_s:.1f}",
+            f"{b.latency['ttft'].median_ms:.1f}",
+            f"{b.latency['itl'].median_ms:.2f}",
+        ]
     assert sum(int(ln.replace("│", " ").split()[2]) for ln in table.splitlines() if "-c0" in ln) == 3
 
 
@@ -349,7 +376,8 @@ def test_disk_full_on_a_small_tmpfs_ends_the_run_failed_in_one_line(tmp_path, ma
 
 def test_disk_full_injected_in_every_writer_thread(tmp_path, monkeypatch, make_plan):
     """Without a small file system: every stream write fails with ENOSPC from the 60th on — whichever thread
-    (load loop, sampler, server-log pump, event writers) meets it first ends the run, failed, with the reason."""
+    (load loop, sampler, server-log pump, event writers) meets it first ends the run, failed, with the
+    reason."""
     writes = {"n": 0}
     real_write = Stream.write
 
@@ -408,8 +436,13 @@ def test_a_run_stopped_before_any_point_is_analysed_without_a_traceback(tmp_path
     assert p.returncode == 1 and "interrupted by SIGINT before the load" in err.decode()
     (run,) = raw.glob("*/*")
     assert (run / "requests.jsonl").read_bytes() == b""
-    a = subprocess.run([PY, "-m", "collector.cli", "analyze", "--raw", str(raw), "--out", str(tmp_path / "out")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    a = subprocess.run(
+        [PY, "-m", "collector.cli", "analyze", "--raw", str(raw), "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert a.returncode == 0 and "Traceback" not in a.stderr, a.stderr
     assert (tmp_path / "out" / "cpu-tiny-qwen2" / "findings.json").is_file()
 

@@ -12,16 +12,34 @@ from collector.server import adapter_for
 
 def test_secret_names_and_values_are_redacted():
     env = {
-        "HF_TOKEN": "abc", "OPENAI_API_KEY": "x", "MY_SECRET": "y", "DB_PASSWORD": "z", "aws_secret_access_key": "w",
-        "AUTH": "Bearer abc.def", "GH": "ghp_0123456789abcdefghij", "JWT": "eyJhbGciOi.eyJzdWIiOiIx.sig-nature",
+        "HF_TOKEN": "abc",
+        "OPENAI_API_KEY": "x",
+        "MY_SECRET": "y",
+        "DB_PASSWORD": "z",
+        "aws_secret_access_key": "w",
+        "AUTH": "Bearer abc.def",
+        "GH": "ghp_0123456789abcdefghij",
+        "JWT": "eyJhbGciOi.eyJzdWIiOiIx.sig-nature",
         "OPAQUE": "aZ3kQ9vX2mP7tL1wR8yN4bC6dF0gH5jK",
-        "PATH": "/usr/local/bin:/usr/bin", "VLLM_CPU_KVCACHE_SPACE": "1", "HOME": "/root",
-        "SHA": "0c1e57098", "MODEL": "Qwen/Qwen2.5-7B-Instruct",
-    }  # fmt: skip
+        "PATH": "/usr/local/bin:/usr/bin",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HOME": "/root",
+        "SHA": "0c1e57098",
+        "MODEL": "Qwen/Qwen2.5-7B-Instruct",
+    }
     out = redact_env(env)
     hidden = {k for k, v in out.items() if v == REDACTED}
-    assert hidden == {"HF_TOKEN", "OPENAI_API_KEY", "MY_SECRET", "DB_PASSWORD", "aws_secret_access_key", "AUTH", "GH",
-                      "JWT", "OPAQUE"}  # fmt: skip
+    assert hidden == {
+        "HF_TOKEN",
+        "OPENAI_API_KEY",
+        "MY_SECRET",
+        "DB_PASSWORD",
+        "aws_secret_access_key",
+        "AUTH",
+        "GH",
+        "JWT",
+        "OPAQUE",
+    }
     assert out["PATH"] == env["PATH"] and out["MODEL"] == env["MODEL"]
     assert not looks_like_secret("/work/main/.engines/models/tiny-qwen2-f16.gguf")
 

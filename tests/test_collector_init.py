@@ -248,12 +248,24 @@ def test_bundled_configs_add_up_to_the_published_size(name, published_params):
         (DEEPSEEK_V2_LITE, "n_routed_experts"),
         ({**DEEPSEEK_V2_LITE, "n_routed_experts": None}, "kv_lora_rank"),
         (MISTRAL_7B_V01, "sliding_window"),
-        ({**json.loads(Path(load_model_config("Qwen2.5-7B-Instruct").source).read_text()), "use_sliding_window": True},
-         "use_sliding_window"),
-        ({**QWEN3_30B_A3B, "num_experts": None, "model_type": "qwen3", "layer_types": ["sliding_attention"] * 48},
-         "layer_types"),
+        (
+            {
+                **json.loads(Path(load_model_config("Qwen2.5-7B-Instruct").source).read_text()),
+                "use_sliding_window": True,
+            },
+            "use_sliding_window",
+        ),
+        (
+            {
+                **QWEN3_30B_A3B,
+                "num_experts": None,
+                "model_type": "qwen3",
+                "layer_types": ["sliding_attention"] * 48,
+            },
+            "layer_types",
+        ),
     ],
-)  # fmt: skip
+)
 def test_configs_the_theory_cannot_represent_are_refused_in_one_line(tmp_path, data, key):
     folder = _config_dir(tmp_path, "m", data)
     with pytest.raises(PlanError) as err:

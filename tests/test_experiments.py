@@ -1,8 +1,8 @@
-"""Issue #15's experiments (analysis/reconcile/experiments.py) on the committed H200 runs: the KV buffer predicted
-from the block formats equals the log's line; the repeat spread and an arm difference, computed here by hand from
-two runs' requests.jsonl, equal the findings; the slot ids behind the concurrency-32 anomaly, read here from
-server.log, equal the analysis'; every cited plan line says what the prediction says; the verdicts on the real
-runs; the parser's launch records on the real log."""
+"""Issue #15's experiments (analysis/reconcile/experiments.py) on the committed H200 runs: the KV buffer
+predicted from the block formats equals the log's line; the repeat spread and an arm difference, computed here
+by hand from two runs' requests.jsonl, equal the findings; the slot ids behind the concurrency-32 anomaly,
+read here from server.log, equal the analysis'; every cited plan line says what the prediction says; the
+verdicts on the real runs; the parser's launch records on the real log."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def _finding(section, metric: str, run: str | None = None, topic: str | None = N
     return hits[0]
 
 
-# --- by hand from the raw files -------------------------------------------------------------------------------
+# --- by hand from the raw files
+# -------------------------------------------------------------------------------
 
 
 def _median(xs: list[float]) -> float:
@@ -56,8 +57,9 @@ def _median(xs: list[float]) -> float:
 
 
 def _p50_itl_ms(run: str, concurrency: int) -> float:
-    """The p50 of every inter-token gap of the completed requests at one sweep point: a chunk carrying n tokens
-    after a gap g stands for n gaps of g / n (the first chunk's extra tokens arrived with it: gaps of 0)."""
+    """The p50 of every inter-token gap of the completed requests at one sweep point: a chunk carrying n
+    tokens after a gap g stands for n gaps of g / n (the first chunk's extra tokens arrived with it: gaps of
+    0)."""
     gaps: list[float] = []
     for line in (H200 / run / "requests.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -71,8 +73,8 @@ def _p50_itl_ms(run: str, concurrency: int) -> float:
 
 
 def test_repeat_spread_and_difference_by_hand(section):
-    """np64 vs np256 (Q4_K_M) at concurrency 32, each arm run twice: the means, the spreads (max − min) and the
-    difference with the larger spread beside it, from the JSON lines."""
+    """np64 vs np256 (Q4_K_M) at concurrency 32, each arm run twice: the means, the spreads (max − min) and
+    the difference with the larger spread beside it, from the JSON lines."""
     a1, a2 = _p50_itl_ms("exp-slots-np64-q4km", 32), _p50_itl_ms("exp-slots-np64-q4km-r2", 32)
     b1, b2 = _p50_itl_ms("exp-slots-np256-q4km", 32), _p50_itl_ms("exp-slots-np256-q4km-r2", 32)
     a, b = (a1 + a2) / 2, (b1 + b2) / 2
@@ -230,7 +232,8 @@ def test_verdicts_on_the_real_runs(section):
 
 
 def test_sampling_slope_and_share(section):
-    """The per-extra-stream slope (least squares over c = 8..64) per arm, and the share GPU sampling removes."""
+    """The per-extra-stream slope (least squares over c = 8..64) per arm, and the share GPU sampling
+    removes."""
     slopes = section.tables["experiment_slopes"]
     cpu = slopes[slopes.arm == "exp-slots-np256-q4km"]["slope_ms_per_stream"].mean()
     gpu = slopes[slopes.arm == "exp-sampling-backend-q4km"]["slope_ms_per_stream"].mean()
@@ -265,7 +268,8 @@ def test_arm_rule():
     assert X.consecutive_runs([0, 1, 2, 60, 61, 63]) == 3
 
 
-# --- experiment 6 (vLLM CPU, KV-pool size) ---------------------------------------------------------------------
+# --- experiment 6 (vLLM CPU, KV-pool size)
+# ---------------------------------------------------------------------
 
 CPU = RAW / X.CPU
 
@@ -282,7 +286,8 @@ def pool_section():
 
 
 def test_lockstep_prediction_is_the_plans_table():
-    """The plan's table (rows at POOL_TABLE_LINES): residents at peak, preemptions and stop tokens per pool."""
+    """The plan's table (rows at POOL_TABLE_LINES): residents at peak, preemptions and stop tokens per
+    pool."""
     for n, line in X.POOL_TABLE_LINES.items():
         row = (CPU / f"exp-kvpool-{n}blk" / "plan.toml").read_text().splitlines()[line - 1]
         cells = row.lstrip("#").split()
@@ -330,7 +335,8 @@ def test_pool_preemptions_on_the_real_runs(pool_section):
     assert got[("exp-kvpool-65blk", "residents_at_peak")].value == 8
 
 
-# --- the pages ---------------------------------------------------------------------------------------------------
+# --- the pages
+# ---------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -343,8 +349,8 @@ def site(tmp_path_factory):
 
 
 def test_pages_render(site):
-    """Every verdict finding is a row of its campaign's experiments page, with its verdict; each experiment has
-    its section and figure; the home page's "实验" section links to each experiment."""
+    """Every verdict finding is a row of its campaign's experiments page, with its verdict; each experiment
+    has its section and figure; the home page's "实验" section links to each experiment."""
     res, docs = site
     home = (docs / "index.md").read_text(encoding="utf-8")
     assert "## 实验 { #experiments }" in home

@@ -24,24 +24,55 @@ LOCAL_MARK = "# local import:"
 # (layer, what it is, repository-relative path patterns). Lower layers never import higher ones.
 LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (0, "raw contract", ("collector/__init__.py", "collector/raw/*.py")),
-    (1, "parsers, theory, pure formulas", (
-        "analysis/__init__.py", "analysis/parse/*.py", "analysis/theory.py", "analysis/model_config.py",
-        "analysis/gpus.py", "analysis/metrics.py", "analysis/fits.py", "analysis/windows.py", "analysis/keys.py",
-        "analysis/findings.py", "analysis/labels_zh.py", "analysis/charts.py",
-        "collector/clock.py", "collector/sse.py", "collector/modelgen.py",
-    )),
-    (2, "collector protocol, campaign loading", (
-        "collector/run.py", "collector/client.py", "collector/loadgen.py", "collector/sampler.py",
-        "collector/server.py", "collector/checks.py", "collector/fingerprint.py", "collector/plan.py",
-        "collector/importer.py", "collector/inspect.py", "collector/ceilings.py", "collector/engines.py",
-        "collector/init.py", "collector/preflight.py",
-        "analysis/campaign.py", "analysis/rundocs.py", "analysis/scrape_series.py",
-    )),
+    (
+        1,
+        "parsers, theory, pure formulas",
+        (
+            "analysis/__init__.py",
+            "analysis/parse/*.py",
+            "analysis/theory.py",
+            "analysis/model_config.py",
+            "analysis/gpus.py",
+            "analysis/metrics.py",
+            "analysis/fits.py",
+            "analysis/windows.py",
+            "analysis/keys.py",
+            "analysis/findings.py",
+            "analysis/labels_zh.py",
+            "analysis/charts.py",
+            "collector/clock.py",
+            "collector/sse.py",
+            "collector/modelgen.py",
+        ),
+    ),
+    (
+        2,
+        "collector protocol, campaign loading",
+        (
+            "collector/run.py",
+            "collector/client.py",
+            "collector/loadgen.py",
+            "collector/sampler.py",
+            "collector/server.py",
+            "collector/checks.py",
+            "collector/fingerprint.py",
+            "collector/plan.py",
+            "collector/importer.py",
+            "collector/inspect.py",
+            "collector/ceilings.py",
+            "collector/engines.py",
+            "collector/init.py",
+            "collector/preflight.py",
+            "analysis/campaign.py",
+            "analysis/rundocs.py",
+            "analysis/scrape_series.py",
+        ),
+    ),
     (3, "reconcile", ("analysis/reconcile/*.py",)),
     (4, "pipeline", ("analysis/pipeline.py",)),
     (5, "report", ("analysis/report/*.py", "site/*.py", "site/hooks/*.py")),
     (6, "CLI", ("collector/cli.py",)),
-)  # fmt: skip
+)
 
 
 def layer_map_text() -> str:

@@ -1,7 +1,7 @@
 """A plain ``pip install .`` (not editable) carries everything the tools read besides code (issue #12: it used
 to end in TemplateNotFound): the report's templates, hand-written pages and assets (site/, shipped as the
-package ``analysis.report.sitefiles``) and the bundled model configs. The installed copy analyses the committed
-CPU campaign and renders its pages from a folder that is not the checkout."""
+package ``analysis.report.sitefiles``) and the bundled model configs. The installed copy analyses the
+committed CPU campaign and renders its pages from a folder that is not the checkout."""
 
 from __future__ import annotations
 
@@ -24,8 +24,12 @@ def test_the_package_list_is_every_package_on_disk():
 
 def test_a_plain_install_renders_the_report(tmp_path):
     target = tmp_path / "site-packages"
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(REPO)],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     shipped = target / "analysis" / "report" / "sitefiles"
     for folder, pattern in (("templates", "**/*.j2"), ("docs", "*.md"), ("assets", "*")):

@@ -1,4 +1,5 @@
-"""Every file of the reference campaign parses (or has no parser, by name); inspect reports runs and failures."""
+"""Every file of the reference campaign parses (or has no parser, by name); inspect reports runs and
+failures."""
 
 from __future__ import annotations
 

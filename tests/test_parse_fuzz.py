@@ -1,5 +1,6 @@
-"""Mutated real files (byte flips, truncation, dropped/duplicated lines, inserted garbage) fed to every parser:
-each may refuse with ParseError, nothing else, and must return promptly (hypothesis deadline + pytest-timeout)."""
+"""Mutated real files (byte flips, truncation, dropped/duplicated lines, inserted garbage) fed to every
+parser: each may refuse with ParseError, nothing else, and must return promptly (hypothesis deadline +
+pytest-timeout)."""
 
 from __future__ import annotations
 

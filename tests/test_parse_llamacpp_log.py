@@ -61,7 +61,7 @@ VERBOSE = """\
 0.01.100.000 I llama_kv_cache:      CUDA0 KV buffer size = 14336.00 MiB
 0.01.100.001 I llama_kv_cache: size = 14336.00 MiB (262144 cells,  28 layers, 64/64 seqs), K (f16): 7168.00 MiB, V (f16): 7168.00 MiB
 0.01.200.000 I llama_context:      CUDA0 compute buffer size =   304.00 MiB
-"""
+"""  # noqa: E501 - real llama.cpp log lines, kept whole
 
 
 def test_build_buffers_and_model_output_dumped_in_the_log():

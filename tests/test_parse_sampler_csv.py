@@ -43,7 +43,11 @@ def test_counters_stay_cumulative_across_the_shared_server():
     assert df.shape == (670, 21) and df["ts_ns"].dtype == "int64" and df["kv_usage_frac"].max() <= 1.0
 
 
-HEADER_NO_MFU = "ts,running,waiting,kv_usage,preemptions,queue_sum,queue_cnt,prefill_sum,prefill_cnt,decode_sum,decode_cnt,iter_tok_sum,iter_tok_cnt,gpu_mem_used_mib,gpu_util,power_w,temp_c,fan_pct"
+HEADER_NO_MFU = (
+    "ts,running,waiting,kv_usage,preemptions,queue_sum,queue_cnt,prefill_sum,prefill_cnt,"
+    "decode_sum,decode_cnt,iter_tok_sum,iter_tok_cnt,gpu_mem_used_mib,gpu_util,power_w,"
+    "temp_c,fan_pct"
+)
 
 
 def test_variant_without_mfu_columns_and_unknown_columns_kept():

@@ -1,7 +1,7 @@
 """Server logs are parsed as a stream (issue #12: a 200 MB log peaked at 1.47 GB, 7x the file): the streamed
 parse reads exactly what the whole-file rules read, refuses the same broken files with the same messages, and
-its memory stays about the size of what it keeps, not of the file. (``benchmarks/bench_log_memory.py`` measures
-a 200 MB log; here a generous bound on a smaller one.)"""
+its memory stays about the size of what it keeps, not of the file. (``benchmarks/bench_log_memory.py``
+measures a 200 MB log; here a generous bound on a smaller one.)"""
 
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ print(json.dumps({"added_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 
 
 def test_memory_stays_below_the_file_size_order(tmp_path):
-    """A 40 MB log (the committed H200 log repeated): parsing adds less than 2x the file (measured ~1x; the whole-
-    file parse added ~6.6x). Generous on purpose: the number is the benchmark's to report."""
+    """A 40 MB log (the committed H200 log repeated): parsing adds less than 2x the file (measured ~1x; the
+    whole- file parse added ~6.6x). Generous on purpose: the number is the benchmark's to report."""
     data = LLAMA_H200.read_bytes()
     big = tmp_path / "server.log"
     with open(big, "wb") as f:

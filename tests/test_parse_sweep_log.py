@@ -1,4 +1,5 @@
-"""Sweep console-log parser on all real sweep logs (with and without markers), cross-checked with the JSONs."""
+"""Sweep console-log parser on all real sweep logs (with and without markers), cross-checked with the
+JSONs."""
 
 from __future__ import annotations
 

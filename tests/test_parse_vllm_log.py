@@ -90,11 +90,11 @@ def test_every_head_log_reads_and_round1_03_differs_by_two_blocks():
 
 STATS = (
     "(APIServer pid=9964) INFO 08-25 20:20:05 [loggers.py:259] Engine 000: Avg prompt throughput: 8191.2 "
-    "tokens/s, Avg generation throughput: 1250.5 tokens/s, Running: 64 reqs, Waiting: 3 reqs, "
-    "GPU KV cache usage: 67.5%, Prefix cache hit rate: 0.0%\n"
-    "(APIServer pid=9964) INFO 08-25 20:20:15 [loggers.py:259] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
-    "Avg generation throughput: 980.0 tokens/s, Running: 19 reqs, Waiting: 60 reqs, Preemptions: 38, "
-    "GPU KV cache usage: 99.9%, Prefix cache hit rate: 0.0%, External prefix cache hit rate: 1.5%\n"
+    "tokens/s, Avg generation throughput: 1250.5 tokens/s, Running: 64 reqs, Waiting: 3 reqs, GPU KV cache "
+    "usage: 67.5%, Prefix cache hit rate: 0.0%\n(APIServer pid=9964) INFO 08-25 20:20:15 [loggers.py:259] "
+    "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 980.0 tokens/s, Running: "
+    "19 reqs, Waiting: 60 reqs, Preemptions: 38, GPU KV cache usage: 99.9%, Prefix cache hit rate: 0.0%, "
+    "External prefix cache hit rate: 1.5%\n"
 )
 
 
@@ -124,12 +124,11 @@ def test_engine_stats_lines_with_tqdm_on_the_same_line(tmp_path):
 
 def test_cpu_engine_lines(tmp_path):
     text = (
-        "(EngineCore pid=77) INFO 11-29 09:40:01 [kv_cache_utils.py:1087] CPU KV cache size: 524,288 tokens\n"
-        "(EngineCore pid=77) INFO 11-29 09:40:01 [kv_cache_utils.py:1091] Maximum concurrency for 2,048 tokens "
-        "per request: 256.00x\n"
-        "(APIServer pid=76) INFO 11-29 09:40:30 [loggers.py:123] Avg prompt throughput: 12.0 tokens/s, "
-        "Avg generation throughput: 900.1 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
-        "GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n"
+        "(EngineCore pid=77) INFO 11-29 09:40:01 [kv_cache_utils.py:1087] CPU KV cache size: 524,288 "
+        "tokens\n(EngineCore pid=77) INFO 11-29 09:40:01 [kv_cache_utils.py:1091] Maximum concurrency for "
+        "2,048 tokens per request: 256.00x\n(APIServer pid=76) INFO 11-29 09:40:30 [loggers.py:123] Avg "
+        "prompt throughput: 12.0 tokens/s, Avg generation throughput: 900.1 tokens/s, Running: 1 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n"
     )
     log = parse_vllm_log_bytes(text.encode(), "server.log")
     assert (log.kv_cache_device, log.kv_cache_tokens) == ("CPU", 524_288)

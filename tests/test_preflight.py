@@ -1,6 +1,7 @@
-"""Pre-flight (``collector.preflight``): a plan that cannot work is refused in one line naming what to fix, and
-nothing is written under raw/. Plans are the test plan of test_collector_run (the local test server standing in
-for llama-server) with one thing broken; the GGUF and flag checks also run against the real engines."""
+"""Pre-flight (``collector.preflight``): a plan that cannot work is refused in one line naming what to fix,
+and nothing is written under raw/. Plans are the test plan of test_collector_run (the local test server
+standing in for llama-server) with one thing broken; the GGUF and flag checks also run against the real
+engines."""
 
 from __future__ import annotations
 
@@ -24,8 +25,13 @@ def _refused(tmp_path: Path, plan: Path, pattern: str) -> None:
     """Both through the library and the command line: one line, exit 1, nothing under raw/."""
     with pytest.raises(PreflightError, match=pattern):
         preflight(load_plan(plan), tmp_path / "raw")
-    p = subprocess.run([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and re.search(pattern, p.stderr), p.stderr
     assert not (tmp_path / "raw").exists()
@@ -46,14 +52,22 @@ def test_the_test_plan_passes(tmp_path, make_plan):
 
 def test_token_ids_past_the_vocabulary(tmp_path, make_plan):
     plan = _edit(make_plan(tmp_path), "token_id_range = [32, 127]", "token_id_range = [1000, 160000]")
-    _refused(tmp_path, plan, r"\[model\].token_id_range \[1000, 160000\) reaches past the vocabulary of 152064 "
-                             r"tokens \(\[model\].config Qwen2.5-7B-Instruct vocab_size\)")  # fmt: skip
+    _refused(
+        tmp_path,
+        plan,
+        r"\[model\].token_id_range \[1000, 160000\) reaches past the vocabulary of 152064 "
+        r"tokens \(\[model\].config Qwen2.5-7B-Instruct vocab_size\)",
+    )
 
 
 def test_lengths_past_max_model_len(tmp_path, make_plan):
     plan = _edit(make_plan(tmp_path), 'gpu = "rtx4090"', 'gpu = "rtx4090"\nmax_model_len = 32')
-    _refused(tmp_path, plan, r"point p01-sweep-c001-i24-o16: input_len 24 \+ output_len 16 = 40 tokens exceeds the "
-                             r"32 a request may hold \(\[model\].max_model_len\)")  # fmt: skip
+    _refused(
+        tmp_path,
+        plan,
+        r"point p01-sweep-c001-i24-o16: input_len 24 \+ output_len 16 = 40 tokens exceeds the "
+        r"32 a request may hold \(\[model\].max_model_len\)",
+    )
 
 
 def test_lengths_past_a_llama_cpp_slot(tmp_path, make_plan):
@@ -100,8 +114,13 @@ def test_raw_root_on_a_read_only_file_system(tmp_path, make_plan):
         pytest.skip("cannot mount a tmpfs here")
     try:
         plan = make_plan(tmp_path)
-        p = subprocess.run([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(ro / "raw")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(ro / "raw")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 1 and "Traceback" not in p.stderr
         assert (
             p.stderr.strip()
@@ -146,7 +165,12 @@ def test_a_plan_not_in_utf8(tmp_path, make_plan):
     plan.write_bytes(
         plan.read_bytes().replace(b'campaign = "fake"', b'campaign = "fake" # caf\xe9')
     )  # Latin-1
-    p = subprocess.run([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.strip() == f"Error: {plan}:2: not UTF-8 text (byte 0xe9); save the plan as UTF-8"

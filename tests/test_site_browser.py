@@ -219,7 +219,8 @@ def test_pages_read_as_chinese_prose(site, chromium, base_url):
 
 
 def test_reproducibility_headline_is_per_engine(site, chromium, base_url):
-    """The reference's two rounds: vLLM moved ≤ a few %, llama.cpp (slots changed) far more — never one max."""
+    """The reference's two rounds: vLLM moved ≤ a few %, llama.cpp (slots changed) far more — never one
+    max."""
     if br.REFERENCE_CAMPAIGN not in site.campaigns:
         pytest.skip("reference campaign not present")
     ctx, page, _ = _new_page(chromium, base_url)

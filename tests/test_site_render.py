@@ -178,7 +178,8 @@ def test_renderer_never_empties_a_folder_it_did_not_make(tmp_path):
     assert (tmp_path / "docs" / "precious.md").read_text() == "keep"
 
 
-# -- figures ---------------------------------------------------------------------------------------------------
+# -- figures
+# ---------------------------------------------------------------------------------------------------
 
 
 def test_figure_without_chinese_title_or_axis_title_is_refused():
@@ -196,7 +197,8 @@ def test_svg_uses_thousands_separators_and_keeps_chinese_text():
     assert "并发数" in svg and "输出吞吐（token/s）" in svg
 
 
-# -- raw-data index ---------------------------------------------------------------------------------------------
+# -- raw-data index
+# ---------------------------------------------------------------------------------------------
 
 
 def _provenance(raw: Path, results: Path, findings: dict) -> list:
@@ -251,8 +253,10 @@ def test_unsealed_run_is_listed_as_such(tmp_path):
     assert r.status == "unsealed" and [f.rel for f in r.files] == ["requests.jsonl"]
 
 
-# -- the real templates on every campaign there is -------------------------------------------------------------
-# The built site (tests/browser.py): the reference campaign when ../shared has it, the repository's raw/ (the CPU
+# -- the real templates on every campaign there is
+# -------------------------------------------------------------
+# The built site (tests/browser.py): the reference campaign when ../shared has it, the repository's raw/ (the
+# CPU
 # smoke campaign), and a synthetic H200-like campaign so that the comparison page exists.
 
 
@@ -493,7 +497,8 @@ def test_the_analysis_writes_each_campaign_profile_the_report_reads(built):
 
 def test_home_row_of_measured_ceilings_renders_the_findings(built):
     """The H200 campaign's ceilings.json (raw/): copy 4.256 TB/s against the datasheet's 4.8 (−11.3 %, inside
-    ±15 %), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %: the card did not reach its rating)."""
+    ±15 %), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %: the card did not reach its
+    rating)."""
     h200 = "h200-qwen2.5-7b-random"
     if h200 not in built.campaigns:
         pytest.skip("the H200 campaign is not in raw/")

@@ -86,7 +86,8 @@ def test_model_from_a_config_path_and_a_folder(tmp_path):
     by_file = load_model_config(folder / "config.json")
     by_dir = load_model_config(str(folder))
     assert by_file == by_dir and by_file.name == "tiny-qwen" and by_file.head_dim == 16
-    # hand count: embed 1000*64; per layer q 64*64+64, k 64*32+32, v 64*32+32, o 64*64, mlp 3*64*128, norms 2*64
+    # hand count: embed 1000*64; per layer q 64*64+64, k 64*32+32, v 64*32+32, o 64*64, mlp 3*64*128, norms
+    # 2*64
     layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
     assert th.params_total(by_file) == 1000 * 64 + 2 * layer + 64
 
@@ -298,7 +299,8 @@ def test_qwen05b_q4_k_m_fallbacks_by_hand(qwen05b):
 
 @pytest.mark.parametrize(
     ("ftype", "table_gib"),
-    # llama.cpp tools/quantize: "Q4_K_M : 4.58G @ Llama-3-8B", "Q5_K_M : 5.33G", "Q6_K : 6.14G", "Q8_0 : 7.96G"
+    # llama.cpp tools/quantize: "Q4_K_M : 4.58G @ Llama-3-8B", "Q5_K_M : 5.33G", "Q6_K : 6.14G", "Q8_0 :
+    # 7.96G"
     [("q4_k_m", 4.58), ("q5_k_m", 5.33), ("q6_k", 6.14), ("q8_0", 7.96)],
 )
 def test_gguf_sizes_match_llama_quantize_table(llama8b, ftype, table_gib):

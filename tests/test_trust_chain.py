@@ -334,9 +334,9 @@ def test_a_kill_between_folder_creation_and_run_json_leaves_nothing_verify_fails
     v = _cli("verify", "--raw", str(raw))
     assert v.exit_code == 0, v.output
     assert v.output.count("ABANDONED: ") == 2 and "PROBLEM" not in v.output
-    assert (
-        v.output.splitlines()[-1]
-        == "OK: 0 runs (0 sealed-complete, 0 sealed-failed, 0 unsealed), 2 abandoned folders, 0 files checked, 0 problems"
+    assert v.output.splitlines()[-1] == (
+        "OK: 0 runs (0 sealed-complete, 0 sealed-failed, 0 unsealed), 2 abandoned folders, 0 files "
+        "checked, 0 problems"
     )
     # the name is free: a new run takes it
     run = RawStore(raw).create_run("camp", "r1", kind="test")
@@ -361,9 +361,9 @@ def test_seal_recover_finishes_a_run_whose_measuring_ended(tmp_path):
     before = _hashes(run)
     r = _cli("seal", "--recover", str(run))
     assert r.exit_code == 0, r.output
-    assert (
-        r.output.strip()
-        == f"{run}: sealed-complete (recovered: events.jsonl:{len((run / 'events.jsonl').read_text().splitlines())} shows measuring ended)"
+    assert r.output.strip() == (
+        f"{run}: sealed-complete (recovered: "
+        f"events.jsonl:{len((run / 'events.jsonl').read_text().splitlines())} shows measuring ended)"
     )
     after = _hashes(run)
     assert {k: after[k] for k in before} == before  # nothing existing changed

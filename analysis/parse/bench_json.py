@@ -4,8 +4,8 @@ Every version's keys are accepted: the known ones become typed fields named with
 is kept in ``extra`` untouched. Only ``completed`` and ``duration`` are required (every version writes them).
 A wrong type on a known key is a ParseError naming the key and its line, and so is a value no such field can
 hold: every known number here is a count, a duration, a rate or a latency — never negative, never NaN, and
-infinite only for ``request_rate`` ("send all at once"). Python's JSON reader accepts ``NaN`` and ``Infinity``;
-a NaN throughput would silently move a peak, a negative latency become a finding.
+infinite only for ``request_rate`` ("send all at once"). Python's JSON reader accepts ``NaN`` and
+``Infinity``; a NaN throughput would silently move a peak, a negative latency become a finding.
 """
 
 from __future__ import annotations

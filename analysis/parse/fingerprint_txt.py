@@ -164,7 +164,8 @@ def _cpu_mem(fp: Fingerprint, body: list[tuple[int, str]]) -> None:
             fp.lines["mem_total_gib"] = mno
             i += 1
         elif t.startswith("memory.used"):
-            # nvidia-smi --query-gpu=memory.used --format=csv appended after the server started: header + rows.
+            # nvidia-smi --query-gpu=memory.used --format=csv appended after the server started: header +
+            # rows.
             j = i + 1
             while j < len(body) and _MIB.match(body[j][1].strip()):
                 fp.gpu_memory_used_mib.append(_mib(fp, body[j][0], body[j][1]))

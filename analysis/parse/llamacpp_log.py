@@ -43,12 +43,13 @@ _P = {
     ),
     "loading": re.compile(r"^loading model '(?P<p>.*)'$"),
     "buffer": re.compile(
-        rf"^(?P<func>\w+): +(?P<dev>\S+) +(?P<kind>KV|model|compute|output|RS) buffer size = +(?P<mib>{_NUM}) MiB$"
+        r"^(?P<func>\w+): +(?P<dev>\S+) +(?P<kind>KV|model|compute|output|RS) buffer size = "
+        rf"+(?P<mib>{_NUM}) MiB$"
     ),
     "kv_size": re.compile(
-        rf"^(?P<func>llama_kv_cache\w*): size = +(?P<mib>{_NUM}) MiB \( *(?P<cells>\d+) cells, +(?P<layers>\d+) "
-        rf"layers, +(?P<seqs>\d+)/(?P<seqmax>\d+) seqs\), K \((?P<kt>\w+)\): +(?P<kmib>{_NUM}) MiB, "
-        rf"V \((?P<vt>\w+)\): +(?P<vmib>{_NUM}) MiB$"
+        rf"^(?P<func>llama_kv_cache\w*): size = +(?P<mib>{_NUM}) MiB \( *(?P<cells>\d+) cells, "
+        r"+(?P<layers>\d+) layers, +(?P<seqs>\d+)/(?P<seqmax>\d+) seqs\), K \((?P<kt>\w+)\): "
+        rf"+(?P<kmib>{_NUM}) MiB, V \((?P<vt>\w+)\): +(?P<vmib>{_NUM}) MiB$"
     ),
     "ctx_param": re.compile(
         r"^llama_context: (?P<k>n_\w+|flash_attn|causal_attn|kv_unified|freq_\w+) += (?P<v>.+)$"
@@ -107,8 +108,9 @@ class SlotRelease:
 
 @dataclass(slots=True)  # one per log line of its kind: hundreds of thousands in a long log
 class SlotLaunch:
-    """A slot taking a task: ``slot launch_slot_: id N | task M | processing task, is_child = 0`` (-lv 4 and up).
-    Tasks are launched as requests arrive (requests arriving together may launch in any order among them)."""
+    """A slot taking a task: ``slot launch_slot_: id N | task M | processing task, is_child = 0`` (-lv 4 and
+    up). Tasks are launched as requests arrive (requests arriving together may launch in any order among
+    them)."""
 
     line: int
     elapsed_s: float | None
@@ -160,7 +162,8 @@ class LlamacppServerLog:
 
     @property
     def kv_buffer_mib(self) -> float | None:
-        """Sum of the ``KV buffer size`` lines over devices; None when the log has none (default verbosity)."""
+        """Sum of the ``KV buffer size`` lines over devices; None when the log has none (default
+        verbosity)."""
         kv = [b.mib for b in self.buffers if b.kind == "KV"]
         return sum(kv) if kv else None
 

@@ -1,12 +1,14 @@
-"""The 1 Hz sampler CSV (``metrics.csv`` round 1, ``metrics_sweep.csv`` round 2): /metrics + nvidia-smi per row.
+"""The 1 Hz sampler CSV (``metrics.csv`` round 1, ``metrics_sweep.csv`` round 2): /metrics + nvidia-smi per
+row.
 
 Header ``ts,running,waiting,kv_usage,preemptions,queue_sum,queue_cnt,…,power_w,temp_c``. Both rounds' scripts
-write this header; round 1 ran without ``--enable-mfu-metrics`` in tests 01/02, so ``flops``/``read_bytes`` are
-0 there, and a sampler without those columns is read the same way (absent columns are None). Counters
+write this header; round 1 ran without ``--enable-mfu-metrics`` in tests 01/02, so ``flops``/``read_bytes``
+are 0 there, and a sampler without those columns is read the same way (absent columns are None). Counters
 (``preemptions``, histogram ``_sum``/``_cnt``, ``flops``, ``read_bytes``) stay cumulative over the server's
-life: difference them within a window, never per file. Columns this parser does not know are kept in ``extra``.
-Every value must be a finite number (NaN and inf are refused: a gap is nvidia-smi's ``[N/A]``, kept as None),
-and every known column is a count, a fraction, a sum of seconds or a reading that cannot be negative.
+life: difference them within a window, never per file. Columns this parser does not know are kept in
+``extra``. Every value must be a finite number (NaN and inf are refused: a gap is nvidia-smi's ``[N/A]``, kept
+as None), and every known column is a count, a fraction, a sum of seconds or a reading that cannot be
+negative.
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ def iter_lines(
 ) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` for each line of a file (or of ``bytes``), read one line at a time, with
     ``split_lines``' rules: ``\\n`` ends a line, ``\\r`` stays inside it; an empty file, an invalid UTF-8 byte
-    (unless ``errors="replace"``) and a last line without newline are ParseErrors. The cut last line is refused
-    before it is yielded, so a parser never reads half a line."""
+    (unless ``errors="replace"``) and a last line without newline are ParseErrors. The cut last line is
+    refused before it is yielded, so a parser never reads half a line."""
     if isinstance(source, bytes):
         yield from _iter_lines(io.BytesIO(source), path, errors)
         return

@@ -1,10 +1,10 @@
 """vLLM server log (``vllm serve`` stdout+stderr): the start-up facts and the periodic engine stats lines.
 
 Lines look like ``(EngineCore pid=7381) INFO 08-15 13:05:03 [kv_cache_utils.py:2235] GPU KV cache size: ...``;
-tqdm bars and the banner put ``\\r`` inside lines, so every ``\\r`` segment is read on its own. Each fact keeps
-the line it came from (``log.lines["kv_cache_tokens"]``) so the analysis can cite ``file:line``. A message that
-announces a known fact (its anchor text is there) but does not have the expected shape is a ParseError: a
-changed log format must be noticed, not read as "absent".
+tqdm bars and the banner put ``\\r`` inside lines, so every ``\\r`` segment is read on its own. Each fact
+keeps the line it came from (``log.lines["kv_cache_tokens"]``) so the analysis can cite ``file:line``. A
+message that announces a known fact (its anchor text is there) but does not have the expected shape is a
+ParseError: a changed log format must be noticed, not read as "absent".
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ LOG_DECIMALS_HALF = 0.005
 
 
 def server_argv(run: RunData) -> tuple[list[str] | None, str | None]:
-    """The server's command line as the collector started it (events.jsonl `server_start`), and its citation."""
+    """The server's command line as the collector started it (events.jsonl `server_start`), and its
+    citation."""
     rel, log = run.events
     for i, e in enumerate(log.records if log is not None else [], 1):
         if e.kind == "server_start" and isinstance(e.get("argv"), list):
@@ -340,7 +341,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
 
 
 def pool_tokens_measured(run: RunData) -> tuple[int | None, str | None]:
-    """What a run's server says its KV pool holds, tokens: vLLM's logged size; llama.cpp's slots × n_ctx_slot."""
+    """What a run's server says its KV pool holds, tokens: vLLM's logged size; llama.cpp's slots ×
+    n_ctx_slot."""
     rel, log = run.server_log
     if log is None:
         return None, None
@@ -352,7 +354,8 @@ def pool_tokens_measured(run: RunData) -> tuple[int | None, str | None]:
 
 
 def max_concurrency_measured(run: RunData) -> tuple[float | None, str | None]:
-    """Full-length requests the server says it holds at once: vLLM's logged maximum concurrency; llama.cpp's slots."""
+    """Full-length requests the server says it holds at once: vLLM's logged maximum concurrency; llama.cpp's
+    slots."""
     rel, log = run.server_log
     if log is None:
         return None, None

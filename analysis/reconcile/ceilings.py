@@ -2,8 +2,8 @@
 runs) against its datasheet peaks (``analysis.gpus``): device-to-device copy bandwidth and a large bf16
 matmul's FLOP/s.
 
-A datasheet figure is a peak no program reaches, so the tolerance is not "equal within noise" but "as close as a
-healthy card gets": a plain device copy sustains about 85–92 % of the HBM/GDDR peak, and a large cuBLAS bf16
+A datasheet figure is a peak no program reaches, so the tolerance is not "equal within noise" but "as close as
+a healthy card gets": a plain device copy sustains about 85–92 % of the HBM/GDDR peak, and a large cuBLAS bf16
 GEMM about 75–85 % of the dense tensor peak. A measurement further below than that says the card ran
 throttled (power cap, clocks, a MIG slice, a neighbour on the GPU) or the datasheet entry is the wrong part,
 and it reads as a mismatch; a measurement above the datasheet is a mismatch too (the entry is wrong).

@@ -84,7 +84,8 @@ def _str(v) -> str | None:
 
 
 def _capacity_tolerance(r: dict) -> float:
-    """The capacity's own tolerance (vLLM's logged pool is rounded); llama.cpp's slots × n_ctx_slot is exact."""
+    """The capacity's own tolerance (vLLM's logged pool is rounded); llama.cpp's slots × n_ctx_slot is
+    exact."""
     tol = _num(r.get("capacity_tolerance_pct"))
     return 0.0 if tol is None else tol
 
@@ -288,8 +289,9 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
                     tolerance_pct=SPEEDUP_TOLERANCE_PCT if th_ds is not None else None,
                     theory_measured_ceilings=th_ms,
                     faster=b if meas > 1 else a,
-                    detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio of their "
-                    "roofline floors (bytes per step ÷ bandwidth), datasheet; measured ceilings alongside",
+                    detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio "
+                    "of their roofline floors (bytes per step ÷ bandwidth), datasheet; measured "
+                    "ceilings alongside",
                 )
             )
             pair_rows.append(

@@ -77,7 +77,8 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
     }
     for m in METRICS:
         for s in STATS:
-            # no completed request: the summary's zeros are not latencies (a point cut short, e.g. by a deadline)
+            # no completed request: the summary's zeros are not latencies (a point cut short, e.g. by a
+            # deadline)
             row[f"{s}_{m}_ms"] = r.stat_ms(s, m) if r.completed else None
     # internal consistency of the summary itself
     if r.output_throughput_tok_s is not None and r.total_output_tokens:
@@ -131,10 +132,25 @@ def _g(w, name: str, stat: str) -> float | None:
     return None if g is None else getattr(g, stat)
 
 
-# The columns every point row has: a campaign whose runs measured no point (stopped during start-up) still gets
+# The columns every point row has: a campaign whose runs measured no point (stopped during start-up) still
+# gets
 # a table with them, so the sections select from it instead of failing on a missing column.
-POINT_COLUMNS = ("round", "engine", "weight_format", "test", "test_kind", "point", "key", "file", "order",
-                 "warmup", "gate_ok", "concurrency", "input_len_tokens", "requested_output_len_tokens")  # fmt: skip
+POINT_COLUMNS = (
+    "round",
+    "engine",
+    "weight_format",
+    "test",
+    "test_kind",
+    "point",
+    "key",
+    "file",
+    "order",
+    "warmup",
+    "gate_ok",
+    "concurrency",
+    "input_len_tokens",
+    "requested_output_len_tokens",
+)
 
 
 def points_frame(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFrame:
@@ -250,7 +266,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     )
                 )
                 continue
-            # a campaign of our own may run one engine with several formats: these findings rest on its first run
+            # a campaign of our own may run one engine with several formats: these findings rest on its first
+            # run
             at = engine_at(rnd, engine, th.weight_format_for(pts[0].run))
             key = at("knee_concurrency")
             which = {"rests_on_run": pts[0].run.name}
@@ -339,7 +356,10 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     sources=tuple(sub["file"].tolist()[:1]),
                     tolerance_pct=CONSISTENCY_TOLERANCE_PCT,
                     status="ok" if worst <= CONSISTENCY_TOLERANCE_PCT else "mismatch",
-                    detail="max over points of |output_throughput × duration − total_output_tokens| ÷ total_output_tokens",
+                    detail=(
+                        "max over points of |output_throughput × duration − total_output_tokens| ÷ "
+                        "total_output_tokens"
+                    ),
                 )
             )
     util_cols = [

@@ -157,8 +157,8 @@ def series_findings(
                 [top[0].cite("output_throughput"), single[0].cite("output_throughput")],
                 max_concurrency=top[0].concurrency,
                 throughput_gain=g,
-                detail="output tokens/s at the highest gated-in concurrency ÷ at 1, ÷ that concurrency: what each "
-                "slot keeps of the single stream's speed",
+                detail="output tokens/s at the highest gated-in concurrency ÷ at 1, ÷ that concurrency: "
+                "what each slot keeps of the single stream's speed",
             )
         )
     # 2. p99 / p50 ITL
@@ -213,8 +213,9 @@ def series_findings(
                 concurrency=p.concurrency,
                 drain_s=r["waiting_drain_s"],
                 by_concurrency={str(q.concurrency): x["max_waiting"] for q, x in ww},
-                detail="the waiting gauge's highest sample in any sweep window; drain: seconds from that sample to the "
-                "first later sample showing the queue empty (None: not empty before the window ended)",
+                detail="the waiting gauge's highest sample in any sweep window; drain: seconds from that "
+                "sample to the first later sample showing the queue empty (None: not empty before "
+                "the window ended)",
             )
         )
     # 5. MFU overtakes MBU (interpolated)
@@ -289,16 +290,17 @@ def series_findings(
                 floor_growth=rh["floor_ms"] / rl["floor_ms"],
                 over_floor=meas / floor if floor else None,
                 concurrency=[pl.concurrency, ph.concurrency],
-                detail="(p50 ITL at the highest concurrency − at 1) ÷ (c − 1), against the same for the bandwidth "
-                "floor (one more request's mean KV bytes ÷ bandwidth)",
+                detail="(p50 ITL at the highest concurrency − at 1) ÷ (c − 1), against the same for the "
+                "bandwidth floor (one more request's mean KV bytes ÷ bandwidth)",
             )
         )
     return out
 
 
 def _ceiling(at: At, s: dict, pts: list[BenchPoint], campaign: Campaign) -> fnd.Finding:
-    """Requests that fit at once at the sweep's request shape: the pool (vLLM, by whole blocks) or the slots whose
-    context holds a request (llama.cpp), capped by the server's own sequence limit where it logged one."""
+    """Requests that fit at once at the sweep's request shape: the pool (vLLM, by whole blocks) or the slots
+    whose context holds a request (llama.cpp), capped by the server's own sequence limit where it logged
+    one."""
     p = pts[0]
     need = (p.input_len_tokens or 0) + (p.requested_output_len_tokens or 0)
     rel, log = p.run.server_log
@@ -353,7 +355,9 @@ def _ceiling(at: At, s: dict, pts: list[BenchPoint], campaign: Campaign) -> fnd.
         by_pool=by_pool,
         max_num_seqs=max_seqs,
         basis="pool" if not max_seqs or by_pool <= int(max_seqs) else "max_num_seqs",
-        detail="floor(pool ÷ (prompt + output rounded up to 16-token blocks)), capped by --max-num-seqs when set",
+        detail=(
+            "floor(pool ÷ (prompt + output rounded up to 16-token blocks)), capped by --max-num-seqs when set"
+        ),
     )
 
 

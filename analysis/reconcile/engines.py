@@ -23,7 +23,8 @@ STEP_RATIO_TOLERANCE_PCT = 10.0
 
 
 def shortfall_pct(total_output_tokens: int, completed: int, requested_output_len: int) -> float:
-    """Output tokens missing against the requested workload, %: (1 − total ÷ (completed × requested)) × 100."""
+    """Output tokens missing against the requested workload, %: (1 − total ÷ (completed × requested)) ×
+    100."""
     return (1.0 - total_output_tokens / (completed * requested_output_len)) * 100.0
 
 
@@ -168,7 +169,10 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         str(int(c)): float(v)
                         for c, v in zip(sub["concurrency"], sub["roofline_achievement_pct"], strict=True)
                     },
-                    detail="floor ÷ measured p50 ITL at the lowest concurrency; table engines_points has every point",
+                    detail=(
+                        "floor ÷ measured p50 ITL at the lowest concurrency; table engines_points "
+                        "has every point"
+                    ),
                 )
             )
             # marginal cost per extra request in flight: slope of p50 ITL against concurrency
@@ -190,8 +194,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         r2=fit.r2,
                         n=fit.n,
                         rests_on_run=first["run"],
-                        detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; floor: one "
-                        "more request's mean KV bytes ÷ bandwidth (a lower bound, not a prediction)",
+                        detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; "
+                        "floor: one more request's mean KV bytes ÷ bandwidth (a lower bound, not a "
+                        "prediction)",
                     )
                 )
         # single-stream step ratio

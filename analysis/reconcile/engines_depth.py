@@ -1,13 +1,14 @@
 """Per-series derivations the reference study drew for its engine comparison and its TTFT analysis:
 
-- engines: each slot's decode rate (output tokens/s ÷ concurrency) and the points whose output throughput falls
-  below their lower-concurrency neighbour's — flagged as unexplained, with the evidence the files hold (gate
-  results, duration, output shortfall, p50 ITL against the neighbours);
+- engines: each slot's decode rate (output tokens/s ÷ concurrency) and the points whose output throughput
+  falls below their lower-concurrency neighbour's — flagged as unexplained, with the evidence the files hold
+  (gate results, duration, output shortfall, p50 ITL against the neighbours);
 - TTFT: how much the mean prefill time per request grows from one stream to the highest concurrency, the queue
-  as a share of the prefill there (vLLM's histograms), and the KV pool in blocks against the blocks one request
-  reserves (vLLM, 16-token blocks on GPU).
+  as a share of the prefill there (vLLM's histograms), and the KV pool in blocks against the blocks one
+  request reserves (vLLM, 16-token blocks on GPU).
 
-Keys: ``<round>.engines.<engine>.<metric>``, ``<round>.ttft.<engine>.<metric>``; ``runs.<run>.{engines,ttft}.…``.
+Keys: ``<round>.engines.<engine>.<metric>``, ``<round>.ttft.<engine>.<metric>``;
+``runs.<run>.{engines,ttft}.…``.
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def engine_findings(s: dict, ctx: Context) -> list[fnd.Finding]:
             [by_c[c].cite("output_throughput") for c in dips] or [top.cite("output_throughput")],
             evidence=evidence,
             explained=False,
-            detail="concurrencies whose output tokens/s fall below the next lower concurrency's: unexplained by the "
-            "analysis; the evidence lists what the files say about each",
+            detail="concurrencies whose output tokens/s fall below the next lower concurrency's: "
+            "unexplained by the analysis; the evidence lists what the files say about each",
         )
     )
     return out
@@ -122,8 +123,8 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
                 at("prefill_growth_single_to_max"),
                 "ratio",
                 "no_sampler_csv" if not pf else "no_concurrency_1",
-                f"{run.cite_root}: needs the prefill time (vLLM histogram, llama.cpp prompt seconds) at concurrency 1 "
-                "and a higher point",
+                f"{run.cite_root}: needs the prefill time (vLLM histogram, llama.cpp prompt seconds) at "
+                "concurrency 1 and a higher point",
                 srcs,
             )
         )
@@ -166,7 +167,10 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
                 concurrency=top.concurrency,
                 mean_queue_ms=q * 1000,
                 mean_prefill_ms=pm * 1000,
-                detail="mean queue time ÷ mean prefill time at the highest concurrency (both from vLLM's histograms)",
+                detail=(
+                    "mean queue time ÷ mean prefill time at the highest concurrency (both from "
+                    "vLLM's histograms)"
+                ),
             )
         )
     if s["engine"] == "vllm" and not run.own:
@@ -183,7 +187,10 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
                     blocks_per_request=blocks_for(need, BLOCK_SIZE_GPU),
                     tokens_per_request=need,
                     requests_at_full_length=(pool // BLOCK_SIZE_GPU) // blocks_for(need, BLOCK_SIZE_GPU),
-                    detail="pool tokens ÷ 16-token blocks; one request of the sweep reserves ceil((prompt + output) ÷ 16)",
+                    detail=(
+                        "pool tokens ÷ 16-token blocks; one request of the sweep reserves "
+                        "ceil((prompt + output) ÷ 16)"
+                    ),
                 )
             )
     return out

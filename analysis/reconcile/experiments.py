@@ -1,16 +1,17 @@
-"""Issue #15's controlled experiments: one knob varied between runs, everything else fixed; each arm's numbers,
-the repeat spread, the difference between arms with the spread beside it, the plan's prediction and a verdict.
+"""Issue #15's controlled experiments: one knob varied between runs, everything else fixed; each arm's
+numbers, the repeat spread, the difference between arms with the spread beside it, the plan's prediction and a
+verdict.
 
 How a run declares its experiment and arm (the one rule): an arm IS a run name. A run belongs to an arm when
 its name is the arm's run name, or that name plus a repeat suffix ``-r<k>`` (the H200 plans) or ``-<k>`` (what
-``collector run`` appends when the name exists), k ≥ 2 being the k-th repeat. Which arms an experiment compares,
-and which knob it varies, is data in ``EXPERIMENTS`` below, each citing its plans; one run may be an arm of
-several experiments (the ``-np 256`` Q4_K_M run is the baseline of the slot, sampling and CUDA-graph
+``collector run`` appends when the name exists), k ≥ 2 being the k-th repeat. Which arms an experiment
+compares, and which knob it varies, is data in ``EXPERIMENTS`` below, each citing its plans; one run may be an
+arm of several experiments (the ``-np 256`` Q4_K_M run is the baseline of the slot, sampling and CUDA-graph
 experiments). The knob is then read from the run's own plan.toml copy and must state the arm's value; a run
 whose plan disagrees is reported as a failed check, never silently compared.
 
-The predictions are data here too, each citing the plan.toml line that states it (``Prediction.plan``): the plan
-headers were written as prose before the runs (raw/ is append-only, so they stay as written), not as
+The predictions are data here too, each citing the plan.toml line that states it (``Prediction.plan``): the
+plan headers were written as prose before the runs (raw/ is append-only, so they stay as written), not as
 machine-readable fields. Where the plan derived its number from the byte ledger (KV quantization), the number
 is recomputed here from ``analysis.theory`` and the plan's figure kept beside it (``stated``).
 
@@ -199,19 +200,21 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuple((f"exp-kvpool-{n}blk", "exp-kvpool-32blk") for n in (48, 64, 65)),
     ),
 )
-# Experiment 6's plans state their prediction table at these lines (the row of each pool size) and the formulas
+# Experiment 6's plans state their prediction table at these lines (the row of each pool size) and the
+# formulas
 # at POOL_FORMULA_LINES; every arm's plan.toml copy holds the same header.
 POOL_TABLE_LINES = {32: 27, 48: 28, 64: 29, 65: 30}
 POOL_FORMULA_LINES = {"residents": 14, "preemptions": 15, "onset": 16, "log": 21, "max_running": 24}
 
-# Experiments the campaign could not run, and why (labels_zh.REASONS codes): n/a findings, so the page says so.
+# Experiments the campaign could not run, and why (labels_zh.REASONS codes): n/a findings, so the page says
+# so.
 NOT_RUN: dict[str, tuple[tuple[str, str, str], ...]] = {
     H200: (
         (
             "model_size",
             "exp_not_run_model_shapes",
-            "experiment 4 not run: collector.modelgen knew only the tiny and 7B shapes then (0.5B/1.5B/3B need "
-            "their shapes incl. tied embeddings); the device budget went to experiments 1-3",
+            "experiment 4 not run: collector.modelgen knew only the tiny and 7B shapes then (0.5B/1.5B/3B "
+            "need their shapes incl. tied embeddings); the device budget went to experiments 1-3",
         ),
         (
             "two_gpus",
@@ -388,8 +391,8 @@ def _kv_ledger(arm: str, line: int) -> tuple[Prediction, ...]:
                 Target(concurrency=1, input_len=16384),
             ),
             (arm, line, "p50 ITL q8_0 -0.83 ms, q4_0 -1.27 ms vs f16"),
-            "p50 ITL q8_0 -0.83 ms, q4_0 -1.27 ms vs f16 [c=8, 16,384 in]; at c=8, 8,192 in: -0.41 / -0.64 ms; "
-            "at c=1, 16,384 in: -0.10 / -0.16 ms (inside the noise)",
+            "p50 ITL q8_0 -0.83 ms, q4_0 -1.27 ms vs f16 [c=8, 16,384 in]; at c=8, 8,192 in: -0.41 / -0.64 "
+            "ms; at c=1, 16,384 in: -0.10 / -0.16 ms (inside the noise)",
         ),
         Prediction(
             "slower_than_f16",
@@ -400,8 +403,9 @@ def _kv_ledger(arm: str, line: int) -> tuple[Prediction, ...]:
             "bound",
             (Target(concurrency=8, input_len=16384, lo=0.0),),
             (arm, 18, "the quantized arms come out SLOWER than f16"),
-            "If the quantized flash-attention kernels are not bandwidth-bound here (dequantization in the kernel), "
-            "the quantized arms come out SLOWER than f16 and the ledger fails for time while holding for size.",
+            "If the quantized flash-attention kernels are not bandwidth-bound here (dequantization in the "
+            "kernel), the quantized arms come out SLOWER than f16 and the ledger fails for time while "
+            "holding for size.",
         ),
     )
 
@@ -517,14 +521,14 @@ def ledger_itl_change_ms(
 def lockstep_preemptions(
     n_blocks: int, block_tokens: int, concurrency: int, input_len: int, output_len: int
 ) -> tuple[list[int], int]:
-    """One lock-step wave of ``concurrency`` equal requests in a vLLM pool of ``n_blocks`` blocks (one is the null
-    block, so n − 1 hold KV), each admitted with its prompt and grown a token per step, the newest preempted
-    (recompute) when the running ones need one block more than is free: (the output token after which each
-    preempted stream stops, in order; the requests still running at the wave's peak).
+    """One lock-step wave of ``concurrency`` equal requests in a vLLM pool of ``n_blocks`` blocks (one is the
+    null block, so n − 1 hold KV), each admitted with its prompt and grown a token per step, the newest
+    preempted (recompute) when the running ones need one block more than is free: (the output token after
+    which each preempted stream stops, in order; the requests still running at the wave's peak).
 
     With m requests running at context T each, they need m × ceil(T ÷ B) blocks; the next preemption comes at
-    T = B × floor((n − 1) ÷ m) + 1, i.e. after output token T − prompt, if T stays within the request's largest
-    context (prompt + output − 1; the last token is never cached); then m − 1 requests run on."""
+    T = B × floor((n − 1) ÷ m) + 1, i.e. after output token T − prompt, if T stays within the request's
+    largest context (prompt + output − 1; the last token is never cached); then m − 1 requests run on."""
     usable = n_blocks - 1
     peak = input_len + output_len - 1
     stops: list[int] = []
@@ -546,15 +550,15 @@ def demand_over_pool(
 
 
 def log_max_concurrency(pool_tokens: int, tokens_per_request: int) -> float:
-    """vLLM's start-up "Maximum concurrency for T tokens per request: X x" = pool tokens ÷ T (it counts the null
-    block as usable)."""
+    """vLLM's start-up "Maximum concurrency for T tokens per request: X x" = pool tokens ÷ T (it counts the
+    null block as usable)."""
     return pool_tokens / tokens_per_request
 
 
 def stop_tokens(records: Sequence, n: int) -> list[tuple[int, float, int]]:
-    """The n streams whose largest gap between two chunks is longest — preempted streams stop for whole seconds
-    while the others decode on —: (output tokens received before that gap, the gap's start [mono ns], the
-    request's line), sorted by the token count. The count n comes from the server's preemption counter."""
+    """The n streams whose largest gap between two chunks is longest — preempted streams stop for whole
+    seconds while the others decode on —: (output tokens received before that gap, the gap's start [mono ns],
+    the request's line), sorted by the token count. The count n comes from the server's preemption counter."""
     gaps = []
     for r in records:
         c, k = r.chunk_mono_ns, r.chunk_tokens
@@ -618,7 +622,8 @@ def point_metrics(p: BenchPoint) -> dict[str, float | None]:
 
 
 def point_id(p: BenchPoint) -> tuple[str, int, int, int | None]:
-    """What makes two runs' points the same point: test kind, concurrency, prompt and requested output length."""
+    """What makes two runs' points the same point: test kind, concurrency, prompt and requested output
+    length."""
     return (
         p.test_kind,
         int(p.concurrency or 0),
@@ -666,7 +671,8 @@ def slot_runs_by_point(run: RunData) -> dict[str, tuple[list[int], int, str]] | 
     """Per point label: the slot ids its requests took (server.log ``launch_slot_ … processing task`` lines),
     how many runs of consecutive ids they form, and the citation of the point's first launch line. Launches
     follow the requests' arrival and the points run one after another (the next point starts when the last one
-    has drained), so the launches, in log order, split into the points by their request counts. None when the log has no launch lines or their count differs from the requests'."""
+    has drained), so the launches, in log order, split into the points by their request counts. None when the
+    log has no launch lines or their count differs from the requests'."""
     rel, log = run.server_log
     _, req = run.requests
     launches = getattr(log, "launches", None)
@@ -1125,7 +1131,8 @@ def _prediction_finding(ev: Evaluated, e: _Exp, campaign: Campaign) -> fnd.Findi
     )
 
 
-# --- what each experiment adds beyond its predictions ---------------------------------------------------------
+# --- what each experiment adds beyond its predictions
+# ---------------------------------------------------------
 
 
 def _buffer_findings(e: _Exp, th: TheoryCtx, rows: list[dict]) -> list[fnd.Finding]:
@@ -1159,7 +1166,10 @@ def _buffer_findings(e: _Exp, th: TheoryCtx, rows: list[dict]) -> list[fnd.Findi
                         [run.cite(rel, b.line) for b in kv_lines] + [plan_src],
                         theory=pred,
                         tolerance_pct=LOG_MIB_RESOLUTION / pred * 100.0,
-                        detail="llama.cpp KV buffer (log) vs -c x KV bytes per token of -ctk/-ctv (block formats)",
+                        detail=(
+                            "llama.cpp KV buffer (log) vs -c x KV bytes per token of -ctk/-ctv "
+                            "(block formats)"
+                        ),
                         verdict=verdict("exact", got, None, value=pred),
                         n_ctx_tokens=n_ctx,
                         kv_type=kv_type,
@@ -1201,7 +1211,8 @@ def _buffer_findings(e: _Exp, th: TheoryCtx, rows: list[dict]) -> list[fnd.Findi
 
 
 def _slot_evidence(e: _Exp, rows: list[dict]) -> dict[tuple[str, int, int], tuple[int, str]]:
-    """Per (arm, repeat, concurrency) of one-wave points: runs of consecutive busy slot ids and the citation."""
+    """Per (arm, repeat, concurrency) of one-wave points: runs of consecutive busy slot ids and the
+    citation."""
     found: dict[tuple[str, int, int], tuple[int, str]] = {}
     for arm, ar in sorted(e.arms.items()):
         for k, run in sorted(ar.runs.items()):
@@ -1260,8 +1271,8 @@ def _slots_findings(e: _Exp, slot_rows: list[dict]) -> list[fnd.Finding]:
                     d.delta_pct,
                     "%",
                     _cites(e, (treatment, baseline), pid) + cites,
-                    detail="p50 ITL at concurrency 32, -np 64 vs -np 256 (mean over repeats), with the repeat spread; "
-                    "busy slot ids from server.log launch_slot_ lines",
+                    detail="p50 ITL at concurrency 32, -np 64 vs -np 256 (mean over repeats), with the "
+                    "repeat spread; busy slot ids from server.log launch_slot_ lines",
                     spread_pct=d.spread_pct,
                     spread_borrowed=d.borrowed,
                     distinguishable=d.distinguishable,
@@ -1307,7 +1318,9 @@ def _slope_rows_and_findings(e: _Exp, rows: list[dict]) -> list[fnd.Finding]:
                     for p in run.points
                     if p.concurrency in SLOPE_CONCURRENCIES
                 ],
-                detail="least-squares slope of p50 ITL over concurrency 8..64 (analysis.fits), mean over repeats",
+                detail=(
+                    "least-squares slope of p50 ITL over concurrency 8..64 (analysis.fits), mean over repeats"
+                ),
                 spread=sp,
                 spread_borrowed=borrowed,
                 r2=[f.r2 for _, f in sorted(s.fits.items())],
@@ -1389,7 +1402,10 @@ def _repeat_spread_findings(e: _Exp, metric: str) -> list[fnd.Finding]:
                     worst[0],
                     "%",
                     _cites(e, (arm,), None),
-                    detail=f"largest repeat spread of {metric} over the arm's points: (max - min) / mean of the repeats",
+                    detail=(
+                        f"largest repeat spread of {metric} over the arm's points: (max - min) / "
+                        "mean of the repeats"
+                    ),
                     concurrency=worst[1],
                 )
             )
@@ -1418,7 +1434,10 @@ def _graphs_findings(e: _Exp) -> list[fnd.Finding]:
                     zero,
                     "count",
                     srcs,
-                    detail="print_timing blocks whose 'graphs reused' (llama.cpp graph reuse, not CUDA graphs) is 0",
+                    detail=(
+                        "print_timing blocks whose 'graphs reused' (llama.cpp graph reuse, not CUDA "
+                        "graphs) is 0"
+                    ),
                     blocks=total,
                 )
             )
@@ -1452,7 +1471,10 @@ def _kv_quant_findings(e: _Exp, th: TheoryCtx) -> list[fnd.Finding]:
                 capacity_tokens(KV_BUDGET_GIB * GIB, kvb),
                 "tokens",
                 [src],
-                detail=f"floor({KV_BUDGET_GIB:g} GiB / KV bytes per token): the tokens issue #6's KV pool would hold",
+                detail=(
+                    f"floor({KV_BUDGET_GIB:g} GiB / KV bytes per token): the tokens issue #6's KV "
+                    "pool would hold"
+                ),
                 budget_gib=KV_BUDGET_GIB,
                 kv_type=ar.arm.value,
                 theory_only=True,
@@ -1474,7 +1496,9 @@ def _kv_quant_findings(e: _Exp, th: TheoryCtx) -> list[fnd.Finding]:
                     difference_pct(v16, v8),
                     "%",
                     _cites(e, (base,), p8[0]) + _cites(e, (base,), p16[0]),
-                    detail="p50 ITL at concurrency 8: 16,384 vs 8,192 input tokens, f16 KV (mean over repeats)",
+                    detail=(
+                        "p50 ITL at concurrency 8: 16,384 vs 8,192 input tokens, f16 KV (mean over repeats)"
+                    ),
                     spread_pct=spread_pct(s, v8),
                     distinguishable=distinguishable(v16 - v8, s),
                     itl_8k_ms=v8,
@@ -1499,7 +1523,8 @@ def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict 
     pre = w.delta("preemptions")
     stops = stop_tokens(recs, int(pre)) if pre is not None else []
     t0 = min(r.send_mono_ns for r in recs)
-    # residents at the peak: the running gauge's lowest sample after it first showed its highest and before the
+    # residents at the peak: the running gauge's lowest sample after it first showed its highest and before
+    # the
     # first request ended (the survivors of the wave; preempted ones wait)
     residents = None
     max_running = w.gauges["running"].max if "running" in w.gauges else None
@@ -1565,8 +1590,8 @@ def _exact_finding(
 
 
 def _kv_pool_findings(e: _Exp, ctx: Context, rows: list[dict]) -> list[fnd.Finding]:
-    """Experiment 6: per pool size, preemptions (count, onset, stop points) against the lock-step prediction and
-    demand ÷ pool, and the requests resident at the wave's peak against the log's max-concurrency line."""
+    """Experiment 6: per pool size, preemptions (count, onset, stop points) against the lock-step prediction
+    and demand ÷ pool, and the requests resident at the wave's peak against the log's max-concurrency line."""
     out: list[fnd.Finding] = []
     for arm, ar in sorted(e.arms.items(), key=lambda x: int(x[1].arm.value)):
         n_blocks = int(ar.arm.value)
@@ -1650,7 +1675,10 @@ def _kv_pool_findings(e: _Exp, ctx: Context, rows: list[dict]) -> list[fnd.Findi
                 [first["log_source"], plan],
                 theory=first["log_max_concurrency_theory"],
                 tolerance_pct=0.5,  # the log prints two decimals: 8.12 for 8.125
-                detail="the log's 'Maximum concurrency for T tokens per request' vs pool tokens / T (null block counted)",
+                detail=(
+                    "the log's 'Maximum concurrency for T tokens per request' vs pool tokens / T "
+                    "(null block counted)"
+                ),
                 **common,
             )
         )
@@ -1700,8 +1728,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
                     At(topic=exp.topic)("arms_match_plans"),
                     "bool",
                     "exp_runs_missing",
-                    f"experiment {exp.name}: fewer than two of its arms ({', '.join(a.run for a in exp.arms)}) "
-                    "have runs in this campaign",
+                    f"experiment {exp.name}: fewer than two of its arms "
+                    f"({', '.join(a.run for a in exp.arms)}) have runs in this campaign",
                 )
             )
             continue

@@ -129,8 +129,13 @@ def client_gate(run, point: str) -> GateResult:
     hits = [(i, e) for i, e in enumerate(log.records if log is not None else [], 1)
             if e.kind == "client_probe" and e.get("point") == point]  # fmt: skip
     if not hits:
-        return GateResult("client_not_saturated", "unknown", "no_client_probe", run.cite(rel) if rel else None,
-                          "no client_probe event (collector predates the client's self-check)")  # fmt: skip
+        return GateResult(
+            "client_not_saturated",
+            "unknown",
+            "no_client_probe",
+            run.cite(rel) if rel else None,
+            "no client_probe event (collector predates the client's self-check)",
+        )
     line = hits[0][0]
     lag = [x for _, e in hits for x in (e.get("lag_ns") or [])]  # every shard's loop: one process is enough
     sat = metrics.client_saturated(lag)
@@ -384,8 +389,8 @@ def shortfall_total_pct(expected_tokens: int, delivered_tokens: int) -> float:
 
 
 def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
-    """What the output-token gate caught, in total: of all the tokens the sweeps asked for (completed requests ×
-    requested output), the share not delivered — an engine that stops at EOS despite ignore-eos does less
+    """What the output-token gate caught, in total: of all the tokens the sweeps asked for (completed requests
+    × requested output), the share not delivered — an engine that stops at EOS despite ignore-eos does less
     work, and its throughput reads too high. Overload points are left out: truncation there is by design."""
     key = at("output_shortfall_total_pct")
     known = [
@@ -474,7 +479,10 @@ def run(campaign: Campaign, ctx: Context) -> Section:
                 unit="list",
                 sources=tuple(srcs),
                 status="ok" if not failed else "mismatch",
-                detail="points failing an exclude-severity gate: kept in tables and figures, left out of conclusions",
+                detail=(
+                    "points failing an exclude-severity gate: kept in tables and figures, left out "
+                    "of conclusions"
+                ),
             )
         )
         findings.append(

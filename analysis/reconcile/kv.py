@@ -68,7 +68,8 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
                 "max_concurrency_theory": theory.vllm_max_concurrency(blocks, BLOCK_SIZE_DEFAULT, mml)
                 if mml
                 else None,
-                # the same pool with --max-model-len halved (the log states concurrency for full-length requests)
+                # the same pool with --max-model-len halved (the log states concurrency for full-length
+                # requests)
                 "max_concurrency_theory_half_model_len": theory.vllm_max_concurrency(
                     blocks, BLOCK_SIZE_DEFAULT, mml // 2
                 )
@@ -199,9 +200,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         r0["max_concurrency_theory_half_model_len"],
                         "requests",
                         [r0["source_gib"], *th.model_source],
-                        detail="num_gpu_blocks ÷ ceil((max_model_len ÷ 2) ÷ 16): the limit the log would state with "
-                        "--max-model-len halved; blocks are allocated as a request grows, so what really fits "
-                        "depends on the requests' own lengths",
+                        detail="num_gpu_blocks ÷ ceil((max_model_len ÷ 2) ÷ 16): the limit the log would "
+                        "state with --max-model-len halved; blocks are allocated as a request "
+                        "grows, so what really fits depends on the requests' own lengths",
                         max_model_len_tokens=r0["max_model_len_tokens"] // 2,
                     )
                 )
@@ -254,8 +255,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         at(n),
                         u,
                         "no_kv_usage_gauge",
-                        f"the length sweep ran on {', '.join(sorted({p.run.engine for p in other}))} only, whose "
-                        "/metrics carry no KV usage gauge to fit",
+                        f"the length sweep ran on {', '.join(sorted({p.run.engine for p in other}))} only, "
+                        "whose /metrics carry no KV usage gauge to fit",
                         [other[0].run.cite(other[0].run.counter_source or "")],
                     )
                 )
@@ -272,7 +273,10 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         at(n),
                         u,
                         "too_few_points" if own else "no_sampler_csv",
-                        f"fewer than 2 length-sweep points with ≥ {MIN_SAMPLES_FOR_PEAK} kv_usage samples in their window"
+                        (
+                            f"fewer than 2 length-sweep points with ≥ {MIN_SAMPLES_FOR_PEAK} kv_usage "
+                            "samples in their window"
+                        )
                         if own
                         else f"{ls[0].run.cite_root} kept no sampler CSV (kv_usage)",
                         [p.cite() for p in ls],

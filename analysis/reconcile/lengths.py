@@ -2,16 +2,17 @@
 
 - KV per input token at the sweep's concurrency: the slope of the peak KV usage (bytes) against the prompt
   length, against concurrency × KV bytes per token;
-- a second, independent path to the KV bytes per token: the slope of the decode step (p50 ITL) against the mean
-  context, times the memory bandwidth, divided by the concurrency (each step reads every cached token once);
+- a second, independent path to the KV bytes per token: the slope of the decode step (p50 ITL) against the
+  mean context, times the memory bandwidth, divided by the concurrency (each step reads every cached token
+  once);
 - prefill cost per input token: the slope of the mean prefill time per request against the prompt length;
 - tokens per iteration and the chunked-prefill budget the engine ran with (its log), with the prediction that
   follows from the budget stated before it is checked on the concurrency-1 points;
 - how much longer a step gets over the sweep's range of contexts, against the bandwidth floor's ratio;
 - MFU / MBU and arithmetic intensity against the prompt length, and where MFU overtakes MBU.
 
-Series: a (round, engine) of an imported campaign, a run of our own. Keys: ``<round>.length.<engine>.<metric>``
-and ``runs.<run>.length.<metric>``.
+Series: a (round, engine) of an imported campaign, a run of our own. Keys:
+``<round>.length.<engine>.<metric>`` and ``runs.<run>.length.<metric>``.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def prefill_ms(p: BenchPoint, ctx: Context) -> tuple[float | None, str | None]:
 
 
 def pool_tokens(run: RunData, campaign: Campaign) -> tuple[int | None, str | None]:
-    """The vLLM pool (tokens) the run's server logged, else (an imported campaign) the round's first vLLM log."""
+    """The vLLM pool (tokens) the run's server logged, else (an imported campaign) the round's first vLLM
+    log."""
     for r in [run] + ([] if run.own else campaign.select(round=run.round, engine="vllm")):
         rel, log = r.server_log
         if log is not None and getattr(log, "kv_cache_tokens", None):
@@ -216,7 +218,8 @@ def point_row(
 
 
 def series(campaign: Campaign, th: TheoryCtx) -> list[dict]:
-    """Every length sweep: [{at, run, engine, points, kvb, wb}] — per run of our own, per (round, engine) else."""
+    """Every length sweep: [{at, run, engine, points, kvb, wb}] — per run of our own, per (round, engine)
+    else."""
     out = []
     if campaign.own:
         for run in campaign.runs:
@@ -315,8 +318,8 @@ def series_findings(
                     r2=fit.r2,
                     n=fit.n,
                     tokens_per_input_token=fit.slope / kvb,
-                    detail="least-squares slope of the peak KV usage (fraction × pool tokens × KV bytes/token) vs "
-                    "the prompt length; theory: concurrency × KV bytes per token",
+                    detail="least-squares slope of the peak KV usage (fraction × pool tokens × KV "
+                    "bytes/token) vs the prompt length; theory: concurrency × KV bytes per token",
                 )
             )
 
@@ -361,8 +364,8 @@ def series_findings(
                 roofline_achievement_pct=min(
                     (r["floor_ms"] / r["p50_itl_ms"] * 100 for _, r in use if r.get("floor_ms")), default=None
                 ),
-                detail="least-squares slope of p50 ITL vs mean context (prompt + output ÷ 2) × datasheet bandwidth "
-                "÷ concurrency; theory: 2·L·K·d·b",
+                detail="least-squares slope of p50 ITL vs mean context (prompt + output ÷ 2) × datasheet "
+                "bandwidth ÷ concurrency; theory: 2·L·K·d·b",
             )
         )
 
@@ -390,8 +393,9 @@ def series_findings(
                 intercept_ms=fit.intercept,
                 concurrency=c,
                 compute_floor_ms_per_token=floor,
-                detail="least-squares slope of the mean prefill time per request vs the prompt length; floor: the "
-                "layer weights' FLOPs per token ÷ the datasheet bf16 peak (a request's own work, at concurrency 1)",
+                detail="least-squares slope of the mean prefill time per request vs the prompt length; "
+                "floor: the layer weights' FLOPs per token ÷ the datasheet bf16 peak (a request's "
+                "own work, at concurrency 1)",
             )
         )
 
@@ -466,7 +470,10 @@ def series_findings(
                     at(k),
                     u,
                     "no_flops_counter" if th.gpu else "no_gpu_datasheet",
-                    f"{run.cite_root}: no FLOPs / read-bytes counters (vLLM --enable-mfu-metrics) or no datasheet",
+                    (
+                        f"{run.cite_root}: no FLOPs / read-bytes counters (vLLM --enable-mfu-metrics) or no "
+                        "datasheet"
+                    ),
                     srcs,
                 )
             )
@@ -493,7 +500,10 @@ def series_findings(
                     at("mfu_mbu_crossover_input_tokens"),
                     "tokens",
                     "no_crossing",
-                    f"{'MBU' if um[0][1]['mbu_pct'] > um[0][1]['mfu_pct'] else 'MFU'} leads at every prompt length",
+                    (
+                        f"{'MBU' if um[0][1]['mbu_pct'] > um[0][1]['mfu_pct'] else 'MFU'} leads at every "
+                        "prompt length"
+                    ),
                     msrc,
                 )
             )
@@ -510,7 +520,9 @@ def series_findings(
                 by_input={
                     str(round(q.input_len_tokens)): x["arithmetic_intensity_flop_per_byte"] for q, x in um
                 },
-                detail="ΔFLOPs ÷ Δread bytes of the engine's counters; the ridge is the datasheet's FLOP/s ÷ B/s",
+                detail=(
+                    "ΔFLOPs ÷ Δread bytes of the engine's counters; the ridge is the datasheet's FLOP/s ÷ B/s"
+                ),
             )
         )
     return out
@@ -571,8 +583,8 @@ def budget_findings(at: At, runs: list[RunData], campaign: Campaign, ctx: Contex
             [bsrc]
             + [s for _, _, _, isrc in checks for s in isrc[:1]]
             + [p.cite("completed") for p, _, _, _ in checks],
-            detail="prediction stated before the check: with at most `budget` tokens per step, a concurrency-1 point "
-            "takes completed × (ceil(prompt ÷ budget) + output − 1) iterations",
+            detail="prediction stated before the check: with at most `budget` tokens per step, a "
+            "concurrency-1 point takes completed × (ceil(prompt ÷ budget) + output − 1) iterations",
             points={p.key: {"predicted": pred, "observed": obs} for p, pred, obs, _ in checks},
             budget_tokens=budget,
             prompt_over_budget=any(p.input_len_tokens > budget for p, _, _, _ in checks),
@@ -582,9 +594,10 @@ def budget_findings(at: At, runs: list[RunData], campaign: Campaign, ctx: Contex
 
 
 def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
-    """Tokens per iteration as the one axis of both sweeps: the length sweep's MFU against the concurrency sweep's
-    MFU at the same tokens per iteration (log–log interpolation on the concurrency sweep), worst deviation in %.
-    Small: how busy the GPU is depends on how many tokens an iteration carries, not on how they got there."""
+    """Tokens per iteration as the one axis of both sweeps: the length sweep's MFU against the concurrency
+    sweep's MFU at the same tokens per iteration (log–log interpolation on the concurrency sweep), worst
+    deviation in %. Small: how busy the GPU is depends on how many tokens an iteration carries, not on how
+    they got there."""
     at: At = s["at"]
     sweep = [
         p
@@ -617,8 +630,8 @@ def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
             else "no_flops_counter"
             if not curve or not lens
             else "too_few_points",
-            "needs the FLOPs and iteration counters on both sweeps, with length points inside the concurrency "
-            "sweep's range of tokens per iteration",
+            "needs the FLOPs and iteration counters on both sweeps, with length points inside the "
+            "concurrency sweep's range of tokens per iteration",
             [p.cite() for p in s["points"]],
         )
     xs, ys = [c[0] for c in curve], [c[1] for c in curve]
@@ -634,8 +647,8 @@ def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
         worst_point=worst,
         by_point=devs,
         concurrency_sweep_tokens_per_iteration=xs,
-        detail="achieved FLOP/s of each length point ÷ the concurrency sweep's at the same tokens per iteration "
-        "(log–log interpolation) − 1, the largest in magnitude",
+        detail="achieved FLOP/s of each length point ÷ the concurrency sweep's at the same tokens per "
+        "iteration (log–log interpolation) − 1, the largest in magnitude",
     )
 
 

@@ -1,6 +1,6 @@
 """Where the memory goes: the KV pool a hand estimate gives from memory arithmetic against the pool the engine
-logged, and the split the engine's own log lines give (weights, non-torch memory, activation peak, CUDA graphs;
-llama.cpp: model, KV, compute and output buffers).
+logged, and the split the engine's own log lines give (weights, non-torch memory, activation peak, CUDA
+graphs; llama.cpp: model, KV, compute and output buffers).
 
 vLLM sizes its pool as  utilization × total − (weights + non-torch) − activation peak  (the profiling run's
 ``Free memory on device … Actual usage is …`` line, GiB with two decimals); CUDA graphs are captured after the
@@ -37,7 +37,8 @@ BUFFER_TOLERANCE_PCT = 0.5
 
 
 def pool_from_ledger_gib(requested_gib: float, consumed_gib: float, activation_gib: float) -> float:
-    """vLLM's KV pool from its own ledger, GiB: utilization × total − (weights + non-torch) − activation peak."""
+    """vLLM's KV pool from its own ledger, GiB: utilization × total − (weights + non-torch) − activation
+    peak."""
     return requested_gib - consumed_gib - activation_gib
 
 
@@ -125,7 +126,10 @@ def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
                 non_torch,
                 "GiB",
                 [line, run.cite(rel, log.lines.get("weights_loaded_gib"))],
-                detail="consumed (weights + non-torch) − 'Model loading took': CUDA context, NCCL, allocator slack",
+                detail=(
+                    "consumed (weights + non-torch) − 'Model loading took': CUDA context, NCCL, "
+                    "allocator slack"
+                ),
             )
         )
     out.append(fnd.measured(at("peak_activation_gib"), mem.peak_activation_gib, "GiB", [line]))
@@ -194,8 +198,9 @@ def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
                 [pool_src, line, *th.gpu_source],
                 terms_gib=terms,
                 terms_sum_gib=sum(terms.values()) if terms else None,
-                detail="logged pool − hand estimate, split into: CUDA total vs datasheet (× utilization), weights "
-                "loaded vs theory, non-torch, activation peak, + the reserve the estimate set aside",
+                detail="logged pool − hand estimate, split into: CUDA total vs datasheet (× utilization), "
+                "weights loaded vs theory, non-torch, activation peak, + the reserve the estimate "
+                "set aside",
             )
         )
         rows.append(_row(run, "hand_estimate", hand, None, ";".join([*th.gpu_source, *th.model_source])))
@@ -238,8 +243,8 @@ def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd
                 at("model_buffer_gib"),
                 "GiB",
                 "no_memory_line",
-                f"{run.cite(rel) if rel else run.name}: no 'buffer size' lines (llama.cpp prints them only at "
-                "verbosity ≥ the default of the build that wrote this log)",
+                f"{run.cite(rel) if rel else run.name}: no 'buffer size' lines (llama.cpp prints them only "
+                "at verbosity ≥ the default of the build that wrote this log)",
             )
         ]
     rows: list[dict] = []

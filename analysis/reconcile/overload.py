@@ -3,14 +3,14 @@ request got its requested output, mean running requests vs the server's limit.
 
 vLLM preempts: preemptions (count, timeline, KV usage when each fired, tokens freed) and the share of
 inter-token intervals a preemption can touch. llama.cpp has no preemption (and no counter for it): a slot's
-context is fixed (-c ÷ -np), so a request whose prompt + output outgrows its slot is *truncated* (finish_reason
-`length`, fewer tokens than asked) — reconciled against n_ctx_slot − prompt; slots against the concurrency
-say whether any request waited for a slot; the preemption findings are n/a with that reason.
+context is fixed (-c ÷ -np), so a request whose prompt + output outgrows its slot is *truncated*
+(finish_reason `length`, fewer tokens than asked) — reconciled against n_ctx_slot − prompt; slots against the
+concurrency say whether any request waited for a slot; the preemption findings are n/a with that reason.
 
 A campaign of our own can hold several overload points in one round (one per run): the round's `overload.*`
 keys describe the first point whose requests all came back (a point cut short, e.g. by a device deadline,
-cannot carry conclusions), and every other overload point gets the same findings under `runs.<run>.overload.*`,
-the cut one saying that it was cut and how far its requests had got.
+cannot carry conclusions), and every other overload point gets the same findings under
+`runs.<run>.overload.*`, the cut one saying that it was cut and how far its requests had got.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def oversubscription(concurrency: int, input_len: float, output_len: float, pool
 
 
 def slot_oversubscription(input_len: float, output_len: float, n_ctx_slot: int) -> float:
-    """One request's context ÷ its llama.cpp slot, ratio: (input + output) ÷ n_ctx_slot (> 1: it cannot finish;
-    slots do not share cells, so the pool as a whole does not matter)."""
+    """One request's context ÷ its llama.cpp slot, ratio: (input + output) ÷ n_ctx_slot (> 1: it cannot
+    finish; slots do not share cells, so the pool as a whole does not matter)."""
     return (input_len + output_len) / n_ctx_slot
 
 
@@ -198,7 +198,10 @@ def _llamacpp_findings(pre: At, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
                 pre("output_tokens_per_request"),
                 "tokens",
                 "point_cut",
-                "the point was cut before its requests finished: how far each had got is kept, nothing is concluded",
+                (
+                    "the point was cut before its requests finished: how far each had got is kept, nothing "
+                    "is concluded"
+                ),
                 [p.run.cite(rrel, "chunk_tokens"), slot_src],
                 slot_limit_tokens=limit,
                 streamed_tokens_min=min(streamed) if streamed else None,
@@ -236,8 +239,8 @@ def _llamacpp_findings(pre: At, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
             requested_output_tokens=out_len,
             input_tokens=in_len,
             n_ctx_slot=n_ctx,
-            detail="mean output per completed request vs min(requested, n_ctx_slot − prompt): a slot's context is "
-            "fixed and context shift is off, so generation stops when the slot is full",
+            detail="mean output per completed request vs min(requested, n_ctx_slot − prompt): a slot's "
+            "context is fixed and context shift is off, so generation stops when the slot is full",
         )
     )
     return out
@@ -306,7 +309,9 @@ def _point_findings(
                     demand_tokens=in_len + out_len,
                     pool_tokens=n_ctx,
                     basis="per_slot",
-                    detail="one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells",
+                    detail=(
+                        "one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells"
+                    ),
                 )
             )
     else:

@@ -1,15 +1,15 @@
 """What the overload run says beyond its headline: the KV each request demands against the pool, how often the
-engine preempted, the price in seconds of TTFT (p50, p99, against the gentlest point), Little's law on the waiting
-queue, and the counter conflict — the iteration-token counter against the FLOPs counter while requests are
-preempted and recomputed.
+engine preempted, the price in seconds of TTFT (p50, p99, against the gentlest point), Little's law on the
+waiting queue, and the counter conflict — the iteration-token counter against the FLOPs counter while requests
+are preempted and recomputed.
 
 vLLM's FLOPs counter (``estimated_flops_per_gpu_total``) is an analytic estimate the engine computes from the
 tokens it schedules, with the same formula as ``theory.request_flops``: its agreement with our theory outside
 overload proves that both count the same work the same way, not that the GPU performed it (a hardware counter
 would); during preemption it is the only counter that sees the recomputed prefill.
 
-Keys as overload.py's: the round's ``overload.<metric>`` describe its headline point; every other overload point
-of our own runs gets ``runs.<run>.overload.<metric>``.
+Keys as overload.py's: the round's ``overload.<metric>`` describe its headline point; every other overload
+point of our own runs gets ``runs.<run>.overload.<metric>``.
 """
 
 from __future__ import annotations
@@ -28,16 +28,19 @@ from analysis.reconcile.overload import headline, overload_points, point_cut, to
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
-# Little's law holds for the means; the 1 Hz gauge samples the waiting queue, the histogram times every request.
+# Little's law holds for the means; the 1 Hz gauge samples the waiting queue, the histogram times every
+# request.
 LITTLE_TOLERANCE_PCT = 10.0
-# tokens freed per preemption come from 1 Hz KV-usage differences that other requests finishing blur (overload.py)
+# tokens freed per preemption come from 1 Hz KV-usage differences that other requests finishing blur
+# (overload.py)
 RECOMPUTE_TOLERANCE_PCT = 25.0
 # a mean of the 1 Hz gauge over fewer samples than this says little about the queue (the CPU smoke points)
 LITTLE_MIN_SAMPLES = 30
 
 
 def littles_law_waiting(request_rate_per_s: float, mean_queue_s: float) -> float:
-    """Mean number of requests waiting, requests: L = λ × W (λ = completed requests per s, W = mean queue time, s)."""
+    """Mean number of requests waiting, requests: L = λ × W (λ = completed requests per s, W = mean queue
+    time, s)."""
     return request_rate_per_s * mean_queue_s
 
 
@@ -47,8 +50,8 @@ def excess_pct(measured: float, expected: float) -> float:
 
 
 def recompute_tokens_from_flops(extra_flops: float, cfg, tokens_per_recompute: int) -> float:
-    """Tokens re-prefilled that the FLOPs counter's excess implies, tokens: extra FLOPs ÷ the prefill FLOPs per
-    token of a recompute of ``tokens_per_recompute`` tokens (full square, as the counter counts:
+    """Tokens re-prefilled that the FLOPs counter's excess implies, tokens: extra FLOPs ÷ the prefill FLOPs
+    per token of a recompute of ``tokens_per_recompute`` tokens (full square, as the counter counts:
     ``theory.flops_prefill(n) ÷ n``)."""
     return extra_flops / (theory.flops_prefill(cfg, tokens_per_recompute) / tokens_per_recompute)
 
@@ -105,11 +108,13 @@ def point_findings(
                 pool_basis="slot" if llama else "pool",
                 requests_that_fit=fit,
                 concurrency=p.concurrency,
-                detail="prompt + output tokens one request holds at its last token; what fits: whole 16-token blocks "
-                "of the pool (vLLM) or slots whose context holds the request (llama.cpp)",
+                detail="prompt + output tokens one request holds at its last token; what fits: whole "
+                "16-token blocks of the pool (vLLM) or slots whose context holds the request "
+                "(llama.cpp)",
             )
         )
-    # 2. the price in seconds: p50 / p99 TTFT, against the same concurrency without overload and the gentlest point
+    # 2. the price in seconds: p50 / p99 TTFT, against the same concurrency without overload and the gentlest
+    # point
     if cut:
         for k in ("p50_ttft_s", "p99_ttft_s", "ttft_spread_vs_gentlest"):
             out.append(
@@ -147,7 +152,9 @@ def point_findings(
                     [p.cite("p50_ttft_ms"), gentle.cite("p50_ttft_ms")],
                     gentlest_concurrency=gentle.concurrency,
                     gentlest_p50_ttft_ms=g,
-                    detail="p50 TTFT of the overload point ÷ of the sweep's gentlest point (lowest concurrency)",
+                    detail=(
+                        "p50 TTFT of the overload point ÷ of the sweep's gentlest point (lowest concurrency)"
+                    ),
                 )
             )
     w = ctx.window(p)
@@ -193,7 +200,10 @@ def point_findings(
                 first_at_s=first - w.window.start_s if first is not None else None,
                 last_at_s=last - w.window.start_s if last is not None else None,
                 mean_interval_s=(last - first) / (len(events) - 1) if len(events) > 1 else None,
-                detail="preemptions ÷ the point's window × 60; the intervals are between sampler seconds that saw one",
+                detail=(
+                    "preemptions ÷ the point's window × 60; the intervals are between sampler "
+                    "seconds that saw one"
+                ),
             )
         )
     # 4. Little's law on the waiting queue
@@ -205,7 +215,10 @@ def point_findings(
                 pre("littles_law_waiting"),
                 "requests",
                 "no_sampler_csv" if not llama else "no_preemption_counter",
-                f"needs the queue-time histogram and ≥ {LITTLE_MIN_SAMPLES} samples of the waiting gauge (vLLM's /metrics)",
+                (
+                    f"needs the queue-time histogram and ≥ {LITTLE_MIN_SAMPLES} samples of the waiting "
+                    "gauge (vLLM's /metrics)"
+                ),
                 [p.cite()],
             )
         )
@@ -227,7 +240,10 @@ def point_findings(
                 tolerance_pct=LITTLE_TOLERANCE_PCT,
                 request_rate_per_s=lam,
                 mean_queue_s=q,
-                detail="mean of the waiting gauge over the window vs L = λ·W: completed ÷ duration × mean queue time",
+                detail=(
+                    "mean of the waiting gauge over the window vs L = λ·W: completed ÷ duration × "
+                    "mean queue time"
+                ),
             )
         )
     # 5. the counter conflict: iteration tokens vs the FLOPs counter while requests are recomputed
@@ -296,7 +312,10 @@ def _counter_conflict(
             [p.run.cite(srel, "flops"), p.cite("completed")],
             observed_flops=flops,
             expected_flops=theo,
-            detail="Δestimated_flops_per_gpu_total vs theory.request_flops × completed: the work without recompute",
+            detail=(
+                "Δestimated_flops_per_gpu_total vs theory.request_flops × completed: the work "
+                "without recompute"
+            ),
         ),
     ]
     pool, _ = pool_tokens(p.run, campaign)
@@ -334,8 +353,8 @@ def _counter_conflict(
             preemptions=n_pre,
             tokens_freed_per_preemption=per,
             extra_flops=extra,
-            detail="the FLOPs counter's excess over theory ÷ the prefill FLOPs per token of a recompute of the mean "
-            "tokens freed; theory: preemptions × mean tokens freed per preemption",
+            detail="the FLOPs counter's excess over theory ÷ the prefill FLOPs per token of a recompute of "
+            "the mean tokens freed; theory: preemptions × mean tokens freed per preemption",
         )
     )
     return out

@@ -83,7 +83,8 @@ def run(campaign_name: str, raw_roots: Iterable[Path]) -> Section:
                     "imported": bool(meta.get("imported")),
                     "origin": origin(meta, provenance),
                     "tool_version": tool,
-                    # when our collector wrote the run; an import's creation time is the import's, not the data's
+                    # when our collector wrote the run; an import's creation time is the import's, not the
+                    # data's
                     "created_wall": None if meta.get("imported") else _wall(info.created),
                     "gpu": meta.get("gpu"),
                     "description": meta.get("description"),

@@ -286,8 +286,8 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
                     p50_itl_ms=h0["p50_itl_ms"],
                     bandwidth_bytes_per_s=h0[f"bandwidth_{tag}_bytes_per_s"],
                     by_concurrency={str(int(r["concurrency"])): r[f"achievement_{tag}_pct"] for r in have},
-                    detail=f"floor ({tag} bandwidth) ÷ measured p50 ITL at the lowest concurrency; table roofline_points "
-                    "has every point",
+                    detail=f"floor ({tag} bandwidth) ÷ measured p50 ITL at the lowest concurrency; table "
+                    "roofline_points has every point",
                 )
             )
     return out
@@ -367,8 +367,9 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
                     itl_ratio_by_concurrency={
                         str(int(x)): step_ratio(hr[x]["p50_itl_ms"], lr[x]["p50_itl_ms"]) for x in common
                     },
-                    detail=f"p50 ITL {heavy['weight_format']} ÷ p50 ITL {lightest['weight_format']} at concurrency {c}; "
-                    "theory: ratio of the bytes each step reads (weights + KV), i.e. of the roofline floors",
+                    detail=f"p50 ITL {heavy['weight_format']} ÷ p50 ITL {lightest['weight_format']} at "
+                    f"concurrency {c}; theory: ratio of the bytes each step reads (weights + KV), "
+                    "i.e. of the roofline floors",
                 )
             )
     return out

@@ -82,8 +82,9 @@ def _measured_boundary(key: At, measured: dict, srcs: list[str], rnd: str | None
         better_above=last,
         first_flip_ms=steps[flip][0],
         contested_lead_pct=lead,
-        detail="budgets at the measured p99 TTFTs: below first_flip_ms better_below always delivers more, from the "
-        "value on better_above does; in between they alternate, better_below leading by at most contested_lead_pct",
+        detail="budgets at the measured p99 TTFTs: below first_flip_ms better_below always delivers more, "
+        "from the value on better_above does; in between they alternate, better_below leading by at "
+        "most contested_lead_pct",
     )
 
 
@@ -102,7 +103,8 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
         measured: dict[str, tuple[list[float], list[float]]] = {}
         srcs: list[str] = []
         for engine in ENGINES:
-            # gated-out points (failed requests, short outputs) cannot be recommended: they are drawn, not picked
+            # gated-out points (failed requests, short outputs) cannot be recommended: they are drawn, not
+            # picked
             allpts = sweep_points(campaign, rnd, engine)
             pts = [p for p in allpts if ctx.gate_ok(p)]
             cost = [p.result.p99_ttft_ms for p in pts]

@@ -340,7 +340,9 @@ def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[d
                 "requests",
                 [*src, wsrc],
                 tokens_per_request=held,
-                detail="ceil(tokens whose K/V outweigh W_k + W_v ÷ (prompt + output) of the campaign's sweep)",
+                detail=(
+                    "ceil(tokens whose K/V outweigh W_k + W_v ÷ (prompt + output) of the campaign's sweep)"
+                ),
             )
         )
         ctx_tokens = round(inp + outp / 2)  # the mean context while a request decodes

@@ -40,7 +40,8 @@ class TheoryCtx:
     run_formats: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
     def weight_format_for(self, run) -> str | None:
-        """The weight format a run served: its plan's (a run of our own), else its engine's in this campaign."""
+        """The weight format a run served: its plan's (a run of our own), else its engine's in this
+        campaign."""
         if run.name in self.run_formats:
             return self.run_formats[run.name][0]
         return self.weight_formats.get(run.engine)

@@ -38,8 +38,8 @@ def llamacpp_wait_ms(ttft_ms: float, prompt_ms: float) -> float:
 
 
 def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
-    """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part of
-    TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
+    """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part
+    of TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
     rel, log = p.run.requests
     recs = metrics.completed([r for r in (log.records if log is not None else []) if r.point == p.label])
     pairs = []
@@ -61,8 +61,9 @@ def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
         mean_ttft_ms=mean_ttft,
         mean_prompt_ms=mean_ttft - mean_wait,
         requests=len(pairs),
-        detail="mean over requests of (TTFT − llama.cpp's timings.prompt_ms) ÷ mean TTFT: waiting for a slot or "
-        "for the prompt batches, plus the first decode step and transport (llama.cpp has no queue histogram)",
+        detail="mean over requests of (TTFT − llama.cpp's timings.prompt_ms) ÷ mean TTFT: waiting for a "
+        "slot or for the prompt batches, plus the first decode step and transport (llama.cpp has no "
+        "queue histogram)",
     )
 
 

@@ -94,7 +94,8 @@ class PageContext:
             return self.profile.engine_label(engine)
         return labels_zh.ENGINES.get(engine, engine)
 
-    # -- findings: selected by their fields (analysis.keys.At), never by their key ------------------------------
+    # -- findings: selected by their fields (analysis.keys.At), never by their key
+    # ------------------------------
     def _known(self, topic: str | None, metric: str) -> None:
         """A metric no campaign has and the labels do not know is a typo or a renamed finding: fail."""
         if (topic, metric) not in labels_zh.FINDINGS and (topic, metric) not in self.site.known_metrics:
@@ -125,7 +126,8 @@ class PageContext:
         return self.find(metric, topic, **series.select)
 
     def findings(self, **query: Any) -> list[Finding]:
-        """Every finding with these fields (``topic`` counts even when not given: see analysis.keys.matches)."""
+        """Every finding with these fields (``topic`` counts even when not given: see
+        analysis.keys.matches)."""
         return self.c.findings.select(**query)
 
     def unavailable(self, round: str | None) -> list[Finding]:
@@ -155,7 +157,8 @@ class PageContext:
         return anchor_of(finding.key)
 
     def finding_link(self, key: str) -> str:
-        """A link, labelled in Chinese, to the page (and row) where a finding is shown; raises if none does."""
+        """A link, labelled in Chinese, to the page (and row) where a finding is shown; raises if none
+        does."""
         home = self.site.finding_pages.get((self.c.name, key))
         if home is None:
             raise RenderError(f"{self.page_path}: finding {key!r} is shown on no page")
@@ -171,7 +174,8 @@ class PageContext:
         been rendered (resolve_finding_refs); a finding no page shows stays plain text."""
         return f"{_REF}{self.c.name}{_SEP}{finding.key}{_SEP}{text}{_REF}"
 
-    # -- tables ------------------------------------------------------------------------------------------------
+    # -- tables
+    # ------------------------------------------------------------------------------------------------
     def t(self, name: str) -> Table:
         if name not in self.c.tables:
             have = ", ".join(sorted(self.c.tables))
@@ -219,12 +223,12 @@ class PageContext:
         relabel: dict[str, dict[Any, str]] | None = None,
         optional: list[str] | None = None,
     ) -> str:
-        """A markdown table of chosen columns: ``columns`` = [(column, header), …] with headers from the template
-        (a bare column name takes its header from labels_zh.COLUMNS).
+        """A markdown table of chosen columns: ``columns`` = [(column, header), …] with headers from the
+        template (a bare column name takes its header from labels_zh.COLUMNS).
 
         ``relabel`` maps a column's raw values to words (from the template, e.g. gate statuses). Text columns
-        are left-aligned, numeric ones right-aligned. Columns named in ``optional`` are left out where the table
-        lacks them or has no value in them (a measured ceiling that only some campaigns have).
+        are left-aligned, numeric ones right-aligned. Columns named in ``optional`` are left out where the
+        table lacks them or has no value in them (a measured ceiling that only some campaigns have).
         """
         tab = name if isinstance(name, Table) else self.t(name)
         if where:
@@ -242,7 +246,8 @@ class PageContext:
         for col, _ in cols:
             if col not in tab.columns:
                 raise RenderError(
-                    f"{self.page_path}: table {tab.name!r} has no column {col!r} (has: {', '.join(tab.columns)})"
+                    f"{self.page_path}: table {tab.name!r} has no column {col!r} (has: "
+                    f"{', '.join(tab.columns)})"
                 )
         if not tab.rows:
             raise RenderError(
@@ -271,7 +276,8 @@ class PageContext:
         ]
         return markdown_table([h for _, h in cols], body, ["--:" if n else "---" for n in numeric])
 
-    # -- figures -----------------------------------------------------------------------------------------------
+    # -- figures
+    # -----------------------------------------------------------------------------------------------
     def has_figure(self, name: str) -> bool:
         return self.campaign is not None and name in self.campaign.figures
 
@@ -313,9 +319,11 @@ class PageContext:
             self.site.report.notes.append(f"{self.c.name}: figure {name!r} left out: {reason}")
         return ""
 
-    # -- citations ---------------------------------------------------------------------------------------------
+    # -- citations
+    # ---------------------------------------------------------------------------------------------
     def _find(self, cited: str) -> RawFile | None:
-        """The raw file a citation names. The comparison cites ``<campaign>/<path>``: look in that campaign."""
+        """The raw file a citation names. The comparison cites ``<campaign>/<path>``: look in that
+        campaign."""
         if self.campaign is None:
             return None
         head, _, rest = cited.partition("/")
@@ -328,7 +336,10 @@ class PageContext:
         hit = self._find(source_file(source))
         if hit is None:
             return f"`{source_path(source)}`"
-        return f"[`{source_path(source)}`]({self.link(f'data/{hit.campaign}.md')}#{file_anchor(hit.run, hit.rel)})"
+        return (
+            f"[`{source_path(source)}`]({self.link(f'data/{hit.campaign}.md')}#"
+            f"{file_anchor(hit.run, hit.rel)})"
+        )
 
     def sources(self, finding: Finding, sep: str = "<br>") -> str:
         """Citations grouped by file: ``[04-perf-test/metrics_sweep.csv](…) :53, 61`` — short, still exact.
@@ -357,9 +368,11 @@ class PageContext:
             parts.append(f'<span class="ia-src">{text}</span>')
         return sep.join(parts) or labels_zh.MISSING
 
-    # -- links -------------------------------------------------------------------------------------------------
+    # -- links
+    # -------------------------------------------------------------------------------------------------
     def page_link(self, target: str, fallback: str) -> str:
-        """A link to ``target`` if that page was rendered, else to ``fallback`` (a page without its data is not)."""
+        """A link to ``target`` if that page was rendered, else to ``fallback`` (a page without its data is
+        not)."""
         return self.link(target if target in self.site.report.pages else fallback)
 
     def link(self, target: str) -> str:

@@ -6,8 +6,9 @@ in RSS readers and in the raw HTML. vl-convert embeds its own Vega/Vega-Lite (no
 URLs (``allowed_base_urls=[]``) so a spec can only use the data inlined by the analysis.
 
 Text in the SVG stays text (the browser draws it with the reader's fonts), but vl-convert lays the chart out
-with its own font metrics: without a CJK font registered, Chinese titles are measured with a Latin fallback and
-labels overlap. So we register the system's CJK fonts (Debian: fonts-noto-cjk) before the first conversion.
+with its own font metrics: without a CJK font registered, Chinese titles are measured with a Latin fallback
+and labels overlap. So we register the system's CJK fonts (Debian: fonts-noto-cjk) before the first
+conversion.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ CJK_FONT_DIRS = (
     Path("/usr/share/fonts/opentype/source-han-sans"),
 )
 # Font stack written into every spec: the SVG names it, the reader's browser picks the first it has.
-FONT_STACK = '"Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", "WenQuanYi Micro Hei", sans-serif'
+FONT_STACK = (
+    '"Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", "WenQuanYi '
+    'Micro Hei", sans-serif'
+)
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 

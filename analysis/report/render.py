@@ -6,7 +6,8 @@
 - per campaign, its report pages (campaign_pages.py), its model-structure page (structure_page.py) and its
   raw-data index (raw_index_page.py); the comparison page (comparison_page.py); the home page (home_page.py);
 - every figure as a static SVG next to the page that shows it (figures.py);
-- ``.nav.json``, the navigation (read by ``site/hooks/nav.py``), and ``.figures.json`` (figures left out, why).
+- ``.nav.json``, the navigation (read by ``site/hooks/nav.py``), and ``.figures.json`` (figures left out,
+  why).
 
 It reads the analysis results only (results.py): findings, tables, figure specs and index.json with the
 campaign profile — never raw/. The templates hold all the prose (context.py is what they see).
@@ -94,7 +95,8 @@ class SiteRenderer:
     def report(self) -> RenderReport:
         return self.site.report
 
-    # -- output folder -----------------------------------------------------------------------------------------
+    # -- output folder
+    # -----------------------------------------------------------------------------------------
     def _prepare_out(self) -> None:
         if self.out.exists() and any(self.out.iterdir()) and not (self.out / MARKER).exists():
             raise RenderError(
@@ -127,7 +129,8 @@ class SiteRenderer:
             target.write_text(resolve_finding_refs(self.site, page), encoding="utf-8")
         self._pages.clear()
 
-    # -- results -----------------------------------------------------------------------------------------------
+    # -- results
+    # -----------------------------------------------------------------------------------------------
     def _load(self) -> tuple[list[CampaignResults], CampaignResults | None]:
         dirs = discover_campaigns(self.results_dir)
         if self.only:
@@ -162,7 +165,8 @@ class SiteRenderer:
             comparison = None
         return campaigns, comparison
 
-    # -- the site ----------------------------------------------------------------------------------------------
+    # -- the site
+    # ----------------------------------------------------------------------------------------------
     def render(self) -> RenderReport:
         self._prepare_out()
         campaigns, comparison = self._load()
@@ -233,7 +237,8 @@ def render_site(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m analysis.report.render`` (or ``python site/render.py``): render the pages, print a summary."""
+    """``python -m analysis.report.render`` (or ``python site/render.py``): render the pages, print a
+    summary."""
     ap = argparse.ArgumentParser(description="Render the Chinese report pages from the analysis output.")
     ap.add_argument(
         "--results", type=Path, default=REPO_ROOT / "build" / "results", help="collector analyze output"

@@ -165,7 +165,8 @@ class RequestRecord:
             or not isinstance(err.get("message"), str)
         ):
             raise bad(
-                f"key 'error' should be null or {{kind, message}} with a known kind, got {clip(repr(err), 60)}"
+                f"key 'error' should be null or {{kind, message}} with a known kind, got "
+                f"{clip(repr(err), 60)}"
             )
         return cls(
             **{k: obj[k] for k in _REQ_INT + _REQ_STR},
@@ -193,11 +194,26 @@ _REQ_STR = ("request_id", "phase", "phase_kind", "point")
 
 # -------------------------------------------------------------------------------------------- events.jsonl
 
-EVENT_KINDS = frozenset({
-    "run_start", "run_end", "server_start", "server_healthy", "server_exit", "check", "phase_start", "phase_end",
-    "point_start", "point_end", "fault", "abort", "metrics_unreachable", "metrics_back", "drain",
-    "client_probe",
-})  # fmt: skip
+EVENT_KINDS = frozenset(
+    {
+        "run_start",
+        "run_end",
+        "server_start",
+        "server_healthy",
+        "server_exit",
+        "check",
+        "phase_start",
+        "phase_end",
+        "point_start",
+        "point_end",
+        "fault",
+        "abort",
+        "metrics_unreachable",
+        "metrics_back",
+        "drain",
+        "client_probe",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ Layout ``<root>/<campaign>/<run>/``:
                     journal.jsonl, so neither can change unseen.
 - ``SEALED``        written last; holds the sha256 of manifest.json. Absent = interrupted run.
 
-A run's state (``RUN_STATES``): ``sealed-complete``, ``sealed-failed`` (the manifest's status) or ``unsealed``.
-``recover_seal`` finishes a seal that was interrupted after measuring ended (the run's events end in
-``run_end``, or the manifest was already written), never otherwise.
+A run's state (``RUN_STATES``): ``sealed-complete``, ``sealed-failed`` (the manifest's status) or
+``unsealed``. ``recover_seal`` finishes a seal that was interrupted after measuring ended (the run's events
+end in ``run_end``, or the manifest was already written), never otherwise.
 
 Nothing here deletes or rewrites a file under the root. A leftover temp file of an interrupted atomic write
 is reported by ``verify`` and kept.
@@ -338,7 +338,8 @@ def _data_files(run_dir: Path) -> list[str]:
 
 
 def read_journal(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """Last journal entry per path; a torn last line (crash mid-append) is ignored, earlier ones must parse."""
+    """Last journal entry per path; a torn last line (crash mid-append) is ignored, earlier ones must
+    parse."""
     out: dict[str, dict[str, Any]] = {}
     p = run_dir / JOURNAL
     if not p.exists():
@@ -516,7 +517,10 @@ def recover_seal(run_dir: Path) -> str:
                 f"{report.problems[0].line()}"
             )
         _create_exclusive(run_dir / SEAL, (sha256_file(run_dir / MANIFEST) + "\n").encode())
-        return f"{run_dir}: sealed-{manifest['status']} (the interrupted seal had written manifest.json; SEALED added)"
+        return (
+            f"{run_dir}: sealed-{manifest['status']} (the interrupted seal had written "
+            "manifest.json; SEALED added)"
+        )
     line_no, end, points_done = _measuring_ended(run_dir)
     status: str = end["status"]  # _measuring_ended checked it is one of SEAL_STATUSES
     extra = {
