@@ -73,9 +73,9 @@ def _requests(run: str, campaign: str = H200) -> list[dict]:
 
 
 def _itls_ms(req: dict) -> list[float]:
-    """Inter-token intervals, ms, written out here from the raw fields (the canonical, chunk-aware definition):
-    between consecutive chunks that carried tokens, the gap ÷ the later chunk's tokens, once per token; a chunk
-    carrying none (llama.cpp's closing chunk) is no interval."""
+    """Inter-token intervals, ms, written out here from the raw fields (the canonical, chunk-aware
+    definition): between consecutive chunks that carried tokens, the gap ÷ the later chunk's tokens, once per
+    token; a chunk carrying none (llama.cpp's closing chunk) is no interval."""
     toks = [(t, n) for t, n in zip(req["chunk_mono_ns"], req["chunk_tokens"], strict=True) if n > 0]
     out = [0.0] * (toks[0][1] - 1) if toks else []
     for (a, _), (b, n) in zip(toks, toks[1:], strict=False):
@@ -157,11 +157,13 @@ def test_cpu_capacity_is_exact(out):
     assert g["status"] == "ok" and g["value"] == g["blocks"] * g["block_size"] == g["theory"]
 
 
-# --- single stream, floors, quantization ---------------------------------------------------------------------
+# --- single stream, floors, quantization
+# ---------------------------------------------------------------------
 
 
 def _floor_ms(weight_bytes: float, bw: float) -> float:
-    """Decode floor at concurrency 1: (weights + mean context (1,024 + 256 ÷ 2) × KV bytes) ÷ bandwidth, ms."""
+    """Decode floor at concurrency 1: (weights + mean context (1,024 + 256 ÷ 2) × KV bytes) ÷ bandwidth,
+    ms."""
     return (weight_bytes + (IN_LEN + OUT_LEN / 2) * KV_BYTES_PER_TOKEN) / bw * 1000
 
 
@@ -198,7 +200,8 @@ def test_measured_ceilings_against_the_datasheet(out):
     copy, mm = f["ceilings.copy_bytes_per_s"], f["ceilings.bf16_matmul_flops_per_s"]
     assert copy["value"] == pytest.approx(ceil["copy_bytes_per_s"], rel=1e-9)
     assert copy["sources"] == ["ceilings/ceilings.json:copy_bytes_per_s"]
-    # 4.256 TB/s of the datasheet's 4.8 TB/s: (4.256 − 4.8) ÷ 4.8 = −11.3 %, inside the ±15 % a healthy copy lands in
+    # 4.256 TB/s of the datasheet's 4.8 TB/s: (4.256 − 4.8) ÷ 4.8 = −11.3 %, inside the ±15 % a healthy copy
+    # lands in
     assert copy["theory"] == H200_BW and round(copy["error_pct"], 1) == -11.3 and copy["status"] == "ok"
     # 669 TFLOP/s of the dense bf16 peak 989.4: (669.35 − 989.4) ÷ 989.4 = −32.3 %, beyond ±25 %: a mismatch
     assert (
@@ -222,7 +225,8 @@ def test_quantization_ratio_against_the_byte_ledger(out):
     kv = (IN_LEN + OUT_LEN / 2) * KV_BYTES_PER_TOKEN
     assert g["theory"] == pytest.approx((W_F16_READ + kv) / (w_q4 + kv), rel=1e-9)
     assert g["weight_bytes_ratio"] == pytest.approx(W_F16_READ / w_q4, rel=1e-9)
-    # the real H200 numbers do not reconcile (Q4_K_M reaches a far smaller share of its roofline): shown as such
+    # the real H200 numbers do not reconcile (Q4_K_M reaches a far smaller share of its roofline): shown as
+    # such
     assert g["status"] == "mismatch" and g["value"] < g["theory"]
 
 
@@ -315,7 +319,8 @@ def test_the_cut_f16_overload_point_is_shown_as_cut(out):
     assert f["runs.llamacpp_f16.single_stream_p50_itl_ms"]["status"] == "ok"
 
 
-# --- tables, figures, citations ------------------------------------------------------------------------------
+# --- tables, figures, citations
+# ------------------------------------------------------------------------------
 
 
 def test_byte_ledger_has_one_row_per_series(out):
