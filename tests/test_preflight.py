@@ -13,7 +13,15 @@ from pathlib import Path
 import gguf
 import pytest
 
-from collector.preflight import PreflightError, preflight, read_gguf_meta, vllm_source_dir, vllm_unknown_flags
+from collector.preflight import (
+    Preflight,
+    PreflightError,
+    check_lengths,
+    preflight,
+    read_gguf_meta,
+    vllm_source_dir,
+    vllm_unknown_flags,
+)
 from collector.raw.plan import load_plan
 from tests import engine_cache
 
@@ -174,3 +182,15 @@ def test_a_plan_not_in_utf8(tmp_path, make_plan):
     )
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.strip() == f"Error: {plan}:2: not UTF-8 text (byte 0xe9); save the plan as UTF-8"
+
+
+def test_a_llama_cpp_overload_past_the_slot_is_a_note_not_a_refusal():
+    """The committed H200 plans overload llama.cpp on purpose: 5,120 + 2,048 tokens into 6,144-token slots."""
+    repo = Path(__file__).resolve().parents[1]
+    for name in ("h200-llamacpp-q4km-sweep.toml", "h200-llamacpp-f16-sweep.toml"):
+        plan = load_plan(repo / "plans" / name)
+        pf = Preflight()
+        check_lengths(plan, pf)
+        assert any("stops after 1024 tokens" in n for n in pf.notes), pf.notes
+        # a sweep point past the slot would still be refused: the overload is the one exemption
+        assert all(p.input_len + p.output_len <= 6144 for p in plan.points if p.kind != "overload")
