@@ -19,8 +19,8 @@ made here from PyPI when missing). Per point, from each tool's own output files 
   AIPerf and GuideLLM keep no per-chunk time: n/a);
 - ITL error p50/p99, ms = quantile of the tool's ITLs − the same quantile of the true emit-to-emit gaps;
 - CPU ms per 1,000 tokens: user + system CPU of the tool's whole process tree (sampled from /proc every
-  20 ms, interpolated to the load window: the metronome's first request received → last token emitted;
-  start-up and report writing are left out), over the tokens emitted in the window;
+  20 ms, interpolated to the load window: the metronome's first request received → the later of its last
+  token emitted and the tool's last read; start-up and report writing are left out), over the tokens emitted;
 - achieved ÷ offered token rate: the load's ideal duration (rounds × the schedule's request time) over its
   real one (first request received → last token emitted): a client that reads late sends its next request
   late.
@@ -141,6 +141,7 @@ class ClientView:
     itl_ms: list[float] = field(default_factory=list)
     chunks: list[tuple[str | None, list[int]]] = field(default_factory=list)  # (response id, receive ns)
     itl_per_chunk: bool = True
+    last_ns: int | None = None  # the tool's last receive (CLOCK_MONOTONIC), when it says; ends the CPU window
     version: str = ""
     note: str = ""
 
@@ -367,6 +368,8 @@ def run_guidellm(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, 
         for r in b["requests"]["successful"]:
             view.ttft_ms.append(r["time_to_first_token_ms"])
             view.itl_ms.append(r["inter_token_latency_ms"])  # GuideLLM's ITL: the request's mean
+            last = round(r["info"]["timings"]["last_token_iteration"] * 1e9) - _UNIX_MINUS_MONO_NS
+            view.last_ns = max(view.last_ns or 0, last)
     return view, cpu  # no per-chunk times are kept: chunk latency n/a
 
 
@@ -410,7 +413,9 @@ def evaluate(view: ClientView, log: dict[str, Any], c: int, n_req: int, cpu: Tre
     start = min(r["recv_ns"] for r in reqs)
     end = max(r["done_ns"] or r["recv_ns"] for r in reqs)
     tokens = sum(len(r["emit_ns"]) for r in reqs)
-    cpu_ns = cpu.at(end) - cpu.at(start)
+    # a saturated client still reads after the server's last emit: its CPU window ends at its own last read
+    last = max([end, view.last_ns or 0, *(recv[-1] for _, recv in view.chunks if recv)])
+    cpu_ns = cpu.at(last) - cpu.at(start)
     per_req_ns = statistics.fmean(r["due_ns"][-1] - r["recv_ns"] for r in reqs if r["due_ns"])
     ideal_ns = math.ceil(n_req / c) * per_req_ns
     row = {

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import orjson
 
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.records import RequestRecord
@@ -131,7 +132,12 @@ async def stream_completion(
         async with asyncio.timeout(request_timeout_s):
             while True:
                 try:
-                    async with client.stream("POST", url, json=body, headers=_HEADERS) as resp:
+                    # The request is built (body encoded) before the send stamp: what a TTFT counts starts
+                    # when the request is handed to the connection, not with the client's own encoding.
+                    request = client.build_request("POST", url, content=orjson.dumps(body), headers=_HEADERS)
+                    sent = stamp(clock)
+                    resp = await client.send(request, stream=True)
+                    try:
                         headers_at = stamp(clock)
                         status = resp.status_code
                         if status != 200:
@@ -150,12 +156,13 @@ async def stream_completion(
                             decoder.close()
                             if not state["done"]:
                                 error = _error("stream_cut", "stream closed before [DONE]")
+                    finally:
+                        await resp.aclose()
                     break
                 except _RETRY_BEFORE_RESPONSE:
                     if status is not None or retries:
                         raise
                     retries += 1
-                    sent = stamp(clock)
     except TimeoutError:
         error = _error("timeout", f"no complete response within request_timeout_s={request_timeout_s}")
     except httpx.TimeoutException as err:
@@ -171,20 +178,9 @@ async def stream_completion(
     except httpx.HTTPError as err:
         error = _error("http_other", err)
     except asyncio.CancelledError:
-        rec = _finish(
-            identity,
-            clock,
-            sent,
-            headers_at,
-            status,
-            state,
-            chunk_mono,
-            chunk_unix,
-            chunk_tokens,
-            counter,
-            _error("aborted", "cancelled by the collector (run aborted)"),
-            retries,
-        )
+        aborted = _error("aborted", "cancelled by the collector (run aborted)")
+        rec = _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
+                      counter, aborted, retries)  # fmt: skip
         sink = meta.get("_sink")
         if sink is not None:
             sink(rec)
@@ -193,7 +189,7 @@ async def stream_completion(
                    counter, error, retries)  # fmt: skip
 
 
-_HEADERS = {"Accept-Encoding": "identity"}
+_HEADERS = {"Accept-Encoding": "identity", "Content-Type": "application/json"}
 
 
 def _finish(
