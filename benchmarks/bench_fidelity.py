@@ -522,8 +522,61 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         )
         + head
         + "\n".join(lines)
+        + "\n\n目标（issue #13）：\n\n"
+        + "\n".join(f"- {'达成' if ok else ('未达成' if ok is False else '无数据')}：{what}（{nums}）"
+                    for what, ok, nums in targets(results))
         + "\n"
-    )
+    )  # fmt: skip
+
+
+PEERS_OF_RECORD = ("vllm", "aiperf", "guidellm")
+
+
+def targets(results: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
+    """Issue #13's targets for our client, each (what, held?, the numbers) — None when a number is missing."""
+    by = {(r["tool"], r["concurrency"]): r for r in results}
+    pts = sorted({r["concurrency"] for r in results if r["tool"] == "ours"})
+    out: list[tuple[str, bool | None, str]] = []
+
+    def get(tool: str, c: int, k: str) -> float | None:
+        return (by.get((tool, c)) or {}).get(k)
+
+    v = get("ours", 1, "ttft_err_p50_ms")
+    out.append(("1 路并发时 TTFT 误差 p50 ≤ 1 毫秒", None if v is None else v <= 1.0, _num(v, " ms")))
+    for c in pts:
+        ours = get("ours", c, "ttft_err_p50_ms")
+        peers = {
+            t: get(t, c, "ttft_err_p50_ms")
+            for t in PEERS_OF_RECORD
+            if get(t, c, "ttft_err_p50_ms") is not None
+        }
+        if ours is None or not peers:
+            continue
+        best = min(peers, key=lambda t: abs(peers[t]))
+        out.append((f"{c} 路：TTFT 误差不大于最好的同类工具", abs(ours) <= abs(peers[best]),
+                    f"{ours:+.2f} vs {TOOL_NAMES[best]} {peers[best]:+.2f} ms"))  # fmt: skip
+    for c in pts:
+        limit = 2.0 if c <= 64 else (10.0 if c <= 256 else None)
+        v = get("ours", c, "chunk_lat_p99_ms")
+        if limit is not None:
+            out.append(
+                (f"{c} 路：逐块延迟 p99 ≤ {limit:g} 毫秒", None if v is None else v <= limit, _num(v, " ms"))
+            )
+    for c in pts:
+        o, vb = get("ours", c, "cpu_ms_per_1k_tokens"), get("vllm", c, "cpu_ms_per_1k_tokens")
+        if o is not None and vb:
+            out.append((f"{c} 路：每 token CPU ≤ vllm bench serve 的一半", o <= 0.5 * vb,
+                        f"{o:.0f} vs {vb:.0f} ms/千 token（{o / vb:.2f}×）"))  # fmt: skip
+    for c in pts:
+        v = get("ours", c, "achieved_over_offered")
+        if c <= 256:
+            out.append((f"{c} 路：实际 token 速率 ≥ 应达的 99 %", None if v is None else v >= 0.99,
+                        _num(None if v is None else v * 100, " %")))  # fmt: skip
+    return out
+
+
+def _num(v: float | None, unit: str) -> str:
+    return "n/a" if v is None else f"{v:.2f}{unit}"
 
 
 MARK_BEGIN, MARK_END = "<!-- fidelity-table:begin -->", "<!-- fidelity-table:end -->"
@@ -548,7 +601,17 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=18931)
     ap.add_argument("--publish", action="store_true")
     ap.add_argument("--before", default="9288007^", help="the revision the 'before' tool runs")
+    ap.add_argument(
+        "--from-json", type=Path, help="render (and --publish) an earlier run's JSON, measure nothing"
+    )
     args = ap.parse_args()
+    if args.from_json:
+        doc = json.loads(args.from_json.read_text())
+        md = markdown(doc["results"], doc["meta"])
+        print(md)
+        if args.publish:
+            publish(md, doc)
+        return
     tools = [t for t in args.tools.split(",") if t]
     points = [int(x) for x in args.points.split(",")]
     for t in tools:
