@@ -60,6 +60,18 @@ def main() -> None:
     """Compute first, then measure, then reconcile (先算，再测，然后对账)."""
 
 
+# --raw for the commands that read several raw stores (analyze, slo)
+_raw_roots = click.option(
+    "--raw",
+    "raws",
+    type=click.Path(path_type=Path, file_okay=False),
+    multiple=True,
+    default=[DEFAULT_RAW],
+    show_default=True,
+    help="Root of a raw store; repeat to read several (e.g. raw/ and an imported reference).",
+)
+
+
 @main.command()
 @click.option(
     "--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path."
@@ -162,15 +174,7 @@ def inspect(raw: Path, campaign: str | None) -> None:
 
 
 @main.command()
-@click.option(
-    "--raw",
-    "raws",
-    type=click.Path(path_type=Path, file_okay=False),
-    multiple=True,
-    default=[DEFAULT_RAW],
-    show_default=True,
-    help="Root of a raw store; repeat to analyze several (e.g. raw/ and an imported reference).",
-)
+@_raw_roots
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
@@ -204,15 +208,7 @@ def analyze(
 
 
 @main.command()
-@click.option(
-    "--raw",
-    "raws",
-    type=click.Path(path_type=Path, file_okay=False),
-    multiple=True,
-    default=[DEFAULT_RAW],
-    show_default=True,
-    help="Root of a raw store; repeatable.",
-)
+@_raw_roots
 @click.option("--ttft-p99-ms", "ttft", type=float, required=True, help="p99 TTFT budget, ms.")
 @click.option("--itl-p99-ms", "itl", type=float, default=None, help="p99 ITL budget, ms (optional).")
 @click.option("--engine", type=click.Choice(slo_lib.ENGINES), default=None, help="One engine only.")
