@@ -214,8 +214,12 @@ async def run_point(
             )
 
         async def worker(w: int) -> None:
-            client = shared or await clients.enter_async_context(
-                httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
+            client = (
+                shared
+                if shared is not None
+                else await clients.enter_async_context(
+                    httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
+                )
             )
             while not abort.is_set and state["next"] < len(todo):
                 i = todo[state["next"]]
