@@ -269,61 +269,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             # a campaign of our own may run one engine with several formats: these findings rest on its first
             # run
             at = engine_at(rnd, engine, th.weight_format_for(pts[0].run))
-            key = at("knee_concurrency")
             which = {"rests_on_run": pts[0].run.name}
-            xs = [p.concurrency for p in pts]
-            p50 = [p.result.stat_ms("p50", "itl") for p in pts]
-            p99 = [p.result.stat_ms("p99", "itl") for p in pts]
-            k = fits.knee(xs, p50, p99)
-            srcs = [p.cite("p50_itl_ms") for p in pts] + [p.cite("p99_itl_ms") for p in pts]
-            if k is None:
-                findings.append(
-                    fnd.not_available(key, "requests", "no_knee", "no point has p99 ITL > 2 × p50 ITL", srcs)
-                )
-            else:
-                kp = next(p for p in pts if p.concurrency == k)
-                # the sweep point just below the knee: what the tail looked like before it broke
-                below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
-                findings.append(
-                    fnd.measured(
-                        key,
-                        int(k),
-                        "requests",
-                        [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
-                        p50_itl_ms=kp.result.stat_ms("p50", "itl"),
-                        p99_itl_ms=kp.result.stat_ms("p99", "itl"),
-                        below_concurrency=below.concurrency if below else None,
-                        below_p50_itl_ms=below.result.stat_ms("p50", "itl") if below else None,
-                        below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
-                        rests_on=[p.key for p in pts],
-                        gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
-                        **which,
-                    )
-                )
-            rated = [p for p in pts if p.result.output_throughput_tok_s is not None]
-            if rated:
-                best = max(rated, key=lambda p: p.result.output_throughput_tok_s)
-                findings.append(
-                    fnd.measured(
-                        at("peak_output_throughput_tokens_per_s"),
-                        best.result.output_throughput_tok_s,
-                        "tokens/s",
-                        [best.cite("output_throughput")],
-                        concurrency=best.concurrency,
-                        gate_ok=ctx.gate_ok(best),
-                        **which,
-                    )
-                )
-            else:
-                findings.append(
-                    fnd.not_available(
-                        at("peak_output_throughput_tokens_per_s"),
-                        "tokens/s",
-                        "point_cut",
-                        "no sweep point completed a request: no output throughput",
-                        srcs,
-                    )
-                )
+            findings.append(knee_finding(at, pts, ctx, rests_on=[p.key for p in pts], **which))
+            findings.append(peak_throughput_finding(at, pts, ctx, **which))
             c1 = next((p for p in pts if p.concurrency == 1), None)
             if c1 is not None:
                 findings.append(
@@ -392,6 +340,59 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             "concurrency_utilization": util,
         },
         findings=findings,
+    )
+
+
+def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:
+    """The sweep's knee (fits.knee: the first concurrency whose p99 ITL exceeds 2 × its p50) with the tail
+    just below it; n/a when no point breaks. ``extra`` fields ride along (which run, which points)."""
+    xs = [p.concurrency for p in pts]
+    p50 = [p.result.stat_ms("p50", "itl") for p in pts]
+    p99 = [p.result.stat_ms("p99", "itl") for p in pts]
+    srcs = [p.cite("p50_itl_ms") for p in pts] + [p.cite("p99_itl_ms") for p in pts]
+    k = fits.knee(xs, p50, p99) if all(v is not None for v in p50 + p99) else None
+    if k is None:
+        return fnd.not_available(
+            at("knee_concurrency"), "requests", "no_knee", "no sweep point has p99 ITL > 2 × p50 ITL", srcs
+        )
+    kp = next(p for p in pts if p.concurrency == k)
+    # the sweep point just below the knee: what the tail looked like before it broke
+    below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
+    return fnd.measured(
+        at("knee_concurrency"),
+        int(k),
+        "requests",
+        [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
+        p50_itl_ms=kp.result.stat_ms("p50", "itl"),
+        p99_itl_ms=kp.result.stat_ms("p99", "itl"),
+        below_concurrency=below.concurrency if below else None,
+        below_p50_itl_ms=below.result.stat_ms("p50", "itl") if below else None,
+        below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
+        gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
+        **extra,
+    )
+
+
+def peak_throughput_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:
+    """The sweep's highest output tokens/s and where it was reached; n/a when no point completed a request."""
+    rated = [p for p in pts if p.result.output_throughput_tok_s is not None]
+    if not rated:
+        return fnd.not_available(
+            at("peak_output_throughput_tokens_per_s"),
+            "tokens/s",
+            "point_cut",
+            "no sweep point completed a request: no output throughput",
+            [p.cite("p50_itl_ms") for p in pts],
+        )
+    best = max(rated, key=lambda p: p.result.output_throughput_tok_s)
+    return fnd.measured(
+        at("peak_output_throughput_tokens_per_s"),
+        best.result.output_throughput_tok_s,
+        "tokens/s",
+        [best.cite("output_throughput")],
+        concurrency=best.concurrency,
+        gate_ok=ctx.gate_ok(best),
+        **extra,
     )
 
 

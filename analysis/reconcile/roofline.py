@@ -17,10 +17,16 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis import fits, theory
+from analysis import theory
 from analysis.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, engine_at, run_at
-from analysis.reconcile.concurrency import run_sweep_points, sweep_points, throughput_gain_finding
+from analysis.reconcile.concurrency import (
+    knee_finding,
+    peak_throughput_finding,
+    run_sweep_points,
+    sweep_points,
+    throughput_gain_finding,
+)
 from analysis.reconcile.theoryctx import TheoryCtx
 
 ENGINES = ("vllm", "llamacpp")
@@ -185,61 +191,8 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
     pre = run_at(run, s["weight_format"])
     pts: list[BenchPoint] = s["points"]
     out: list[fnd.Finding] = []
-    xs = [p.concurrency for p in pts]
-    p50 = [p.result.stat_ms("p50", "itl") for p in pts]
-    p99 = [p.result.stat_ms("p99", "itl") for p in pts]
-    srcs = [p.cite("p50_itl_ms") for p in pts]
-    k = fits.knee(xs, p50, p99) if all(v is not None for v in p50 + p99) else None
-    if k is None:
-        out.append(
-            fnd.not_available(
-                pre("knee_concurrency"),
-                "requests",
-                "no_knee",
-                "no sweep point has p99 ITL > 2 × p50 ITL",
-                srcs,
-            )
-        )
-    else:
-        kp = next(p for p in pts if p.concurrency == k)
-        below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
-        out.append(
-            fnd.measured(
-                pre("knee_concurrency"),
-                int(k),
-                "requests",
-                [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
-                p50_itl_ms=kp.result.stat_ms("p50", "itl"),
-                p99_itl_ms=kp.result.stat_ms("p99", "itl"),
-                below_concurrency=below.concurrency if below else None,
-                below_p50_itl_ms=below.result.stat_ms("p50", "itl") if below else None,
-                below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
-                gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
-            )
-        )
-    rated = [p for p in pts if p.result.output_throughput_tok_s is not None]
-    if not rated:
-        out.append(
-            fnd.not_available(
-                pre("peak_output_throughput_tokens_per_s"),
-                "tokens/s",
-                "point_cut",
-                "no sweep point completed a request: no output throughput",
-                srcs,
-            )
-        )
-    else:
-        best = max(rated, key=lambda p: p.result.output_throughput_tok_s)
-        out.append(
-            fnd.measured(
-                pre("peak_output_throughput_tokens_per_s"),
-                best.result.output_throughput_tok_s,
-                "tokens/s",
-                [best.cite("output_throughput")],
-                concurrency=best.concurrency,
-                gate_ok=ctx.gate_ok(best),
-            )
-        )
+    out.append(knee_finding(pre, pts, ctx))
+    out.append(peak_throughput_finding(pre, pts, ctx))
     c1 = next((p for p in pts if p.concurrency == 1), None)
     out.append(throughput_gain_finding(pre, c1, [p for p in pts if ctx.gate_ok(p)], {}))
     first = min(s_rows, key=lambda r: r["concurrency"])
