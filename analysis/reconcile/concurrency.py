@@ -178,6 +178,21 @@ def run_sweep_points(run) -> list[BenchPoint]:
     ]
 
 
+POINT_ID_COLUMNS = ("round", "engine", "weight_format", "test", "test_kind", "concurrency")
+
+
+def _point_ids(p: BenchPoint, th: TheoryCtx) -> dict[str, object]:
+    """The columns that say which sweep point a table row belongs to (POINT_ID_COLUMNS)."""
+    return {
+        "round": p.run.round or "",
+        "engine": p.run.engine,
+        "weight_format": th.weight_format_for(p.run),
+        "test": p.run.test,
+        "test_kind": p.test_kind,
+        "concurrency": p.concurrency,
+    }
+
+
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     lat_rows = []
@@ -190,12 +205,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 if v is not None:
                     lat_rows.append(
                         {
-                            "round": p.run.round or "",
-                            "engine": p.run.engine,
-                            "weight_format": th.weight_format_for(p.run),
-                            "test": p.run.test,
-                            "test_kind": p.test_kind,
-                            "concurrency": p.concurrency,
+                            **_point_ids(p, th),
                             "metric": m,
                             "stat": s,
                             "value_ms": v,
@@ -205,12 +215,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     latency = pd.DataFrame(
         lat_rows,
         columns=[
-            "round",
-            "engine",
-            "weight_format",
-            "test",
-            "test_kind",
-            "concurrency",
+            *POINT_ID_COLUMNS,
             "metric",
             "stat",
             "value_ms",
@@ -227,12 +232,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
         ):
             thr_rows.append(
                 {
-                    "round": p.run.round or "",
-                    "engine": p.run.engine,
-                    "weight_format": th.weight_format_for(p.run),
-                    "test": p.run.test,
-                    "test_kind": p.test_kind,
-                    "concurrency": p.concurrency,
+                    **_point_ids(p, th),
                     "series": series,
                     "tokens_per_s": v,
                     "gate_ok": ctx.gate_ok(p),
@@ -241,12 +241,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
     throughput = pd.DataFrame(
         thr_rows,
         columns=[
-            "round",
-            "engine",
-            "weight_format",
-            "test",
-            "test_kind",
-            "concurrency",
+            *POINT_ID_COLUMNS,
             "series",
             "tokens_per_s",
             "gate_ok",
