@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from analysis import metrics
 from collector.client import stream_completion
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.plan import PointPlan
@@ -81,8 +82,8 @@ class LagProbe:
     """The client watching itself: a task that sleeps to a deadline every ``period_s`` and records how late
     it woke (ns). Every chunk of every stream waits for the same event loop, so a loop that wakes this task
     late reads chunks that late too; lags of tens of ms mean the client, not the server, set the pace.
-    ``on_late(lag_ns)`` is called (once) when more than 1 % of the last 100 wake-ups were later than
-    ``warn_ns`` — the live warning; the verdict itself is the analysis' (a gate)."""
+    ``on_late(lag_ns)`` is called (once) when the p99 lag of the last 100 wake-ups exceeds ``warn_ns`` — the
+    live warning, by the same function the analysis' gate uses (``metrics.client_loop_lag_p99_ms``)."""
 
     def __init__(self, period_s: float = PROBE_PERIOD_S, warn_ns: int | None = None,
                  on_late: Callable[[int], None] | None = None, clock: Clock = SYSTEM_CLOCK):  # fmt: skip
@@ -99,17 +100,15 @@ class LagProbe:
     async def _run(self) -> None:
         mono, period = self._clock.mono_ns, self.period_ns
         due = mono() + period
-        late: list[int] = []
         while True:
             await asyncio.sleep(max(0, due - mono()) / 1e9)
             now = mono()
             self.due_mono_ns.append(due)
             self.lag_ns.append(now - due)
-            if self._on_late is not None and self._warn_ns is not None:
-                late.append(now - due > self._warn_ns)
-                if len(late) > 100:
-                    del late[0]
-                if sum(late) > 1:
+            if self._on_late is not None and self._warn_ns is not None and now - due > self._warn_ns:
+                # the gate's own rule (metrics: loop-lag p99 over the limit), on the last 100 wake-ups
+                p99_ms = metrics.client_loop_lag_p99_ms(self.lag_ns[-100:])
+                if p99_ms is not None and p99_ms * metrics.NS_PER_MS > self._warn_ns:
                     self._on_late(now - due)
                     self._on_late = None
             due += period

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from analysis import metrics
 from analysis.campaign import iter_points, load_campaign
 from analysis.reconcile import gates
 from benchmarks.metronome import MetronomeProcess
-from collector.loadgen import Abort, run_load, run_point, shards_for
+from collector.loadgen import Abort, LagProbe, run_load, run_point, shards_for
 from collector.raw.plan import PointPlan
 from collector.raw.records import EventRecord, RequestRecord
 from collector.run import execute_run
@@ -157,3 +158,21 @@ def test_a_point_sharded_over_processes_records_every_request_once():
     emits = {r["id"]: r["emit_ns"] for r in log["requests"]}
     assert all(a > b for r in recs for a, b in zip(r.chunk_mono_ns, emits[r.response_id], strict=True))
     assert shards_for(0, 1) == 1 and shards_for(3, 2) == 2 and shards_for(0, 1024, cores=2) == 2
+
+
+def test_the_live_warning_fires_on_a_stalled_loop_and_not_on_an_idle_one():
+    """LagProbe's on_late: the gate's rule (loop-lag p99 > the limit) over the last 100 wake-ups."""
+
+    async def probe_for(stall_s: float) -> list[int]:
+        fired: list[int] = []
+        probe = LagProbe(period_s=0.005, warn_ns=20_000_000, on_late=fired.append).start()
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            if stall_s:
+                time.sleep(stall_s)  # a client busy with Python work: the probe wakes late
+        await probe.stop()
+        return fired
+
+    assert asyncio.run(probe_for(0.0)) == []
+    fired = asyncio.run(probe_for(0.05))
+    assert len(fired) == 1 and fired[0] > 20_000_000
