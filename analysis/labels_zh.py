@@ -850,6 +850,13 @@ def fmt_int(x: object) -> str:
     return f"{round(float(x)):,}"
 
 
+def fmt_ms_as_s(ms: object) -> str:
+    """A duration given in ms, printed in seconds with its unit: ``168_900`` → ``169 秒``."""
+    if _is_missing(ms) or not isinstance(ms, Real) or isinstance(ms, bool):
+        return MISSING
+    return f"{fmt_num(float(ms) / 1000)} 秒"
+
+
 def fmt_pct(x: object, decimals: int | None = None) -> str:
     """A value already in percent: ``12.345`` → ``12.3%``; below 1 % two significant digits
     (``0.0145`` → ``0.015%``: a small share must not read as 0)."""

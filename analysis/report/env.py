@@ -28,6 +28,7 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         spct=zh.fmt_signed_pct,
         fpct=zh.fmt_fraction_pct,
         bytes=zh.fmt_bytes,
+        seconds=zh.fmt_ms_as_s,  # a duration in ms, shown in seconds
         # a finding, formatted
         value=zh.value_text,
         theory=zh.theory_text,
