@@ -61,6 +61,8 @@ class ModelShape:
     max_position_embeddings: int
     rope_theta: float
     rms_norm_eps: float
+    # The small Qwen2.5 models share one matrix between the input embedding and the output head.
+    tie_word_embeddings: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -92,6 +94,59 @@ SHAPES: dict[str, ModelShape] = {
         num_attention_heads=28,
         num_key_value_heads=4,
         intermediate_size=18944,
+        vocab_size=152064,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+    ),
+    # The other Qwen2.5 sizes, as in their Instruct config.json (analysis/models/), for the model-size
+    # experiment (issue #15, experiment 4). 0.5B-3B tie the output head to the embedding table.
+    "qwen2.5-0.5b": ModelShape(
+        name="qwen2.5-0.5b",
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": ModelShape(
+        name="qwen2.5-1.5b",
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-3b": ModelShape(
+        name="qwen2.5-3b",
+        hidden_size=2048,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        intermediate_size=11008,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-14b": ModelShape(
+        name="qwen2.5-14b",
+        hidden_size=5120,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        intermediate_size=13824,
         vocab_size=152064,
         max_position_embeddings=32768,
         rope_theta=1e6,
@@ -223,9 +278,12 @@ class TensorSpec:
 
 
 def tensor_specs(shape: ModelShape) -> list[TensorSpec]:
-    """Every tensor of a Qwen2ForCausalLM (untied head, q/k/v biases), in GGUF write order."""
+    """Every tensor of a Qwen2ForCausalLM (q/k/v biases), in GGUF write order. A tied model has no
+    ``lm_head``: its embedding table is the output head, so it gets the head's printable-ASCII rows (the
+    prompts draw printable ids only, so the input side loses nothing)."""
     h, kv, inter, v = shape.hidden_size, shape.kv_dim, shape.intermediate_size, shape.vocab_size
-    specs = [TensorSpec("model.embed_tokens.weight", "token_embd.weight", (v, h), "uniform")]
+    embd_init = "head" if shape.tie_word_embeddings else "uniform"
+    specs = [TensorSpec("model.embed_tokens.weight", "token_embd.weight", (v, h), embd_init)]
     for i in range(shape.num_hidden_layers):
         hf, gg = f"model.layers.{i}.", f"blk.{i}."
         specs += [
@@ -242,10 +300,9 @@ def tensor_specs(shape: ModelShape) -> list[TensorSpec]:
             TensorSpec(hf + "mlp.up_proj.weight", gg + "ffn_up.weight", (inter, h), "uniform"),
             TensorSpec(hf + "mlp.down_proj.weight", gg + "ffn_down.weight", (h, inter), "uniform"),
         ]
-    specs += [
-        TensorSpec("model.norm.weight", "output_norm.weight", (h,), "ones"),
-        TensorSpec("lm_head.weight", "output.weight", (v, h), "head"),
-    ]
+    specs.append(TensorSpec("model.norm.weight", "output_norm.weight", (h,), "ones"))
+    if not shape.tie_word_embeddings:
+        specs.append(TensorSpec("lm_head.weight", "output.weight", (v, h), "head"))
     return specs
 
 
@@ -318,7 +375,7 @@ def hf_config(shape: ModelShape, tok: Tokenizer, torch_dtype: str = "bfloat16") 
         "rope_scaling": None,
         "rope_theta": shape.rope_theta,
         "sliding_window": shape.max_position_embeddings,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": shape.tie_word_embeddings,
         "torch_dtype": torch_dtype,
         "use_cache": True,
         "use_sliding_window": False,

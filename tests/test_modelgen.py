@@ -3,6 +3,7 @@ against hand computations; config.json round trip; the printable-ASCII output he
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from pathlib import Path
@@ -11,6 +12,8 @@ import gguf
 import numpy as np
 import pytest
 
+from analysis.model_config import load_model_config
+from analysis.theory import params_total
 from collector import modelgen
 from collector.modelgen import SHAPES
 
@@ -231,3 +234,35 @@ def test_cli_writes_gguf_and_its_config(tmp_path: Path) -> None:
     r = gguf.GGUFReader(out)
     assert cfg["hidden_size"] == _field(r, "qwen2.embedding_length")
     assert cfg["vocab_size"] == len(_field(r, "tokenizer.ggml.tokens"))
+
+
+@pytest.mark.parametrize(
+    ("shape", "bundled"),
+    [
+        ("qwen2.5-0.5b", "Qwen2.5-0.5B-Instruct"),
+        ("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct"),
+        ("qwen2.5-3b", "Qwen2.5-3B-Instruct"),
+        ("qwen2.5-7b", "Qwen2.5-7B-Instruct"),
+        ("qwen2.5-14b", "Qwen2.5-14B-Instruct"),
+    ],
+)
+def test_each_size_is_its_real_config(shape: str, bundled: str, tmp_path: Path) -> None:
+    """The generated model has the real model's shape: its config.json reads back as the bundled one (the
+    theory's input), and the tensors it writes add up to the theory's parameter count."""
+    cfg = load_model_config(modelgen.write_config(tmp_path / "config.json", SHAPES[shape]))
+    real = load_model_config(bundled)
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    keys += ("intermediate_size", "vocab_size", "tie_word_embeddings")
+    assert {k: getattr(cfg, k) for k in keys} == {k: getattr(real, k) for k in keys}
+    assert modelgen.param_count(SHAPES[shape]) == params_total(real)
+
+
+def test_a_tied_model_has_no_output_tensor_and_a_printable_embedding(tmp_path: Path) -> None:
+    tied = dataclasses.replace(TINY, name="tiny-tied", tie_word_embeddings=True)
+    r = gguf.GGUFReader(modelgen.write_gguf(tmp_path / "tied.gguf", tied, seed=7))
+    names = {t.name for t in r.tensors}
+    assert "output.weight" not in names
+    embd = next(t for t in r.tensors if t.name == "token_embd.weight").data.astype(np.float32)
+    # the embedding table doubles as the output head: only printable-ASCII rows may win the argmax
+    assert np.flatnonzero(np.abs(embd).sum(axis=1) > 0).tolist() == list(range(0x20, 0x7F))
+    assert modelgen.param_count(tied) == modelgen.param_count(TINY) - TINY.vocab_size * TINY.hidden_size
