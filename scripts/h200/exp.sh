@@ -8,7 +8,11 @@
 #           (+ the new plans), .device-carry/llama-src.tar.gz and .device-carry/whl/gguf-*.whl as bundle.sh makes
 #   device: cd .device-carry/src && bash scripts/h200/exp.sh build run RUN [RUN ...]
 #
-# RUN is a run name; its plan is plans/h200-<RUN>.toml. A run already in $RAW (done earlier in this lease) is
+# RUN is a run name; its plan is plans/h200-<RUN>.toml. Three other words may stand in the list (experiment 4,
+# model size, whose F16 files do not all fit the 64 GiB disk at once): gen:SHAPE generates SHAPE's F16 file now,
+# quantize:SHAPE makes its Q4_K_M file now, drop:SHAPE-f16 deletes SHAPE's F16 file (a model file under $W/models, never anything in raw/).
+# SHAPES (default qwen2.5-7b) names the collector.modelgen shapes the build step generates in F16, side by side
+# beside the build, and quantizes to Q4_K_M, except those in Q4_LATER (quantized by a quantize: word instead). A run already in $RAW (done earlier in this lease) is
 # skipped, so the same command can be sent again on a warm machine and picks up where the last call stopped.
 # Runs go in the order given; the first one whose estimate (EST below) no longer fits the time left in this
 # call stops the list (order matters: arms are interleaved and the baseline repeated). Each collector run
@@ -37,8 +41,10 @@ PY=${PYTHON:-python3}
 SITE=${WHEEL_SITE:-/tmp/site}
 CALL_LIMIT_S=${CALL_LIMIT_S:-585}
 PACK_RESERVE_S=${PACK_RESERVE_S:-35}
-F16=$W/models/qwen2.5-7b-random-f16.gguf
-Q4=$W/models/qwen2.5-7b-random-q4_k_m.gguf
+SHAPES=${SHAPES:-qwen2.5-7b}
+Q4_LATER=${Q4_LATER:-}
+f16_of() { echo "$W/models/$1-random-f16.gguf"; }
+q4_of() { echo "$W/models/$1-random-q4_k_m.gguf"; }
 SERVER_BIN=$W/bin/llama-server
 export PYTHONUNBUFFERED=1
 export ANATOMY_CEILINGS_JSON=$root/$W/ceilings.json
@@ -49,7 +55,9 @@ declare -A EST=(
   [exp-graphs-off-q4km]=80 [exp-slots-np256-q4km-r2]=90
   [exp-kvf16-q4km]=95 [exp-kvq8-q4km]=95 [exp-kvq4-q4km]=95 [exp-kvf16-q4km-r2]=95
   [exp-slots-np256-f16]=90 [exp-slots-np64-f16]=90 [exp-sampling-backend-f16]=80
+  [quantize:qwen2.5-14b]=150 [quantize:qwen2.5-7b]=75 [gen:qwen2.5-7b]=150
 )
+EST_SIZE_RUN=40   # an exp-size-* run: one slot, 2 + 4 requests of 256 tokens (the 14B load time included)
 
 LOG=$OUT/exp.log
 exec > >(tee -a "$LOG") 2>&1
@@ -117,34 +125,51 @@ build_llama() {
   bash scripts/build_llama_server.sh "$W/src/llama.cpp" "$W" --cuda --jobs "$(nproc)" --build-dir "$W/build"
   build_stamp >"$W/bin/STAMP"
 }
-generate_f16() {
-  if [[ -f $F16 ]]; then echo "generated earlier in this lease: $F16"; return; fi
-  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m collector.modelgen --shape qwen2.5-7b --format gguf --seed 0 --out "$F16"
+generate_f16() {  # generate_f16 SHAPE
+  local f16
+  f16=$(f16_of "$1")
+  if [[ -f $f16 || -f $(q4_of "$1") ]]; then echo "generated earlier in this lease: $1"; return; fi
+  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m collector.modelgen --shape "$1" --format gguf --seed 0 --out "$f16"
 }
-build_and_generate() {
+build_and_generate() {  # every shape in its own process beside the build (numpy draws on one core each)
   mkdir -p "$W/models" "$W/logs"
-  local mg_pid mg_rc=0
-  generate_f16 >"$W/logs/modelgen.log" 2>&1 &
-  mg_pid=$!
+  local shape pids=() mg_rc=0 pid
+  for shape in $SHAPES; do
+    generate_f16 "$shape" >"$W/logs/modelgen-$shape.log" 2>&1 &
+    pids+=($!)
+  done
   build_llama
-  wait "$mg_pid" || mg_rc=$?
+  for pid in "${pids[@]}"; do wait "$pid" || mg_rc=$?; done
   echo "--- modelgen (ran beside the build):"
-  tail -5 "$W/logs/modelgen.log"
+  for shape in $SHAPES; do tail -2 "$W/logs/modelgen-$shape.log"; done
   return "$mg_rc"
 }
-quantize_q4() {
-  if [[ -f $Q4 ]]; then echo "quantized earlier in this lease: $Q4"; return; fi
-  "$W/bin/llama-quantize" "$F16" "$Q4.partial" Q4_K_M "$(nproc)" >"$W/logs/quantize.log" 2>&1 || { tail -20 "$W/logs/quantize.log"; return 1; }
-  grep -E "model size|quant size" "$W/logs/quantize.log" || true
-  mv "$Q4.partial" "$Q4"
+quantize_q4() {  # quantize_q4 SHAPE
+  local f16 q4
+  f16=$(f16_of "$1") q4=$(q4_of "$1")
+  if [[ -f $q4 ]]; then echo "quantized earlier in this lease: $q4"; return; fi
+  "$W/bin/llama-quantize" "$f16" "$q4.partial" Q4_K_M "$(nproc)" >"$W/logs/quantize-$1.log" 2>&1 || { tail -20 "$W/logs/quantize-$1.log"; return 1; }
+  grep -E "model size|quant size" "$W/logs/quantize-$1.log" || true
+  mv "$q4.partial" "$q4"
   ls -l "$W/models"
+  df -h "$W/models" | tail -1
+}
+quantize_now() {
+  local shape
+  for shape in $SHAPES; do
+    [[ " $Q4_LATER " == *" $shape "* ]] || quantize_q4 "$shape"
+  done
+}
+models_here() {  # every shape has its F16 or its Q4_K_M file (a dropped F16 is not missing)
+  local shape
+  for shape in $SHAPES; do [[ -f $(f16_of "$shape") || -f $(q4_of "$shape") ]] || return 1; done
 }
 build_phase() {
   step gpu-state gpu_state
   step wheels install_wheels
   step ceilings measure_ceilings
   step build+modelgen build_and_generate
-  step quantize-q4_k_m quantize_q4
+  step quantize-q4_k_m quantize_now
 }
 
 stop_leftover_servers() {
@@ -165,15 +190,42 @@ pack_run() {  # one sealed (or cut) run folder -> $OUT/<run>.tar.gz
   echo "packed $run: $(stat -c %s "$OUT/$run.tar.gz") bytes ($(du -sb "$d" | cut -f1) unpacked)"
 }
 
+directive() {  # gen:SHAPE, quantize:SHAPE or drop:SHAPE-f16 in the run list: 0 = done or skipped, 1 = did not fit
+  local word=$1 shape
+  local est=${EST[$word]:-120} budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))
+  case $word in
+    gen:*)
+      shape=${word#gen:}
+      [[ -f $(f16_of "$shape") || -f $(q4_of "$shape") ]] && { echo "$word: done earlier in this lease"; return 0; }
+      if ((budget < est)); then NOTES+=("$word NOT started: ${budget} s left < estimate ${est} s"); return 1; fi
+      step "$word" generate_f16 "$shape" ;;
+    quantize:*)
+      shape=${word#quantize:}
+      [[ -f $(q4_of "$shape") ]] && { echo "$word: done earlier in this lease"; return 0; }
+      if ((budget < est)); then NOTES+=("$word NOT started: ${budget} s left < estimate ${est} s"); return 1; fi
+      step "$word" quantize_q4 "$shape" ;;
+    drop:*-f16)
+      shape=${word#drop:}
+      shape=${shape%-f16}
+      rm -f -- "$(f16_of "$shape")"
+      echo "$word: $(df -h "$W/models" | tail -1)" ;;
+    *) NOTES+=("$word: not a run or a known word"); ;;
+  esac
+  return 0
+}
+
 run_one() {  # run_one RUN: 0 = ran or skipped, 1 = did not fit (stop the list)
   local run=$1 plan=plans/h200-$1.toml
+  [[ $run == *:* ]] && { directive "$run"; return; }
   [[ -f $plan ]] || { NOTES+=("$run: no plan $plan"); return 0; }
   if [[ -d $RAW/$CAMPAIGN/$run ]]; then echo "$run: done earlier in this lease"; return 0; fi
   if (($(find "$OUT" -maxdepth 1 -type f | wc -l) >= 8)); then  # the device returns 8 files a call
     NOTES+=("$run NOT started: \$OUT holds 8 files already; send the same command again")
     return 1
   fi
-  local est=${EST[$run]:-120} budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))
+  local est=${EST[$run]:-120}
+  [[ $run == exp-size-* ]] && est=${EST[$run]:-$EST_SIZE_RUN}
+  local budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))
   if ((budget < est)); then
     NOTES+=("$run NOT started: ${budget} s left < estimate ${est} s; send the same command again")
     return 1
@@ -203,13 +255,13 @@ EOF
 [[ $# -gt 0 ]] || { echo "usage: $0 [build] [run RUN...]" >&2; exit 2; }
 echo "exp.sh $* — $(date -u +%Y-%m-%dT%H:%M:%SZ), work dir $W, raw $RAW, carry $CARRY"
 if [[ $1 == build ]]; then
-  if llama_built && [[ -f $F16 && -f $Q4 ]]; then echo "build: everything is here from earlier in this lease"
+  if llama_built && models_here; then echo "build: everything is here from earlier in this lease"
   else build_phase; fi
   shift
 fi
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 if [[ ${1:-} == run ]]; then
   shift
-  llama_built && [[ -f $Q4 ]] || { echo "not built: add 'build'" >&2; exit 1; }
+  llama_built || { echo "not built: add 'build'" >&2; exit 1; }
   for r in "$@"; do run_one "$r" || break; done
 fi
