@@ -4,7 +4,8 @@
 #   .device-carry/llama-src.tar.gz   llama.cpp source (top folder llama.cpp/) from the llama-cpp-python sdist,
 #                                    stripped of docs, models, tests, examples and the non-CUDA GPU backends
 #                                    (python -m collector.engines strip-source; ~41 MB tree, ~9 MB .tar.gz)
-#   .device-carry/whl/*.whl          Python wheels the device's python3 (3.12) lacks: gguf, for collector.modelgen
+#   .device-carry/whl/*.whl          Python wheels the device's python3 (3.12) lacks: gguf (collector.modelgen),
+#                                    orjson (the load client), altair + jsonschema & co. (collector.cli's imports)
 #   .device-carry/BUNDLE.txt         what is inside: sizes and sha256
 # The device call names `.device-carry` in `carry`; .device-carry/ must be git-ignored (.gitignore or
 # .git/info/exclude), or it would travel twice and be committable.
@@ -23,7 +24,8 @@ cache=${ENGINE_CACHE:-.engines}
 if [[ -n ${PYTHON:-} ]]; then py=$PYTHON; elif [[ -x .venv/bin/python ]]; then py=.venv/bin/python; else py=python3; fi
 # The device image's packages (/work/.library/device/KINDS.md, "Python packages already there"): a wheel's
 # requirement outside this list must be carried too.
-device_has=" numpy pyyaml requests tqdm sentencepiece click httpx rich pandas jinja2 prometheus-client safetensors "
+device_has=" numpy pyyaml requests tqdm sentencepiece click httpx rich pandas jinja2 prometheus-client safetensors"
+device_has+=" attrs narwhals packaging typing-extensions "
 
 die() { echo "bundle: $*" >&2; exit 1; }
 
@@ -64,14 +66,20 @@ make_bundle() {
   mv -f "$carry/llama-src.tar.gz.partial" "$carry/llama-src.tar.gz"
 
   echo "== wheels the device lacks"
-  # The gguf version the tests here ran collector.modelgen with.
-  local gguf_version
-  gguf_version=$("$py" -c 'import importlib.metadata as m; print(m.version("gguf"))') \
-    || die "$py has no gguf installed: cannot tell which version modelgen is tested with"
+  # gguf (collector.modelgen), orjson (the load client) and altair with its schema validator (collector.cli
+  # imports the analysis pipeline): the versions the tests here ran with; orjson has no cp312 wheel for every
+  # old version, so the newest 3.x is taken there.
+  local pins=() dist
+  for dist in gguf altair jsonschema jsonschema-specifications referencing; do
+    pins+=("$dist==$("$py" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$dist")") \
+      || die "$py has no $dist installed: cannot tell which version the tests ran with"
+  done
+  pins+=("orjson>=3.9,<4" "rpds-py")
+  local carried=" gguf altair jsonschema jsonschema-specifications referencing orjson rpds-py "
   rm -f "$carry"/whl/*.whl
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$carry/whl" "gguf==$gguf_version"
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$carry/whl" "${pins[@]}"
   local whl
   for whl in "$carry"/whl/*.whl; do
     # Every requirement (extras aside) must already be on the device, or be carried as well.
@@ -79,7 +87,7 @@ make_bundle() {
       [[ -z $req ]] && continue
       local name
       name=$(sed -E 's/^([A-Za-z0-9_.-]+).*/\1/' <<<"$req" | tr '[:upper:]_.' '[:lower:]--')
-      [[ $device_has == *" $name "* ]] || die "$(basename "$whl") needs $name, which the device lacks: carry it too"
+      [[ $device_has$carried == *" $name "* ]] || die "$(basename "$whl") needs $name, which the device lacks: carry it too"
     done < <(unzip -p "$whl" '*.dist-info/METADATA' | sed -n 's/^Requires-Dist: //p' | grep -v 'extra ==' || true)
   done
 

@@ -103,7 +103,7 @@ gpu_state() {
 
 install_wheels() {
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$CARRY"/whl/*.whl
-  "$PY" -c "import sys; sys.path.insert(0, '$SITE'); import gguf, importlib.metadata as m; print('gguf', m.version('gguf'))"
+  "$PY" -c "import sys; sys.path.insert(0, '$SITE'); import gguf, orjson, altair, importlib.metadata as m; print(*(f'{d} {m.version(d)}' for d in ('gguf', 'orjson', 'altair')))"
 }
 
 measure_ceilings() {  # JSON only (no run folder: the campaign has its ceilings run); into each fingerprint
