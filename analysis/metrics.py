@@ -303,12 +303,15 @@ def point_summary_vllm_bench(
     records: Sequence[RequestRecord],
     *,
     model_id: str,
-    max_concurrency: int,
+    max_concurrency: int | None,
     num_prompts: int,
     label: str | None,
+    request_rate: float | str = "inf",
+    burstiness: float = 1.0,
 ) -> dict[str, Any]:
     """One point in the ``vllm bench serve --save-result`` schema (its keys, in its order), by the
-    vllm-bench-compatible view: what that tool would have written for the same requests."""
+    vllm-bench-compatible view: what that tool would have written for the same requests (a closed-loop
+    point: ``request_rate`` "inf"; an open-loop one: its offered rate, req/s, and gamma shape)."""
     if not records:
         raise ValueError("no requests: a point without requests has no summary")
     done = completed_vllm_bench(records)
@@ -324,8 +327,8 @@ def point_summary_vllm_bench(
         "model_id": model_id,
         "tokenizer_id": model_id,
         "num_prompts": num_prompts,
-        "request_rate": "inf",
-        "burstiness": 1.0,
+        "request_rate": request_rate,
+        "burstiness": burstiness,
         "max_concurrency": max_concurrency,
         "duration": dur,
         "completed": len(done),

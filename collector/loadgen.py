@@ -1,6 +1,9 @@
-"""Closed-loop load for one point: ``concurrency`` workers, each sending its next request as soon as its
+"""Load for one point. Closed loop: ``concurrency`` workers, each sending its next request as soon as its
 previous one ended, until the point's ``requests`` are all sent (the ``vllm bench serve --max-concurrency``
-protocol, with ``--request-rate inf``).
+protocol, with ``--request-rate inf``). Open loop (a ``kind = "rate"`` point): each request is sent at its
+time on a seeded schedule drawn before the point starts (``arrival_offsets_ns``), whatever the server is
+doing, optionally capped at ``max_concurrency`` in flight; every record keeps its scheduled and actual send
+time.
 
 Prompts are token ids drawn from a seeded RNG (numpy PCG64) over the plan's printable, non-special id range,
 so every input has exactly the requested length and a point can be replayed from its seed.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import multiprocessing
 import os
@@ -26,7 +30,7 @@ import numpy as np
 from analysis import metrics
 from collector.client import stream_completion
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
-from collector.raw.plan import PointPlan
+from collector.raw.plan import PointPlan, RatePlan
 from collector.raw.records import RequestRecord
 
 
@@ -59,6 +63,70 @@ def completion_body(
     return body
 
 
+# --------------------------------------------------------------------------------------- open-loop schedule
+
+ARRIVAL_STREAM = 0x5EED_A77  # the schedule's own random stream beside the prompts' (same point seed)
+
+
+def _ramp_time_s(u: np.ndarray, start_rps: float, end_rps: float, ramp_s: float) -> np.ndarray:
+    """Seconds at which the cumulative offered load reaches ``u`` requests under a rate rising linearly from
+    ``start_rps`` to ``end_rps`` over ``ramp_s`` and constant after: the inverse of Λ(t) = s·t + (e − s)·t² /
+    (2·D) for t ≤ D, Λ(D) + e·(t − D) after (the root 2u / (s + √(s² + 2(e − s)u/D)), stable at s = 0)."""
+    a2 = 2.0 * (end_rps - start_rps) / ramp_s
+    inside = u <= (start_rps + end_rps) * ramp_s / 2.0
+    t_ramp = 2.0 * u / (start_rps + np.sqrt(start_rps**2 + a2 * u))
+    t_after = ramp_s + (u - (start_rps + end_rps) * ramp_s / 2.0) / end_rps
+    return np.where(inside, t_ramp, t_after)
+
+
+def arrival_offsets_ns(rate: RatePlan, seed: int) -> list[int]:
+    """A rate point's send times, ns after the point's start, increasing; deterministic in (``rate``,
+    ``seed``). Gaps in units of the mean gap are 1 (constant), Exp(1) (poisson) or Gamma(shape=b, scale=1/b)
+    (gamma, b = ``burstiness``): at a fixed rate λ the gaps are Gamma(shape=b, scale=1/(λ·b)), `vllm bench
+    serve`'s ``get_request`` (mean 1/λ, coefficient of variation 1/√b; b = 1 is Poisson), and as there the
+    first request waits one gap. vLLM then rescales all gaps so the N-th lands at N/λ; not here: a schedule
+    cut by ``duration_s`` is the process itself. Under a linear ramp-up the same unit-mean arrivals are laid
+    on the rising rate's cumulative load (``_ramp_time_s``: a time change, so burstiness keeps its meaning).
+    The schedule ends before ``duration_s`` and after ``max_requests`` sends, whichever comes first."""
+    rng = np.random.default_rng([ARRIVAL_STREAM, seed])
+    cap = rate.max_requests
+    horizon = rate.duration_s
+    out: list[np.ndarray] = []
+    u0, n = 0.0, 0
+    while True:
+        block = cap - n if cap is not None else max(64, int(rate.request_rate * (horizon or 0) * 1.2) + 16)
+        if rate.arrival == "constant":
+            gaps = np.ones(block)
+        elif rate.arrival == "poisson":
+            gaps = rng.exponential(1.0, block)
+        else:
+            gaps = rng.gamma(rate.burstiness, 1.0 / rate.burstiness, block)
+        u = u0 + np.cumsum(gaps)
+        u0 = float(u[-1])
+        if rate.ramp_up_duration_s is not None:
+            t_s = _ramp_time_s(u, rate.ramp_up_start_rps or 0.0, rate.request_rate, rate.ramp_up_duration_s)
+        else:
+            t_s = u / rate.request_rate
+        if horizon is not None and t_s[-1] >= horizon:
+            out.append(t_s[t_s < horizon])
+            break
+        out.append(t_s)
+        n += block
+        if cap is not None and n >= cap:
+            break
+    t = np.concatenate(out) if out else np.empty(0)
+    return [int(x) for x in np.round(t * 1e9)]
+
+
+def resolve_rate_point(point: PointPlan) -> tuple[PointPlan, list[int]]:
+    """A rate point with its schedule (``arrival_offsets_ns``) and ``requests`` set to the number scheduled;
+    a closed-loop point as it is, with no schedule."""
+    if point.rate is None:
+        return point, []
+    offsets = arrival_offsets_ns(point.rate, point.seed)
+    return dataclasses.replace(point, requests=len(offsets)), offsets
+
+
 @dataclass
 class PointOutcome:
     point_id: str
@@ -73,6 +141,7 @@ class PointOutcome:
     probes: list[dict[str, Any]] = field(default_factory=list)  # one client_probe observation per shard
     cpu_ns: int | None = None  # this process's user + system CPU over the point
     wall_ns: int | None = None
+    stopped: str | None = None  # a rate point's stop condition that ended it early (max_error_rate)
 
 
 PROBE_PERIOD_S = 0.05  # 20 wake-ups a second: each costs the client a wake-up of its own at low load
@@ -159,9 +228,13 @@ async def run_point(
     indices: Sequence[int] | None = None,
     workers: int | None = None,
     worker_offset: int = 0,
+    start_mono_ns: int | None = None,
 ) -> PointOutcome:
-    """One point's closed loop in this process. A shard (``run_load``) sends only the request ``indices`` it
-    was given, with ``workers`` workers numbered from ``worker_offset``."""
+    """One point's load in this process: its closed loop, or a rate point's open loop (``_open_loop``). A
+    shard (``run_load``) sends only the request ``indices`` it was given, with ``workers`` workers (a rate
+    point: that many in flight at most, 0 = no cap) numbered from ``worker_offset``; a rate point's schedule
+    starts at ``start_mono_ns`` (every shard the same; default: when this call starts its load)."""
+    point, offsets = resolve_rate_point(point)
     prompts = prompt_token_ids(point.seed, point.requests, point.input_len, *token_id_range)
     todo = list(range(point.requests)) if indices is None else list(indices)
     n_workers = min(point.concurrency, len(todo)) if workers is None else min(workers, len(todo))
@@ -183,6 +256,7 @@ async def run_point(
             )
             if state["connect_fail_streak"] >= unreachable_after:
                 abort.set(f"server unreachable: {state['connect_fail_streak']} connection failures in a row")
+        _check_error_rate(point, out)
         if on_request is not None:
             on_request(rec)
 
@@ -212,47 +286,66 @@ async def run_point(
                 httpx.AsyncClient(timeout=timeout, transport=transport)
             )
 
-        async def worker(w: int) -> None:
-            client = (
-                shared
-                if shared is not None
-                else await clients.enter_async_context(
+        by_worker: dict[int, httpx.AsyncClient] = {}
+
+        async def client_of(w: int) -> httpx.AsyncClient:
+            """Worker ``w``'s own client (its one kept-alive connection), made when it first sends."""
+            if shared is not None:
+                return shared
+            if w not in by_worker:
+                by_worker[w] = await clients.enter_async_context(
                     httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
                 )
-            )
+            return by_worker[w]
+
+        async def worker(w: int) -> None:
             while not abort.is_set and state["next"] < len(todo):
                 i = todo[state["next"]]
                 state["next"] += 1
                 out.sent += 1
-                meta = {
-                    "request_id": f"{point.point_id}-r{i:05d}",
-                    "phase": point.phase,
-                    "phase_kind": point.kind,
-                    "point": point.point_id,
-                    "point_index": point.index,
-                    "index": i,
-                    "worker": worker_offset + w,
-                    "concurrency": point.concurrency,
-                    "seed": point.seed,
-                    "input_len": point.input_len,
-                    "max_tokens": point.output_len,
-                    "_sink": record,
-                }
-                body = completion_body(model, prompts[i], point.output_len, engine_extra, plan_extra)
-                rec = await stream_completion(
-                    client,
-                    url,
-                    body,
-                    meta,
-                    request_timeout_s=request_timeout_s,
-                    clock=clock,
-                    on_chunk=on_chunk,
-                )
-                record(rec)
+                await send(i, w)
+
+        async def send(i: int, w: int, scheduled_mono_ns: int | None = None) -> None:
+            """Request ``i`` on worker ``w``'s connection, recorded when it ends; a rate point's request
+            carries its scheduled send time."""
+            client = await client_of(w)
+            meta: dict[str, Any] = {
+                "request_id": f"{point.point_id}-r{i:05d}",
+                "phase": point.phase,
+                "phase_kind": point.kind,
+                "point": point.point_id,
+                "point_index": point.index,
+                "index": i,
+                "worker": worker_offset + w,
+                "concurrency": point.concurrency,
+                "seed": point.seed,
+                "input_len": point.input_len,
+                "max_tokens": point.output_len,
+                "_sink": record,
+            }
+            if point.rate is not None:
+                meta["scheduled_mono_ns"] = scheduled_mono_ns
+                meta["request_rate"] = point.rate.request_rate
+            body = completion_body(model, prompts[i], point.output_len, engine_extra, plan_extra)
+            rec = await stream_completion(
+                client,
+                url,
+                body,
+                meta,
+                request_timeout_s=request_timeout_s,
+                clock=clock,
+                on_chunk=on_chunk,
+            )
+            record(rec)
 
         out.start = stamp(clock)
         probe.start()
-        tasks = [asyncio.create_task(worker(w)) for w in range(n_workers)]
+        if point.rate is not None:
+            t0 = start_mono_ns if start_mono_ns is not None else out.start.mono_ns
+            cap = point.concurrency if workers is None else workers
+            tasks = [asyncio.create_task(_open_loop(point, todo, offsets, t0, cap, out, abort, clock, send))]
+        else:
+            tasks = [asyncio.create_task(worker(w)) for w in range(n_workers)]
         abort_wait = asyncio.create_task(abort.event.wait())
         try:
             pending = set(tasks)
@@ -284,14 +377,89 @@ async def run_point(
     return out
 
 
+MIN_ENDED_FOR_ERROR_RATE = 10  # max_error_rate is judged once this many requests of the point ended
+
+
+def _check_error_rate(point: PointPlan, out: PointOutcome) -> None:
+    """A rate point's ``max_error_rate`` stop condition: once ``MIN_ENDED_FOR_ERROR_RATE`` requests ended,
+    failed ÷ ended above the limit stops its sending (``out.stopped``; the ones in flight still end). A
+    shard judges its own requests (every n-th of the point: the same mix)."""
+    lim = point.rate.max_error_rate if point.rate is not None else None
+    if lim is None or out.stopped or out.finished < MIN_ENDED_FOR_ERROR_RATE:
+        return
+    failed = out.finished - out.ok
+    if failed / out.finished > lim:
+        out.stopped = f"max_error_rate {lim:g} exceeded: {failed} of {out.finished} requests failed"
+
+
+async def _open_loop(
+    point: PointPlan,
+    todo: Sequence[int],
+    offsets: Sequence[int],
+    t0_mono_ns: int,
+    cap: int,
+    out: PointOutcome,
+    abort: Abort,
+    clock: Clock,
+    send: Callable[[int, int, int], Any],
+) -> None:
+    """A rate point's sends: request ``i`` of ``todo`` at ``t0_mono_ns + offsets[i]`` on the monotonic clock,
+    whatever the earlier ones are doing, each on an idle worker's connection (a new worker when none is
+    idle). With ``cap`` > 0 at most that many are in flight: a request due while the cap is full waits for a
+    slot (it is sent late, and its record shows by how much). Ends when every request sent has ended, or
+    earlier sends stop (abort, ``out.stopped``)."""
+    slots = asyncio.Semaphore(cap) if cap else None
+    idle: list[int] = []
+    inflight: set[asyncio.Task] = set()
+    n_workers = 0
+
+    async def one(i: int, w: int, due: int) -> None:
+        try:
+            await send(i, w, due)
+        finally:
+            idle.append(w)
+            if slots is not None:
+                slots.release()
+
+    try:
+        for i in todo:
+            due = t0_mono_ns + offsets[i]
+            # asyncio's timer may wake a hair early: sleep again until the monotonic clock says due
+            while (now := clock.mono_ns()) < due:
+                await asyncio.sleep((due - now) / 1e9)
+            if slots is not None:
+                await slots.acquire()
+            if abort.is_set or out.stopped:
+                break
+            if idle:
+                w = idle.pop()
+            else:
+                w, n_workers = n_workers, n_workers + 1
+            out.sent += 1
+            task = asyncio.create_task(one(i, w, due))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        while inflight:
+            done, _ = await asyncio.wait(set(inflight))
+            for t in done:
+                t.result()  # a bug in a send must surface, not vanish
+    finally:
+        for t in inflight:
+            t.cancel()
+        await asyncio.gather(*inflight, return_exceptions=True)
+
+
 # ------------------------------------------------------------------------------------------------- shards
 
 SHARD_MIN_STREAMS = 64  # below this many streams per process one event loop reads them all with time to spare
+SHARD_START_LEAD_NS = 50_000_000  # a sharded rate point's schedule starts this long after the shards' "go"
 
 
 def shards_for(setting: int, concurrency: int, cores: int | None = None) -> int:
     """Load-client processes for a point: the plan's ``load.shards`` when set (at most one per stream), else
-    one per ``SHARD_MIN_STREAMS`` streams, at most one per core this process may run on."""
+    one per ``SHARD_MIN_STREAMS`` streams, at most one per core this process may run on. A rate point passes
+    its ``max_concurrency``: without one (0) its streams in flight are not known before it runs, so it runs
+    in one process (set ``max_concurrency`` to spread a high rate over shards)."""
     if setting:
         return max(1, min(setting, concurrency))
     cores = cores or len(os.sched_getaffinity(0))
@@ -305,10 +473,13 @@ def _split(point: PointPlan, n: int, k: int) -> tuple[list[int], int, int]:
     return list(range(k, point.requests, n)), workers, k * base + min(k, extra)
 
 
-def _shard_main(conn: Any, k: int, n: int, go: Any, stop: Any, grace: Any, kw: dict[str, Any]) -> None:
+def _shard_main(
+    conn: Any, k: int, n: int, go: Any, stop: Any, grace: Any, t0: Any, kw: dict[str, Any]
+) -> None:
     """A shard's process: its own event loop runs its part of the point; every record goes back over the
     pipe as the request ends, then the shard's probe and CPU. Waits for ``go`` so all shards start
-    together."""
+    together; a rate point's schedule starts at ``t0`` (CLOCK_MONOTONIC is one clock for every process of
+    the host, so every shard sends its every n-th request of the one schedule on time)."""
     gc.collect()
 
     async def main() -> None:
@@ -330,9 +501,11 @@ def _shard_main(conn: Any, k: int, n: int, go: Any, stop: Any, grace: Any, kw: d
         conn.send(("ready", None))
         await asyncio.to_thread(go.wait)
         out = await run_point(point, sink=lambda r: conn.send(("rec", r.to_obj())), abort=abort, probe=probe,
-                              indices=indices, workers=workers, worker_offset=offset, **kw)  # fmt: skip
+                              indices=indices, workers=workers, worker_offset=offset, start_mono_ns=t0.value,
+                              **kw)  # fmt: skip
         watcher.cancel()
-        conn.send(("end", {"sent": out.sent, "probe": _probe_obj(probe, out, k), "aborted": out.aborted}))
+        conn.send(("end", {"sent": out.sent, "probe": _probe_obj(probe, out, k), "aborted": out.aborted,
+                           "stopped": out.stopped}))  # fmt: skip
 
     asyncio.run(main())
     conn.close()
@@ -368,7 +541,7 @@ async def run_load(
         out.probes = [_probe_obj(probe, out, 0)]
         return out
     mp = multiprocessing.get_context("spawn")  # no fork of a process with threads (sampler, server watcher)
-    go, stop, grace = mp.Event(), mp.Event(), mp.Value("d", 0.0)
+    go, stop, grace, t0 = mp.Event(), mp.Event(), mp.Value("d", 0.0), mp.Value("q", 0)
     loop = asyncio.get_running_loop()
     out = PointOutcome(point.point_id)
     out.probes = []
@@ -380,7 +553,7 @@ async def run_load(
         rx, tx = mp.Pipe(duplex=False)
         p = mp.Process(
             target=_shard_main,
-            args=(tx, k, shards, go, stop, grace, {"point": point, "warn_ns": warn_ns, **kw}),
+            args=(tx, k, shards, go, stop, grace, t0, {"point": point, "warn_ns": warn_ns, **kw}),
             daemon=True,
         )
         p.start()
@@ -416,6 +589,7 @@ async def run_load(
                     on_late(obj)
                 elif what == "end":
                     out.sent += obj["sent"]
+                    out.stopped = out.stopped or obj["stopped"]
                     out.probes.append(obj["probe"])
                     raise EOFError
         except (EOFError, OSError):
@@ -438,6 +612,8 @@ async def run_load(
     try:
         await all_ready
         out.start = stamp(clock)
+        # a rate point's schedule starts a little after "go": a shard's thread wakes and sets up its clients
+        t0.value = out.start.mono_ns + SHARD_START_LEAD_NS
         go.set()
         await all_ended
     finally:

@@ -39,7 +39,7 @@ from analysis import metrics
 from collector import checks as ck
 from collector import fingerprint
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
-from collector.loadgen import Abort, run_load, shards_for
+from collector.loadgen import Abort, resolve_rate_point, run_load, shards_for
 from collector.plan import plan_data
 from collector.preflight import preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
@@ -148,7 +148,8 @@ class _Live:
     def start_point(self, pt: PointPlan) -> None:
         self.tokens, self.errors = 0, 0
         self.t0 = SYSTEM_CLOCK.mono_ns()
-        desc = f"{pt.phase} c={pt.concurrency} in={pt.input_len} out={pt.output_len}"
+        load = f"c={pt.concurrency}" if pt.rate is None else f"rate={pt.rate.request_rate:g}/s"
+        desc = f"{pt.phase} {load} in={pt.input_len} out={pt.output_len}"
         self.task = self.progress.add_task(desc, total=pt.requests, tok_s=0.0, errors=0)
 
     def chunk(self, n: int) -> None:
@@ -410,10 +411,12 @@ class _Protocol:
 
     async def point(self, pt: PointPlan, live: _Live) -> None:
         p, sp = self.plan, self.plan.server
+        pt, _schedule = resolve_rate_point(pt)  # a rate point: requests = the number its schedule sends
         self.current_point = pt.point_id
+        rate = {} if pt.rate is None else {"rate": dataclasses.asdict(pt.rate)}
         self.events.emit("point_start", point=pt.point_id, phase=pt.phase, phase_kind=pt.kind,
                          concurrency=pt.concurrency, requests=pt.requests, input_len=pt.input_len,
-                         output_len=pt.output_len, seed=pt.seed)  # fmt: skip
+                         output_len=pt.output_len, seed=pt.seed, **rate)  # fmt: skip
         before = (
             await asyncio.to_thread(self._boundary_scrape, "point_start", pt.point_id)
             if p.sampling.metrics
@@ -473,8 +476,9 @@ class _Protocol:
             self.abort.set(out.aborted)
         if out.aborted:
             self.events.emit("abort", reason=out.aborted, point=pt.point_id)
+        stopped = {} if pt.rate is None else {"stopped": out.stopped}  # a rate point's stop condition
         self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
-                         errors=dict(out.errors), aborted=out.aborted)  # fmt: skip
+                         errors=dict(out.errors), aborted=out.aborted, **stopped)  # fmt: skip
         if records:
             # A convenience copy for people, in `vllm bench serve`'s schema and by its definitions
             # (analysis.metrics' vllm-bench-compatible view: the collector defines no statistic). Analysis
@@ -482,8 +486,10 @@ class _Protocol:
             summary = metrics.point_summary_vllm_bench(
                 records,
                 model_id=sp.served_model_name,
-                max_concurrency=pt.concurrency,
+                max_concurrency=pt.concurrency or None,
                 num_prompts=pt.requests,
+                request_rate=pt.rate.request_rate if pt.rate else "inf",
+                burstiness=pt.rate.burstiness if pt.rate else 1.0,
                 label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
             )
             try:

@@ -15,7 +15,9 @@ from typing import Any
 from collector.raw.errors import PlanError
 
 ENGINES = ("vllm", "llamacpp")
-PHASE_KINDS = ("warmup", "concurrency", "length", "overload")
+PHASE_KINDS = ("warmup", "concurrency", "length", "overload", "rate")
+ARRIVALS = ("poisson", "gamma", "constant")  # AIPerf's --arrival-pattern values
+RAMP_UP_STRATEGIES = ("linear",)  # vllm bench serve's --ramp-up-strategy (its "exponential" is not built)
 _MISSING = object()
 
 
@@ -74,20 +76,50 @@ class LoadPlan:
 
 
 @dataclass(frozen=True)
+class RatePlan:
+    """Open-loop arrivals of one point of a ``kind = "rate"`` phase (issue #14), by the names of ``vllm bench
+    serve`` where the tools agree: ``request_rate`` req/s; ``arrival`` poisson | gamma | constant (AIPerf's
+    ``--arrival-pattern``); ``burstiness`` the gamma shape (vllm's ``--burstiness``: gaps are
+    Gamma(shape=burstiness, scale=1/(rate·burstiness)), 1 = Poisson); ``max_concurrency`` caps the requests
+    in flight (vllm's ``--max-concurrency``: a request due while the cap is full waits for a slot and is sent
+    late); ``ramp_up_*`` the rate rising linearly from ``ramp_up_start_rps`` to ``request_rate`` over
+    ``ramp_up_duration_s`` (vllm ramps over the run's requests, AIPerf's ``--request-rate-ramp-duration``
+    over seconds: over seconds here); stop conditions ``duration_s`` (no send scheduled at or after it),
+    ``max_requests`` and ``max_error_rate`` (GuideLLM's names). The send times themselves:
+    ``collector.loadgen.arrival_offsets_ns``."""
+
+    request_rate: float
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_duration_s: float | None = None
+    duration_s: float | None = None
+    max_requests: int | None = None
+    max_error_rate: float | None = None
+
+
+@dataclass(frozen=True)
 class PointPlan:
     phase: str
     kind: str
     index: int  # position of this point in the whole run (0-based)
+    # closed loop: the streams kept busy; a rate point: its max_concurrency, 0 when uncapped
     concurrency: int
+    # closed loop: requests sent; a rate point: its max_requests, 0 when only duration_s bounds it (the
+    # collector sets the scheduled count before the point starts: collector.loadgen.resolve_rate_point)
     requests: int
     input_len: int
     output_len: int
     seed: int
     expect_preemptions: str  # "none" | "some" | "any"
+    rate: RatePlan | None = None  # a rate point's arrivals; None for a closed-loop point
 
     @property
     def point_id(self) -> str:
-        return f"p{self.index:02d}-{self.phase}-c{self.concurrency:03d}-i{self.input_len}-o{self.output_len}"
+        load = f"c{self.concurrency:03d}" if self.rate is None else f"r{self.rate.request_rate:g}"
+        return f"p{self.index:02d}-{self.phase}-{load}-i{self.input_len}-o{self.output_len}"
 
 
 @dataclass(frozen=True)
@@ -278,6 +310,11 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
     if not name.replace("-", "").replace("_", "").isalnum():
         raise t._err("name", f"use letters, digits, '-' and '_' only, got {name!r}")
     kind = t.choice("kind", PHASE_KINDS)
+    if kind == "rate":
+        return _rate_phase(t, name, first_index)
+    for k in _RATE_KEYS:
+        if k in t.data:
+            raise t._err(k, f'only a kind = "rate" phase takes {k} (this phase is kind = "{kind}")')
     default_expect = "some" if kind == "overload" else "none"
     expect = t.choice("expect_preemptions", ("none", "some", "any"), default_expect)
     defaults = {k: t.get(k, int, None) for k in _POINT_KEYS}
@@ -303,6 +340,110 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
     if kind == "length" and len({p.concurrency for p in points}) != 1:
         raise t._err("points", "a length sweep keeps one concurrency; set it on the phase")
     return PhasePlan(name=name, kind=kind, points=tuple(points))
+
+
+_RAMP_KEYS = ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_duration_s")
+_RATE_KEYS = ("request_rates", "arrival", "burstiness", "max_concurrency", *_RAMP_KEYS, "duration_s",
+              "max_requests", "max_error_rate")  # fmt: skip
+
+
+def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
+    """A ``kind = "rate"`` phase: one open-loop point per rate of ``request_rates`` (or per ``points`` entry
+    with its own ``request_rate`` and ``seed``); the arrival settings and stop conditions hold for every point
+    of the phase. A point's seed draws both its prompts and its send times; ``request_rates`` points take
+    ``seed``, ``seed + 1``, ... in list order."""
+    for k in ("concurrency", "requests"):
+        if k in t.data:
+            other = {"concurrency": "max_concurrency", "requests": "max_requests"}[k]
+            raise t._err(
+                k, f'a kind = "rate" phase is open-loop: use {other} (see plans/cpu-tiny-llamacpp-rate.toml)'
+            )
+    expect = t.choice("expect_preemptions", ("none", "some", "any"), "none")
+    input_len = t.positive("input_len", int)
+    output_len = t.positive("output_len", int)
+    seed = t.positive("seed", int, None, zero_ok=True)
+    arrival = t.choice("arrival", ARRIVALS, "poisson")
+    burstiness = t.positive("burstiness", float, None)
+    if burstiness is not None and arrival != "gamma":
+        raise t._err(
+            "burstiness", f'only arrival = "gamma" takes a burstiness (poisson is 1; arrival = "{arrival}")'
+        )
+    if arrival == "gamma" and burstiness is None:
+        raise t._err(
+            "burstiness", 'missing: arrival = "gamma" needs the gamma shape (1 = Poisson, < 1 burstier)'
+        )
+    strategy = t.get("ramp_up_strategy", str, None)
+    if strategy is not None and strategy not in RAMP_UP_STRATEGIES:
+        raise t._err("ramp_up_strategy", f"must be one of {', '.join(RAMP_UP_STRATEGIES)}; got {strategy!r}")
+    ramp_start = t.positive("ramp_up_start_rps", float, None, zero_ok=True)
+    ramp_s = t.positive("ramp_up_duration_s", float, None)
+    given = [k for k, v in zip(_RAMP_KEYS, (strategy, ramp_start, ramp_s), strict=True) if v is not None]
+    if given and len(given) < 3:
+        missing = next(k for k in _RAMP_KEYS if k not in given)
+        raise t._err(missing, f"missing: a ramp-up needs {', '.join(_RAMP_KEYS)} ({given[0]} is set)")
+    duration_s = t.positive("duration_s", float, None)
+    max_requests = t.positive("max_requests", int, None)
+    max_error_rate = t.positive("max_error_rate", float, None, zero_ok=True)
+    if max_error_rate is not None and max_error_rate > 1:
+        raise t._err("max_error_rate", f"a fraction of the requests that ended, 0..1; got {max_error_rate!r}")
+    max_conc = t.positive("max_concurrency", int, None)
+    rates = t.get("request_rates", list, None)
+    raw_points = t.get("points", list, None)
+    t.done()
+    if duration_s is None and max_requests is None:
+        raise t._err(
+            "duration_s", "missing: an open-loop phase needs duration_s or max_requests (or both) to end"
+        )
+    if ramp_s is not None and duration_s is not None and ramp_s > duration_s:
+        raise t._err("ramp_up_duration_s", f"{ramp_s:g} s is longer than duration_s = {duration_s:g} s")
+    if (rates is None) == (raw_points is None):
+        raise t._err(
+            "request_rates",
+            "give either request_rates = [...] or points = [{request_rate = ..., seed = ...}, ...]",
+        )
+    entries: list[tuple[Any, Any]] = []
+    if rates is not None:
+        if not rates:
+            raise t._err("request_rates", "empty list")
+        if seed is None:
+            raise t._err("seed", "missing (required with request_rates: point i takes seed + i)")
+        entries = [(r, seed + i) for i, r in enumerate(rates)]
+        where = [f"{t.where}.request_rates[{i}]" for i in range(len(rates))]
+    else:
+        if not raw_points:
+            raise t._err("points", "empty list")
+        where = []
+        for i, rp in enumerate(raw_points):
+            pt = _Table(rp, t.file, f"{t.where}.points[{i}]")
+            entries.append((pt.get("request_rate", float), pt.positive("seed", int, seed, zero_ok=True)))
+            pt.done()
+            if entries[-1][1] is None:
+                raise pt._err("seed", f"missing (set it on the point or on phase {name!r})")
+            where.append(f"{t.where}.points[{i}].request_rate")
+    points = []
+    for i, ((rate, pseed), at) in enumerate(zip(entries, where, strict=True)):
+        if (
+            isinstance(rate, bool)
+            or not isinstance(rate, int | float)
+            or not rate > 0
+            or rate == float("inf")
+        ):
+            raise PlanError(f"{t.file}: {at}: a request rate must be a finite number > 0 req/s, got {rate!r}")
+        if ramp_start is not None and ramp_start > rate:
+            raise t._err(
+                "ramp_up_start_rps",
+                f"{ramp_start:g} req/s is above the point's request_rate {rate:g}: a ramp-up rises",
+            )
+        rp_ = RatePlan(request_rate=float(rate), arrival=arrival, burstiness=burstiness or 1.0,
+                       max_concurrency=max_conc, ramp_up_strategy=strategy, ramp_up_start_rps=ramp_start,
+                       ramp_up_duration_s=ramp_s, duration_s=duration_s, max_requests=max_requests,
+                       max_error_rate=max_error_rate)  # fmt: skip
+        points.append(PointPlan(phase=name, kind="rate", index=first_index + i, concurrency=max_conc or 0,
+                                requests=max_requests or 0, input_len=input_len, output_len=output_len,
+                                seed=pseed, expect_preemptions=expect, rate=rp_))  # fmt: skip
+    if len({p.rate.request_rate for p in points if p.rate}) != len(points):
+        raise t._err("request_rates", "the same rate twice in one phase")
+    return PhasePlan(name=name, kind="rate", points=tuple(points))
 
 
 def parse_plan(text: str, path: Path) -> Plan:

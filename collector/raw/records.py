@@ -54,7 +54,12 @@ class RequestRecord:
       ``{kind, message}`` with a kind of ``REQUEST_ERROR_KINDS``), kept here as ``error_kind`` and
       ``error_message``; ``retries`` (written only when not 0; absent in older runs): times the request was
       sent again because a kept-alive connection closed before any response byte (the send times are the
-      last attempt's).
+      last attempt's);
+    - open loop (a ``phase_kind`` "rate" point; both absent for closed-loop records and in older runs):
+      ``scheduled_mono_ns`` the send time the point's arrival schedule set for this request (the point's start
+      plus ``collector.loadgen.arrival_offsets_ns``), so ``send_mono_ns − scheduled_mono_ns`` is how late the
+      client sent it (its own event loop, or a ``max_concurrency`` cap the request waited on for a slot);
+      ``request_rate`` the point's offered rate from the plan, req/s (its end rate under a ramp-up).
     """
 
     request_id: str
@@ -86,6 +91,8 @@ class RequestRecord:
     error_kind: str | None
     error_message: str | None
     retries: int = 0
+    scheduled_mono_ns: int | None = None
+    request_rate: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -122,6 +129,8 @@ class RequestRecord:
             "response_id": self.response_id,
             "error": error,
             **({"retries": self.retries} if self.retries else {}),
+            **({"scheduled_mono_ns": self.scheduled_mono_ns} if self.scheduled_mono_ns is not None else {}),
+            **({"request_rate": self.request_rate} if self.request_rate is not None else {}),
         }
 
     @classmethod
@@ -158,6 +167,13 @@ class RequestRecord:
             raise bad("key 'done' should be true or false")
         if not _is_int(obj.get("retries", 0)):
             raise bad("key 'retries' should be an integer")
+        if obj.get("scheduled_mono_ns") is not None and not _is_int(obj["scheduled_mono_ns"]):
+            raise bad("key 'scheduled_mono_ns' should be an integer (ns) or absent")
+        rate = obj.get("request_rate")
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0):
+            raise bad(
+                f"key 'request_rate' should be a number > 0 (req/s) or absent, got {clip(repr(rate), 40)}"
+            )
         err = obj.get("error")
         if err is not None and (
             not isinstance(err, dict)
@@ -184,6 +200,8 @@ class RequestRecord:
             error_kind=err["kind"] if err else None,
             error_message=err["message"] if err else None,
             retries=obj.get("retries", 0),
+            scheduled_mono_ns=obj.get("scheduled_mono_ns"),
+            request_rate=None if rate is None else float(rate),
         )
 
 
