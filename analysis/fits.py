@@ -51,6 +51,17 @@ def least_squares(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
     return LinearFit(slope=slope, intercept=intercept, r2=r2, n=n)
 
 
+def chord_slope(x_lo: float, y_lo: float, x_hi: float, y_hi: float) -> float:
+    """Slope of the chord between two points, (y_hi − y_lo) ÷ (x_hi − x_lo), units [y]/[x]: the average growth
+    from one end to the other. Not ``least_squares``' slope: that one fits every point in between and weighs
+    the far ones most; the two agree only when the points lie on a line. So "ms per extra request" is two
+    numbers with two names: concurrency_depth's ``step_marginal_ms_per_request`` (the chord from concurrency 1
+    to the highest) and engines' ``itl_marginal_ms_per_request`` (the fitted slope)."""
+    if x_hi == x_lo:
+        raise ValueError(f"chord_slope: both ends at x = {x_lo}; the slope is undefined")
+    return (y_hi - y_lo) / (x_hi - x_lo)
+
+
 def error_pct(measured: float, theory: float) -> float:
     """Relative error of a measurement against theory: (measured − theory) / theory · 100, in %."""
     if theory == 0:

@@ -261,7 +261,7 @@ def _analyze_campaign(
         ceilings.run(campaign, th),
         prediction.run(campaign, ctx, th),
         roofline.run(campaign, ctx, th),
-        selection.run(campaign, ctx, points),
+        selection.run(campaign, ctx, th, points),
         slo.run(campaign, ctx, th, slos_ms),
         reproducibility.run(campaign, ctx, points),
         experiments.run(campaign, ctx, th),

@@ -37,12 +37,6 @@ def decode_share_pct(mean_e2e_ms: float, mean_ttft_ms: float) -> float:
     return (mean_e2e_ms - mean_ttft_ms) / mean_e2e_ms * 100.0
 
 
-def marginal_ms_per_request(step_hi_ms: float, step_lo_ms: float, c_hi: int, c_lo: int) -> float:
-    """Step time added per extra request in flight between two concurrencies, ms/request:
-    (step_hi − step_lo) ÷ (c_hi − c_lo)."""
-    return (step_hi_ms - step_lo_ms) / (c_hi - c_lo)
-
-
 def pool_ceiling_requests(pool_tokens_: int, tokens_per_request: float, block_size: int = 1) -> int:
     """Requests the KV pool holds at their largest (prompt + output), requests:
     floor(pool ÷ (ceil(tokens per request ÷ block) × block))."""
@@ -277,8 +271,11 @@ def series_findings(
         )
     else:
         (pl, rl), (ph, rh) = lo, hi
-        meas = marginal_ms_per_request(rh["p50_itl_ms"], rl["p50_itl_ms"], ph.concurrency, pl.concurrency)
-        floor = marginal_ms_per_request(rh["floor_ms"], rl["floor_ms"], ph.concurrency, pl.concurrency)
+        # the chord from concurrency 1 to the highest (fits.chord_slope), of the measured step and of the
+        # floor: step growth against floor growth over the same two ends; engines'
+        # itl_marginal_ms_per_request is the least-squares slope over every point instead
+        meas = fits.chord_slope(pl.concurrency, rl["p50_itl_ms"], ph.concurrency, rh["p50_itl_ms"])
+        floor = fits.chord_slope(pl.concurrency, rl["floor_ms"], ph.concurrency, rh["floor_ms"])
         out.append(
             fnd.measured(
                 at("step_marginal_ms_per_request"),
@@ -290,8 +287,9 @@ def series_findings(
                 floor_growth=rh["floor_ms"] / rl["floor_ms"],
                 over_floor=meas / floor if floor else None,
                 concurrency=[pl.concurrency, ph.concurrency],
-                detail="(p50 ITL at the highest concurrency − at 1) ÷ (c − 1), against the same for the "
-                "bandwidth floor (one more request's mean KV bytes ÷ bandwidth)",
+                detail="chord slope: (p50 ITL at the highest concurrency − at 1) ÷ (c − 1), against the "
+                "same for the bandwidth floor (one more request's mean KV bytes ÷ bandwidth); not the "
+                "least-squares slope over every point (engines' itl_marginal_ms_per_request)",
             )
         )
     return out

@@ -13,7 +13,14 @@ from analysis.campaign import Campaign
 from analysis.keys import At
 from analysis.reconcile import Context, Section, engine_at
 from analysis.reconcile.concurrency import sweep_points
-from analysis.reconcile.roofline import achievement_pct, mean_context_tokens, roofline_floor_ms, sweep_series
+from analysis.reconcile.roofline import (
+    achievement_pct,
+    mean_context_tokens,
+    roofline_floor_ms,
+    step_ratio,
+    sweep_series,
+    throughput_ratio,
+)
 from analysis.reconcile.theoryctx import TheoryCtx
 
 ENGINES = ("vllm", "llamacpp")
@@ -73,14 +80,14 @@ def _throughput_ratio(at: At, by_engine: dict, ctx: Context) -> fnd.Finding:
     )
     return fnd.measured(
         key,
-        v / ll,
+        throughput_ratio(v, ll),
         "ratio",
         [ok["vllm"][top].cite("output_throughput"), ok["llamacpp"][top].cite("output_throughput")],
         concurrency=top,
         vllm_tokens_per_s=v,
         llamacpp_tokens_per_s=ll,
         lowest_concurrency=low,
-        ratio_at_lowest_concurrency=v1 / l1,
+        ratio_at_lowest_concurrency=throughput_ratio(v1, l1),
         detail="vLLM ÷ llama.cpp output tokens/s at the highest gated-in concurrency both measured",
     )
 
@@ -175,7 +182,9 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     ),
                 )
             )
-            # marginal cost per extra request in flight: slope of p50 ITL against concurrency
+            # marginal cost per extra request in flight: the least-squares slope of p50 ITL against
+            # concurrency over every gated-in point (concurrency_depth's step_marginal_ms_per_request is the
+            # chord from 1 to the highest instead: fits.chord_slope says when the two differ)
             ok = sub[sub["gate_ok"]]
             if len(ok) >= 2:
                 fit = fits.least_squares(ok["concurrency"].astype(float).tolist(), ok["p50_itl_ms"].tolist())
@@ -194,7 +203,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         r2=fit.r2,
                         n=fit.n,
                         rests_on_run=first["run"],
-                        detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points; "
+                        detail="least-squares slope of p50 ITL vs concurrency over gated-in sweep points "
+                        "(not the 1 → highest chord: concurrency step_marginal_ms_per_request); "
                         "floor: one more request's mean KV bytes ÷ bandwidth (a lower bound, not a "
                         "prediction)",
                     )
@@ -213,7 +223,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             )
         else:
             v, ll = c1["vllm"], c1["llamacpp"]
-            meas = v.result.stat_ms("p50", "itl") / ll.result.stat_ms("p50", "itl")
+            meas = step_ratio(v.result.stat_ms("p50", "itl"), ll.result.stat_ms("p50", "itl"))
             fl = (
                 {
                     e: frame[(frame["engine"] == e) & (frame["concurrency"] == 1)]["roofline_floor_ms"]

@@ -63,8 +63,17 @@ def server_token_ms(predicted_s_delta: float | None, predicted_tokens_delta: flo
 
 
 def step_ratio(heavy_ms: float, light_ms: float) -> float:
-    """Speed-up of the lighter weight format, dimensionless: heavy step time ÷ light step time."""
+    """How many times faster the second series decodes, dimensionless: the first's step time (p50 ITL, ms) ÷
+    the second's. The one step ratio: a lighter weight format's speed-up (heavy ÷ light), vLLM ÷ llama.cpp at
+    one stream (engines), the faster series' single-stream advantage (selection)."""
     return heavy_ms / light_ms
+
+
+def throughput_ratio(a_tokens_per_s: float, b_tokens_per_s: float) -> float:
+    """How many times more output the first series delivers, dimensionless: a's output tokens/s ÷ b's. The one
+    throughput ratio: vLLM ÷ llama.cpp at the highest common concurrency (engines, the home page), one format
+    over another per concurrency (quantization), the peak-throughput advantage (selection)."""
+    return a_tokens_per_s / b_tokens_per_s
 
 
 def sweep_series(campaign: Campaign, th: TheoryCtx) -> list[dict]:
@@ -312,8 +321,9 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
                     concurrency=c,
                     weight_bytes_ratio=heavy["weight_bytes_per_step"] / lightest["weight_bytes_per_step"],
                     throughput_ratio_by_concurrency={
-                        str(int(x)): lr[x]["output_throughput_tokens_per_s"]
-                        / hr[x]["output_throughput_tokens_per_s"]
+                        str(int(x)): throughput_ratio(
+                            lr[x]["output_throughput_tokens_per_s"], hr[x]["output_throughput_tokens_per_s"]
+                        )
                         for x in common
                         if hr[x]["output_throughput_tokens_per_s"]
                     },

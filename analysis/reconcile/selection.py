@@ -1,6 +1,18 @@
 """Selection guide: per engine, the Pareto curve of output tokens/s against p99 TTFT across concurrency
 (log–log interpolation between points), the p99 TTFT budget where the better engine changes, and a
-table "p99 TTFT < X ms ⇒ concurrency N, tokens/s T" per engine for X in 500, 1000, 2000 ms and no limit."""
+table "p99 TTFT < X ms ⇒ concurrency N, tokens/s T" per engine for X in 500, 1000, 2000 ms and no limit.
+
+Two answers between series (a round's engines in an imported campaign; our own runs, where the H200
+campaign's two series are two weight formats of one engine), each a finding per round:
+
+- the best series per p99 TTFT budget: for each budget of a 1-2-5 ladder across the round's measured p99 TTFTs
+  (``budget_ladder_ms``, plus the SLO page's budget), the series whose planner answer (``slo.plan_sweep``: the
+  highest concurrency within the budget, p99 linear in log2(concurrency) between the bracketing points, output
+  tokens/s interpolated the same way) delivers the most output tokens/s;
+- the single-stream advantage (decode step at concurrency 1, ``roofline.step_ratio``) and the
+  peak-throughput advantage (each series' highest gated-in output tokens/s,
+  ``concurrency.peak_throughput_finding``, compared by ``roofline.throughput_ratio``), each stated as the
+  leader's lead (≥ 1) with the leader named."""
 
 from __future__ import annotations
 
@@ -10,13 +22,17 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import fits
-from analysis.campaign import Campaign
-from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at
-from analysis.reconcile.concurrency import sweep_points
+from analysis.campaign import BenchPoint, Campaign
+from analysis.keys import At, slug
+from analysis.reconcile import Context, Section, engine_at, slo
+from analysis.reconcile.concurrency import peak_throughput_finding, sweep_points
+from analysis.reconcile.roofline import step_ratio, sweep_series, throughput_ratio
+from analysis.reconcile.theoryctx import TheoryCtx
 
 BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
 ENGINES = ("vllm", "llamacpp")
+# the best-per-budget ladder: round budgets, three per decade
+LADDER_STEPS = (1.0, 2.0, 5.0)
 
 
 def _fmt(value: object) -> str | None:
@@ -88,7 +104,273 @@ def _measured_boundary(key: At, measured: dict, srcs: list[str], rnd: str | None
     )
 
 
-def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
+def budget_ladder_ms(p99_ttft_ms: list[float], extra_ms: tuple[float, ...] = ()) -> list[float]:
+    """The p99 TTFT budgets the best-per-budget table asks about, ms: every 1-2-5 step (…, 100, 200, 500,
+    1,000, …) from the lowest measured p99 TTFT to the highest, and each of ``extra_ms`` inside that range;
+    sorted, no repeats. Below the lowest no series has a point within the budget; above the highest every
+    series' answer is its highest measured point."""
+    lo, hi = min(p99_ttft_ms), max(p99_ttft_ms)
+    out = {b for b in extra_ms if lo <= b <= hi}
+    decade = math.floor(math.log10(lo))
+    while 10.0**decade <= hi:
+        out |= {m * 10.0**decade for m in LADDER_STEPS if lo <= m * 10.0**decade <= hi}
+        decade += 1
+    return sorted(out)
+
+
+def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[dict]:
+    """The series that compete in a round (``roofline.sweep_series``: an imported round's engines, our own
+    runs), one per engine and weight format (the first sweep of each: a later one is a repeat)."""
+    out: list[dict] = []
+    for s in sweep_series(campaign, th):
+        if s["round"] == (rnd or "") and all(
+            (o["engine"], o["weight_format"]) != (s["engine"], s["weight_format"]) for o in out
+        ):
+            out.append(s)
+    return out
+
+
+def _ident(s: dict) -> dict:
+    return {"engine": s["engine"], "weight_format": s["weight_format"], "run": s["run"]}
+
+
+def _same_engine(ss: list[dict]) -> bool:
+    return len({s["engine"] for s in ss}) == 1
+
+
+def _within_budget(s: dict, ans: slo.SloAnswer | None) -> dict:
+    """One series at one budget: the planner's concurrency and output tokens/s there, with the bracketing
+    points (``at_least``: the highest measured point is within the budget, so the series sustains at least
+    that; nothing: no point is within it)."""
+    row = _ident(s) | {"status": ans.status if ans is not None else "no_points", "at_least": False}
+    if ans is None or ans.status in ("none_meet", "no_points"):
+        return row | {"concurrency": None, "output_tokens_per_s": None}
+    by_label = {(p.run.name, p.label): p for p in s["points"]}
+    if ans.status == "bracketed" and ans.lower is not None and ans.upper is not None:
+        lo, hi = ans.lower, ans.upper
+        return row | {
+            "concurrency": ans.concurrency,
+            "output_tokens_per_s": ans.output_throughput_tok_s,
+            "lower_concurrency": lo.concurrency,
+            "lower_p99_ttft_ms": lo.p99_ttft_ms,
+            "lower_output_tokens_per_s": lo.output_throughput_tok_s,
+            "upper_concurrency": hi.concurrency,
+            "upper_p99_ttft_ms": hi.p99_ttft_ms,
+            "upper_output_tokens_per_s": hi.output_throughput_tok_s,
+            "sources": [
+                lo.source,
+                hi.source,
+                by_label[(lo.run, lo.label)].cite("output_throughput"),
+                by_label[(hi.run, hi.label)].cite("output_throughput"),
+            ],
+        }
+    top = ans.points[-1]
+    return row | {
+        "concurrency": top.concurrency,
+        "output_tokens_per_s": top.output_throughput_tok_s,
+        "at_least": True,
+        "lower_concurrency": top.concurrency,
+        "lower_p99_ttft_ms": top.p99_ttft_ms,
+        "lower_output_tokens_per_s": top.output_throughput_tok_s,
+        "sources": [top.source, by_label[(top.run, top.label)].cite("output_throughput")],
+    }
+
+
+def best_per_budget(
+    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[dict]
+) -> tuple[list[fnd.Finding], list[dict]]:
+    """Per budget of the ladder, the series delivering the most output tokens/s within it (findings, one per
+    budget, and the table rows, one per budget and series)."""
+    at = At(round=rnd, topic="selection")
+    if len(series) < 2:
+        return [
+            fnd.not_available(
+                at("best_within_budget_tokens_per_s"),
+                "tokens/s",
+                "engine_missing",
+                f"one series in {rnd or 'the campaign'}: nothing to choose between",
+            )
+        ], []
+    p99 = [
+        p.result.p99_ttft_ms
+        for s in series
+        for p in s["points"]
+        if ctx.gate_ok(p) and p.result.p99_ttft_ms is not None
+    ]
+    if not p99:
+        return [
+            fnd.not_available(
+                at("best_within_budget_tokens_per_s"), "tokens/s", "too_few_points", "no gated-in sweep point"
+            )
+        ], []
+    page_budget, _ = slo.default_budget_ms(campaign)
+    findings: list[fnd.Finding] = []
+    rows: list[dict] = []
+    for b in budget_ladder_ms(p99, (page_budget,)):
+        per = [
+            _within_budget(
+                s,
+                slo.plan_sweep(
+                    campaign.name,
+                    rnd,
+                    s["engine"],
+                    s["points"],
+                    b,
+                    gate_ok=ctx.gate_ok,
+                    weight_format_of=th.weight_format_for,
+                ),
+            )
+            for s in series
+        ]
+        rated = sorted(
+            (r for r in per if r["output_tokens_per_s"] is not None),
+            key=lambda r: -r["output_tokens_per_s"],
+        )
+        best = rated[0]  # the ladder starts at the lowest measured p99: some series is within every budget
+        runner = rated[1] if len(rated) > 1 else None
+        lead = (
+            (throughput_ratio(best["output_tokens_per_s"], runner["output_tokens_per_s"]) - 1) * 100
+            if runner is not None
+            else None
+        )
+        # a lower bound below the best may still be above it: measured further up, it could lead
+        certain = not any(r["at_least"] for r in rated[1:])
+        basis = "page" if b == page_budget else "ladder"
+        for r in per:
+            rows.append(
+                {
+                    "round": rnd or "",
+                    "p99_ttft_budget_ms": b,
+                    "budget_basis": basis,
+                    **{k: v for k, v in r.items() if k != "sources"},
+                    "best": r is best,
+                    "source": "; ".join(r.get("sources", [])),
+                }
+            )
+        findings.append(
+            fnd.measured(
+                at("best_within_budget_tokens_per_s", test=slug(f"p99_ttft_{b:g}ms")),
+                best["output_tokens_per_s"],
+                "tokens/s",
+                [src for r in per for src in r.get("sources", [])],
+                budget_ms=b,
+                budget_basis=basis,
+                best_engine=best["engine"],
+                best_weight_format=best["weight_format"],
+                best_concurrency=best["concurrency"],
+                best_at_least=best["at_least"],
+                runner_up_engine=runner["engine"] if runner else None,
+                runner_up_weight_format=runner["weight_format"] if runner else None,
+                runner_up_tokens_per_s=runner["output_tokens_per_s"] if runner else None,
+                lead_pct=lead,
+                certain=certain,
+                same_engine=_same_engine(series),
+                by_series=[{k: v for k, v in r.items() if k != "sources"} for r in per],
+                detail="per series the SLO planner's answer (highest concurrency with p99 TTFT ≤ budget, p99 "
+                "linear in log2(concurrency) between the bracketing points) and the output tokens/s there "
+                "(same interpolation); best: the most tokens/s; at_least: the highest measured point is "
+                "within the budget",
+            )
+        )
+    return findings, rows
+
+
+def _lead(
+    key: At,
+    a: tuple[dict, float, list[str], int],
+    b: tuple[dict, float, list[str], int],
+    ratio,
+    **extra,
+):
+    """The leader's advantage over the other series, ≥ 1 (``ratio(x, y)``: how many times better x is than
+    y), with both series' values and how many times more weight bytes the other reads per decode step."""
+    lead, other = (a, b) if ratio(a[1], b[1]) >= 1 else (b, a)
+    wl, wo = lead[0]["weight_bytes_per_step"], other[0]["weight_bytes_per_step"]
+    return fnd.measured(
+        key,
+        ratio(lead[1], other[1]),
+        "ratio",
+        a[2] + b[2],
+        leader_value=lead[1],
+        other_value=other[1],
+        leader_concurrency=lead[3],
+        other_concurrency=other[3],
+        leader_engine=lead[0]["engine"],
+        leader_weight_format=lead[0]["weight_format"],
+        other_engine=other[0]["engine"],
+        other_weight_format=other[0]["weight_format"],
+        same_engine=lead[0]["engine"] == other[0]["engine"],
+        other_over_leader_weight_bytes=wo / wl if wl and wo else None,
+        **extra,
+    )
+
+
+def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Finding]:
+    """The single-stream and the peak-throughput advantage between the round's two series (the first two when
+    there are more: one per engine and format)."""
+    at = At(round=rnd, topic="selection")
+    if len(series) < 2:
+        why = f"one series in {rnd or 'the campaign'}: no second engine or weight format to compare"
+        return [
+            fnd.not_available(at(m), "ratio", "engine_missing", why)
+            for m in ("single_stream_advantage", "peak_throughput_advantage")
+        ]
+    pair = series[:2]
+    out: list[fnd.Finding] = []
+    # 1. one stream: the decode step (p50 ITL) at concurrency 1
+    c1: list[BenchPoint | None] = [
+        next((p for p in s["points"] if p.concurrency == 1 and ctx.gate_ok(p)), None) for s in pair
+    ]
+    itl = [p.result.stat_ms("p50", "itl") if p is not None else None for p in c1]
+    key = at("single_stream_advantage")
+    if any(p is None for p in c1) or any(not v for v in itl):
+        missing = [s["run"] for s, p, v in zip(pair, c1, itl, strict=True) if p is None or not v]
+        out.append(
+            fnd.not_available(
+                key, "ratio", "no_concurrency_1", f"no gated-in concurrency-1 point with an ITL in {missing}"
+            )
+        )
+    else:
+        pa, pb = c1
+        ia, ib = itl
+        assert pa is not None and pb is not None and ia and ib  # checked above
+        out.append(
+            _lead(
+                key,
+                (pair[0], ia, [pa.cite("p50_itl_ms")], 1),
+                (pair[1], ib, [pb.cite("p50_itl_ms")], 1),
+                lambda x, y: step_ratio(y, x),  # a shorter step leads
+                detail="the slower series' p50 ITL ÷ the faster one's at concurrency 1 (= the faster one's "
+                "decode tokens/s per stream ÷ the slower one's)",
+            )
+        )
+    # 2. each series at its own peak (gated-in points)
+    key = at("peak_throughput_advantage")
+    peaks = [peak_throughput_finding(at, [p for p in s["points"] if ctx.gate_ok(p)], ctx) for s in pair]
+    if not all(f.available and isinstance(f.value, int | float) for f in peaks):
+        out.append(
+            fnd.not_available(
+                key, "ratio", "too_few_points", "a series has no gated-in point with a throughput"
+            )
+        )
+    else:
+        (fa, fb), (sa, sb) = peaks, pair
+        assert isinstance(fa.value, int | float) and isinstance(fb.value, int | float)  # checked above
+        out.append(
+            _lead(
+                key,
+                (sa, float(fa.value), list(fa.sources), fa.extra["concurrency"]),
+                (sb, float(fb.value), list(fb.sources), fb.extra["concurrency"]),
+                throughput_ratio,
+                same_concurrency=fa.extra["concurrency"] == fb.extra["concurrency"],
+                detail="the higher peak output tokens/s ÷ the lower, each series at its own best gated-in "
+                "concurrency",
+            )
+        )
+    return out
+
+
+def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     curve_rows: list[dict] = []
     guide_rows: list[dict] = []
@@ -204,8 +486,18 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                                 concurrency=row["concurrency"],
                             )
                         )
+    budget_rows: list[dict] = []
+    for rnd in campaign.rounds:
+        series = round_series(campaign, th, rnd)
+        found, rows = best_per_budget(campaign, ctx, th, rnd, series)
+        findings += found + advantages(ctx, rnd, series)
+        budget_rows += rows
     return Section(
         name="selection",
-        tables={"selection_curve": pd.DataFrame(curve_rows), "selection_guide": pd.DataFrame(guide_rows)},
+        tables={
+            "selection_curve": pd.DataFrame(curve_rows),
+            "selection_guide": pd.DataFrame(guide_rows),
+            "selection_best_per_budget": pd.DataFrame(budget_rows),
+        },
         findings=findings,
     )

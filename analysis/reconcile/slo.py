@@ -100,6 +100,7 @@ class Measured:
     p99_ttft_ms: float | None
     p99_itl_ms: float | None
     request_throughput_req_s: float | None
+    output_throughput_tok_s: float | None
     source: str  # the point's file (its p99_ttft_ms field)
     run: str
     label: str  # the point's name in its run (file stem, or point id in requests.jsonl)
@@ -127,6 +128,7 @@ class SloAnswer:
     lower: Measured | None = None
     upper: Measured | None = None
     request_throughput_req_s: float | None = None
+    output_throughput_tok_s: float | None = None  # interpolated like the request throughput
     goodput_req_s: float | None = None  # exact, at the lower bracketing point
     goodput_good: int | None = None
     goodput_reason: str | None = None
@@ -247,94 +249,117 @@ def plan(
     answers = []
     for rnd in campaign.rounds:
         for eng in ENGINES if engine is None else (engine,):
-            allpts = sorted(sweep_points(campaign, rnd, eng), key=lambda p: p.concurrency)
-            if not allpts:
-                continue
-            ok = [p for p in allpts if gate_ok is None or gate_ok(p)]
-            ans = SloAnswer(
-                campaign=campaign.name,
-                round=rnd,
-                engine=eng,
-                weight_format=_weight_format(allpts[0], weight_format_of),
-                run=allpts[0].run.name,
-                ttft_p99_ms=ttft_p99_ms,
-                itl_p99_ms=itl_p99_ms,
-                excluded=[p.cite() for p in allpts if p not in ok],
+            ans = plan_sweep(
+                campaign.name,
+                rnd,
+                eng,
+                sweep_points(campaign, rnd, eng),
+                ttft_p99_ms,
+                itl_p99_ms,
+                gate_ok,
+                window_max_running,
+                weight_format_of,
             )
-            by_m = {}
-            for p in ok:
-                m = Measured(
-                    concurrency=p.concurrency,
-                    p99_ttft_ms=p.result.p99_ttft_ms,
-                    p99_itl_ms=p.result.stat_ms("p99", "itl"),
-                    request_throughput_req_s=p.result.request_throughput_req_s,
-                    source=p.cite("p99_ttft_ms"),
-                    run=p.run.name,
-                    label=p.label,
-                    max_running=window_max_running(p) if window_max_running else None,
-                )
-                ans.points.append(m)
-                by_m[id(m)] = p
-            answers.append(ans)
-            if not ans.points:
-                continue
-            budgets = [("ttft", "p99_ttft_ms", ttft_p99_ms)]
-            if itl_p99_ms is not None:
-                budgets.append(("itl", "p99_itl_ms", itl_p99_ms))
-            best: tuple[float, str, int] | None = None
-            statuses = []
-            for name, attr, b in budgets:
-                status, i = _crossing(ans.points, attr, b)
-                statuses.append(status)
-                if status == "bracketed":
-                    lo, hi = ans.points[i - 1], ans.points[i]
-                    c = interpolate_log2(
-                        lo.concurrency, getattr(lo, attr), hi.concurrency, getattr(hi, attr), b
-                    )
-                    if best is None or c < best[0]:
-                        best = (c, name, i)
-            if "none_meet" in statuses:
-                ans.status = "none_meet"
-            elif best is not None:
-                ans.status = "bracketed"
-            else:
-                ans.status = "highest_meets"
-            ref = by_m[id(ans.points[-1 if ans.status == "highest_meets" else 0])]
-            top = best[2] - 1 if ans.status == "bracketed" else len(ans.points) - 1  # the answer's point
-            if ans.status != "none_meet":
-                ans.non_monotone = [
-                    m.concurrency
-                    for m in ans.points[:top]
-                    if not all(_meets(m, attr, b) for _, attr, b in budgets)
-                ]
-            if ans.status == "bracketed":
-                c, ans.binding, i = best
-                ans.concurrency, ans.lower, ans.upper = c, ans.points[i - 1], ans.points[i]
-                lo, hi = ans.lower, ans.upper
-                if lo.request_throughput_req_s is not None and hi.request_throughput_req_s is not None:
-                    ans.request_throughput_req_s = value_at_log2(
-                        lo.concurrency,
-                        lo.request_throughput_req_s,
-                        hi.concurrency,
-                        hi.request_throughput_req_s,
-                        c,
-                    )
-                ref = by_m[id(lo)]
-                slos = {"ttft_ms": ttft_p99_ms} | ({"itl_ms": itl_p99_ms} if itl_p99_ms is not None else {})
-                g = point_goodput(ref, slos)
-                if g is None:
-                    ans.goodput_reason = (
-                        "no per-request records (no requests.jsonl): the bench files hold percentiles, and "
-                        "which requests met every SLO at once is not in them"
-                    )
-                else:
-                    ans.goodput_good, ans.goodput_req_s = g
-            else:
-                ans.next_concurrency = _next_point(ans.points, ans.status)
-                if ans.next_concurrency is not None:
-                    ans.stanza = plan_stanza(ans.next_concurrency, ref)
-            ans.settings = _settings(ans, ref)
+            if ans is not None:
+                answers.append(ans)
     return answers
+
+
+def plan_sweep(
+    campaign: str,
+    rnd: str | None,
+    eng: str,
+    sweep: list[BenchPoint],
+    ttft_p99_ms: float,
+    itl_p99_ms: float | None = None,
+    gate_ok: Callable[[BenchPoint], bool] | None = None,
+    window_max_running: Callable[[BenchPoint], float | None] | None = None,
+    weight_format_of: Callable | None = None,
+) -> SloAnswer | None:
+    """The planner's answer for one concurrency sweep (one series: a round's engine, or one run of our own);
+    None for a sweep without points. The selection page's best-per-budget table asks this for every series
+    and budget."""
+    allpts = sorted(sweep, key=lambda p: p.concurrency)
+    if not allpts:
+        return None
+    ok = [p for p in allpts if gate_ok is None or gate_ok(p)]
+    ans = SloAnswer(
+        campaign=campaign,
+        round=rnd,
+        engine=eng,
+        weight_format=_weight_format(allpts[0], weight_format_of),
+        run=allpts[0].run.name,
+        ttft_p99_ms=ttft_p99_ms,
+        itl_p99_ms=itl_p99_ms,
+        excluded=[p.cite() for p in allpts if p not in ok],
+    )
+    by_m = {}
+    for p in ok:
+        m = Measured(
+            concurrency=p.concurrency,
+            p99_ttft_ms=p.result.p99_ttft_ms,
+            p99_itl_ms=p.result.stat_ms("p99", "itl"),
+            request_throughput_req_s=p.result.request_throughput_req_s,
+            output_throughput_tok_s=p.result.output_throughput_tok_s,
+            source=p.cite("p99_ttft_ms"),
+            run=p.run.name,
+            label=p.label,
+            max_running=window_max_running(p) if window_max_running else None,
+        )
+        ans.points.append(m)
+        by_m[id(m)] = p
+    if not ans.points:
+        return ans
+    budgets = [("ttft", "p99_ttft_ms", ttft_p99_ms)]
+    if itl_p99_ms is not None:
+        budgets.append(("itl", "p99_itl_ms", itl_p99_ms))
+    best: tuple[float, str, int] | None = None
+    statuses = []
+    for name, attr, b in budgets:
+        status, i = _crossing(ans.points, attr, b)
+        statuses.append(status)
+        if status == "bracketed":
+            lo, hi = ans.points[i - 1], ans.points[i]
+            c = interpolate_log2(lo.concurrency, getattr(lo, attr), hi.concurrency, getattr(hi, attr), b)
+            if best is None or c < best[0]:
+                best = (c, name, i)
+    if "none_meet" in statuses:
+        ans.status = "none_meet"
+    elif best is not None:
+        ans.status = "bracketed"
+    else:
+        ans.status = "highest_meets"
+    ref = by_m[id(ans.points[-1 if ans.status == "highest_meets" else 0])]
+    top = best[2] - 1 if ans.status == "bracketed" and best else len(ans.points) - 1  # the answer's point
+    if ans.status != "none_meet":
+        ans.non_monotone = [
+            m.concurrency for m in ans.points[:top] if not all(_meets(m, attr, b) for _, attr, b in budgets)
+        ]
+    if ans.status == "bracketed" and best is not None:
+        c, ans.binding, i = best
+        ans.concurrency, ans.lower, ans.upper = c, ans.points[i - 1], ans.points[i]
+        lo, hi = ans.lower, ans.upper
+        # the throughputs at the answer: linear in log2(concurrency) between the bracketing points, as p99 is
+        for attr in ("request_throughput_req_s", "output_throughput_tok_s"):
+            v_lo, v_hi = getattr(lo, attr), getattr(hi, attr)
+            if v_lo is not None and v_hi is not None:
+                setattr(ans, attr, value_at_log2(lo.concurrency, v_lo, hi.concurrency, v_hi, c))
+        ref = by_m[id(lo)]
+        slos = {"ttft_ms": ttft_p99_ms} | ({"itl_ms": itl_p99_ms} if itl_p99_ms is not None else {})
+        g = point_goodput(ref, slos)
+        if g is None:
+            ans.goodput_reason = (
+                "no per-request records (no requests.jsonl): the bench files hold percentiles, and "
+                "which requests met every SLO at once is not in them"
+            )
+        else:
+            ans.goodput_good, ans.goodput_req_s = g
+    else:
+        ans.next_concurrency = _next_point(ans.points, ans.status)
+        if ans.next_concurrency is not None:
+            ans.stanza = plan_stanza(ans.next_concurrency, ref)
+    ans.settings = _settings(ans, ref)
+    return ans
 
 
 def _weight_format(p: BenchPoint, of: Callable | None) -> str | None:
