@@ -121,39 +121,57 @@ def check_pool_llamacpp(log_path: Path | None, props: dict[str, Any] | None) -> 
     )
 
 
-def check_prefix_caching_off(sp: ServerPlan, log_path: Path | None) -> CheckResult:
-    """vLLM: ``--no-enable-prefix-caching`` given (V1 turns it on by default) and the engine config line
-    agrees; llama.cpp: ``--cache-ram 0`` and ``--slot-prompt-similarity 0`` (no reuse of an earlier
-    prompt)."""
+def check_prefix_cache(sp: ServerPlan, log_path: Path | None) -> CheckResult:
+    """The engine's prefix cache against the plan's ``[server] prefix_cache``. ``off`` (check
+    ``prefix_caching_off``, an analysis gate): vLLM ``--no-enable-prefix-caching`` given (V1 turns it on by
+    default) and the engine config line agrees; llama.cpp ``--cache-ram 0`` and ``--slot-prompt-similarity 0``
+    (no reuse of an earlier prompt; requests also say ``cache_prompt: false``). ``on`` (check
+    ``prefix_caching_on``): vLLM without ``--no-enable-prefix-caching`` and the config line not saying
+    False; llama.cpp with a host prompt cache (``--cache-ram`` not 0) or slots picked by prompt similarity
+    (``--slot-prompt-similarity`` not 0; requests say ``cache_prompt: true``). ``any``: not checked."""
+    setting = sp.prefix_cache
+    name = {"off": "prefix_caching_off", "on": "prefix_caching_on"}.get(setting, "prefix_caching")
+    if setting == "any":
+        return CheckResult("startup", name, None, "prefix_cache = any in the plan: not checked")
     if sp.attach:
         return CheckResult(
-            "startup",
-            "prefix_caching_off",
-            None,
-            "attached server: flags unknown; see the per-point counters",
+            "startup", name, None, "attached server: flags unknown; see the per-point counters"
         )
     if sp.engine == "vllm":
-        flag = "--no-enable-prefix-caching" in sp.args
+        flag_off = "--no-enable-prefix-caching" in sp.args
         logged = None
         if log_path is not None and log_path.exists():
             cfg = parse_vllm_log_bytes(_complete_lines(log_path), log_path).engine_config
             logged = cfg.enable_prefix_caching if cfg is not None else None
-        ok = flag and logged is not True
+        if setting == "off":
+            ok = flag_off and logged is not True
+            given = "given" if flag_off else "MISSING"
+        else:
+            ok = not flag_off and logged is not False
+            given = "given: cache off" if flag_off else "not given"
         return CheckResult(
             "startup",
-            "prefix_caching_off",
+            name,
             ok,
-            (
-                f"--no-enable-prefix-caching {'given' if flag else 'MISSING'}; engine config "
-                f"enable_prefix_caching={logged}"
-            ),
+            f"--no-enable-prefix-caching {given}; engine config enable_prefix_caching={logged}",
         )
     cram = flag_value(sp.args, "--cache-ram", "-cram")
     sps = flag_value(sp.args, "--slot-prompt-similarity", "-sps")
-    ok = cram == "0" and sps is not None and float(sps) == 0.0
+    off = cram == "0" and sps is not None and float(sps) == 0.0
     return CheckResult(
-        "startup", "prefix_caching_off", ok, f"--cache-ram {cram}, --slot-prompt-similarity {sps}"
+        "startup",
+        name,
+        off if setting == "off" else not off,
+        f"--cache-ram {cram}, --slot-prompt-similarity {sps}",
     )
+
+
+def prefix_cache_request_extra(engine: str, setting: str) -> dict[str, Any]:
+    """What a request says about the prefix cache: llama.cpp's ``cache_prompt`` (reuse of the slot's earlier
+    prompt) false unless the plan's ``prefix_cache`` lets the cache work; vLLM has no per-request switch."""
+    if engine != "llamacpp":
+        return {}
+    return {"cache_prompt": setting != "off"}
 
 
 def check_greedy(extra_body: dict[str, Any]) -> CheckResult:
@@ -198,7 +216,11 @@ def point_checks(
     engine: str,
     metrics_before: str | None,
     metrics_after: str | None,
+    prefix_cache: str = "off",
 ) -> list[CheckResult]:
+    """Did the point measure what it claims? Lengths are each request's own (``max_tokens``, and ``input_len``
+    when ids were sent; a prompt sent as text has only the server's count: n/a). Prefix-cache hits must be
+    zero when the plan's ``prefix_cache`` is off; otherwise their count is recorded, unjudged (ok None)."""
     pid = point.point_id
     ok_recs = [r for r in records if r.error_kind is None]
     errors: dict[str, int] = {}
@@ -225,25 +247,32 @@ def point_checks(
     def usage(r: RequestRecord, key: str) -> Any:
         return (r.usage or {}).get(key)
 
-    bad_out = [r.request_id for r in ok_recs if usage(r, "completion_tokens") != point.output_len]
-    bad_chunks = [r.request_id for r in ok_recs if sum(r.chunk_tokens) != point.output_len]
+    fixed_out = all(r.max_tokens == point.output_len for r in records)
+    want_out = str(point.output_len) if fixed_out else "max_tokens"
+    bad_out = [r.request_id for r in ok_recs if usage(r, "completion_tokens") != r.max_tokens]
+    bad_chunks = [r.request_id for r in ok_recs if sum(r.chunk_tokens) != r.max_tokens]
     out.append(
         CheckResult(
             "point",
             "output_tokens",
             (not bad_out and not bad_chunks) if ok_recs else None,
-            f"usage.completion_tokens != {point.output_len} in {len(bad_out)}, streamed tokens != "
-            f"{point.output_len} in {len(bad_chunks)} of {len(ok_recs)} completed",
+            f"usage.completion_tokens != {want_out} in {len(bad_out)}, streamed tokens != "
+            f"{want_out} in {len(bad_chunks)} of {len(ok_recs)} completed",
             pid,
         )
     )
-    bad_in = [r.request_id for r in ok_recs if usage(r, "prompt_tokens") != point.input_len]
+    id_recs = [r for r in ok_recs if r.prompt_format is None]
+    fixed_in = all(r.input_len == point.input_len for r in id_recs)
+    want_in = str(point.input_len) if fixed_in else "the ids sent"
+    bad_in = [r.request_id for r in id_recs if usage(r, "prompt_tokens") != r.input_len]
     out.append(
         CheckResult(
             "point",
             "input_tokens",
-            not bad_in if ok_recs else None,
-            f"usage.prompt_tokens != {point.input_len} in {len(bad_in)} of {len(ok_recs)} completed",
+            not bad_in if id_recs else None,
+            f"usage.prompt_tokens != {want_in} in {len(bad_in)} of {len(id_recs)} completed"
+            if id_recs or not ok_recs
+            else "prompts sent as text: the server's usage is their only count",
             pid,
         )
     )
@@ -279,8 +308,8 @@ def point_checks(
                 CheckResult(
                     "point",
                     "prefix_cache_hits",
-                    ha - hb == 0,
-                    f"{ha - hb:g} prefix-cache hit tokens",
+                    ha - hb == 0 if prefix_cache == "off" else None,
+                    f"{ha - hb:g} prefix-cache hit tokens" + _unjudged(prefix_cache),
                     pid,
                     facts={"prefix_cache_hits_delta": ha - hb},
                 )
@@ -289,11 +318,23 @@ def point_checks(
         out.append(CheckResult("point", "preemptions", None, f"{engine} has no preemption counter", pid))
         # llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache.
         prompt_n = [(r.engine_timings or {}).get("prompt_n") for r in ok_recs]
+        sent_n = [r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ok_recs]
         if not ok_recs or any(n is None for n in prompt_n):
             out.append(CheckResult("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid))
         else:
-            reused = sum(point.input_len - n for n in prompt_n)
-            out.append(CheckResult("point", "prefix_cache_hits", reused == 0,
-                             f"{reused} prompt tokens not evaluated (taken from cache)", pid,
-                             facts={"prefix_cache_hits_delta": reused}))  # fmt: skip
+            reused = sum(s - n for s, n in zip(sent_n, prompt_n, strict=True))
+            out.append(
+                CheckResult(
+                    "point",
+                    "prefix_cache_hits",
+                    reused == 0 if prefix_cache == "off" else None,
+                    f"{reused} prompt tokens not evaluated (taken from cache)" + _unjudged(prefix_cache),
+                    pid,
+                    facts={"prefix_cache_hits_delta": reused},
+                )
+            )
     return out
+
+
+def _unjudged(prefix_cache: str) -> str:
+    return "" if prefix_cache == "off" else f" (prefix_cache = {prefix_cache} in the plan: reuse allowed)"

@@ -61,7 +61,7 @@ class _TokenCounter:
             self.source = next((s for s in self.ORDER if s in offers), "events")
         if self.source == "events":
             # no count on the wire: one token per chunk that carries text (approximate; recorded as such)
-            return 1 if choice.get("text") else 0
+            return 1 if choice_text(choice) else 0
         if self.source not in offers:
             self.source = "mixed"  # analysis must not trust these counts
             return 0
@@ -70,6 +70,15 @@ class _TokenCounter:
         n = offers[self.source] - self._prev[self.source]
         self._prev[self.source] = offers[self.source]
         return n
+
+
+def choice_text(choice: dict[str, Any]) -> str | None:
+    """The text a streamed choice carries: ``text`` (completions) or ``delta.content`` (chat)."""
+    text = choice.get("text")
+    if text is None:
+        delta = choice.get("delta")
+        text = delta.get("content") if delta.__class__ is dict else None
+    return text if text.__class__ is str else None
 
 
 def _error(kind: str, err: BaseException | str) -> tuple[str, str]:
@@ -89,10 +98,16 @@ async def stream_completion(
     request_timeout_s: float,
     clock: Clock = SYSTEM_CLOCK,
     on_chunk: Callable[[int], None] | None = None,
+    headers: dict[str, str] | None = None,
+    text_out: list[str] | None = None,
 ) -> RequestRecord:
-    """Send one streaming completion and return its record. ``meta`` holds the record's identity fields
-    (``request_id`` ... ``max_tokens``) and optionally ``_sink``. Never raises, except CancelledError (after
-    the partial record has been handed to ``meta['_sink']`` if one was given)."""
+    """Send one streaming completion (``/v1/completions`` or ``/v1/chat/completions``: the body says which)
+    and return its record. ``meta`` holds the record's identity fields (``request_id`` ... ``max_tokens``) and
+    optionally ``_sink``; ``headers`` are sent beside the fixed ones (an API key's Authorization);
+    ``text_out``, when given, receives the streamed text piece by piece (a multi-turn conversation's reply).
+    With ``meta["prompt_format"] == "text"`` the record's ``input_len`` is the server's
+    ``usage.prompt_tokens``. Never raises, except CancelledError (after the partial record has been handed to
+    ``meta['_sink']`` if one was given)."""
     identity = {k: v for k, v in meta.items() if not k.startswith("_")}
     chunk_mono: list[int] = []
     chunk_unix: list[int] = []
@@ -104,6 +119,7 @@ async def stream_completion(
     status: int | None = None
     headers_at = None
     retries = 0
+    send_headers = {**_HEADERS, **headers} if headers else _HEADERS
     mono, unix = clock.mono_ns, clock.unix_ns
     sent = stamp(clock)
 
@@ -119,6 +135,10 @@ async def stream_completion(
             chunk_tokens.append(n)
             if choice.get("finish_reason") is not None:
                 state["finish_reason"] = choice["finish_reason"]
+            if text_out is not None:
+                piece = choice_text(choice)
+                if piece:
+                    text_out.append(piece)
             if on_chunk is not None:
                 on_chunk(n)
         usage = obj.get("usage")
@@ -134,7 +154,9 @@ async def stream_completion(
                 try:
                     # The request is built (body encoded) before the send stamp: what a TTFT counts starts
                     # when the request is handed to the connection, not with the client's own encoding.
-                    request = client.build_request("POST", url, content=orjson.dumps(body), headers=_HEADERS)
+                    request = client.build_request(
+                        "POST", url, content=orjson.dumps(body), headers=send_headers
+                    )
                     sent = stamp(clock)
                     resp = await client.send(request, stream=True)
                     try:
@@ -208,6 +230,11 @@ def _finish(
 ) -> RequestRecord:
     """The request's record, built once when it ended (the per-chunk path only appends to three lists)."""
     end = stamp(clock)
+    if identity.get("prompt_format") == "text":  # no ids were counted: the server's count is the length
+        usage = state["usage"] or {}
+        identity["input_len"] = (
+            usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+        )
     return RequestRecord(
         **identity,
         send_mono_ns=sent.mono_ns,

@@ -74,6 +74,39 @@ def redact_args(argv: list[str]) -> list[str]:
     return out
 
 
+_SECRET_HEADER = re.compile(r"AUTHORIZATION|COOKIE|TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+def plan_secrets(api_key: str | None, headers: dict[str, str]) -> list[str]:
+    """Every value of a run that must never reach raw/: the API key (read from the environment variable the
+    plan names) and each extra header whose name or value looks secret (``Authorization``, ``X-Api-Key``, a
+    bearer token ...). Longest first, so a value inside another is scrubbed after it."""
+    found = [api_key] if api_key else []
+    for name, value in headers.items():
+        if _SECRET_HEADER.search(name) or looks_like_secret(value):
+            found.append(value)
+            found += value.split()[1:]  # "Bearer <token>": the token alone too
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with every occurrence of each secret replaced by ``<redacted>``."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def scrub_obj(obj: Any, secrets: list[str]) -> Any:
+    """A JSON-like value with every string scrubbed (the plan as the seal records it)."""
+    if isinstance(obj, str):
+        return scrub(obj, secrets)
+    if isinstance(obj, dict):
+        return {k: scrub_obj(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [scrub_obj(v, secrets) for v in obj]
+    return obj
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text(errors="replace")
@@ -142,9 +175,15 @@ def command_info(command: list[str] | None, sp: ServerPlan) -> dict[str, Any]:
 
 
 def collect(
-    adapter: Adapter, sp: ServerPlan, command: list[str] | None, env: dict[str, str]
+    adapter: Adapter,
+    sp: ServerPlan,
+    command: list[str] | None,
+    env: dict[str, str],
+    secrets: list[str] | None = None,
 ) -> dict[str, str]:
-    """Every fingerprint file, name → text (written into ``fingerprint/`` by the run)."""
+    """Every fingerprint file, name → text (written into ``fingerprint/`` by the run); every file is scrubbed
+    of ``secrets`` (``plan_secrets``: the API key wherever it appears, e.g. in the environment under a name
+    that does not look secret)."""
     files = {
         "os.txt": os_info(),
         "cpu.txt": cpu_info(),
@@ -166,7 +205,7 @@ def collect(
     if ceilings and Path(ceilings).is_file():
         files["ceilings.json"] = Path(ceilings).read_text()
     files["summary.json"] = json.dumps(summary(files, sp), indent=2, ensure_ascii=False) + "\n"
-    return files
+    return {name: scrub(text, secrets or []) for name, text in files.items()}
 
 
 def summary(files: dict[str, str], sp: ServerPlan) -> dict[str, Any]:

@@ -5,8 +5,10 @@ time on a seeded schedule drawn before the point starts (``arrival_offsets_ns``)
 doing, optionally capped at ``max_concurrency`` in flight; every record keeps its scheduled and actual send
 time.
 
-Prompts are token ids drawn from a seeded RNG (numpy PCG64) over the plan's printable, non-special id range,
-so every input has exactly the requested length and a point can be replayed from its seed.
+What each request sends (its prompt, output length, endpoint, prefix, conversation turn) is
+``collector.workload``'s; by default token ids drawn from a seeded RNG (numpy PCG64) over the plan's
+printable, non-special id range, so every input has exactly the requested length and a point can be replayed
+from its seed.
 """
 
 from __future__ import annotations
@@ -32,36 +34,7 @@ from collector.client import stream_completion
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.plan import PointPlan, RatePlan
 from collector.raw.records import RequestRecord
-
-
-def prompt_token_ids(seed: int, n_requests: int, input_len: int, low: int, high: int) -> list[list[int]]:
-    """``n_requests`` prompts of ``input_len`` ids, uniform on [low, high), from
-    ``numpy.random.default_rng(seed)``."""
-    rng = np.random.default_rng(seed)
-    return rng.integers(low, high, size=(n_requests, input_len), dtype=np.int64).tolist()
-
-
-def completion_body(
-    model: str, prompt: list[int], max_tokens: int, engine_extra: dict[str, Any], plan_extra: dict[str, Any]
-) -> dict[str, Any]:
-    """The request every engine gets: greedy, fixed output length, usage reported at the end of the stream."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    for extra in (engine_extra, plan_extra):
-        for k, v in extra.items():
-            if isinstance(v, dict) and isinstance(body.get(k), dict):
-                body[k] = {**body[k], **v}
-            else:
-                body[k] = v
-    return body
-
+from collector.workload import ENDPOINT_PATHS, WorkloadSpec, build_prompts, record_fields, turn_body
 
 # --------------------------------------------------------------------------------------- open-loop schedule
 
@@ -229,17 +202,25 @@ async def run_point(
     workers: int | None = None,
     worker_offset: int = 0,
     start_mono_ns: int | None = None,
+    workload: WorkloadSpec | None = None,
+    headers: dict[str, str] | None = None,
 ) -> PointOutcome:
     """One point's load in this process: its closed loop, or a rate point's open loop (``_open_loop``). A
     shard (``run_load``) sends only the request ``indices`` it was given, with ``workers`` workers (a rate
     point: that many in flight at most, 0 = no cap) numbered from ``worker_offset``; a rate point's schedule
     starts at ``start_mono_ns`` (every shard the same; default: when this call starts its load)."""
     point, offsets = resolve_rate_point(point)
-    prompts = prompt_token_ids(point.seed, point.requests, point.input_len, *token_id_range)
+    # what each request sends (collector.workload); ``headers``: the plan's and its API key's
+    spec = workload or WorkloadSpec()
+    prompts = build_prompts(
+        spec, point.seed, point.requests, point.input_len, point.output_len, *token_id_range
+    )
     todo = list(range(point.requests)) if indices is None else list(indices)
+    if spec.turns > 1:  # a worker takes a whole conversation: its first request's index stands for it
+        todo = [i for i in todo if i % spec.turns == 0]
     n_workers = min(point.concurrency, len(todo)) if workers is None else min(workers, len(todo))
     out = PointOutcome(point.point_id)
-    url = f"{base_url}/v1/completions"
+    url = f"{base_url}{ENDPOINT_PATHS[spec.endpoint]}"
     state = {"next": 0, "connect_fail_streak": 0}
     unreachable_after = max(3, point.concurrency)
 
@@ -302,10 +283,28 @@ async def run_point(
             while not abort.is_set and state["next"] < len(todo):
                 i = todo[state["next"]]
                 state["next"] += 1
-                out.sent += 1
-                await send(i, w)
+                if spec.turns == 1:
+                    out.sent += 1
+                    await send(i, w)
+                    continue
+                history: list[tuple[str, str]] = []  # a conversation: turns i .. i + turns - 1, in order
+                for t in range(spec.turns):
+                    if abort.is_set:
+                        break
+                    if t and spec.turn_delay_ms:  # the user's think time before the next turn
+                        await asyncio.sleep(spec.turn_delay_ms / 1e3)
+                    out.sent += 1
+                    reply: list[str] = []
+                    await send(i + t, w, history=history, text_out=reply)
+                    history.append((prompts[i + t].text or "", "".join(reply)))
 
-        async def send(i: int, w: int, scheduled_mono_ns: int | None = None) -> None:
+        async def send(
+            i: int,
+            w: int,
+            scheduled_mono_ns: int | None = None,
+            history: list[tuple[str, str]] | None = None,
+            text_out: list[str] | None = None,
+        ) -> None:
             """Request ``i`` on worker ``w``'s connection, recorded when it ends; a rate point's request
             carries its scheduled send time."""
             client = await client_of(w)
@@ -319,14 +318,15 @@ async def run_point(
                 "worker": worker_offset + w,
                 "concurrency": point.concurrency,
                 "seed": point.seed,
-                "input_len": point.input_len,
-                "max_tokens": point.output_len,
+                "input_len": prompts[i].input_len or 0,
+                "max_tokens": prompts[i].max_tokens,
+                **record_fields(spec, prompts[i], i),
                 "_sink": record,
             }
             if point.rate is not None:
                 meta["scheduled_mono_ns"] = scheduled_mono_ns
                 meta["request_rate"] = point.rate.request_rate
-            body = completion_body(model, prompts[i], point.output_len, engine_extra, plan_extra)
+            body = turn_body(spec, model, prompts[i], history or [], engine_extra, plan_extra)
             rec = await stream_completion(
                 client,
                 url,
@@ -335,6 +335,8 @@ async def run_point(
                 request_timeout_s=request_timeout_s,
                 clock=clock,
                 on_chunk=on_chunk,
+                headers=headers,
+                text_out=text_out,
             )
             record(rec)
 
@@ -466,11 +468,19 @@ def shards_for(setting: int, concurrency: int, cores: int | None = None) -> int:
     return max(1, min(cores, concurrency // SHARD_MIN_STREAMS))
 
 
-def _split(point: PointPlan, n: int, k: int) -> tuple[list[int], int, int]:
-    """Shard k of n: its request indices (every n-th), its workers and the number of its first worker."""
+def _split(point: PointPlan, n: int, k: int, turns: int = 1) -> tuple[list[int], int, int]:
+    """Shard k of n: its request indices (every n-th; with multi-turn ``turns``, every n-th conversation's
+    requests), its workers and the number of its first worker."""
     base, extra = divmod(point.concurrency, n)
     workers = base + (k < extra)
-    return list(range(k, point.requests, n)), workers, k * base + min(k, extra)
+    first = k * base + min(k, extra)
+    if turns > 1:
+        return (
+            [c * turns + t for c in range(k, point.requests // turns, n) for t in range(turns)],
+            workers,
+            first,
+        )
+    return list(range(k, point.requests, n)), workers, first
 
 
 def _shard_main(
@@ -485,7 +495,7 @@ def _shard_main(
     async def main() -> None:
         abort = Abort()
         point = kw.pop("point")
-        indices, workers, offset = _split(point, n, k)
+        indices, workers, offset = _split(point, n, k, kw["workload"].turns if kw.get("workload") else 1)
 
         def late(lag_ns: int) -> None:
             conn.send(("late", lag_ns))

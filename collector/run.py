@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import errno
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -37,7 +38,7 @@ from rich.table import Table
 
 from analysis import metrics
 from collector import checks as ck
-from collector import fingerprint
+from collector import fingerprint, workload
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.loadgen import Abort, resolve_rate_point, run_load, shards_for
 from collector.plan import plan_data
@@ -210,9 +211,9 @@ def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
     return doc
 
 
-def _get_json(url: str) -> tuple[int | None, Any]:
+def _get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int | None, Any]:
     try:
-        r = httpx.get(url, timeout=10.0)
+        r = httpx.get(url, timeout=10.0, headers=headers)
         try:
             return r.status_code, r.json()
         except ValueError:
@@ -224,8 +225,12 @@ def _get_json(url: str) -> tuple[int | None, Any]:
 class _Protocol:
     """State of one run while it executes; ``execute_run`` drives it."""
 
-    def __init__(self, plan: Plan, run: Run, console: Console, clock: Clock):
+    def __init__(self, plan: Plan, run: Run, console: Console, clock: Clock, api_key: str | None = None):
         self.plan, self.run, self.console, self.clock = plan, run, console, clock
+        # what the requests send (collector.workload); the headers (API key) go to every request and scrape
+        self.spec = workload.spec_from_plan(plan)
+        self.headers = workload.request_headers(api_key, plan.load.headers)
+        self.secrets = fingerprint.plan_secrets(api_key, plan.load.headers)
         self.io_error: str | None = None  # the first failed write to the raw store (disk full)
         self.streams: list[Stream] = []
         self.events = EventLog(
@@ -290,7 +295,9 @@ class _Protocol:
     def fingerprint(self) -> None:
         sp = self.plan.server
         adapter = self.server.adapter
-        for name, text in fingerprint.collect(adapter, sp, self.server.command, server_env(sp)).items():
+        for name, text in fingerprint.collect(
+            adapter, sp, self.server.command, server_env(sp), self.secrets
+        ).items():
             self.run.write_text(f"fingerprint/{name}", text, source="collector.fingerprint")
 
     def start_server(self) -> None:
@@ -339,7 +346,7 @@ class _Protocol:
         props = None
         paths = ["/v1/models", "/version"] + (["/props"] if sp.engine == "llamacpp" else [])
         for p in paths:
-            status, body = _get_json(base + p)
+            status, body = _get_json(base + p, self.headers)
             self.run.write_json(
                 f"fingerprint/server{p.replace('/', '-')}.json", {"status": status, "body": body}
             )
@@ -352,13 +359,13 @@ class _Protocol:
             self.record_check(ck.check_pool_vllm(log_path, metrics_text))
         else:
             self.record_check(ck.check_pool_llamacpp(log_path, props))
-        self.record_check(ck.check_prefix_caching_off(sp, log_path))
+        self.record_check(ck.check_prefix_cache(sp, log_path))
         self.record_check(ck.check_greedy(self.plan.load.extra_body))
         self.record_check(ck.check_sampling_overrides(sp.engine, log_path))
         return metrics_text
 
     def _boundary_scrape(self, tag: str, point: str | None) -> ScrapeRecord:
-        with httpx.Client(timeout=10.0) as c:
+        with httpx.Client(timeout=10.0, headers=self.headers) as c:
             rec = scrape_metrics(c, f"{self.plan.server.base_url}/metrics", self.clock, tag=tag, point=point)
         self.scrapes.write(rec)
         return rec
@@ -369,7 +376,8 @@ class _Protocol:
         if gpu:
             self.scrapes.write(query_nvidia_smi(self.clock, tag="startup"))
         self.sampler = Sampler(self.plan.server.base_url, s.interval_s, self.scrapes, self.events.emit,
-                               metrics=s.metrics, nvidia_smi=gpu, clock=self.clock)  # fmt: skip
+                               metrics=s.metrics, nvidia_smi=gpu, clock=self.clock,
+                               headers=self.headers)  # fmt: skip
         self.sampler.start()
 
     async def phases(self) -> None:
@@ -449,7 +457,9 @@ class _Protocol:
         out = await run_load(
             pt, shards=shards, base_url=sp.base_url, model=sp.served_model_name,
             token_id_range=(p.model.token_id_low, p.model.token_id_high),
-            engine_extra=self.server.adapter.request_extra(), plan_extra=p.load.extra_body,
+            engine_extra={**self.server.adapter.request_extra(),
+                          **ck.prefix_cache_request_extra(sp.engine, sp.prefix_cache)},
+            plan_extra=p.load.extra_body, workload=self.spec, headers=self.headers,
             request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
             sink=sink, abort=self.abort, on_chunk=live.chunk, on_request=live.request, clock=self.clock,
             on_late=late, warn_ns=limit_ns,
@@ -500,7 +510,13 @@ class _Protocol:
                 self.io_fault(err, f"bench/{pt.point_id}.json")
             self.rows.append(point_row(pt, records))
         for c in ck.point_checks(
-            pt, records, out.sent, sp.engine, before.text if before else None, after.text if after else None
+            pt,
+            records,
+            out.sent,
+            sp.engine,
+            before.text if before else None,
+            after.text if after else None,
+            prefix_cache=sp.prefix_cache,
         ):
             self.record_check(c)
         if not out.aborted:
@@ -597,6 +613,10 @@ def execute_run(
 ) -> RunResult:
     plan = load_plan(plan_file)
     console = console or Console(stderr=True)
+    # the API key and the workload's files (dataset, tokenizer) are checked before anything is written
+    api_key = workload.api_key(plan.load.api_key_env, os.environ)
+    workload.validate(workload.spec_from_plan(plan), plan.model.token_id_low, plan.model.token_id_high)
+    secrets = fingerprint.plan_secrets(api_key, plan.load.headers)
     pf = preflight(plan, Path(raw_root))  # nothing is written before this passes
     for note in pf.notes:
         console.print(f"pre-flight: {note}", markup=False, highlight=False)
@@ -621,8 +641,13 @@ def execute_run(
     status, reason, crash = "complete", None, None
     restore = _install_sigterm()
     try:
-        run.copy_file("plan.toml", plan_file)
-        proto = _Protocol(plan, run, console, clock)
+        if any(x in plan.raw_text for x in secrets):  # a literal secret header: the copy is scrubbed
+            run.write_text(
+                "plan.toml", fingerprint.scrub(plan.raw_text, secrets), source="collector.fingerprint"
+            )
+        else:
+            run.copy_file("plan.toml", plan_file)
+        proto = _Protocol(plan, run, console, clock, api_key)
         proto.events.emit(
             "run_start",
             plan=str(plan_file),
@@ -665,7 +690,8 @@ def execute_run(
                 reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
                 status = "failed"
         try:
-            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": checks_failed,
+            plan_obj = fingerprint.scrub_obj(_jsonable(plan), secrets)  # a literal secret header: scrubbed
+            run.seal(status, note=reason, extra={"plan": plan_obj, "checks_failed": checks_failed,
                                                  "points_done": proto.points_done if proto else 0,
                                                  "points_planned": len(plan.points)})  # fmt: skip
         except (OSError, StoreError) as err:

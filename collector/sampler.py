@@ -126,8 +126,10 @@ class Sampler:
         metrics: bool = True,
         nvidia_smi: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        headers: dict[str, str] | None = None,
     ):
         self.url = f"{base_url}/metrics"
+        self.headers = headers or {}  # an API key's Authorization (llama-server guards /metrics with it)
         self.interval_ns = int(interval_s * 1e9)
         self.log, self.emit, self.clock = log, emit, clock
         self.metrics, self.nvidia_smi = metrics, nvidia_smi
@@ -146,7 +148,7 @@ class Sampler:
 
     def _run(self) -> None:
         timeout_s = max(2.0, 2 * self.interval_ns / 1e9)
-        with httpx.Client(timeout=timeout_s) as client:
+        with httpx.Client(timeout=timeout_s, headers=self.headers) as client:
             start_ns = self.clock.mono_ns()
             k = 0
             while not self._stop.is_set():

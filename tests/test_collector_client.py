@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from collector.client import stream_completion
-from collector.loadgen import Abort, completion_body, prompt_token_ids, run_point
+from collector.loadgen import Abort, run_point
 from collector.raw.plan import PointPlan
 from collector.raw.records import RequestRecord
+from collector.workload import completion_body, prompt_token_ids
 from tests.fault_server import FaultServer
 from tests.loopback import free_port
 

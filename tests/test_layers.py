@@ -63,6 +63,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "collector/engines.py",
             "collector/init.py",
             "collector/preflight.py",
+            "collector/workload.py",
             "analysis/campaign.py",
             "analysis/rundocs.py",
             "analysis/scrape_series.py",

@@ -15,6 +15,8 @@ from typing import Any
 from collector.raw.errors import PlanError
 
 ENGINES = ("vllm", "llamacpp")
+ENDPOINTS = ("completions", "chat")  # AIPerf's --endpoint-type names (vllm bench: openai, openai-chat)
+PREFIX_CACHE = ("off", "on", "any")
 PHASE_KINDS = ("warmup", "concurrency", "length", "overload", "rate")
 ARRIVALS = ("poisson", "gamma", "constant")  # AIPerf's --arrival-pattern values
 RAMP_UP_STRATEGIES = ("linear",)  # vllm bench serve's --ramp-up-strategy (its "exponential" is not built)
@@ -34,6 +36,9 @@ class ServerPlan:
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 300.0
     stop_timeout_s: float = 20.0
+    # the engine's prefix (prompt) cache: "off" (checked at start-up: the default, every request measured
+    # cold), "on" (checked: a shared-prefix workload measures its reuse), "any" (not checked)
+    prefix_cache: str = "off"
 
     @property
     def attach(self) -> bool:
@@ -73,6 +78,27 @@ class LoadPlan:
     # load-client processes per point (each its own event loop; records merged on the one monotonic clock):
     # 0 = from the core count and the point's concurrency (collector.loadgen.shards_for)
     shards: int = 0
+    endpoint: str = "completions"  # "completions" (/v1/completions) or "chat" (/v1/chat/completions)
+    # the environment variable holding the API key (sent as "Authorization: Bearer <key>"; never written)
+    api_key_env: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers of every request
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """``[workload]``: what each request sends beyond the point's lengths (collector.workload: the meanings
+    and the peers' names). Absent: random token ids of exactly ``input_len`` on every request."""
+
+    dataset_path: Path | None = None  # ShareGPT JSON, JSONL, or a datasets .parquet/.arrow file on disk
+    tokenizer: str | None = None  # tokenizer.json or its folder; "none": send dataset text as text
+    input_range_ratio: float = 0.0  # uniform lengths on [L(1-r), L(1+r)] (vllm bench --random-range-ratio)
+    input_stddev: float = 0.0  # normal lengths (AIPerf --synthetic-input-tokens-stddev)
+    output_range_ratio: float = 0.0
+    output_stddev: float = 0.0
+    prefix_len: int = 0  # shared prefix tokens before each prompt (vllm bench --random-prefix-len)
+    num_prefixes: int = 1  # distinct prefixes (AIPerf --num-prefix-prompts)
+    turns: int = 1  # requests per conversation (GuideLLM turns, AIPerf --conversation-turn-mean)
+    turn_delay_ms: float = 0.0  # think time between turns (AIPerf --conversation-turn-delay-mean)
 
 
 @dataclass(frozen=True)
@@ -141,6 +167,7 @@ class Plan:
     phases: tuple[PhasePlan, ...]
     description: str = ""
     raw_text: str = ""
+    workload: WorkloadPlan = field(default_factory=WorkloadPlan)
 
     @property
     def points(self) -> list[PointPlan]:
@@ -239,6 +266,7 @@ def _server(t: _Table) -> ServerPlan:
         env=env,
         startup_timeout_s=t.positive("startup_timeout_s", float, 300.0),
         stop_timeout_s=t.positive("stop_timeout_s", float, 20.0),
+        prefix_cache=t.choice("prefix_cache", PREFIX_CACHE, "off"),
     )
     t.done()
     if url is None:
@@ -295,9 +323,42 @@ def _load(t: _Table) -> LoadPlan:
         read_timeout_s=t.positive("read_timeout_s", float, 120.0),
         extra_body=t.get("extra_body", dict, {}),
         shards=t.positive("shards", int, 0, zero_ok=True),
+        endpoint=t.choice("endpoint", ENDPOINTS, "completions"),
+        api_key_env=t.get("api_key_env", str, None),
+        headers=t.str_dict("headers"),
     )
     t.done()
+    if lp.api_key_env is not None and not lp.api_key_env.replace("_", "").isalnum():
+        raise t._err("api_key_env", f"the NAME of an environment variable, got {lp.api_key_env!r}")
     return lp
+
+
+def _workload(t: _Table) -> WorkloadPlan:
+    ratios = {k: t.positive(k, float, 0.0, zero_ok=True) for k in ("input_range_ratio", "output_range_ratio")}
+    stddevs = {k: t.positive(k, float, 0.0, zero_ok=True) for k in ("input_stddev", "output_stddev")}
+    wp = WorkloadPlan(
+        dataset_path=_path(t.get("dataset_path", str, None)),
+        tokenizer=t.get("tokenizer", str, None),
+        prefix_len=t.positive("prefix_len", int, 0, zero_ok=True),
+        num_prefixes=t.positive("num_prefixes", int, 1),
+        turns=t.positive("turns", int, 1),
+        turn_delay_ms=t.positive("turn_delay_ms", float, 0.0, zero_ok=True),
+        **ratios,
+        **stddevs,
+    )
+    t.done()
+    for side in ("input", "output"):
+        if ratios[f"{side}_range_ratio"] >= 1:
+            raise t._err(f"{side}_range_ratio", f"must be in [0, 1), got {ratios[side + '_range_ratio']!r}")
+        if ratios[f"{side}_range_ratio"] and stddevs[f"{side}_stddev"]:
+            raise t._err(
+                f"{side}_stddev", f"give {side}_range_ratio (uniform) or {side}_stddev (normal), not both"
+            )
+    if wp.dataset_path is not None and wp.input_range_ratio + wp.input_stddev:
+        raise t._err("input_range_ratio", "a dataset's prompts have their own lengths; no input distribution")
+    if wp.dataset_path is not None and wp.prefix_len and wp.tokenizer == "none":
+        raise t._err("prefix_len", "a prefix before dataset text is decoded from ids: it needs a tokenizer")
+    return wp
 
 
 _POINT_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
@@ -460,6 +521,7 @@ def parse_plan(text: str, path: Path) -> Plan:
     model = _model(top.sub("model"))
     sampling = _sampling(top.sub("sampling", required=False))
     load = _load(top.sub("load", required=False))
+    workload = _workload(top.sub("workload", required=False))
     top.seen.add("phase")
     raw_phases = data.get("phase")
     if not isinstance(raw_phases, list) or not raw_phases:
@@ -471,6 +533,13 @@ def parse_plan(text: str, path: Path) -> Plan:
         ph = _phase(_Table(rp, path, f"[[phase]] #{i + 1}"), sum(len(p.points) for p in phases), names)
         names.add(ph.name)
         phases.append(ph)
+    if workload.turns > 1:
+        for pt in (pt for ph in phases for pt in ph.points):
+            if pt.kind == "rate" or pt.requests % workload.turns:
+                raise PlanError(
+                    f"{path}: [workload].turns: {workload.turns} turns per conversation, but point "
+                    f"{pt.point_id} has {pt.requests} requests (a closed-loop multiple of turns)"
+                )
     return Plan(
         path=path,
         campaign=campaign,
@@ -482,6 +551,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         phases=tuple(phases),
         description=description,
         raw_text=text,
+        workload=workload,
     )
 
 

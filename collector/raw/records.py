@@ -59,7 +59,12 @@ class RequestRecord:
       ``scheduled_mono_ns`` the send time the point's arrival schedule set for this request (the point's start
       plus ``collector.loadgen.arrival_offsets_ns``), so ``send_mono_ns − scheduled_mono_ns`` is how late the
       client sent it (its own event loop, or a ``max_concurrency`` cap the request waited on for a slot);
-      ``request_rate`` the point's offered rate from the plan, req/s (its end rate under a ramp-up).
+      ``request_rate`` the point's offered rate from the plan, req/s (its end rate under a ramp-up);
+    - workload (collector.workload; each absent when not set, and in older runs): ``endpoint`` "chat" for
+      ``/v1/chat/completions`` (absent: ``/v1/completions``); ``prompt_format`` "text" when the prompt was
+      sent as text (chat messages, a dataset without its tokenizer, multi-turn): ``input_len`` is then the
+      server's ``usage.prompt_tokens`` (0 when it sent none), else the ids sent; ``prefix_id`` which shared
+      prefix the prompt began with; ``conversation`` and ``turn`` (0-based) a multi-turn request's place.
     """
 
     request_id: str
@@ -93,6 +98,11 @@ class RequestRecord:
     retries: int = 0
     scheduled_mono_ns: int | None = None
     request_rate: float | None = None
+    endpoint: str | None = None
+    prompt_format: str | None = None
+    prefix_id: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -131,6 +141,7 @@ class RequestRecord:
             **({"retries": self.retries} if self.retries else {}),
             **({"scheduled_mono_ns": self.scheduled_mono_ns} if self.scheduled_mono_ns is not None else {}),
             **({"request_rate": self.request_rate} if self.request_rate is not None else {}),
+            **{k: getattr(self, k) for k in _REQ_OPTIONAL if getattr(self, k) is not None},
         }
 
     @classmethod
@@ -174,6 +185,10 @@ class RequestRecord:
             raise bad(
                 f"key 'request_rate' should be a number > 0 (req/s) or absent, got {clip(repr(rate), 40)}"
             )
+        for k, kind in _REQ_OPTIONAL.items():
+            v = obj.get(k)
+            if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+                raise bad(f"key {k!r} should be {kind.__name__} or absent, got {clip(repr(v), 40)}")
         err = obj.get("error")
         if err is not None and (
             not isinstance(err, dict)
@@ -202,12 +217,21 @@ class RequestRecord:
             retries=obj.get("retries", 0),
             scheduled_mono_ns=obj.get("scheduled_mono_ns"),
             request_rate=None if rate is None else float(rate),
+            **{k: obj.get(k) for k in _REQ_OPTIONAL},
         )
 
 
 _REQ_INT = ("point_index", "index", "worker", "concurrency", "seed", "input_len", "max_tokens",
             "send_mono_ns", "send_unix_ns", "end_mono_ns", "end_unix_ns")  # fmt: skip
 _REQ_STR = ("request_id", "phase", "phase_kind", "point")
+# the workload's optional identity fields (written only when set)
+_REQ_OPTIONAL: dict[str, type] = {
+    "endpoint": str,
+    "prompt_format": str,
+    "prefix_id": int,
+    "conversation": int,
+    "turn": int,
+}
 
 
 # -------------------------------------------------------------------------------------------- events.jsonl

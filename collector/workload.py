@@ -1,0 +1,522 @@
+"""What each request of a point sends: its prompt (token ids or text), its output length, its prefix and its
+place in a conversation — pure, seeded functions, one per distribution and per prompt source.
+
+Names and meanings follow the peers where they agree (``vllm bench serve``, AIPerf, GuideLLM):
+
+- lengths: ``fixed`` (the point's ``input_len``/``output_len``); ``uniform`` with a ``range_ratio`` r:
+  integers uniform on [floor(L·(1−r)), ceil(L·(1+r))] (vllm bench's ``--random-range-ratio``); ``normal``
+  with a ``stddev`` σ: round(N(L, σ)) clipped to [max(1, L−3σ), L+3σ] (AIPerf's
+  ``--synthetic-input-tokens-stddev``; the clip makes the longest prompt known before the run, so pre-flight
+  can check it fits);
+- shared prefix: ``prefix_len`` tokens before each prompt, one of ``num_prefixes`` distinct prefixes (request
+  i takes prefix i mod num_prefixes); the prompt is prefix + ``input_len`` tokens (vllm bench's
+  ``--random-prefix-len``, AIPerf's ``--prefix-prompt-length`` / ``--num-prefix-prompts``);
+- multi-turn: ``turns`` requests per conversation, each turn sending every earlier turn's user text and the
+  assistant's streamed reply before its own text, after a think time of ``turn_delay_ms`` (AIPerf's
+  ``--conversation-turn-mean`` / ``--conversation-turn-delay-mean``, GuideLLM's ``turns``);
+- dataset: a local ShareGPT JSON (``[{"conversations": [{"from": "human", "value": …}, …]}]``), a JSONL
+  file of ``{"prompt"|"text"|"conversations"|"messages": …}`` objects, or a Hugging Face ``datasets`` file on
+  disk (``.parquet`` / ``.arrow``; needs pyarrow, an optional extra). Entries are taken in a seeded shuffle,
+  cycled when a point needs more than the file has (vllm bench shuffles ShareGPT with its seed).
+
+Every seeded draw uses ``numpy.random.default_rng([seed, STREAM])`` with its own stream number, so adding a
+distribution never changes the prompts; fixed-length random prompts keep ``default_rng(seed)`` exactly as
+before (older runs replay).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collector.raw.errors import PlanError
+from collector.raw.plan import Plan
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+# seed streams (numpy SeedSequence entropy [seed, STREAM]): one per kind of draw
+_INPUT_LEN, _OUTPUT_LEN, _PREFIX, _DATASET, _VARIABLE_IDS = 1, 2, 3, 4, 5
+
+
+# ------------------------------------------------------------------------------------------ lengths
+
+
+def fixed_lengths(n: int, length: int) -> list[int]:
+    """``n`` times ``length``."""
+    return [length] * n
+
+
+def uniform_lengths(n: int, length: int, range_ratio: float, seed: int, stream: int) -> list[int]:
+    """Integers uniform on [floor(L·(1−r)), ceil(L·(1+r))], at least 1 (vllm bench's
+    ``--random-range-ratio``)."""
+    low = max(1, math.floor(length * (1 - range_ratio)))
+    high = max(low, math.ceil(length * (1 + range_ratio)))
+    rng = np.random.default_rng([seed, stream])
+    return [int(x) for x in rng.integers(low, high + 1, size=n)]
+
+
+def normal_bounds(length: int, stddev: float) -> tuple[int, int]:
+    """The clip of ``normal_lengths``: [max(1, L−3σ), L+3σ], rounded outwards to integers."""
+    return max(1, math.floor(length - 3 * stddev)), math.ceil(length + 3 * stddev)
+
+
+def normal_lengths(n: int, length: int, stddev: float, seed: int, stream: int) -> list[int]:
+    """round(N(L, σ)) clipped to ``normal_bounds`` (AIPerf's ``--synthetic-input-tokens-stddev``)."""
+    low, high = normal_bounds(length, stddev)
+    rng = np.random.default_rng([seed, stream])
+    return [int(x) for x in np.clip(np.rint(rng.normal(length, stddev, size=n)), low, high)]
+
+
+def lengths(n: int, length: int, range_ratio: float, stddev: float, seed: int, stream: int) -> list[int]:
+    """The one place a length distribution is chosen: normal when ``stddev`` > 0, uniform when
+    ``range_ratio`` > 0, else fixed (a plan sets at most one of the two)."""
+    if stddev > 0:
+        return normal_lengths(n, length, stddev, seed, stream)
+    if range_ratio > 0:
+        return uniform_lengths(n, length, range_ratio, seed, stream)
+    return fixed_lengths(n, length)
+
+
+def max_length(length: int, range_ratio: float, stddev: float) -> int:
+    """The longest length ``lengths`` can draw (what pre-flight checks against the context)."""
+    if stddev > 0:
+        return normal_bounds(length, stddev)[1]
+    if range_ratio > 0:
+        return max(1, math.ceil(length * (1 + range_ratio)))
+    return length
+
+
+# ------------------------------------------------------------------------------------- random prompts
+
+
+def prompt_token_ids(seed: int, n_requests: int, input_len: int, low: int, high: int) -> list[list[int]]:
+    """``n_requests`` prompts of ``input_len`` ids, uniform on [low, high), from
+    ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(low, high, size=(n_requests, input_len), dtype=np.int64).tolist()
+
+
+def variable_token_ids(seed: int, lens: Sequence[int], low: int, high: int) -> list[list[int]]:
+    """One prompt of ``lens[i]`` ids per request, uniform on [low, high), from its own seed stream."""
+    rng = np.random.default_rng([seed, _VARIABLE_IDS])
+    return [rng.integers(low, high, size=n, dtype=np.int64).tolist() for n in lens]
+
+
+def prefix_token_ids(seed: int, num_prefixes: int, prefix_len: int, low: int, high: int) -> list[list[int]]:
+    """``num_prefixes`` distinct prefixes of ``prefix_len`` ids, uniform on [low, high)."""
+    rng = np.random.default_rng([seed, _PREFIX])
+    return rng.integers(low, high, size=(num_prefixes, prefix_len), dtype=np.int64).tolist()
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+
+
+def _entry_text(obj: Any, where: str) -> str:
+    """The first user turn of one dataset entry: ShareGPT ``conversations`` (first ``human``/``user``
+    value), OpenAI ``messages`` (first ``user`` content), or a ``prompt`` / ``text`` string."""
+    if isinstance(obj, dict):
+        conv = obj.get("conversations")
+        if isinstance(conv, list):
+            for turn in conv:
+                if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+                    if isinstance(turn.get("value"), str):
+                        return turn["value"]
+            raise PlanError(f"{where}: 'conversations' has no human/user turn with a string 'value'")
+        msgs = obj.get("messages")
+        if isinstance(msgs, list):
+            for m in msgs:
+                if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
+                    return m["content"]
+            raise PlanError(f"{where}: 'messages' has no user message with a string 'content'")
+        for key in ("prompt", "text"):
+            if isinstance(obj.get(key), str):
+                return obj[key]
+    raise PlanError(f"{where}: expected an object with 'conversations', 'messages', 'prompt' or 'text'")
+
+
+def read_json_prompts(path: Path) -> list[str]:
+    """A ShareGPT-style JSON file: a list of entries (or ``{"data": [...]}``), each one prompt."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PlanError(f"{path}: cannot read the dataset as JSON ({err})") from err
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise PlanError(f"{path}: expected a JSON list of entries")
+    return [_entry_text(e, f"{path}: entry {i}") for i, e in enumerate(data)]
+
+
+def read_jsonl_prompts(path: Path) -> list[str]:
+    """A JSONL file: one entry per non-blank line."""
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise PlanError(f"{path}: cannot read the dataset ({err})") from err
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PlanError(f"{path}:{n}: not JSON ({err.msg})") from err
+        out.append(_entry_text(obj, f"{path}:{n}"))
+    return out
+
+
+def read_arrow_prompts(path: Path) -> list[str]:
+    """A Hugging Face ``datasets`` file on disk (``.parquet``, or ``.arrow`` as ``save_to_disk`` writes it):
+    rows read with pyarrow (the optional ``datasets`` extra), each row one entry."""
+    try:
+        import pyarrow as pa  # local import: an optional dependency, needed only for these formats
+        import pyarrow.parquet as pq  # local import: same
+    except ImportError as err:
+        raise PlanError(
+            f"{path}: reading .parquet/.arrow needs pyarrow (pip install 'inference-anatomy[datasets]'); "
+            "JSON and JSONL need nothing"
+        ) from err
+    try:
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+        else:
+            with pa.memory_map(str(path)) as src:
+                try:
+                    table = pa.ipc.open_stream(src).read_all()
+                except pa.ArrowInvalid:
+                    table = pa.ipc.open_file(src).read_all()
+    except (OSError, pa.ArrowException) as err:
+        raise PlanError(f"{path}: cannot read the dataset ({err})") from err
+    return [_entry_text(row, f"{path}: row {i}") for i, row in enumerate(table.to_pylist())]
+
+
+def read_prompts(path: Path) -> list[str]:
+    """A dataset file's prompts by its suffix: .jsonl, .json, .parquet, .arrow; never empty."""
+    readers = {".jsonl": read_jsonl_prompts, ".json": read_json_prompts,
+               ".parquet": read_arrow_prompts, ".arrow": read_arrow_prompts}  # fmt: skip
+    reader = readers.get(path.suffix.lower())
+    if reader is None:
+        raise PlanError(
+            f"{path}: unknown dataset format {path.suffix!r} (use .json, .jsonl, .parquet, .arrow)"
+        )
+    prompts = [p for p in reader(path) if p]
+    if not prompts:
+        raise PlanError(f"{path}: no prompts in the dataset")
+    return prompts
+
+
+def dataset_order(seed: int, n_entries: int, n_requests: int) -> list[int]:
+    """Which entry each request takes: a seeded permutation of the file, cycled."""
+    perm = np.random.default_rng([seed, _DATASET]).permutation(n_entries)
+    return [int(perm[i % n_entries]) for i in range(n_requests)]
+
+
+# --------------------------------------------------------------------------------------------- tokenizer
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet reversed: the character a byte-level BPE vocabulary writes → the byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+class Tokenizer:
+    """A model's ``tokenizer.json``. Decoding (ids → text, for the chat endpoint and multi-turn history) is
+    done here for byte-level BPE vocabularies (GPT-2, Llama-3, Qwen) and needs nothing installed; encoding
+    (dataset text → ids) needs the ``tokenizers`` package and is None without it (the text is then sent
+    as is and its length read from the server's usage)."""
+
+    def __init__(self, path: Path):
+        file = path / "tokenizer.json" if path.is_dir() else path
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            vocab = data["model"]["vocab"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise PlanError(f"{file}: not a readable tokenizer.json ({err})") from err
+        self.path = file
+        self._id_to_token = {int(i): t for t, i in vocab.items()}
+        for added in data.get("added_tokens") or []:
+            self._id_to_token[int(added["id"])] = added["content"]
+        self._special = {int(a["id"]) for a in data.get("added_tokens") or [] if a.get("special")}
+        self._bytes = _byte_decoder()
+        self._fast: Any = None
+        try:
+            import tokenizers  # local import: optional; only encoding needs it
+
+            self._fast = tokenizers.Tokenizer.from_file(str(file))
+        except ImportError:
+            pass
+
+    @property
+    def can_encode(self) -> bool:
+        return self._fast is not None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids → text (byte-level: each vocabulary character stands for one byte; special tokens dropped)."""
+        out = bytearray()
+        for i in ids:
+            if i in self._special:
+                continue
+            tok = self._id_to_token.get(int(i))
+            if tok is None:
+                raise PlanError(f"{self.path}: token id {i} is not in the vocabulary")
+            for ch in tok:
+                b = self._bytes.get(ch)
+                out += bytes([b]) if b is not None else ch.encode()
+        return out.decode("utf-8", errors="replace")
+
+    def encode(self, text: str) -> list[int] | None:
+        """Text → ids with the model's own tokenizer (no special tokens added); None without
+        ``tokenizers``."""
+        return None if self._fast is None else list(self._fast.encode(text, add_special_tokens=False).ids)
+
+
+@cache
+def load_tokenizer(path: str) -> Tokenizer:
+    """One Tokenizer per file per process (a dataset point and every shard reuse it)."""
+    return Tokenizer(Path(path))
+
+
+def find_tokenizer(setting: str | None, server_model: str | None) -> Path | None:
+    """The tokenizer a plan uses: ``[workload] tokenizer`` when set ("none": never), else the served model's
+    folder when it holds a ``tokenizer.json`` (a vLLM model directory), else None."""
+    if setting == "none":
+        return None
+    if setting:
+        return Path(setting)
+    if server_model and (Path(server_model) / "tokenizer.json").is_file():
+        return Path(server_model)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ prompts
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What one request sends as its (new) user content: token ids, or text; ``input_len`` is the number of
+    ids (None for text: the server's usage counts it); ``max_tokens`` its output length."""
+
+    ids: list[int] | None
+    text: str | None
+    input_len: int | None
+    max_tokens: int
+    prefix_id: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A point's request-content settings, as the plan's ``[workload]`` and ``[load]`` tables give them."""
+
+    endpoint: str = "completions"
+    dataset: Path | None = None
+    tokenizer: Path | None = None
+    input_range_ratio: float = 0.0
+    input_stddev: float = 0.0
+    output_range_ratio: float = 0.0
+    output_stddev: float = 0.0
+    prefix_len: int = 0
+    num_prefixes: int = 1
+    turns: int = 1
+    turn_delay_ms: float = 0.0
+
+    @property
+    def needs_text(self) -> bool:
+        """Chat messages and multi-turn histories are text; so is a dataset without an encoder."""
+        return self.endpoint == "chat" or self.turns > 1
+
+    @property
+    def is_default(self) -> bool:
+        """Random fixed-length token ids on completions: the protocol every older run used."""
+        return self == WorkloadSpec()
+
+
+def spec_from_plan(plan: Plan) -> WorkloadSpec:
+    """A plan's request-content settings (the tokenizer found by ``find_tokenizer``)."""
+    w = plan.workload
+    return WorkloadSpec(
+        endpoint=plan.load.endpoint,
+        dataset=w.dataset_path,
+        tokenizer=find_tokenizer(w.tokenizer, plan.server.model),
+        input_range_ratio=w.input_range_ratio,
+        input_stddev=w.input_stddev,
+        output_range_ratio=w.output_range_ratio,
+        output_stddev=w.output_stddev,
+        prefix_len=w.prefix_len,
+        num_prefixes=w.num_prefixes,
+        turns=w.turns,
+        turn_delay_ms=w.turn_delay_ms,
+    )
+
+
+def build_prompts(
+    spec: WorkloadSpec, seed: int, n: int, input_len: int, output_len: int, low: int, high: int
+) -> list[Prompt]:
+    """Request i's prompt for i in 0..n-1 (deterministic in ``seed``)."""
+    outs = lengths(n, output_len, spec.output_range_ratio, spec.output_stddev, seed, _OUTPUT_LEN)
+    tok = load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+    if spec.needs_text and tok is None and spec.dataset is None:
+        raise PlanError("random prompts sent as text (chat endpoint or turns > 1) need [workload] tokenizer")
+    prefixes: list[list[int]] = []
+    if spec.prefix_len:
+        prefixes = prefix_token_ids(seed, spec.num_prefixes, spec.prefix_len, low, high)
+    prompts: list[Prompt] = []
+    if spec.dataset is not None:
+        texts = read_prompts(spec.dataset)
+        order = dataset_order(seed, len(texts), n)
+        for i in range(n):
+            text = texts[order[i]]
+            pid = i % spec.num_prefixes if prefixes else None
+            if pid is not None:
+                assert tok is not None  # the plan refuses a prefix on a dataset without a tokenizer
+                text = tok.decode(prefixes[pid]) + text
+            ids = None if spec.needs_text or tok is None else tok.encode(text)
+            if ids is None:
+                prompts.append(Prompt(None, text, None, outs[i], pid))
+            else:
+                prompts.append(Prompt(ids, None, len(ids), outs[i], pid))
+        return prompts
+    if spec.input_range_ratio or spec.input_stddev:
+        ins = lengths(n, input_len, spec.input_range_ratio, spec.input_stddev, seed, _INPUT_LEN)
+        bodies = variable_token_ids(seed, ins, low, high)
+    else:
+        bodies = prompt_token_ids(seed, n, input_len, low, high)
+    for i, body in enumerate(bodies):
+        pid = i % spec.num_prefixes if prefixes else None
+        ids = (prefixes[pid] + body) if pid is not None else body
+        if spec.needs_text:
+            assert tok is not None
+            prompts.append(Prompt(None, tok.decode(ids), None, outs[i], pid))
+        else:
+            prompts.append(Prompt(ids, None, len(ids), outs[i], pid))
+    return prompts
+
+
+def validate(spec: WorkloadSpec, low: int, high: int) -> None:
+    """Build one prompt of the plan's workload now, so a missing dataset or tokenizer, an unreadable file or
+    random text without a tokenizer is a PlanError before the run folder exists."""
+    build_prompts(spec, 0, 1, 1, 1, low, high)
+
+
+# --------------------------------------------------------------------------------------------- bodies
+
+
+def _merge(body: dict[str, Any], engine_extra: dict[str, Any], plan_extra: dict[str, Any]) -> dict[str, Any]:
+    for extra in (engine_extra, plan_extra):
+        for k, v in extra.items():
+            if isinstance(v, dict) and isinstance(body.get(k), dict):
+                body[k] = {**body[k], **v}
+            else:
+                body[k] = v
+    return body
+
+
+def completion_body(
+    model: str,
+    prompt: list[int] | str,
+    max_tokens: int,
+    engine_extra: dict[str, Any],
+    plan_extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The request every engine gets: greedy, fixed output length, usage reported at the end of the stream."""
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return _merge(body, engine_extra, plan_extra)
+
+
+def chat_body(
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    engine_extra: dict[str, Any],
+    plan_extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The chat request: the same greedy, fixed-length, usage-at-the-end settings on ``messages``."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return _merge(body, engine_extra, plan_extra)
+
+
+def turn_body(
+    spec: WorkloadSpec,
+    model: str,
+    prompt: Prompt,
+    history: list[tuple[str, str]],
+    engine_extra: dict[str, Any],
+    plan_extra: dict[str, Any],
+) -> dict[str, Any]:
+    """One request's body: the endpoint's shape around this prompt and the conversation so far (``history``:
+    (user text, assistant reply) of each earlier turn; empty for single-turn)."""
+    if spec.endpoint == "chat":
+        messages: list[dict[str, str]] = []
+        for user, reply in history:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+        messages.append({"role": "user", "content": prompt.text or ""})
+        return chat_body(model, messages, prompt.max_tokens, engine_extra, plan_extra)
+    if history:
+        text = "".join(user + reply for user, reply in history) + (prompt.text or "")
+        return completion_body(model, text, prompt.max_tokens, engine_extra, plan_extra)
+    content: list[int] | str = prompt.ids if prompt.ids is not None else (prompt.text or "")
+    return completion_body(model, content, prompt.max_tokens, engine_extra, plan_extra)
+
+
+def record_fields(spec: WorkloadSpec, prompt: Prompt, index: int) -> dict[str, Any]:
+    """The request record's optional workload fields (collector.raw.records.RequestRecord): only those set."""
+    out: dict[str, Any] = {}
+    if spec.endpoint != "completions":
+        out["endpoint"] = spec.endpoint
+    if prompt.ids is None:
+        out["prompt_format"] = "text"
+    if prompt.prefix_id is not None:
+        out["prefix_id"] = prompt.prefix_id
+    if spec.turns > 1:
+        out["conversation"], out["turn"] = divmod(index, spec.turns)
+    return out
+
+
+def api_key(env_name: str | None, environ: Mapping[str, str]) -> str | None:
+    """The API key from the environment variable the plan names (``[load] api_key_env``); None when the plan
+    names none; a missing or empty variable is a PlanError (a run without its key would measure 401s)."""
+    if env_name is None:
+        return None
+    key = environ.get(env_name, "")
+    if not key:
+        raise PlanError(f"[load].api_key_env: the environment variable {env_name} is not set (or empty)")
+    return key
+
+
+def request_headers(api_key: str | None, headers: dict[str, str]) -> dict[str, str]:
+    """Extra HTTP headers of every request (and /metrics scrape): the plan's ``headers`` and, with an API key,
+    ``Authorization: Bearer <key>`` (how vllm bench, AIPerf and GuideLLM send ``OPENAI_API_KEY``)."""
+    out = dict(headers)
+    if api_key:
+        out["Authorization"] = f"Bearer {api_key}"
+    return out
