@@ -235,11 +235,11 @@ def test_chat_dataset_and_shared_prefix_on_vllm(tmp_path, vllm) -> None:
     data = tmp_path / "prompts.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"tell me about the number {i}"}) for i in range(6)))
     res = execute_run(_plan(tmp_path, "vchat", "vllm", vllm, load='endpoint = "chat"',
-                            workload="prefix_len = 96\nnum_prefixes = 1", server='prefix_cache = "on"'),
+                            workload="prefix_len = 320\nnum_prefixes = 1", server='prefix_cache = "on"'),
                       tmp_path / "raw")  # fmt: skip
     assert res.status == "complete" and not res.checks_failed, str(res)
     reqs = parse_requests_jsonl(res.path / "requests.jsonl")
-    assert all(r.ok and r.endpoint == "chat" and r.input_len == r.prompt_tokens > 96 for r in reqs)
+    assert all(r.ok and r.endpoint == "chat" and r.input_len == r.prompt_tokens > 320 for r in reqs)
     assert all(r.completion_tokens == sum(r.chunk_tokens) == 8 for r in reqs)
     (rate,) = _hit_rates(tmp_path / "raw", "vchat")
     print(f"vLLM shared-prefix chat hit rate: {rate:.3f}")
