@@ -1031,3 +1031,13 @@ FINDINGS.update(
         ("goodput", "goodput_max_req_s"): "并发扫描中最高的有效吞吐 goodput",
     }
 )
+
+
+# analysis.reconcile.prefix_cache
+REASONS.update(
+    {
+        "prefix_cache_not_exposed": "该引擎或该次运行没有给出前缀缓存计数（/metrics 和请求 timings 都没有）",
+        "prefix_cache_no_lookups": "该测量点期间没有任何提示词 token 查询过前缀缓存",
+    }
+)
+FINDINGS.update({("prefix_cache", "prefix_cache_hit_rate"): "前缀缓存命中率（缓存命中 token ÷ 查询 token）"})

@@ -34,6 +34,7 @@ from analysis.reconcile import (
     overload,
     overload_depth,
     prediction,
+    prefix_cache,
     provenance,
     reproducibility,
     roofline,
@@ -264,6 +265,7 @@ def _analyze_campaign(
         selection.run(campaign, ctx, th, points),
         slo.run(campaign, ctx, th, slos_ms),
         reproducibility.run(campaign, ctx, points),
+        prefix_cache.run(campaign),
         experiments.run(campaign, ctx, th),
         provenance.run(campaign.name, raw_roots),
     ]
