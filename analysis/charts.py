@@ -1074,6 +1074,99 @@ def experiment_kv_pool(df: pd.DataFrame) -> Drawn:
 
 
 # figure name -> (table it draws, function)
+# --- rate sweeps (issue #14) ---------------------------------------------------------------------------
+
+RATE_LATENCIES = ("ttft", "itl", "e2e")  # analysis.reconcile.rates' columns <stat>_<metric>_ms
+RATE_STATS = ("p50", "p99")
+
+
+def _rate_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rate points with their Chinese series name (engine and format; the run added where two runs share
+    one)."""
+    d = _labelled(df.dropna(subset=["request_rate_req_s"]))
+    if len(d):
+        d["series_zh"] = _distinct(d, "engine_zh", "run")
+    return d
+
+
+def _rate_x(values: pd.Series, title: str) -> alt.X:
+    """The plan's offered rate on a log axis, ticks at the rates measured."""
+    ticks = sorted({float(v) for v in values.dropna()})
+    return alt.X(
+        "request_rate_req_s:Q",
+        title=title,
+        scale=alt.Scale(type="log", nice=False, padding=8),
+        axis=alt.Axis(values=ticks, format="~g"),
+    )
+
+
+def rate_throughput(df: pd.DataFrame) -> Drawn:
+    """Small multiples over the offered rate (req/s, log x): the achieved request rate with the line
+    achieved = offered (a server that keeps up lies on it), output tokens/s, and goodput; a line per run."""
+    f = _fig("rate_throughput")
+    d = _rate_rows(df)
+    if not len(d):
+        return _no_rows("rate_points")
+    x = _rate_x(d["request_rate_req_s"], f["x"])
+    color = _color("series_zh", f["color"], d["series_zh"])
+    panels = []
+    for col, title in (("achieved_rate_req_s", f["y_rate"]), ("output_throughput_tok_s", f["y_tok"]),
+                       ("goodput_req_s", f["y_goodput"])):  # fmt: skip
+        sub = d.dropna(subset=[col])
+        if not len(sub):
+            continue
+        base = alt.Chart(sub).encode(x=x, y=alt.Y(f"{col}:Q", title=title), color=color)
+        layer = _lines_and_points(base, sub)
+        if col == "achieved_rate_req_s":
+            rates = sorted({float(v) for v in d["request_rate_req_s"]})
+            diag = pd.DataFrame({"request_rate_req_s": rates, col: rates, "what": f["diag"]})
+            ref = (
+                alt.Chart(diag)
+                .mark_line(strokeDash=[4, 3], color=OTHER_COLOR)
+                .encode(x=x, y=alt.Y(f"{col}:Q"), detail="what:N")
+            )
+            layer = alt.layer(ref, layer)
+        panels.append(layer.properties(width=220, height=PANEL_HEIGHT))
+    return alt.hconcat(*panels, title=f["title"])
+
+
+def rate_latency(df: pd.DataFrame) -> Drawn:
+    """A panel per latency (TTFT, ITL, E2E; ms, log y) over the offered rate (req/s, log x): p50 solid, p99
+    dashed, a colour per run."""
+    f = _fig("rate_latency")
+    d = _rate_rows(df)
+    if not len(d):
+        return _no_rows("rate_points")
+    cols = [f"{s}_{m}_ms" for m in RATE_LATENCIES for s in RATE_STATS if f"{s}_{m}_ms" in d]
+    long = d.melt(id_vars=["request_rate_req_s", "series_zh", "gate_ok"], value_vars=cols, var_name="col",
+                  value_name="value_ms").dropna(subset=["value_ms"])  # fmt: skip
+    long = long[long["value_ms"] > 0]  # a log axis
+    if not len(long):
+        return Missing("no_rows", "rate_points has no latency percentile above 0 ms")
+    long["stat"] = long["col"].str.split("_").str[0]
+    long["metric"] = long["col"].str.split("_").str[1]
+    long["stat_zh"] = long["stat"].map(lambda s: zh.PERCENTILES.get(s, s))
+    stats = [zh.PERCENTILES.get(s, s) for s in RATE_STATS]
+    x = _rate_x(d["request_rate_req_s"], f["x"])
+    color = _color("series_zh", f["color"], d["series_zh"])
+    dash = alt.StrokeDash("stat_zh:N", title=f["dash"], sort=stats,
+                          scale=alt.Scale(domain=stats, range=[[1, 0], [6, 3]]))  # fmt: skip
+    panels = []
+    for m in RATE_LATENCIES:
+        sub = long[long["metric"] == m]
+        if not len(sub):
+            continue
+        base = alt.Chart(sub).encode(
+            x=x,
+            y=alt.Y("value_ms:Q", title=f[f"y_{m}"], scale=alt.Scale(type="log")),
+            color=color,
+            strokeDash=dash,
+            detail="stat_zh:N",
+        )
+        panels.append(_lines_and_points(base, sub).properties(width=220, height=PANEL_HEIGHT))
+    return alt.hconcat(*panels, title=f["title"])
+
+
 FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "structure_params": ("structure_params", structure_params),
     "structure_attention_flops": ("structure_flops", structure_attention_flops),
@@ -1095,6 +1188,8 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "experiment_graphs": ("experiment_points", experiment_graphs),
     "experiment_kv_quant": ("experiment_points", experiment_kv_quant),
     "experiment_kv_pool": ("experiment_pool", experiment_kv_pool),
+    "rate_throughput": ("rate_points", rate_throughput),
+    "rate_latency": ("rate_points", rate_latency),
 }
 
 

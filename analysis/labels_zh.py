@@ -1032,12 +1032,41 @@ FINDINGS.update(
     }
 )
 
-
-# analysis.reconcile.prefix_cache
-REASONS.update(
+# issue #14: rate sweeps (analysis.reconcile.rates, charts.rate_*, campaign/rates.md.j2)
+FIGURES.update(
     {
-        "prefix_cache_not_exposed": "该引擎或该次运行没有给出前缀缓存计数（/metrics 和请求 timings 都没有）",
-        "prefix_cache_no_lookups": "该测量点期间没有任何提示词 token 查询过前缀缓存",
+        "rate_throughput": {
+            "title": "吞吐随提供的请求速率的变化",
+            "x": "提供的请求速率（请求/秒）",
+            "y_rate": "实际完成速率（请求/秒）",
+            "y_tok": "输出吞吐（token/秒）",
+            "y_goodput": "有效吞吐 goodput（请求/秒）",
+            "color": "系列",
+            "diag": "完成速率 = 提供速率",
+        },
+        "rate_latency": {
+            "title": "延迟分位数随提供的请求速率的变化",
+            "x": "提供的请求速率（请求/秒）",
+            "y_ttft": "首 token 延迟 TTFT（毫秒）",
+            "y_itl": "token 间延迟 ITL（毫秒）",
+            "y_e2e": "端到端延迟 E2E（毫秒）",
+            "color": "系列",
+            "dash": "分位数",
+        },
     }
 )
-FINDINGS.update({("prefix_cache", "prefix_cache_hit_rate"): "前缀缓存命中率（缓存命中 token ÷ 查询 token）"})
+FINDINGS.update(
+    {
+        ("rate", "saturation_rate_req_s"): "饱和点：实际完成速率落后提供速率超过阈值的第一个速率",
+        ("rate", "max_achieved_rate_req_s"): "最高实际完成速率",
+        ("rate", "goodput_max_req_s"): "最高有效吞吐 goodput（逐请求满足全部 SLO）",
+        ("rate", "achieved_rate_req_s"): "实际完成速率（vs 该点调度提供的速率）",
+        ("rate", "send_lateness_p99_ms"): "客户端发送迟到的 p99（实际发送 − 计划发送）",
+        ("rate", "goodput_req_s"): "有效吞吐 goodput（逐请求满足全部 SLO）",
+    }
+)
+REASONS.update(
+    {
+        "not_saturated": "每个提供的速率下，实际完成速率都跟上了（落后不超过阈值）：扫描没有到达饱和点",
+    }
+)

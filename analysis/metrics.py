@@ -230,6 +230,41 @@ def goodput_req_s(good_requests_: int, duration_s: float) -> float | None:
     return good_requests_ / duration_s if duration_s > 0 else None
 
 
+# --- open loop: the schedule against what happened (canonical view) ----------------------------------------
+
+
+def send_lateness_ms(r: RequestRecord) -> float | None:
+    """How late the client sent a scheduled (open-loop) request, ms = (send − scheduled send) [ns] / 1e6:
+    its event loop's delay, plus any wait for a ``max_concurrency`` slot; None for a closed-loop request (it
+    has no schedule). The send is the last attempt's (``retries``)."""
+    if r.scheduled_mono_ns is None:
+        return None
+    return (r.send_mono_ns - r.scheduled_mono_ns) / NS_PER_MS
+
+
+def rate_of_events_req_s(times_ns: Sequence[int]) -> float | None:
+    """The rate of a train of events, req/s = (n − 1) ÷ (last − first) [ns → s]: the n − 1 gaps between them
+    over their span (the estimate of a renewal process's rate from its event times); None for fewer than 2
+    events or a zero span."""
+    if len(times_ns) < 2:
+        return None
+    span_s = (max(times_ns) - min(times_ns)) / NS_PER_S
+    return (len(times_ns) - 1) / span_s if span_s > 0 else None
+
+
+def offered_rate_req_s(records: Sequence[RequestRecord]) -> float | None:
+    """The rate the point's schedule offered, req/s: ``rate_of_events_req_s`` of its scheduled send times
+    (every scheduled request, failed ones included); None for a closed-loop point."""
+    return rate_of_events_req_s([r.scheduled_mono_ns for r in records if r.scheduled_mono_ns is not None])
+
+
+def achieved_rate_req_s(records: Sequence[RequestRecord]) -> float | None:
+    """The rate the server completed the point's requests at, req/s: ``rate_of_events_req_s`` of the stream
+    ends of the completed requests — the same estimate as ``offered_rate_req_s``, so the two compare: a server
+    that keeps up completes at the rate it is offered; one that cannot falls behind."""
+    return rate_of_events_req_s([r.end_mono_ns for r in completed(records)])
+
+
 # --- vllm-bench-compatible view (only to compare with files `vllm bench serve` wrote) ----------------------
 
 

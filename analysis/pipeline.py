@@ -34,8 +34,8 @@ from analysis.reconcile import (
     overload,
     overload_depth,
     prediction,
-    prefix_cache,
     provenance,
+    rates,
     reproducibility,
     roofline,
     selection,
@@ -264,8 +264,8 @@ def _analyze_campaign(
         roofline.run(campaign, ctx, th),
         selection.run(campaign, ctx, th, points),
         slo.run(campaign, ctx, th, slos_ms),
+        rates.run(campaign, ctx, th, slos_ms),  # issue #14: open-loop rate sweeps
         reproducibility.run(campaign, ctx, points),
-        prefix_cache.run(campaign),
         experiments.run(campaign, ctx, th),
         provenance.run(campaign.name, raw_roots),
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from analysis.report import experiments_page, slo_page
+from analysis.report import experiments_page, rates_page, slo_page
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page
 from analysis.report.results import CampaignResults
@@ -41,6 +41,7 @@ CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] =
     ),
     ("selection", "campaign/selection.md.j2", lambda c: _has_rows(c, "selection_guide")),
     slo_page.PAGE,  # issue #14
+    rates_page.PAGE,  # issue #14: open-loop rate sweeps
     (
         "reproducibility",
         "campaign/reproducibility.md.j2",

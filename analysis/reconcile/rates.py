@@ -1,0 +1,297 @@
+"""Rate sweeps (issue #14, items 1 and 5): open-loop points (a ``kind = "rate"`` phase of our collector) read
+against the rate they were offered.
+
+Per rate point, from its request records (``requests.jsonl``): the plan's offered rate, the rate its
+schedule actually offered and the rate the server completed requests at (``metrics.offered_rate_req_s`` /
+``achieved_rate_req_s``: the same event-rate estimate on the scheduled sends and on the completions), the
+throughputs and latency percentiles (``metrics.point_result``), goodput against the SLOs
+(``metrics.good_requests`` / ``goodput_req_s``: the analysis-time ``--slo`` values, else the SLO page's
+budget as a per-request TTFT SLO), and how late the client sent (``metrics.send_lateness_ms``).
+
+Per sweep (one run's rate points, by offered rate): the saturation point, the first offered rate whose
+achieved rate falls short of its schedule's offered rate by more than ``SATURATION_SHORTFALL_PCT``
+(``shortfall_pct``); the highest achieved rate and the highest goodput. A sweep whose every point kept up:
+the saturation finding is n/a, saying so; a run without request records has no rate points at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import findings as fnd
+from analysis import metrics
+from analysis.campaign import BenchPoint, Campaign
+from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile.slo import default_budget_ms
+from analysis.reconcile.theoryctx import TheoryCtx
+
+# a rate point's test kind: its phase kind as the records carry it (analysis.campaign.PHASE_TEST_KIND has no
+# entry for it, so the phase kind passes through)
+RATE_KIND = "rate"
+# achieved more than this far below offered: the server no longer keeps up (the methodology page's method)
+SATURATION_SHORTFALL_PCT = 10.0
+LATENCIES = (("ttft", "ttft"), ("itl", "itl"), ("e2e", "e2el"))  # (our column name, BenchResult's metric)
+STATS = ("p50", "p90", "p99")
+
+
+def shortfall_pct(offered_req_s: float, achieved_req_s: float) -> float:
+    """How far the achieved rate falls behind the offered one, % = (offered − achieved) ÷ offered × 100
+    (negative: completions came faster than the schedule, as a burst after a slow start can)."""
+    return (offered_req_s - achieved_req_s) / offered_req_s * 100.0
+
+
+def rate_points(campaign: Campaign) -> list[BenchPoint]:
+    """The campaign's open-loop points (every run, protocol runs only), by run then order."""
+    return [p for p in campaign.points() if p.test_kind == RATE_KIND and not p.warmup]
+
+
+def _plan_rate(p: BenchPoint) -> Any | None:
+    """The point's ``collector.raw.plan.RatePlan`` from the plan its run kept, None without one."""
+    plan = p.run.docs.plan
+    if plan is None:
+        return None
+    return next((pt.rate for pt in plan.points if pt.point_id == p.label), None)
+
+
+def _percentile_ms(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def point_row(
+    p: BenchPoint, slos_ms: Mapping[str, float], ctx: Context | None, weight_format: str | None
+) -> dict[str, Any] | None:
+    """One rate point's row of the ``rate_points`` table; None when its run has no records for it."""
+    rel, log = p.run.requests
+    recs = [r for r in log.records if r.point == p.label] if log is not None else []
+    if not recs:
+        return None
+    res = p.result
+    rate = _plan_rate(p)
+    offered = metrics.offered_rate_req_s(recs)
+    achieved = metrics.achieved_rate_req_s(recs)
+    late = [x for r in recs if (x := metrics.send_lateness_ms(r)) is not None]
+    good = metrics.good_requests(recs, dict(slos_ms))
+    row: dict[str, Any] = {
+        "round": p.run.round or "",
+        "engine": p.run.engine,
+        "weight_format": weight_format,
+        "run": p.run.name,
+        "point": p.label,
+        "request_rate_req_s": recs[0].request_rate,
+        "arrival": rate.arrival if rate is not None else None,
+        "burstiness": rate.burstiness if rate is not None else None,
+        "max_concurrency": p.concurrency or None,
+        "requests": len(recs),
+        "completed": res.completed,
+        "failed": res.failed,
+        "offered_rate_req_s": offered,
+        "achieved_rate_req_s": achieved,
+        "shortfall_pct": shortfall_pct(offered, achieved) if offered and achieved is not None else None,
+        "request_throughput_req_s": res.request_throughput_req_s,
+        "output_throughput_tok_s": res.output_throughput_tok_s,
+    }
+    for name, metric in LATENCIES:
+        for s in STATS:
+            row[f"{s}_{name}_ms"] = res.stat_ms(s, metric) if res.completed else None
+    row |= {
+        "good_requests": good,
+        "goodput_req_s": metrics.goodput_req_s(good, metrics.duration_s(recs)),
+        "lateness_p50_ms": _percentile_ms(late, 50.0),
+        "lateness_p99_ms": _percentile_ms(late, 99.0),
+        "lateness_max_ms": max(late) if late else None,
+        "gate_ok": ctx.gate_ok(p) if ctx is not None else None,
+        "source": p.run.cite(rel, "scheduled_mono_ns"),
+    }
+    return row
+
+
+def _sweep_findings(
+    rows: list[dict[str, Any]], pts: dict[str, BenchPoint], at: Any, slo_extra: dict[str, float]
+) -> list[fnd.Finding]:
+    """One run's sweep: per point achieved rate, lateness and goodput; the saturation point, the highest
+    achieved rate and the highest goodput."""
+    out: list[fnd.Finding] = []
+    for r in rows:
+        p, nominal = pts[r["point"]], r["request_rate_req_s"]
+        src = [r["source"]]
+        common = {"request_rate_req_s": nominal, "gate_ok": r["gate_ok"]}
+        if r["achieved_rate_req_s"] is None or r["offered_rate_req_s"] is None:
+            out.append(
+                fnd.not_available(
+                    at("achieved_rate_req_s", test=p.label),
+                    "req/s",
+                    "too_few_points",
+                    "fewer than 2 scheduled or completed requests: no rate between them",
+                    src,
+                    **common,
+                )
+            )
+        else:
+            out.append(
+                fnd.measured(
+                    at("achieved_rate_req_s", test=p.label),
+                    r["achieved_rate_req_s"],
+                    "req/s",
+                    src,
+                    offered_rate_req_s=r["offered_rate_req_s"],
+                    shortfall_pct=r["shortfall_pct"],
+                    **common,
+                )
+            )
+        if r["lateness_p99_ms"] is not None:
+            out.append(
+                fnd.measured(
+                    at("send_lateness_p99_ms", test=p.label),
+                    r["lateness_p99_ms"],
+                    "ms",
+                    src,
+                    lateness_p50_ms=r["lateness_p50_ms"],
+                    lateness_max_ms=r["lateness_max_ms"],
+                    **common,
+                )
+            )
+        if r["goodput_req_s"] is not None:
+            out.append(
+                fnd.measured(
+                    at("goodput_req_s", test=p.label),
+                    r["goodput_req_s"],
+                    "req/s",
+                    src,
+                    good_requests=r["good_requests"],
+                    completed=r["completed"],
+                    **common,
+                    **slo_extra,
+                )
+            )
+    rated = [r for r in rows if r["shortfall_pct"] is not None]
+    first_src = [rows[0]["source"]]
+    behind = [r for r in rated if r["shortfall_pct"] > SATURATION_SHORTFALL_PCT]
+    method = {
+        "threshold_pct": SATURATION_SHORTFALL_PCT,
+        "method": "first offered rate whose achieved rate "
+        "falls behind its schedule's offered rate by more than the threshold",
+    }
+    if not rated:
+        out.append(
+            fnd.not_available(
+                at("saturation_rate_req_s"),
+                "req/s",
+                "too_few_points",
+                "no rate point with 2 or more completed requests",
+                first_src,
+                **method,
+            )
+        )
+    elif not behind:
+        top = rated[-1]
+        out.append(
+            fnd.not_available(
+                at("saturation_rate_req_s"),
+                "req/s",
+                "not_saturated",
+                f"every offered rate up to {top['request_rate_req_s']:g} req/s was kept up "
+                f"with (shortfall ≤ {SATURATION_SHORTFALL_PCT:g} %)",
+                [r["source"] for r in rated],
+                highest_sustained_req_s=top["request_rate_req_s"],
+                **method,
+            )
+        )
+    else:
+        sat = behind[0]
+        below = [r for r in rated if r["request_rate_req_s"] < sat["request_rate_req_s"]]
+        sustained = below[-1] if below and below[-1]["shortfall_pct"] <= SATURATION_SHORTFALL_PCT else None
+        out.append(
+            fnd.measured(
+                at("saturation_rate_req_s"),
+                sat["request_rate_req_s"],
+                "req/s",
+                [sat["source"]] + ([sustained["source"]] if sustained else []),
+                offered_rate_req_s=sat["offered_rate_req_s"],
+                achieved_rate_req_s=sat["achieved_rate_req_s"],
+                shortfall_pct=sat["shortfall_pct"],
+                highest_sustained_req_s=sustained["request_rate_req_s"] if sustained else None,
+                lateness_p99_ms=sat["lateness_p99_ms"],
+                gate_ok=sat["gate_ok"],
+                **method,
+            )
+        )
+    if rated:
+        top = max(rated, key=lambda r: r["achieved_rate_req_s"])
+        out.append(
+            fnd.measured(
+                at("max_achieved_rate_req_s"),
+                top["achieved_rate_req_s"],
+                "req/s",
+                [top["source"]],
+                request_rate_req_s=top["request_rate_req_s"],
+                gate_ok=top["gate_ok"],
+            )
+        )
+    good = [r for r in rows if r["goodput_req_s"] is not None]
+    if good:
+        best = max(good, key=lambda r: (r["goodput_req_s"], -r["request_rate_req_s"]))
+        out.append(
+            fnd.measured(
+                at("goodput_max_req_s"),
+                best["goodput_req_s"],
+                "req/s",
+                [best["source"]],
+                request_rate_req_s=best["request_rate_req_s"],
+                **slo_extra,
+            )
+        )
+    else:
+        out.append(
+            fnd.not_available(
+                at("goodput_max_req_s"),
+                "req/s",
+                "unknown",
+                "no point with a duration",
+                first_src,
+                **slo_extra,
+            )
+        )
+    return out
+
+
+def run(
+    campaign: Campaign,
+    ctx: Context,
+    th: TheoryCtx,
+    slos_ms: Mapping[str, float] | None = None,
+    weight_format_of: Callable | None = None,
+) -> Section:
+    """The rate-sweep section: the table ``rate_points`` (one row per open-loop point) and, per run with rate
+    points, its sweep's findings (topic ``rate``). Goodput is judged against ``slos_ms`` (analysis-time
+    ``--slo``), else against the SLO page's default budget as a per-request TTFT SLO (``slo_basis`` says
+    which). A campaign without rate points: an empty section (its page is not rendered)."""
+    pts = rate_points(campaign)
+    if not pts:
+        return Section(name="rates")
+    fmt = weight_format_of or th.weight_format_for
+    if slos_ms:
+        slos, basis = dict(slos_ms), "given"
+    else:
+        budget, _ = default_budget_ms(campaign)
+        slos, basis = {"ttft_ms": budget}, "slo_page_budget"
+    slo_extra: dict[str, Any] = {f"slo_{k}": v for k, v in slos.items()} | {"slo_basis": basis}
+    rows_all: list[dict[str, Any]] = []
+    found: list[fnd.Finding] = []
+    for run_name in sorted({p.run.name for p in pts}):
+        mine = [p for p in pts if p.run.name == run_name]
+        wf = fmt(mine[0].run)
+        rows = [r for p in mine if (r := point_row(p, slos, ctx, wf)) is not None]
+        rows.sort(key=lambda r: (r["request_rate_req_s"] or 0.0, r["point"]))
+        if not rows:
+            continue
+        rows_all += rows
+        at = run_at(mine[0].run, wf, topic="rate")
+        found += _sweep_findings(rows, {p.label: p for p in mine}, at, slo_extra)
+    table = pd.DataFrame(rows_all)
+    if len(table):
+        table["slo_basis"] = basis
+    return Section(name="rates", tables={"rate_points": table}, findings=found)
