@@ -1032,6 +1032,16 @@ FINDINGS.update(
     }
 )
 
+
+# analysis.reconcile.prefix_cache
+REASONS.update(
+    {
+        "prefix_cache_not_exposed": "该引擎或该次运行没有给出前缀缓存计数（/metrics 和请求 timings 都没有）",
+        "prefix_cache_no_lookups": "该测量点期间没有任何提示词 token 查询过前缀缓存",
+    }
+)
+FINDINGS.update({("prefix_cache", "prefix_cache_hit_rate"): "前缀缓存命中率（缓存命中 token ÷ 查询 token）"})
+
 # issue #14: rate sweeps (analysis.reconcile.rates, charts.rate_*, campaign/rates.md.j2)
 FIGURES.update(
     {

@@ -34,6 +34,7 @@ from analysis.reconcile import (
     overload,
     overload_depth,
     prediction,
+    prefix_cache,
     provenance,
     rates,
     reproducibility,
@@ -266,6 +267,7 @@ def _analyze_campaign(
         slo.run(campaign, ctx, th, slos_ms),
         rates.run(campaign, ctx, th, slos_ms),  # issue #14: open-loop rate sweeps
         reproducibility.run(campaign, ctx, points),
+        prefix_cache.run(campaign),
         experiments.run(campaign, ctx, th),
         provenance.run(campaign.name, raw_roots),
     ]
