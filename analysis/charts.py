@@ -790,42 +790,58 @@ ROOFLINE_KEEP = ("concurrency", "line_zh", "colour_zh", "main", "run_id", "gate_
 ROOFLINE_KEEP += ("test_kind", "run", "campaign")
 
 
+def _dashed_layer(
+    d: pd.DataFrame,
+    f: dict[str, str],
+    color: alt.Color,
+    *,
+    labels: dict[str, str],
+    var_name: str,
+    value_name: str,
+    dash_order: tuple[str, ...],
+    y_scale: alt.Scale | None = None,
+) -> tuple[alt.LayerChart, pd.DataFrame]:
+    """Columns ``labels`` names (column -> legend label) melted into one value column: colour = series, dash =
+    which column (``var_name``; its legend in ``dash_order``, the measured line first)."""
+    keep = [c for c in ROOFLINE_KEEP if c in d]
+    long = d.melt(
+        id_vars=keep, value_vars=_present(d, *labels), var_name=var_name, value_name=value_name
+    ).dropna(subset=[value_name])
+    long[f"{var_name}_zh"] = long[var_name].map(labels)
+    base = alt.Chart().encode(
+        x=_conc_x(long["concurrency"], f["x"]),
+        y=alt.Y(f"{value_name}:Q", title=f["y"], scale=alt.Undefined if y_scale is None else y_scale),
+        color=color,
+        detail=alt.Detail("run:N"),
+        strokeDash=alt.StrokeDash(
+            f"{var_name}_zh:N",
+            title=zh.COLUMNS[var_name],
+            scale=_dash_scale(long[f"{var_name}_zh"], *dash_order),
+        ),
+    )
+    return _lines_and_points(base, long, size=40), long
+
+
 def _itl_floor_layer(
     d: pd.DataFrame, f: dict[str, str], color: alt.Color
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
     """Measured p50 ITL beside the datasheet and measured-ceiling floors: colour = series, dash = which
     line."""
-    keep = [c for c in ROOFLINE_KEEP if c in d]
-    long = d.melt(
-        id_vars=keep,
-        value_vars=_present(d, "p50_itl_ms", "floor_datasheet_ms", "floor_measured_ms"),
+    measured, datasheet, ceiling = (
+        zh.SERIES["measured_p50_itl"],
+        zh.SERIES["floor_datasheet"],
+        zh.SERIES["floor_measured"],
+    )
+    return _dashed_layer(
+        d,
+        f,
+        color,
+        labels={"p50_itl_ms": measured, "floor_datasheet_ms": datasheet, "floor_measured_ms": ceiling},
         var_name="what",
         value_name="ms",
-    ).dropna(subset=["ms"])
-    long["what_zh"] = long["what"].map(
-        {
-            "p50_itl_ms": zh.SERIES["measured_p50_itl"],
-            "floor_datasheet_ms": zh.SERIES["floor_datasheet"],
-            "floor_measured_ms": zh.SERIES["floor_measured"],
-        }
+        dash_order=(measured, datasheet, ceiling),
+        y_scale=alt.Scale(type="log"),
     )
-    base = alt.Chart().encode(
-        x=_conc_x(long["concurrency"], f["x"]),
-        y=alt.Y("ms:Q", title=f["y"], scale=alt.Scale(type="log")),
-        color=color,
-        detail=alt.Detail("run:N"),
-        strokeDash=alt.StrokeDash(
-            "what_zh:N",
-            title=zh.COLUMNS["what"],
-            scale=_dash_scale(
-                long["what_zh"],
-                zh.SERIES["measured_p50_itl"],
-                zh.SERIES["floor_datasheet"],
-                zh.SERIES["floor_measured"],
-            ),
-        ),
-    )
-    return _lines_and_points(base, long, size=40), long
 
 
 def _achievement_layer(
@@ -833,31 +849,16 @@ def _achievement_layer(
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
     """Roofline achievement against both bases (datasheet, measured ceiling): colour = series, dash =
     basis."""
-    keep = [c for c in ROOFLINE_KEEP if c in d]
-    long = d.melt(
-        id_vars=keep,
-        value_vars=_present(d, "achievement_datasheet_pct", "achievement_measured_pct"),
+    datasheet, ceiling = zh.SERIES["floor_datasheet"], zh.SERIES["floor_measured"]
+    return _dashed_layer(
+        d,
+        f,
+        color,
+        labels={"achievement_datasheet_pct": datasheet, "achievement_measured_pct": ceiling},
         var_name="basis",
         value_name="pct",
-    ).dropna(subset=["pct"])
-    long["basis_zh"] = long["basis"].map(
-        {
-            "achievement_datasheet_pct": zh.SERIES["floor_datasheet"],
-            "achievement_measured_pct": zh.SERIES["floor_measured"],
-        }
+        dash_order=(ceiling, datasheet),
     )
-    base = alt.Chart().encode(
-        x=_conc_x(long["concurrency"], f["x"]),
-        y=alt.Y("pct:Q", title=f["y"]),
-        color=color,
-        detail=alt.Detail("run:N"),
-        strokeDash=alt.StrokeDash(
-            "basis_zh:N",
-            title=zh.COLUMNS["basis"],
-            scale=_dash_scale(long["basis_zh"], zh.SERIES["floor_measured"], zh.SERIES["floor_datasheet"]),
-        ),
-    )
-    return _lines_and_points(base, long, size=40), long
 
 
 def _series_label(df: pd.DataFrame) -> pd.DataFrame:
