@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis import metrics  # noqa: E402
-from benchmarks.metronome import MetronomeProcess  # noqa: E402
+from benchmarks.metronome import MetronomeProcess, collector_plan  # noqa: E402
 from collector.raw.records import RequestRecord  # noqa: E402
 
 ENGINES = ROOT / ".engines"
@@ -170,29 +170,10 @@ def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None =
 
 def run_ours(url: str, c: int, n_req: int, work: Path, root: Path = ROOT) -> tuple[ClientView, TreeCPU]:
     plan = work / "plan.toml"
-    plan.write_text(f"""campaign = "fidelity"
-run = "c{c:04d}"
-description = "bench_fidelity: the collector against the metronome"
-[server]
-engine = "vllm"
-url = "{url}"
-served_model_name = "metronome"
-[model]
-config = "Qwen2.5-7B-Instruct"
-gpu = "cpu"
-token_id_range = [32, 127]
-[sampling]
-interval_s = 1.0
-nvidia_smi = "off"
-[load]
-drain_s = 0
-[[phase]]
-name = "fidelity"
-kind = "concurrency"
-points = [
-  {{ concurrency = {c}, requests = {n_req}, input_len = {INPUT_LEN}, output_len = {OUTPUT_LEN}, seed = 1 }},
-]
-""")
+    plan.write_text(
+        collector_plan(url, "fidelity", f"c{c:04d}", c, n_req, INPUT_LEN, OUTPUT_LEN, phase="fidelity",
+                       description="bench_fidelity: the collector against the metronome", interval_s=1.0)
+    )  # fmt: skip
     raw = work / "raw"
     cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], root,
                     work / "tool.log", env={"PYTHONPATH": str(root)})  # fmt: skip

@@ -532,6 +532,36 @@ def _summary(xs: Sequence[int]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------- process handle
 
 
+def collector_plan(url: str, campaign: str, run: str, concurrency: int, requests: int, input_len: int,
+                   output_len: int, *, phase: str = "load", description: str | None = None,
+                   interval_s: float | None = None) -> str:  # fmt: skip
+    """A ``collector run`` plan (TOML text) of one closed-loop point against the metronome at ``url``: the
+    plan bench_fidelity and the client tests send (vLLM's API, printable token ids, no nvidia-smi, no drain).
+    ``interval_s`` sets the sampler's period (else the plan default)."""
+    head = f'campaign = "{campaign}"\nrun = "{run}"\n'
+    if description is not None:
+        head += f'description = "{description}"\n'
+    sampling = "" if interval_s is None else f"interval_s = {interval_s}\n"
+    point = f"concurrency = {concurrency}, requests = {requests}, input_len = {input_len}"
+    return f"""{head}[server]
+engine = "vllm"
+url = "{url}"
+served_model_name = "metronome"
+[model]
+config = "Qwen2.5-7B-Instruct"
+gpu = "cpu"
+token_id_range = [32, 127]
+[sampling]
+{sampling}nvidia_smi = "off"
+[load]
+drain_s = 0
+[[phase]]
+name = "{phase}"
+kind = "concurrency"
+points = [{{ {point}, output_len = {output_len}, seed = 1 }}]
+"""
+
+
 class MetronomeProcess:
     """Start the metronome in its own process (``python -m benchmarks.metronome``), wait for /health, read its
     log, stop it. Used by the fidelity bench and the tests."""

@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from analysis import metrics
 from analysis.campaign import iter_points, load_campaign
 from analysis.reconcile import gates
-from benchmarks.metronome import MetronomeProcess
+from benchmarks.metronome import MetronomeProcess, collector_plan
 from collector.loadgen import Abort, LagProbe, run_load, run_point, shards_for
 from collector.raw.plan import PointPlan
 from collector.raw.records import EventRecord, RequestRecord
@@ -29,22 +30,15 @@ def _point(c: int, n: int, out: int) -> PointPlan:
                      output_len=out, seed=1, expect_preemptions="any")  # fmt: skip
 
 
+def _client_args(url: str, recs: list[RequestRecord]) -> dict[str, Any]:
+    """run_point's / run_load's arguments against the metronome at ``url``, records appended to ``recs``."""
+    return dict(base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={}, plan_extra={},
+                request_timeout_s=60, read_timeout_s=30, sink=recs.append, abort=Abort())  # fmt: skip
+
+
 def _run_point(url: str, pt: PointPlan) -> tuple[list[RequestRecord], object]:
     recs: list[RequestRecord] = []
-    out = asyncio.run(
-        run_point(
-            pt,
-            base_url=url,
-            model="metronome",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=60,
-            read_timeout_s=30,
-            sink=recs.append,
-            abort=Abort(),
-        )
-    )
+    out = asyncio.run(run_point(pt, **_client_args(url, recs)))
     return recs, out
 
 
@@ -84,25 +78,7 @@ def test_server_closing_kept_alive_connections_loses_no_request():
 
 def _plan(tmp_path: Path, url: str, c: int, n: int, out: int) -> Path:
     plan = tmp_path / f"c{c}.toml"
-    plan.write_text(f"""campaign = "fid"
-run = "c{c}"
-[server]
-engine = "vllm"
-url = "{url}"
-served_model_name = "metronome"
-[model]
-config = "Qwen2.5-7B-Instruct"
-gpu = "cpu"
-token_id_range = [32, 127]
-[sampling]
-nvidia_smi = "off"
-[load]
-drain_s = 0
-[[phase]]
-name = "load"
-kind = "concurrency"
-points = [{{ concurrency = {c}, requests = {n}, input_len = 8, output_len = {out}, seed = 1 }}]
-""")
+    plan.write_text(collector_plan(url, "fid", f"c{c}", c, n, 8, out))
     return plan
 
 
@@ -131,21 +107,7 @@ def test_an_overloaded_client_point_is_flagged(tmp_path):
 def test_a_point_sharded_over_processes_records_every_request_once():
     recs: list[RequestRecord] = []
     with MetronomeProcess(free_port(), first_token_ms=5, interval_ms=2) as m:
-        out = asyncio.run(
-            run_load(
-                _point(5, 12, 10),
-                shards=2,
-                base_url=m.url,
-                model="metronome",
-                token_id_range=(32, 127),
-                engine_extra={},
-                plan_extra={},
-                request_timeout_s=60,
-                read_timeout_s=30,
-                sink=recs.append,
-                abort=Abort(),
-            )
-        )
+        out = asyncio.run(run_load(_point(5, 12, 10), shards=2, **_client_args(m.url, recs)))
         log = m.log()
     assert out.ok == out.sent == out.finished == 12 and out.aborted is None
     assert sorted(r.index for r in recs) == list(range(12)) and sorted({r.worker for r in recs}) == list(
