@@ -15,7 +15,7 @@ of vllm bench's own definitions. Each point says which (``BenchPoint.metric_defi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -230,6 +230,9 @@ class Campaign:
     broken: list[BrokenRun] = field(default_factory=list)
     verified: bool = True  # every run folder verified before loading (False: `analyze --no-verify`)
     experiment_runs: list[RunData] = field(default_factory=list)
+    # the percentiles the per-point tables report (`analyze --metric-percentiles`; default
+    # metrics.DEFAULT_PERCENTILES)
+    percentiles: tuple[float, ...] = metrics.DEFAULT_PERCENTILES
 
     @property
     def all_runs(self) -> list[RunData]:
@@ -352,9 +355,9 @@ def _is_warmup(label: str) -> bool:
     return "warmup" in label.lower()
 
 
-def _build_points(run: RunData) -> None:
+def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_PERCENTILES) -> None:
     if run.requests[1] is not None:
-        run.points = sorted(_points_from_requests(run), key=lambda p: p.order)
+        run.points = sorted(_points_from_requests(run, percentiles), key=lambda p: p.order)
         return
     sweep_rel, sweep = run.sweep
     by_file: dict[str, Any] = {}
@@ -402,7 +405,9 @@ def _build_points(run: RunData) -> None:
     run.points = sorted(pts, key=lambda p: p.order)
 
 
-def _points_from_requests(run: RunData) -> list[BenchPoint]:
+def _points_from_requests(
+    run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_PERCENTILES
+) -> list[BenchPoint]:
     """A run with requests.jsonl: one point per `point` id, its numbers recomputed from the request records by
     analysis.metrics (canonical); kind, warm-up, requested lengths and order from the records (the plan's
     truth, written per request)."""
@@ -414,7 +419,7 @@ def _points_from_requests(run: RunData) -> list[BenchPoint]:
         groups.setdefault(r.point, []).append(r)
     pts = []
     for point, recs in groups.items():
-        res = metrics.point_result(recs, str(run.info.path / rel))
+        res = metrics.point_result(recs, str(run.info.path / rel), percentiles=percentiles)
         first = recs[0]
         pts.append(
             BenchPoint(
@@ -521,10 +526,16 @@ def _broken(run_dir: Path, info: RunInfo | None, err: AnatomyError) -> BrokenRun
     )
 
 
-def load_campaign(raw_roots: Iterable[Path], name: str, verified: bool = True) -> Campaign:
+def load_campaign(
+    raw_roots: Iterable[Path],
+    name: str,
+    verified: bool = True,
+    percentiles: Sequence[float] = metrics.DEFAULT_PERCENTILES,
+) -> Campaign:
     """The campaign's runs, parsed. A run that cannot be read or parsed (a one-line AnatomyError: a bad
     run.json, a server log no parser recognises, a stream cut mid-line in a sealed run …) becomes a
-    ``BrokenRun`` and the others load as usual. ``verified`` records whether ``verify_campaign`` ran first."""
+    ``BrokenRun`` and the others load as usual. ``verified`` records whether ``verify_campaign`` ran first;
+    ``percentiles``, the analysis-time set our runs' points are summarised at (a bench file has its own)."""
     runs: list[RunData] = []
     broken: list[BrokenRun] = []
     for root in raw_roots:
@@ -536,7 +547,7 @@ def load_campaign(raw_roots: Iterable[Path], name: str, verified: bool = True) -
                 if (info.meta or {}).get("test_kind") == "documents":
                     continue
                 run = load_run(info)
-                _build_points(run)
+                _build_points(run, percentiles)
                 run.state = info.state
             except AnatomyError as err:
                 broken.append(_broken(run_dir, info, err))
@@ -548,6 +559,7 @@ def load_campaign(raw_roots: Iterable[Path], name: str, verified: bool = True) -
         experiment_runs=sorted((r for r in runs if is_experiment_run(r.name)), key=lambda r: r.name),
         broken=sorted(broken, key=lambda b: b.name),
         verified=verified,
+        percentiles=tuple(percentiles),
     )
     _borrow_protocol(campaign)
     return campaign

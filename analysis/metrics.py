@@ -28,12 +28,17 @@ import numpy as np
 
 from analysis.parse.bench_json import BenchResult, LatencyStats
 from analysis.parse.requests_jsonl import RequestRecord
+from collector.raw import plan as plan_schema
+from collector.raw.errors import AnatomyError
 
 CANONICAL = "canonical"
 VLLM_BENCH = "vllm-bench-compatible"
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 PERCENTILES = (50.0, 90.0, 99.0)  # the ones vllm bench writes: p50, p90, p99
+# the percentiles analysis reports per point unless `collector analyze --metric-percentiles` names others
+# (issue #14 item 5); PERCENTILES are always computed too (the pages' p50/p99 answers, the knee's p90)
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"  # vllm bench's `date` field
 
 
@@ -125,9 +130,36 @@ def total_token_throughput_tok_s(
     return (input_tokens_total + output_tokens_total) / duration_s if duration_s > 0 else None
 
 
-def stats(values_ms: Sequence[float]) -> LatencyStats:
-    """mean, median, std (population, numpy's and vllm bench's) and p50/p90/p99 (linear interpolation between
-    order statistics, numpy's default) of a sample, ms; an empty sample → every field None. Both views."""
+class PercentileError(AnatomyError, ValueError):
+    """A malformed ``--metric-percentiles`` (one line saying which item and why)."""
+
+
+def percentile_name(q: float) -> str:
+    """A percentile's name as vllm bench serve writes it in its keys: ``p99``, ``p99.9`` (``p{q:g}``)."""
+    return f"p{q:g}"
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """``"50,90,99.9"`` (vllm bench serve's ``--metric-percentiles`` form) → (50.0, 90.0, 99.9), sorted,
+    each in (0, 100]; ``PercentileError`` naming the bad item otherwise."""
+    out: set[float] = set()
+    for item in text.split(","):
+        try:
+            q = float(item.strip().removeprefix("p"))
+        except ValueError:
+            raise PercentileError(
+                f"--metric-percentiles {text!r}: {item.strip()!r} is not a number (want e.g. 50,90,99.9)"
+            ) from None
+        if not 0 < q <= 100:
+            raise PercentileError(f"--metric-percentiles {text!r}: {q:g} is not in (0, 100]")
+        out.add(q)
+    return tuple(sorted(out))
+
+
+def stats(values_ms: Sequence[float], percentiles: Sequence[float] = PERCENTILES) -> LatencyStats:
+    """mean, median, std (population, numpy's and vllm bench's) and the ``percentiles`` (default p50/p90/p99;
+    linear interpolation between order statistics, numpy's default, as vllm bench's ``np.percentile``) of a
+    sample, ms; an empty sample → every field None. Both views."""
     if not values_ms:
         return LatencyStats()
     a = np.asarray(values_ms, dtype=float)
@@ -135,7 +167,7 @@ def stats(values_ms: Sequence[float]) -> LatencyStats:
         mean_ms=float(a.mean()),
         median_ms=float(np.median(a)),
         std_ms=float(a.std()),
-        percentiles_ms={p: float(np.percentile(a, p)) for p in PERCENTILES},
+        percentiles_ms={p: float(np.percentile(a, p)) for p in percentiles},
     )
 
 
@@ -146,10 +178,16 @@ def end_date_utc(records: Sequence[RequestRecord]) -> str:
     return datetime.fromtimestamp(end_s, UTC).strftime(BENCH_DATE_FORMAT)
 
 
-def point_result(records: Sequence[RequestRecord], path: str, model_id: str | None = None) -> BenchResult:
+def point_result(
+    records: Sequence[RequestRecord],
+    path: str,
+    model_id: str | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+) -> BenchResult:
     """One point's canonical summary (the fields the reconciliations read, in the bench schema's record) from
     all its request records, failed ones included. Latencies over the completed requests; TPOT over those with
-    ≥ 2 tokens; ITL over every token interval of every completed request."""
+    ≥ 2 tokens; ITL over every token interval of every completed request. Percentiles: the analysis-time
+    ``percentiles`` and ``PERCENTILES`` (which the pages' p50/p99 answers read) at once."""
     if not records:
         raise ValueError(f"{path}: a point without requests has no summary")
     done = completed(records)
@@ -158,6 +196,7 @@ def point_result(records: Sequence[RequestRecord], path: str, model_id: str | No
     in_total = sum(input_tokens(r) for r in done)
     ttfts = [t for r in done if (t := ttft_ms(r)) is not None]
     tpots = [t for r in done if (t := tpot_ms(r)) is not None]
+    qs = tuple(sorted({*PERCENTILES, *percentiles}))
     return BenchResult(
         path=path,
         completed=len(done),
@@ -173,10 +212,10 @@ def point_result(records: Sequence[RequestRecord], path: str, model_id: str | No
         output_throughput_tok_s=output_throughput_tok_s(out_total, dur),
         total_token_throughput_tok_s=total_token_throughput_tok_s(in_total, out_total, dur),
         latency={
-            "ttft": stats(ttfts),
-            "tpot": stats(tpots),
-            "itl": stats([x for r in done for x in itls_ms(r)]),
-            "e2el": stats([e2el_ms(r) for r in done]),
+            "ttft": stats(ttfts, qs),
+            "tpot": stats(tpots, qs),
+            "itl": stats([x for r in done for x in itls_ms(r)], qs),
+            "e2el": stats([e2el_ms(r) for r in done], qs),
         },
     )
 
@@ -186,7 +225,8 @@ def point_result(records: Sequence[RequestRecord], path: str, model_id: str | No
 # The per-request SLO metrics (ms), as `vllm bench serve --goodput KEY:VALUE` names them, with ours beside:
 # vLLM's ``ttft``, ``tpot``, ``e2el`` are our ``ttft_ms``, ``tpot_ms``, ``e2e_ms``; ``itl_ms`` is AIPerf's
 # per-request ``inter_token_latency`` (the request's mean gap after the first token): the same number as TPOT.
-SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+# The names are the plan schema's (collector.raw.plan.SLO_METRICS: a plan's [slo] table takes the same).
+SLO_METRICS = plan_schema.SLO_METRICS
 
 
 def slo_values_ms(r: RequestRecord) -> dict[str, float | None]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import charts, scrape_series
+from analysis import charts, metrics, scrape_series
 from analysis import findings as fnd
 from analysis.campaign import Campaign, campaign_names, load_campaign, verify_campaign
 from analysis.findings import FindingSet, dumps, write_table
@@ -591,6 +591,7 @@ def analyze(
     campaigns: list[str] | None,
     verify: bool = True,
     slos_ms: dict[str, float] | None = None,
+    percentiles: tuple[float, ...] = metrics.DEFAULT_PERCENTILES,
 ) -> Iterator[str]:
     """Analyse each campaign into ``out/<campaign>/``. With ``verify`` (the default) every run folder of the
     campaigns is first checked as `collector verify` checks it, and a changed run stops the analysis with
@@ -609,7 +610,7 @@ def analyze(
     summaries = []
     states: dict[str, str | None] = {}
     for name in names:
-        campaign = load_campaign(roots, name, verified=verify)
+        campaign = load_campaign(roots, name, verified=verify, percentiles=percentiles)
         out_dir = Path(out) / name
         out_dir.mkdir(parents=True, exist_ok=True)
         lines, summary = _analyze_campaign(campaign, out_dir, roots, slos_ms)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from analysis import metrics
 from analysis.pipeline import analyze as analyze_fn
 from analysis.pipeline import slo_plan
 from analysis.reconcile import slo as slo_lib
@@ -194,16 +195,33 @@ def inspect(raw: Path, campaign: str | None) -> None:
     multiple=True,
     help="A per-request SLO for goodput, NAME=MS with NAME ttft_ms, tpot_ms, itl_ms or e2e_ms; repeatable.",
 )
+@click.option(
+    "--metric-percentiles",
+    "--percentiles",
+    "percentiles",
+    default=",".join(f"{q:g}" for q in metrics.DEFAULT_PERCENTILES),
+    show_default=True,
+    help="The latency percentiles the per-point tables report, comma-separated (vllm bench serve's "
+    "--metric-percentiles); p50/p90/p99 are always computed.",
+)
 @click.argument("campaigns", nargs=-1)
 @_one_line_errors
 def analyze(
-    raws: tuple[Path, ...], out: Path, campaigns: tuple[str, ...], no_verify: bool, slos: tuple[str, ...]
+    raws: tuple[Path, ...],
+    out: Path,
+    campaigns: tuple[str, ...],
+    no_verify: bool,
+    slos: tuple[str, ...],
+    percentiles: str,
 ) -> None:
     """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign.
 
     Every run read is verified first (as `collector verify` does); a changed run stops the analysis."""
     slos_ms = slo_lib.parse_slos(list(slos))
-    for line in analyze_fn(list(raws), out, list(campaigns) or None, verify=not no_verify, slos_ms=slos_ms):
+    qs = metrics.parse_percentiles(percentiles)
+    for line in analyze_fn(
+        list(raws), out, list(campaigns) or None, verify=not no_verify, slos_ms=slos_ms, percentiles=qs
+    ):
         click.echo(line)
 
 

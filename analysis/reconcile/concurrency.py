@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis import fits
+from analysis import fits, metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
 from analysis.reconcile import Context, Section, engine_at
@@ -42,7 +42,16 @@ def tokens_from_throughput(throughput_tok_s: float, duration_s: float) -> float:
     return throughput_tok_s * duration_s
 
 
-def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
+def percentile_stats(campaign: Campaign) -> tuple[str, ...]:
+    """The campaign's analysis-time percentiles (``Campaign.percentiles``) by name
+    (``metrics.percentile_name``: p50, p99.9), in order."""
+    return tuple(metrics.percentile_name(q) for q in campaign.percentiles)
+
+
+def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx, percentiles: tuple[str, ...] = ()) -> dict:
+    """One point's row of the ``points`` table; its latency columns are ``STATS`` and the analysis-time
+    ``percentiles`` (names as ``percentile_stats``), each ``<stat>_<metric>_ms``; a percentile the point's
+    file does not hold (a bench file writes its own set) is None."""
     r = p.result
     row: dict = {
         "round": p.run.round or "",
@@ -76,7 +85,7 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         "max_concurrent_requests": r.max_concurrent_requests,
     }
     for m in METRICS:
-        for s in STATS:
+        for s in (*STATS, *(q for q in percentiles if q not in STATS)):
             # no completed request: the summary's zeros are not latencies (a point cut short, e.g. by a
             # deadline)
             row[f"{s}_{m}_ms"] = r.stat_ms(s, m) if r.completed else None
@@ -154,7 +163,8 @@ POINT_COLUMNS = (
 
 
 def points_frame(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFrame:
-    rows = [point_row(p, ctx, th) for p in iter_points(campaign, include_warmup=True)]
+    qs = percentile_stats(campaign)
+    rows = [point_row(p, ctx, th, qs) for p in iter_points(campaign, include_warmup=True)]
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(POINT_COLUMNS))
 
 
@@ -333,9 +343,35 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
             "concurrency_latency": latency,
             "concurrency_throughput": throughput,
             "concurrency_utilization": util,
+            "latency_percentiles": percentile_table(campaign, ctx, th),
         },
         findings=findings,
     )
+
+
+def percentile_table(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFrame:
+    """The evidence table of the analysis-time percentiles (issue #14 item 5): per sweep point and latency
+    metric, one column ``<name>_ms`` per percentile of ``Campaign.percentiles`` (``metrics.stats`` over the
+    point's requests for our runs; the bench file's own keys for an imported point: None where the file does
+    not hold that percentile), with the point's file and metric definition."""
+    qs = percentile_stats(campaign)
+    rows = []
+    for p in iter_points(campaign):
+        if p.test_kind not in SWEEP_KINDS:
+            continue
+        for m in METRICS:
+            rows.append(
+                {
+                    **_point_ids(p, th),
+                    "metric": m,
+                    **{f"{q}_ms": p.result.stat_ms(q, m) if p.result.completed else None for q in qs},
+                    "metric_definition": p.metric_definition,
+                    "gate_ok": ctx.gate_ok(p),
+                    "file": p.cite(),
+                }
+            )
+    cols = [*POINT_ID_COLUMNS, "metric", *(f"{q}_ms" for q in qs), "metric_definition", "gate_ok", "file"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:

@@ -5,8 +5,9 @@ Per rate point, from its request records (``requests.jsonl``): the plan's offere
 schedule actually offered and the rate the server completed requests at (``metrics.offered_rate_req_s`` /
 ``achieved_rate_req_s``: the same event-rate estimate on the scheduled sends and on the completions), the
 throughputs and latency percentiles (``metrics.point_result``), goodput against the SLOs
-(``metrics.good_requests`` / ``goodput_req_s``: the analysis-time ``--slo`` values, else the SLO page's
-budget as a per-request TTFT SLO), and how late the client sent (``metrics.send_lateness_ms``).
+(``metrics.good_requests`` / ``goodput_req_s``: the analysis-time ``--slo`` values, else the plan's
+``[slo]``, else the SLO page's budget as a per-request TTFT SLO), and how late the client sent
+(``metrics.send_lateness_ms``).
 
 Per sweep (one run's rate points, by offered rate): the saturation point, the first offered rate whose
 achieved rate falls short of its schedule's offered rate by more than ``SATURATION_SHORTFALL_PCT``
@@ -26,7 +27,8 @@ from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, run_at
-from analysis.reconcile.slo import default_budget_ms
+from analysis.reconcile.concurrency import percentile_stats
+from analysis.reconcile.slo import default_budget_ms, slos_for
 from analysis.reconcile.theoryctx import TheoryCtx
 
 # a rate point's test kind: its phase kind as the records carry it (analysis.campaign.PHASE_TEST_KIND has no
@@ -35,7 +37,7 @@ RATE_KIND = "rate"
 # achieved more than this far below offered: the server no longer keeps up (the methodology page's method)
 SATURATION_SHORTFALL_PCT = 10.0
 LATENCIES = (("ttft", "ttft"), ("itl", "itl"), ("e2e", "e2el"))  # (our column name, BenchResult's metric)
-STATS = ("p50", "p90", "p99")
+STATS = ("p50", "p90", "p99")  # always; beside them the campaign's analysis-time percentiles
 
 
 def shortfall_pct(offered_req_s: float, achieved_req_s: float) -> float:
@@ -62,9 +64,15 @@ def _percentile_ms(values: list[float], q: float) -> float | None:
 
 
 def point_row(
-    p: BenchPoint, slos_ms: Mapping[str, float], ctx: Context | None, weight_format: str | None
+    p: BenchPoint,
+    slos_ms: Mapping[str, float],
+    ctx: Context | None,
+    weight_format: str | None,
+    percentiles: tuple[str, ...] = (),
 ) -> dict[str, Any] | None:
-    """One rate point's row of the ``rate_points`` table; None when its run has no records for it."""
+    """One rate point's row of the ``rate_points`` table; None when its run has no records for it. Latency
+    columns ``<stat>_<metric>_ms`` for ``STATS`` and the analysis-time ``percentiles`` (names as
+    ``concurrency.percentile_stats``)."""
     rel, log = p.run.requests
     recs = [r for r in log.records if r.point == p.label] if log is not None else []
     if not recs:
@@ -95,7 +103,7 @@ def point_row(
         "output_throughput_tok_s": res.output_throughput_tok_s,
     }
     for name, metric in LATENCIES:
-        for s in STATS:
+        for s in (*STATS, *(q for q in percentiles if q not in STATS)):
             row[f"{s}_{name}_ms"] = res.stat_ms(s, metric) if res.completed else None
     row |= {
         "good_requests": good,
@@ -267,31 +275,27 @@ def run(
 ) -> Section:
     """The rate-sweep section: the table ``rate_points`` (one row per open-loop point) and, per run with rate
     points, its sweep's findings (topic ``rate``). Goodput is judged against ``slos_ms`` (analysis-time
-    ``--slo``), else against the SLO page's default budget as a per-request TTFT SLO (``slo_basis`` says
-    which). A campaign without rate points: an empty section (its page is not rendered)."""
+    ``--slo``), else the run's plan's ``[slo]``, else the SLO page's default budget as a per-request TTFT SLO
+    (``slo.slos_for``; ``slo_basis`` says which). A campaign without rate points: an empty section (its
+    page is not rendered)."""
     pts = rate_points(campaign)
     if not pts:
         return Section(name="rates")
     fmt = weight_format_of or th.weight_format_for
-    if slos_ms:
-        slos, basis = dict(slos_ms), "given"
-    else:
-        budget, _ = default_budget_ms(campaign)
-        slos, basis = {"ttft_ms": budget}, "slo_page_budget"
-    slo_extra: dict[str, Any] = {f"slo_{k}": v for k, v in slos.items()} | {"slo_basis": basis}
+    budget, _ = default_budget_ms(campaign)
+    qs = percentile_stats(campaign)
     rows_all: list[dict[str, Any]] = []
     found: list[fnd.Finding] = []
     for run_name in sorted({p.run.name for p in pts}):
         mine = [p for p in pts if p.run.name == run_name]
         wf = fmt(mine[0].run)
-        rows = [r for p in mine if (r := point_row(p, slos, ctx, wf)) is not None]
+        slos, basis = slos_for(mine[0].run, slos_ms, {"ttft_ms": budget})
+        slo_extra: dict[str, Any] = {f"slo_{k}": v for k, v in slos.items()} | {"slo_basis": basis}
+        rows = [r | {"slo_basis": basis} for p in mine if (r := point_row(p, slos, ctx, wf, qs)) is not None]
         rows.sort(key=lambda r: (r["request_rate_req_s"] or 0.0, r["point"]))
         if not rows:
             continue
         rows_all += rows
         at = run_at(mine[0].run, wf, topic="rate")
         found += _sweep_findings(rows, {p.label: p for p in mine}, at, slo_extra)
-    table = pd.DataFrame(rows_all)
-    if len(table):
-        table["slo_basis"] = basis
-    return Section(name="rates", tables={"rate_points": table}, findings=found)
+    return Section(name="rates", tables={"rate_points": pd.DataFrame(rows_all)}, findings=found)

@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import metrics, theory
-from analysis.campaign import BenchPoint, Campaign
+from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile import Context, Section, engine_at, run_at
 from analysis.reconcile.concurrency import sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
@@ -80,6 +80,20 @@ def value_at_log2(x_lo: float, v_lo: float, x_hi: float, v_hi: float, x: float) 
     """v at x, v linear in log2(x) between (x_lo, v_lo) and (x_hi, v_hi)."""
     frac = (math.log2(x) - math.log2(x_lo)) / (math.log2(x_hi) - math.log2(x_lo))
     return v_lo + frac * (v_hi - v_lo)
+
+
+def slos_for(
+    run: RunData, given: Mapping[str, float] | None, fallback: Mapping[str, float] | None = None
+) -> tuple[dict[str, float], str]:
+    """The per-request SLOs goodput is judged by for one run, and their basis: the analysis-time ``--slo``
+    values (``given``) win; else the ``[slo]`` table of the plan the run kept (``plan``: its copy in raw/);
+    else ``fallback`` (the SLO page's budget as a TTFT SLO: ``slo_page_budget``); ({}, "none") without any."""
+    if given:
+        return dict(given), "given"
+    plan = run.docs.plan if run.docs is not None else None
+    if plan is not None and getattr(plan, "slo", None):
+        return dict(plan.slo), "plan"
+    return (dict(fallback), "slo_page_budget") if fallback else ({}, "none")
 
 
 def point_goodput(p: BenchPoint, slos_ms: Mapping[str, float]) -> tuple[int, float | None] | None:
@@ -546,25 +560,28 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
 
 def goodput_findings(
     campaign: Campaign,
-    slos_ms: Mapping[str, float],
+    slos_ms: Mapping[str, float] | None,
     ctx: Context | None = None,
     weight_format_of: Callable | None = None,
+    fallback_ms: Mapping[str, float] | None = None,
 ) -> list:
-    """Per sweep point, goodput against the analysis-time SLOs (per request, exact from requests.jsonl); per
-    sweep, the point with the highest goodput. A run without request records: one n/a per sweep saying why."""
+    """Per sweep point, goodput against the SLOs (``slos_for``: the analysis-time ones, else the sweep run's
+    plan's ``[slo]``, else ``fallback_ms``; per request, exact from requests.jsonl); per sweep, the point with
+    the highest goodput. A run without request records: one n/a per sweep saying why."""
     out: list[fnd.Finding] = []
-    if not slos_ms:
-        return out
-    slo_extra = {f"slo_{k}": v for k, v in slos_ms.items()}
     for rnd in campaign.rounds:
         for eng in ENGINES:
             pts = sweep_points(campaign, rnd, eng)
             if not pts:
                 continue
+            slos, basis = slos_for(pts[0].run, slos_ms, fallback_ms)
+            if not slos:
+                continue
+            slo_extra: dict = {f"slo_{k}": v for k, v in slos.items()} | {"slo_basis": basis}
             sweep_at = engine_at(rnd, eng, _weight_format(pts[0], weight_format_of), topic="goodput")
             rows = []
             for p in pts:
-                g = point_goodput(p, slos_ms)
+                g = point_goodput(p, slos)
                 if g is None:
                     continue
                 good, gp = g
@@ -638,7 +655,7 @@ def run(
     answers = plan(
         campaign, budget, gate_ok=ctx.gate_ok, window_max_running=max_running(ctx), weight_format_of=fmt
     )
-    found = goodput_findings(campaign, slos_ms or {"ttft_ms": budget}, ctx, fmt)
+    found = goodput_findings(campaign, slos_ms, ctx, fmt, fallback_ms={"ttft_ms": budget})
     goodput = {(f.run, f.test): f.value for f in found if f.metric == "goodput_req_s" and f.available}
     rows = []
     for a in answers:

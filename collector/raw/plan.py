@@ -20,6 +20,9 @@ PREFIX_CACHE = ("off", "on", "any")
 PHASE_KINDS = ("warmup", "concurrency", "length", "overload", "rate")
 ARRIVALS = ("poisson", "gamma", "constant")  # AIPerf's --arrival-pattern values
 RAMP_UP_STRATEGIES = ("linear",)  # vllm bench serve's --ramp-up-strategy (its "exponential" is not built)
+# per-request SLOs a plan may state for goodput ([slo]; `collector analyze --slo` wins), ms, by vllm bench
+# serve's --goodput names (ttft, tpot, e2el) with AIPerf's itl beside: analysis.metrics.meets_slos judges them
+SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 _MISSING = object()
 
 
@@ -168,6 +171,8 @@ class Plan:
     description: str = ""
     raw_text: str = ""
     workload: WorkloadPlan = field(default_factory=WorkloadPlan)
+    # [slo]: per-request SLOs (SLO_METRICS -> ms) analysis judges goodput by when no --slo is given
+    slo: dict[str, float] = field(default_factory=dict)
 
     @property
     def points(self) -> list[PointPlan]:
@@ -361,6 +366,16 @@ def _workload(t: _Table) -> WorkloadPlan:
     return wp
 
 
+def _slo(t: _Table) -> dict[str, float]:
+    """The optional ``[slo]`` table: each of ``SLO_METRICS`` a positive, finite number of ms."""
+    out = {k: v for k in SLO_METRICS if (v := t.get(k, float, None)) is not None}
+    t.done()
+    for k, v in out.items():
+        if not 0 < v < float("inf"):
+            raise t._err(k, f"a per-request SLO is a positive number of ms, got {v!r}")
+    return out
+
+
 _POINT_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
 
 
@@ -522,6 +537,7 @@ def parse_plan(text: str, path: Path) -> Plan:
     sampling = _sampling(top.sub("sampling", required=False))
     load = _load(top.sub("load", required=False))
     workload = _workload(top.sub("workload", required=False))
+    slo = _slo(top.sub("slo", required=False))
     top.seen.add("phase")
     raw_phases = data.get("phase")
     if not isinstance(raw_phases, list) or not raw_phases:
@@ -552,6 +568,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         description=description,
         raw_text=text,
         workload=workload,
+        slo=slo,
     )
 
 
