@@ -32,6 +32,7 @@ from collector.raw.errors import RunError
 from collector.raw.store import Stream, open_run
 from collector.run import execute_run
 from tests import engine_cache
+from tests.cli import collector_cli
 from tests.fault_server import FaultServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,21 +265,7 @@ def test_a_complete_run_whose_every_point_fails_a_gate_exits_nonzero(tmp_path, m
     """HTTP 500 on every 2nd request: each point completes but fails the `failures` check, which the analysis'
     gates treat as excluding the point — `collector run` says the run is unusable and exits 1."""
     raw = tmp_path / "raw"
-    p = subprocess.run(
-        [
-            PY,
-            "-m",
-            "collector.cli",
-            "run",
-            str(make_plan(tmp_path, ["--fault", "http500:2"])),
-            "--raw",
-            str(raw),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    p = collector_cli("run", make_plan(tmp_path, ["--fault", "http500:2"]), "--raw", raw, timeout=180)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert (
         "complete, but unusable: every measured point fails a gate that excludes it (first: p01-sweep"

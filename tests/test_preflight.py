@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import gguf
@@ -24,6 +23,7 @@ from collector.preflight import (
 )
 from collector.raw.plan import load_plan
 from tests import engine_cache
+from tests.cli import collector_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = engine_cache.paths()
@@ -33,13 +33,7 @@ def _refused(tmp_path: Path, plan: Path, pattern: str) -> None:
     """Both through the library and the command line: one line, exit 1, nothing under raw/."""
     with pytest.raises(PreflightError, match=pattern):
         preflight(load_plan(plan), tmp_path / "raw")
-    p = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = collector_cli("run", plan, "--raw", tmp_path / "raw")
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and re.search(pattern, p.stderr), p.stderr
     assert not (tmp_path / "raw").exists()
@@ -58,26 +52,6 @@ def test_the_test_plan_passes(tmp_path, make_plan):
     assert pf.context_tokens == 32768
 
 
-def test_token_ids_past_the_vocabulary(tmp_path, make_plan):
-    plan = _edit(make_plan(tmp_path), "token_id_range = [32, 127]", "token_id_range = [1000, 160000]")
-    _refused(
-        tmp_path,
-        plan,
-        r"\[model\].token_id_range \[1000, 160000\) reaches past the vocabulary of 152064 "
-        r"tokens \(\[model\].config Qwen2.5-7B-Instruct vocab_size\)",
-    )
-
-
-def test_lengths_past_max_model_len(tmp_path, make_plan):
-    plan = _edit(make_plan(tmp_path), 'gpu = "rtx4090"', 'gpu = "rtx4090"\nmax_model_len = 32')
-    _refused(
-        tmp_path,
-        plan,
-        r"point p01-sweep-c001-i24-o16: input_len 24 \+ output_len 16 = 40 tokens exceeds the "
-        r"32 a request may hold \(\[model\].max_model_len\)",
-    )
-
-
 def test_lengths_past_a_llama_cpp_slot(tmp_path, make_plan):
     plan = make_plan(tmp_path, ["-c", "64", "-np", "2"])  # 32 tokens per slot
     _refused(tmp_path, plan, r"p01-sweep-c001-i24-o16: .* exceeds the 32 a request may hold \(-c 64 / -np 2")
@@ -86,6 +60,20 @@ def test_lengths_past_a_llama_cpp_slot(tmp_path, make_plan):
 @pytest.mark.parametrize(
     "old, new, pattern",
     [
+        pytest.param(
+            "token_id_range = [32, 127]",
+            "token_id_range = [1000, 160000]",
+            r"\[model\].token_id_range \[1000, 160000\) reaches past the vocabulary of 152064 "
+            r"tokens \(\[model\].config Qwen2.5-7B-Instruct vocab_size\)",
+            id="token_ids_past_the_vocabulary",
+        ),
+        pytest.param(
+            'gpu = "rtx4090"',
+            'gpu = "rtx4090"\nmax_model_len = 32',
+            r"point p01-sweep-c001-i24-o16: input_len 24 \+ output_len 16 = 40 tokens exceeds the "
+            r"32 a request may hold \(\[model\].max_model_len\)",
+            id="lengths_past_max_model_len",
+        ),
         ("port = ", "port = 70000\n#", r"\[server\].port: must be 1..65535, got 70000"),
         (
             "startup_timeout_s = 30",
@@ -122,13 +110,7 @@ def test_raw_root_on_a_read_only_file_system(tmp_path, make_plan):
         pytest.skip("cannot mount a tmpfs here")
     try:
         plan = make_plan(tmp_path)
-        p = subprocess.run(
-            [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(ro / "raw")],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        p = collector_cli("run", plan, "--raw", ro / "raw")
         assert p.returncode == 1 and "Traceback" not in p.stderr
         assert (
             p.stderr.strip()
@@ -173,13 +155,7 @@ def test_a_plan_not_in_utf8(tmp_path, make_plan):
     plan.write_bytes(
         plan.read_bytes().replace(b'campaign = "fake"', b'campaign = "fake" # caf\xe9')
     )  # Latin-1
-    p = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(tmp_path / "raw")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = collector_cli("run", plan, "--raw", tmp_path / "raw")
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.strip() == f"Error: {plan}:2: not UTF-8 text (byte 0xe9); save the plan as UTF-8"
 
