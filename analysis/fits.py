@@ -200,3 +200,47 @@ def envelope_crossings(
         if not dedup or not math.isclose(x, dedup[-1], rel_tol=1e-12):
             dedup.append(x)
     return dedup
+
+
+@dataclass(frozen=True)
+class PlaneFit:
+    """y ≈ intercept + b1 · x1 + b2 · x2, fitted by ordinary least squares over n points."""
+
+    intercept: float
+    b1: float
+    b2: float
+    r2: float
+    n: int
+
+    def predict(self, x1: float, x2: float) -> float:
+        """ŷ = intercept + b1 · x1 + b2 · x2 (units of y)."""
+        return self.intercept + self.b1 * x1 + self.b2 * x2
+
+
+def least_squares_plane(x1: Sequence[float], x2: Sequence[float], ys: Sequence[float]) -> PlaneFit:
+    """Ordinary least squares with two regressors and an intercept: the normal equations on the centred
+    values, [Sx1x1 Sx1x2; Sx1x2 Sx2x2] · [b1 b2] = [Sx1y Sx2y] (Sab = Σ(a−ā)(b−b̄)), solved by Cramer's rule;
+    intercept = ȳ − b1·x̄1 − b2·x̄2; r² = 1 − SS_res / SS_tot as in ``least_squares``. Needs n ≥ 3 and the
+    two regressors not collinear. Units: b1 in [y]/[x1], b2 in [y]/[x2], intercept in [y]."""
+    n = len(ys)
+    if not len(x1) == len(x2) == n:
+        raise ValueError(f"least_squares_plane: {len(x1)}, {len(x2)} and {n} values")
+    if n < 3:
+        raise ValueError(f"least_squares_plane: need at least 3 points, got {n}")
+    m1, m2, my = math.fsum(x1) / n, math.fsum(x2) / n, math.fsum(ys) / n
+    d1, d2, dy = [a - m1 for a in x1], [b - m2 for b in x2], [y - my for y in ys]
+
+    def s(a: Sequence[float], b: Sequence[float]) -> float:
+        return math.fsum(p * q for p, q in zip(a, b, strict=True))
+
+    s11, s22, s12, s1y, s2y = s(d1, d1), s(d2, d2), s(d1, d2), s(d1, dy), s(d2, dy)
+    det = s11 * s22 - s12 * s12
+    if det <= 1e-12 * max(s11 * s22, 1e-300):
+        raise ValueError("least_squares_plane: the two regressors are collinear; the fit is undefined")
+    b1 = (s1y * s22 - s2y * s12) / det
+    b2 = (s2y * s11 - s1y * s12) / det
+    intercept = my - b1 * m1 - b2 * m2
+    ss_res = math.fsum((y - (intercept + b1 * a + b2 * b)) ** 2 for a, b, y in zip(x1, x2, ys, strict=True))
+    ss_tot = math.fsum(v * v for v in dy)
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return PlaneFit(intercept=intercept, b1=b1, b2=b2, r2=r2, n=n)

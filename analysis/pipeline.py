@@ -31,6 +31,7 @@ from analysis.reconcile import (
     kv,
     lengths,
     memory,
+    model_size,
     overload,
     overload_depth,
     prediction,
@@ -214,9 +215,10 @@ def slo_plan(
     itl_p99_ms: float | None = None,
     engine: str | None = None,
     campaigns: list[str] | None = None,
-) -> list[slo.SloAnswer]:
-    """`collector slo`: the SLO planner's answer (analysis.reconcile.slo.plan) for every campaign named (all
-    by default), on gated points, with the running gauge's peak per point where a sampler saw it."""
+) -> list[slo.SloAnswer | slo.RateAnswer]:
+    """`collector slo`: the SLO planner's answers (analysis.reconcile.slo.plan: concurrency per sweep;
+    slo.plan_rates: request rate per rate sweep) for every campaign named (all by default), on gated points,
+    with the running gauge's peak per point where a sampler saw it."""
     roots = [Path(r) for r in raw_roots]
     names = campaigns or campaign_names(roots)
     if not names:
@@ -233,6 +235,14 @@ def slo_plan(
             engine,
             gate_ok=ctx.gate_ok,
             window_max_running=slo.max_running(ctx),
+            weight_format_of=th.weight_format_for,
+        )
+        out += slo.plan_rates(  # open-loop rate sweeps: the highest request rate (issue #14 item 3)
+            campaign,
+            ttft_p99_ms,
+            itl_p99_ms,
+            engine,
+            gate_ok=ctx.gate_ok,
             weight_format_of=th.weight_format_for,
         )
     return out
@@ -269,6 +279,7 @@ def _analyze_campaign(
         reproducibility.run(campaign, ctx, points),
         prefix_cache.run(campaign),
         experiments.run(campaign, ctx, th),
+        model_size.run(campaign, ctx, th),  # issue #15 experiment 4
         provenance.run(campaign.name, raw_roots),
     ]
     found = FindingSet()

@@ -207,15 +207,9 @@ POOL_TABLE_LINES = {32: 27, 48: 28, 64: 29, 65: 30}
 POOL_FORMULA_LINES = {"residents": 14, "preemptions": 15, "onset": 16, "log": 21, "max_running": 24}
 
 # Experiments the campaign could not run, and why (labels_zh.REASONS codes): n/a findings, so the page says
-# so.
+# so. Experiment 4 (model size) ran: analysis.reconcile.model_size.
 NOT_RUN: dict[str, tuple[tuple[str, str, str], ...]] = {
     H200: (
-        (
-            "model_size",
-            "exp_not_run_model_shapes",
-            "experiment 4 not run: collector.modelgen knew only the tiny and 7B shapes then (0.5B/1.5B/3B "
-            "need their shapes incl. tied embeddings); the device budget went to experiments 1-3",
-        ),
         (
             "two_gpus",
             "exp_not_run_two_gpus",
