@@ -1074,6 +1074,65 @@ def experiment_kv_pool(df: pd.DataFrame) -> Drawn:
     return alt.hconcat(*panels, title=f["title"])
 
 
+def experiment_model_size(df: pd.DataFrame) -> Drawn:
+    """Experiment 4: left, mean p50 ITL against the weight bytes per step, a dot per size, the least-squares
+    line a + bytes ÷ bw_eff (solid) and the bandwidth floor (dashed) per format; right, the floor's share of
+    the step (achievement) against the parameter count. Colour = weight format; two panels, no more."""
+    f = _fig("experiment_model_size")
+    d = df.dropna(subset=["p50_itl_ms", "weight_gb_per_step"])
+    if not len(d):
+        return Missing("no_rows", "no sizes of experiment model_size")
+    d = d.assign(
+        format_zh=d["weight_format"].map(zh.format_label),
+        params_b=d["params"] / 1e9,
+    )
+    order = list(dict.fromkeys(d["format_zh"]))
+    color = alt.Color("format_zh:N", title=f["color"], sort=order, scale=alt.Scale(domain=order))
+    lines = []
+    for kind, col in (("fit", "fit_itl_ms"), ("floor", "floor_ms")):
+        if col in d:
+            part = d.dropna(subset=[col])
+            lines.append(part.assign(line_zh=f[kind], y=part[col]))
+    long = pd.concat(lines) if lines else pd.DataFrame()
+    kinds = [f[k] for k in ("fit", "floor")]
+    x = alt.X("weight_gb_per_step:Q", title=f["x_bytes"], scale=alt.Scale(zero=True))
+    y = alt.Y("y:Q", title=f["y_itl"], scale=alt.Scale(zero=True))
+    left_layers = [
+        alt.Chart(long)
+        .mark_line()
+        .encode(
+            x=x,
+            y=y,
+            color=color,
+            strokeDash=alt.StrokeDash(
+                "line_zh:N",
+                title=f["line"],
+                sort=kinds,
+                scale=alt.Scale(domain=kinds, range=[[1, 0], [6, 3]]),
+            ),
+            detail=alt.Detail("weight_format:N"),
+        ),
+        alt.Chart(d.assign(y=d["p50_itl_ms"]))
+        .mark_point(filled=True, size=60)
+        .encode(
+            x=x, y=y, color=color, tooltip=["arm:N", "weight_gb_per_step:Q", "p50_itl_ms:Q", "floor_ms:Q"]
+        ),
+    ]
+    left = alt.layer(*left_layers).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    right = (
+        alt.Chart(d.dropna(subset=["achievement_pct", "params_b"]))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("params_b:Q", title=f["x_params"], scale=alt.Scale(type="log", nice=False, padding=8)),
+            y=alt.Y("achievement_pct:Q", title=f["y_achievement"], scale=alt.Scale(domain=[0, 100])),
+            color=color,
+            tooltip=["arm:N", "params_b:Q", "achievement_pct:Q"],
+        )
+        .properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    )
+    return alt.hconcat(left, right, title=f["title"])
+
+
 # figure name -> (table it draws, function)
 # --- rate sweeps (issue #14) ---------------------------------------------------------------------------
 
@@ -1189,6 +1248,7 @@ FIGURES: dict[str, tuple[str, Callable[[pd.DataFrame], Drawn]]] = {
     "experiment_graphs": ("experiment_points", experiment_graphs),
     "experiment_kv_quant": ("experiment_points", experiment_kv_quant),
     "experiment_kv_pool": ("experiment_pool", experiment_kv_pool),
+    "experiment_model_size": ("model_size_sizes", experiment_model_size),
     "rate_throughput": ("rate_points", rate_throughput),
     "rate_latency": ("rate_points", rate_latency),
 }

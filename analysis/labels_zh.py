@@ -627,6 +627,7 @@ FINDINGS.update(
             (f"exp_{e}", "arms_match_plans"): "每组运行的 plan.toml 都写明了该组的旋钮取值"
             for e in ("slots", "sampling", "graphs", "kv_quant", "kv_pool")
         },
+        ("exp_model_size", "arms_match_plans"): "每组运行的 plan.toml 都写明了该组的模型配置与权重格式",
         (
             "exp_slots",
             "cells_scanned_model",
@@ -676,6 +677,27 @@ FINDINGS.update(
         ("exp_kv_pool", "max_running"): "运行中请求数的最大值（每个请求都以提示长度被放进）",
         ("exp_kv_pool", "max_repeat_spread_pct_throughput"): "重复测量的吞吐差异（同一池大小跑两次）",
         ("exp_graphs", "max_repeat_spread_pct_itl"): "重复测量的最大差异（p50 ITL，各并发点中最大者）",
+        ("exp_model_size", "linear_fit_r2"): "预测：每种格式 ITL 对每步字节是一条直线（R² ≥ 0.98）",
+        ("exp_model_size", "fixed_cost_in_range"): "预测：固定成本 a 在 2–3.5 毫秒之间",
+        ("exp_model_size", "bw_eff_in_range"): "预测：F16 的有效带宽在 3.0–4.8 TB/s 之间",
+        ("exp_model_size", "achievement_below_15_at_0_5b"): "预测：0.5B 达到带宽下限的比例 < 15%",
+        ("exp_model_size", "achievement_above_65_at_14b"): "预测：14B F16 达到带宽下限的比例 > 65%",
+        ("exp_model_size", "q4_fixed_cost_not_lower"): "预测：Q4_K_M 的固定成本 a 不低于 F16（差值 ≥ 0）",
+        (
+            "exp_model_size",
+            "q4_cost_per_byte_not_lower",
+        ): "预测：Q4_K_M 每字节的时间（1/有效带宽）不低于 F16（差值 ≥ 0）",
+        (
+            "exp_model_size",
+            "fixed_cost_per_layer",
+        ): "备择：固定成本按层计，残差随层数走（3B、14B 在线上方，7B 在下方）",
+        ("exp_model_size", "achievement_pct"): "达到带宽下限的比例（下限 ÷ p50 ITL）",
+        ("exp_model_size", "p50_itl_ms"): "并发 1 的 p50 ITL（重复取平均，旁为计划的预测）",
+        ("exp_model_size", "fit_intercept_ms"): "拟合的固定成本 a（ITL = a + 字节 ÷ 有效带宽）",
+        ("exp_model_size", "fit_bw_eff_tb_per_s"): "拟合的有效带宽（1 ÷ 斜率）",
+        ("exp_model_size", "crossover_gb"): "交叉点：每步字节 ÷ 有效带宽 = a 时的每步字节",
+        ("exp_model_size", "layer_fit_ms_per_layer"): "加层数项的拟合：每层的固定成本",
+        ("exp_model_size", "cross_lease_7b_spread_pct"): "7B 并发 1 的 p50 ITL 跨租期离散（各次运行）",
         **{("experiments", k): f"实验：{v}" for k, v in EXPERIMENT_NAMES.items()},
     }
 )
@@ -717,6 +739,18 @@ FIGURES.update(
             "predicted": "预测（同步一波）",
             "measured": "实测",
             "log": "日志的最大并发",
+        },
+        "experiment_model_size": {
+            "title": "模型大小：单流解码的步时与带宽下限",
+            "x_bytes": "每步读取的权重（GB）",
+            "y_itl": "p50 token 间延迟（毫秒）",
+            "x_params": "参数量（十亿，对数）",
+            "y_achievement": "达到带宽下限的比例（%）",
+            "color": "权重格式",
+            "measured": "实测（重复取平均）",
+            "fit": "拟合 a + 字节 ÷ 有效带宽",
+            "floor": "带宽下限",
+            "line": "曲线",
         },
         "experiment_kv_quant": {
             "title": "KV 缓存量化：长上下文下的 p50 token 间延迟",
@@ -1017,7 +1051,7 @@ REASONS.update(
         "看不出哪些请求同时满足全部 "
         "SLO，由分位数推出的不是逐请求的有效吞吐（goodput）",
         "slo_not_bracketed": (
-            "测得的点没有把延迟预算夹在中间（最高的实测并发仍满足，或没有一个点满足），无法插值"
+            "测得的点没有把延迟预算夹在中间（最高的实测并发或请求速率仍满足，或没有一个点满足），无法插值"
         ),
     }
 )
@@ -1027,6 +1061,7 @@ FINDINGS.update(
         ("slo", "slo_concurrency"): "满足延迟预算的最高并发（对数插值）",
         ("slo", "slo_request_throughput_req_s"): "该并发下的请求吞吐（插值）",
         ("slo", "slo_goodput_req_s"): "有效吞吐 goodput（满足全部 SLO 的请求/秒，下方夹点实测）",
+        ("slo", "slo_request_rate_req_s"): "满足延迟预算的最高请求速率（开环扫描，对数插值）",
         ("goodput", "goodput_req_s"): "有效吞吐 goodput（满足全部 SLO 的请求/秒）",
         ("goodput", "goodput_max_req_s"): "并发扫描中最高的有效吞吐 goodput",
     }
