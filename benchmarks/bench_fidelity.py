@@ -63,7 +63,7 @@ PEERS = ENGINES / "peers"
 OUT = ROOT / "build" / "bench"
 SCHEDULE = {"first_token_ms": 50.0, "interval_ms": 20.0, "spike_every": 10, "spike_ms": 10.0}
 INPUT_LEN, OUTPUT_LEN = 64, 64
-SERVER_CPU, CLIENT_CPU = 0, 1
+SERVER_CPU, CLIENT_CPU = 0, "1"  # CLIENT_CPU: a taskset list; --client-cpus 1-4 lets ours shard over 4 cores
 TOOLS = ("ours", "vllm", "aiperf", "guidellm")
 PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
 TOOL_NAMES = {
@@ -147,7 +147,7 @@ class ClientView:
 
 
 def _pin(cmd: list[str]) -> list[str]:
-    return ["taskset", "-c", str(CLIENT_CPU), *cmd]
+    return ["taskset", "-c", CLIENT_CPU, *cmd]
 
 
 def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None,
@@ -587,6 +587,7 @@ def main() -> None:
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--port", type=int, default=18931)
     ap.add_argument("--publish", action="store_true")
+    ap.add_argument("--client-cpus", default=CLIENT_CPU, help="cores the tool is pinned to (taskset list)")
     ap.add_argument("--before", default="9288007^", help="the revision the 'before' tool runs")
     ap.add_argument(
         "--from-json", type=Path, help="render (and --publish) an earlier run's JSON, measure nothing"
@@ -599,6 +600,8 @@ def main() -> None:
         if args.publish:
             publish(md, doc)
         return
+    global CLIENT_CPU
+    CLIENT_CPU = args.client_cpus
     tools = [t for t in args.tools.split(",") if t]
     points = [int(x) for x in args.points.split(",")]
     for t in tools:
@@ -616,7 +619,7 @@ def main() -> None:
     for r in results:
         versions.setdefault(r["tool"], r["version"])
     meta = {"date": dt.date.today().isoformat(), "repeats": args.repeats, "versions": versions,
-            "machine": f"{os.cpu_count()} 核，服务器与客户端各占一核，负载均值 {load:.2f}",
+            "machine": f"{os.cpu_count()} 核，服务器占一核，客户端占核 {CLIENT_CPU}，负载均值 {load:.2f}",
             "schedule": SCHEDULE, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN}  # fmt: skip
     doc = {"meta": meta, "results": results}
     OUT.mkdir(parents=True, exist_ok=True)
