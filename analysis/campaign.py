@@ -64,6 +64,7 @@ PHASE_TEST_KIND = {
     "concurrency": "concurrency_sweep",
     "length": "length_sweep",
     "overload": "overload",
+    "rate": "rate_sweep",  # open loop (issue #14): analysis.reconcile.rates, the SLO planner's rate answer
     "warmup": "warmup",
 }
 COLLECTOR_RUN_KIND = "collector-run"

@@ -236,9 +236,10 @@ def slo(
     raws: tuple[Path, ...], ttft: float, itl: float | None, engine: str | None, campaigns: tuple[str, ...]
 ):
     """The SLO planner: per campaign, round and engine, the highest concurrency meeting the p99 budget(s),
-    interpolated between measured points, the goodput there and the engine settings that follow."""
+    interpolated between measured points, the goodput there and the engine settings that follow; per
+    open-loop rate sweep, the highest request rate meeting them."""
     for ans in slo_plan(list(raws), ttft, itl, engine, list(campaigns) or None):
-        for line in slo_lib.describe(ans):
+        for line in slo_lib.describe_any(ans):
             click.echo(line)
 
 

@@ -25,15 +25,14 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import metrics
-from analysis.campaign import BenchPoint, Campaign
+from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
 from analysis.reconcile import Context, Section, run_at
 from analysis.reconcile.concurrency import percentile_stats
 from analysis.reconcile.slo import default_budget_ms, slos_for
 from analysis.reconcile.theoryctx import TheoryCtx
 
-# a rate point's test kind: its phase kind as the records carry it (analysis.campaign.PHASE_TEST_KIND has no
-# entry for it, so the phase kind passes through)
-RATE_KIND = "rate"
+# a rate point's test kind (analysis.campaign.PHASE_TEST_KIND of its phase kind "rate")
+RATE_KIND = PHASE_TEST_KIND["rate"]
 # achieved more than this far below offered: the server no longer keeps up (the methodology page's method)
 SATURATION_SHORTFALL_PCT = 10.0
 LATENCIES = (("ttft", "ttft"), ("itl", "itl"), ("e2e", "e2el"))  # (our column name, BenchResult's metric)
