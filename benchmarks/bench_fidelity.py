@@ -581,6 +581,7 @@ def publish(md: str, doc: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    global CLIENT_CPU
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="1,16,64,256,1024")
     ap.add_argument("--repeats", type=int, default=3)
@@ -600,7 +601,6 @@ def main() -> None:
         if args.publish:
             publish(md, doc)
         return
-    global CLIENT_CPU
     CLIENT_CPU = args.client_cpus
     tools = [t for t in args.tools.split(",") if t]
     points = [int(x) for x in args.points.split(",")]
