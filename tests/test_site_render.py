@@ -561,3 +561,16 @@ def test_campaign_pages_open_with_their_conclusion_latest_round_first(reference_
             "ia-badge ia-na"
         )  # "无数据" once per missing input (its cause), not once per finding
         assert na == len(set(re.findall(r'ia-na">无数据</span><br><span class="ia-reason">([^<]+)<', table)))
+
+
+def test_rates_page_only_where_rate_points_exist(built):
+    """A campaign without open-loop points gets no rates page (the reference: closed-loop files only); one
+    with them (our CPU campaign's llamacpp-rate run) does."""
+    with_rates = set()
+    for c in built.campaigns:
+        table = built.results / c / "tables" / "rate_points.csv"
+        has_rows = table.is_file() and len(table.read_text(encoding="utf-8").strip().splitlines()) > 1
+        assert (built.docs / "campaigns" / c / "rates.md").is_file() == has_rows, c
+        if has_rows:
+            with_rates.add(c)
+    assert with_rates and with_rates != set(built.campaigns)

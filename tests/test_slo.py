@@ -87,14 +87,11 @@ def test_slo_parsing():
 
 
 @pytest.fixture(scope="module")
-def ref_root(tmp_path_factory):
-    if not SEED.is_dir():
+def ref_root(reference_raw):
+    """The reference campaign, imported once per session (tests/conftest.py's ``reference_raw``)."""
+    if reference_raw is None:
         pytest.skip("the reference campaign is not beside the checkout")
-    from collector.importer import import_results
-
-    root = tmp_path_factory.mktemp("ref")
-    list(import_results(SEED, REF, root))
-    return root
+    return reference_raw
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +223,126 @@ def test_slo_command(ref, ref_root):
     assert "closed-loop only" in res.output and "goodput: n/a" in res.output
     bad = CliRunner().invoke(main, ["analyze", "--raw", str(ref_root), "--slo", "ttft=730"])
     assert bad.exit_code == 1 and "--slo 'ttft=730'" in bad.output
+
+
+# --- issue #14 leftovers: rate answers, SLOs in plan.toml ---------------------------------------------------
+
+RATE_RUN = CPU / "llamacpp-rate"
+
+
+def _rate_points_by_hand() -> dict[float, tuple[float, list[dict]]]:
+    """Per offered rate of the committed two-rate run: (p99 TTFT ms, numpy's linear percentile over the
+    completed requests' TTFT = first chunk carrying a token − send; the records), from requests.jsonl."""
+    import numpy as np
+
+    lines = [json.loads(x) for x in (RATE_RUN / "requests.jsonl").read_text().splitlines() if x.strip()]
+    out: dict[float, tuple[float, list[dict]]] = {}
+    for rate in sorted({o["request_rate"] for o in lines if o["phase_kind"] == "rate"}):
+        recs = [o for o in lines if o.get("request_rate") == rate]
+        ttfts = []
+        for o in recs:
+            toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
+            if o["error"] is None and toks:
+                ttfts.append((toks[0] - o["send_mono_ns"]) / 1e6)
+        out[rate] = (float(np.percentile(ttfts, 99)), recs)
+    return out
+
+
+@pytest.mark.skipif(not RATE_RUN.is_dir(), reason="the two-rate run is not committed in raw/")
+def test_rate_planner_interpolates_between_the_two_measured_rates():
+    """Ungated (both rates), a budget between the two points' p99 TTFT: the answer is the log2 interpolation
+    between them, redone here from requests.jsonl; the bracketing points are cited."""
+    campaign = load_campaign([CPU.parent], CPU.name)
+    (r_lo, (y_lo, _)), (r_hi, (y_hi, _)) = sorted(_rate_points_by_hand().items())
+    budget = math.sqrt(y_lo * y_hi)  # strictly between the two
+    (a,) = slo.plan_rates(campaign, budget)
+    assert a.status == "bracketed" and a.binding == "ttft" and a.run == "llamacpp-rate"
+    assert (a.lower.request_rate_req_s, a.upper.request_rate_req_s) == (r_lo, r_hi)
+    assert (a.lower.p99_ttft_ms, a.upper.p99_ttft_ms) == (pytest.approx(y_lo), pytest.approx(y_hi))
+    x = math.log2(r_lo) + (budget - y_lo) / (y_hi - y_lo) * (math.log2(r_hi) - math.log2(r_lo))
+    assert a.request_rate_req_s == pytest.approx(2**x, rel=1e-9)
+    assert r_lo < a.request_rate_req_s < r_hi
+    f = slo.rate_answer_findings(a)[0]
+    assert f.value == a.request_rate_req_s and list(f.sources) == [a.lower.source, a.upper.source]
+    assert all("llamacpp-rate/requests.jsonl#" in src for src in f.sources)
+    text = "\n".join(slo.describe_rate(a))
+    assert f"{a.request_rate_req_s:.2f} req/s" in text and a.lower.source in text
+
+
+@pytest.mark.skipif(not RATE_RUN.is_dir(), reason="the two-rate run is not committed in raw/")
+def test_rate_planner_not_bracketed_names_the_next_rate_as_a_phase(tmp_path):
+    """Budgets the points do not bracket: every point meets it (double the highest rate) or none does (halve
+    the lowest); the stanza is a rate phase the plan schema accepts, with the run's lengths and stops. The
+    pipeline's gated answer (what `collector slo` and the page show) names the points the checks excluded."""
+    campaign = load_campaign([CPU.parent], CPU.name)
+    by_hand = _rate_points_by_hand()
+    rates = sorted(by_hand)
+    for budget, status, nxt in ((1e7, "highest_meets", 2 * rates[-1]), (1e-3, "none_meet", rates[0] / 2)):
+        (a,) = slo.plan_rates(campaign, budget)
+        assert a.status == status and a.request_rate_req_s is None and a.next_rate_req_s == nxt
+        table = tomllib.loads(a.stanza)["phase"][0]
+        phase = _phase(_Table(table, tmp_path / "plan.toml", "[[phase]] #1"), 0, set())
+        assert phase.kind == "rate" and [p.rate.request_rate for p in phase.points] == [nxt]
+        assert (phase.points[0].input_len, phase.points[0].output_len) == (64, 32)
+        assert phase.points[0].rate.duration_s == 3 and phase.points[0].rate.max_requests == 96
+        f = slo.rate_answer_findings(a)[0]
+        assert f.status == "n/a" and f.reason == "slo_not_bracketed" and f.extra["stanza"] == a.stanza
+    from analysis.pipeline import slo_plan
+
+    gated = [a for a in slo_plan([CPU.parent], 1e7, campaigns=[CPU.name]) if isinstance(a, slo.RateAnswer)]
+    assert len(gated) == 1
+    kept = {m.request_rate_req_s for m in gated[0].points}
+    assert kept <= set(rates) and len(kept) + len(gated[0].excluded) == len(rates)
+
+
+def test_plan_slo_table_parsed_and_refused(tmp_path):
+    """[slo] in plan.toml: the per-request SLOs by their --slo names; nonsense is one line naming the file."""
+    from collector.raw.errors import PlanError
+    from collector.raw.plan import parse_plan
+
+    base = (Path(__file__).resolve().parents[1] / "plans" / "cpu-tiny-llamacpp-rate.toml").read_text()
+    f = tmp_path / "p.toml"
+    plan = parse_plan(base + "\n[slo]\nttft_ms = 50\ntpot_ms = 10\n", f)
+    assert plan.slo == {"ttft_ms": 50.0, "tpot_ms": 10.0}
+    assert parse_plan(base, f).slo == {}
+    for bad, what in (
+        ("ttft_ms = 0", "[slo].ttft_ms"),
+        ("ttft = 50", "[slo].ttft"),
+        ('e2e_ms = "1s"', "e2e_ms"),
+    ):
+        with pytest.raises(PlanError) as err:
+            parse_plan(base + f"\n[slo]\n{bad}\n", f)
+        assert str(err.value).startswith(f"{f}: ") and what in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(not RATE_RUN.is_dir(), reason="the two-rate run is not committed in raw/")
+def test_plan_slo_read_from_the_run_copy_and_the_flag_wins(tmp_path):
+    """A real run whose plan copy states [slo] ttft_ms: goodput per rate point counts the requests meeting
+    it (by hand from requests.jsonl) over the point's duration, basis "plan"; --slo given wins ("given")."""
+    import shutil
+
+    from analysis.pipeline import gated_context
+    from analysis.reconcile import rates
+    from analysis.reconcile.theoryctx import build as build_theory
+
+    by_hand = _rate_points_by_hand()
+    limit = sorted(by_hand.items())[0][1][0]  # the low rate's p99: some requests of each point meet it
+    root = tmp_path / "raw"
+    shutil.copytree(RATE_RUN, root / CPU.name / RATE_RUN.name)
+    plan = root / CPU.name / RATE_RUN.name / "plan.toml"
+    plan.write_text(plan.read_text() + f"\n[slo]\nttft_ms = {limit!r}\n")
+    campaign = load_campaign([root], CPU.name, verified=False)
+    assert campaign.runs[0].docs.plan.slo == {"ttft_ms": limit}
+    ctx, th = gated_context(campaign), build_theory(campaign)
+    table = rates.run(campaign, ctx, th).tables["rate_points"]
+    assert set(table["slo_basis"]) == {"plan"}
+    for rate, (_, recs) in by_hand.items():
+        row = table[table["request_rate_req_s"] == rate].iloc[0]
+        good = 0
+        for o in recs:
+            toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
+            good += o["error"] is None and bool(toks) and (toks[0] - o["send_mono_ns"]) / 1e6 <= limit
+        dur_s = (max(o["end_mono_ns"] for o in recs) - min(o["send_mono_ns"] for o in recs)) / 1e9
+        assert row["good_requests"] == good and row["goodput_req_s"] == pytest.approx(good / dur_s, rel=1e-12)
+    flag = rates.run(campaign, ctx, th, {"ttft_ms": 1e9}).tables["rate_points"]
+    assert set(flag["slo_basis"]) == {"given"} and list(flag["good_requests"]) == list(flag["completed"])
