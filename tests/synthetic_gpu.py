@@ -74,6 +74,23 @@ def _metrics(prompt_s: float, pred_tokens: int, pred_s: float) -> str:
     )
 
 
+def _scrape(tag: str, point: str, t: int, wall: int, counters: list[float]) -> dict[str, object]:
+    """One /metrics scrape of the point's start or end (1 µs long), the counters as they stand."""
+    return {
+        "v": 1,
+        "source": "metrics",
+        "tag": tag,
+        "point": point,
+        "start_mono_ns": t,
+        "start_unix_ns": wall,
+        "end_mono_ns": t + 1000,
+        "end_unix_ns": wall + 1000,
+        "status": 200,
+        "error": None,
+        "text": _metrics(*counters),
+    }
+
+
 def own_run(store: RawStore, run_name: str, fmt: str) -> None:
     run = store.create_run(
         CAMPAIGN,
@@ -125,21 +142,7 @@ def own_run(store: RawStore, run_name: str, fmt: str) -> None:
     counters = [0.0, 0, 0.0]
     for i, c in enumerate(CONCURRENCIES):
         pid = f"p{i:02d}-sweep-c{c:03d}-i{IN_LEN}-o{OUT_LEN}"
-        scrapes.write_json(
-            {
-                "v": 1,
-                "source": "metrics",
-                "tag": "point_start",
-                "point": pid,
-                "start_mono_ns": t,
-                "start_unix_ns": wall,
-                "end_mono_ns": t + 1000,
-                "end_unix_ns": wall + 1000,
-                "status": 200,
-                "error": None,
-                "text": _metrics(*counters),
-            }
-        )
+        scrapes.write_json(_scrape("point_start", pid, t, wall, counters))
         t += 1_000_000
         step = itl_ms(fmt, c)
         recs = []
@@ -190,21 +193,7 @@ def own_run(store: RawStore, run_name: str, fmt: str) -> None:
             counters[1] + n * OUT_LEN,
             counters[2] + n * OUT_LEN * step / 1000,
         ]
-        scrapes.write_json(
-            {
-                "v": 1,
-                "source": "metrics",
-                "tag": "point_end",
-                "point": pid,
-                "start_mono_ns": t,
-                "start_unix_ns": wall,
-                "end_mono_ns": t + 1000,
-                "end_unix_ns": wall + 1000,
-                "status": 200,
-                "error": None,
-                "text": _metrics(*counters),
-            }
-        )
+        scrapes.write_json(_scrape("point_end", pid, t, wall, counters))
         t += 2_000_000
         parsed = [RequestRecord.from_obj(r) for r in recs]
         run.write_json(
