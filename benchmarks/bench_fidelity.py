@@ -566,17 +566,20 @@ def _num(v: float | None, unit: str) -> str:
     return "n/a" if v is None else f"{v:.2f}{unit}"
 
 
-MARK_BEGIN, MARK_END = "<!-- fidelity-table:begin -->", "<!-- fidelity-table:end -->"
-
-
-def publish(md: str, doc: dict[str, Any]) -> None:
+def publish(md: str, doc: dict[str, Any], section: str = "table") -> None:
+    """Write the run to benchmarks/results/ and its table between the methodology page's markers of
+    ``section`` ("table": the main table, fidelity.json; another name: fidelity-<name>.json and the
+    ``fidelity-<name>`` markers, e.g. the same load measured on a quiet machine)."""
     res = ROOT / "benchmarks" / "results"
     res.mkdir(exist_ok=True)
-    (res / "fidelity.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    name = "fidelity.json" if section == "table" else f"fidelity-{section}.json"
+    (res / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     page = ROOT / "site" / "docs" / "methodology.md"
     text = page.read_text()
-    if MARK_BEGIN in text:
-        a, b = text.index(MARK_BEGIN) + len(MARK_BEGIN), text.index(MARK_END)
+    mark = "fidelity-table" if section == "table" else f"fidelity-{section}"
+    begin, end = f"<!-- {mark}:begin -->", f"<!-- {mark}:end -->"
+    if begin in text:
+        a, b = text.index(begin) + len(begin), text.index(end)
         page.write_text(text[:a] + "\n" + md + text[b:])
 
 
@@ -588,6 +591,7 @@ def main() -> None:
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--port", type=int, default=18931)
     ap.add_argument("--publish", action="store_true")
+    ap.add_argument("--section", default="table", help="with --publish: which marked table to rewrite")
     ap.add_argument("--client-cpus", default=CLIENT_CPU, help="cores the tool is pinned to (taskset list)")
     ap.add_argument("--before", default="9288007^", help="the revision the 'before' tool runs")
     ap.add_argument(
@@ -599,7 +603,7 @@ def main() -> None:
         md = markdown(doc["results"], doc["meta"])
         print(md)
         if args.publish:
-            publish(md, doc)
+            publish(md, doc, args.section)
         return
     CLIENT_CPU = args.client_cpus
     tools = [t for t in args.tools.split(",") if t]
@@ -628,7 +632,7 @@ def main() -> None:
     (OUT / "fidelity.md").write_text(md)
     print(md)
     if args.publish:
-        publish(md, doc)
+        publish(md, doc, args.section)
 
 
 if __name__ == "__main__":
