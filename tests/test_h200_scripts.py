@@ -24,6 +24,8 @@ from collector.raw.store import RawStore, verify
 ROOT = Path(__file__).resolve().parent.parent
 CAMPAIGN_SH = ROOT / "scripts" / "h200" / "campaign.sh"
 BUNDLE_SH = ROOT / "scripts" / "h200" / "bundle.sh"
+EXP_SH = ROOT / "scripts" / "h200" / "exp.sh"
+LIB_SH = ROOT / "scripts" / "h200" / "lib.sh"  # sourced by campaign.sh and exp.sh
 PLANS = {
     "q4": ROOT / "plans" / "h200-llamacpp-q4km-sweep.toml",
     "f16": ROOT / "plans" / "h200-llamacpp-f16-sweep.toml",
@@ -84,7 +86,7 @@ def test_the_two_plans_differ_only_in_model_file_format_port_and_name():
 # ------------------------------------------------------------------------------------------------ scripts
 
 
-@pytest.mark.parametrize("script", [CAMPAIGN_SH, BUNDLE_SH])
+@pytest.mark.parametrize("script", [CAMPAIGN_SH, BUNDLE_SH, EXP_SH, LIB_SH])
 def test_shell_scripts_parse(script):
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -30,13 +30,13 @@ RAW=$W/raw
 CAMPAIGN=h200-qwen2.5-7b-random
 PY=${PYTHON:-python3}
 SITE=${WHEEL_SITE:-/tmp/site}
-PART_BYTES=${PART_BYTES:-15728640}    # 15 MiB: the device returns files of at most 16 MiB
-MAX_OUT_FILES=8                       # ... and at most 8 of them per call
 CALL_LIMIT_S=${CALL_LIMIT_S:-590}     # the device call's timeout_s (600 at most), minus a little
 PACK_RESERVE_S=${PACK_RESERVE_S:-50}  # SIGTERM grace (server stop + seal) and packing after a cut run
 MIN_RUN_S=${MIN_RUN_S:-240}           # a run with less time than this is not started (a plan takes ~4 min)
 # Dry run on a CPU machine (tests the glue, not the GPU): BUILD_CUDA=0 MODEL_SHAPE=tiny.
 BUILD_CUDA=${BUILD_CUDA:-1}
+LLAMA_BUILD_FLAGS=(--bench)
+if [[ $BUILD_CUDA == 1 ]]; then LLAMA_BUILD_FLAGS=(--cuda --bench); fi
 MODEL_SHAPE=${MODEL_SHAPE:-qwen2.5-7b}
 F16=$W/models/qwen2.5-7b-random-f16.gguf
 Q4=$W/models/qwen2.5-7b-random-q4_k_m.gguf
@@ -45,46 +45,9 @@ export PYTHONUNBUFFERED=1
 # For collector.fingerprint to copy the measured ceilings into each run's fingerprint/ (once it reads this).
 export ANATOMY_CEILINGS_JSON=$root/$W/ceilings.json
 
-LOG=$OUT/campaign.log
-exec > >(tee -a "$LOG") 2>&1
-tee_pid=$!
-
-# --------------------------------------------------------------------------------------- step bookkeeping
-S_NAME=() S_SECS=() S_STATUS=() NOTES=()
-current="" step_t0=0
-
-record() { S_NAME+=("$1"); S_SECS+=("$2"); S_STATUS+=("$3"); }
-
-step() {  # step NAME COMMAND...: run, time and record; a failure ends the script (set -e), the trap records it
-  current=$1
-  shift
-  step_t0=$SECONDS
-  echo "=== [$current] start $(date -u +%H:%M:%S) (t=${SECONDS}s)"
-  "$@"
-  record "$current" $((SECONDS - step_t0)) ok
-  echo "=== [$current] done in $((SECONDS - step_t0)) s"
-  current=""
-}
-
-summary() {
-  echo
-  echo "=== summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), ${SECONDS} s in this call)"
-  printf '%-28s %8s  %s\n' step seconds status
-  local i
-  for i in "${!S_NAME[@]}"; do printf '%-28s %8s  %s\n' "${S_NAME[$i]}" "${S_SECS[$i]}" "${S_STATUS[$i]}"; done
-  for i in "${!NOTES[@]}"; do echo "note: ${NOTES[$i]}"; done
-  echo "files in \$OUT:"
-  (cd "$OUT" && find . -maxdepth 1 -type f -printf '  %P %s bytes\n' | sort)
-}
-
-on_exit() {
-  local rc=$?
-  if [[ -n $current ]]; then record "$current" $((SECONDS - step_t0)) "FAILED (exit $rc)"; fi
-  summary
-  exec 1>&- 2>&-
-  wait "$tee_pid" 2>/dev/null || true
-}
-trap on_exit EXIT
+# step/record/summary/on_exit, start_log, build_llama, stop_leftover_servers, pack_runs (PART_BYTES, MAX_OUT_FILES)
+source "$root/scripts/h200/lib.sh"
+start_log "$OUT/campaign.log"
 
 # --------------------------------------------------------------------------------------------------- steps
 gpu_state() {
@@ -114,22 +77,9 @@ measure_ceilings() {
   pack_runs $(new_runs "$before")
 }
 
-build_stamp() { cat "$CARRY/llama-src.tar.gz" scripts/build_llama_server.sh | sha256sum | cut -d' ' -f1; }
-
 llama_built() {  # binaries from this source and build script (without the carry, trust what is there)
   [[ -x $SERVER_BIN && -x $W/bin/llama-quantize && -f $W/bin/STAMP ]] || return 1
   [[ ! -f $CARRY/llama-src.tar.gz ]] || [[ $(cat "$W/bin/STAMP") == "$(build_stamp)" ]]
-}
-
-build_llama() {
-  if llama_built; then echo "built earlier in this lease: $W/bin"; return; fi
-  rm -rf "$W/src" "$W/build"
-  mkdir -p "$W/src"
-  tar -xzf "$CARRY/llama-src.tar.gz" -C "$W/src"
-  local cuda=()
-  if [[ $BUILD_CUDA == 1 ]]; then cuda=(--cuda); nvcc --version | tail -2; fi
-  bash scripts/build_llama_server.sh "$W/src/llama.cpp" "$W" "${cuda[@]}" --bench --jobs "$(nproc)" --build-dir "$W/build"
-  build_stamp >"$W/bin/STAMP"
 }
 
 generate_f16() {  # CPU and disk only: runs beside the build
@@ -174,18 +124,6 @@ list_runs() { if [[ -d $RAW ]]; then find "$RAW" -mindepth 2 -maxdepth 2 -type d
 
 new_runs() { comm -13 <(printf '%s\n' "$1") <(list_runs) | sed '/^$/d'; }
 
-stop_leftover_servers() {
-  # The collector stops its server; if it was killed outright the server (its own session) lives on and
-  # holds GPU memory the next run needs. Only our own binary, by process id.
-  local pid
-  for pid in $(pgrep -f -- "$SERVER_BIN" || true); do
-    echo "stopping leftover llama-server pid $pid"
-    kill -TERM "$pid" 2>/dev/null || true
-    sleep 3
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-}
-
 run_plan() {  # run_plan q4|f16
   local which=$1 plan
   case $which in
@@ -216,37 +154,6 @@ run_plan() {  # run_plan q4|f16
   for d in $runs; do
     NOTES+=("$(basename "$d"): $("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["status"], m.get("points_done"), "/", m.get("points_planned"), "points;", "note:", m.get("note"), "; checks failed:", len(m.get("checks_failed") or []))' "$d/manifest.json" 2>/dev/null || echo "not sealed")")
   done
-}
-
-pack_runs() {  # pack_runs RUN_DIR...: one <run>.tar.gz per run in $OUT, split into .partNN above PART_BYTES
-  local d
-  for d in "$@"; do
-    d=${d%/}
-    [[ -f $d/run.json ]] || { echo "pack: $d is not a run (no run.json)" >&2; return 1; }
-    [[ -f $d/SEALED ]] || echo "pack: WARNING: $d is not sealed (interrupted); packed as it is"
-    local run campaign rawroot tarball size
-    run=$(basename "$d")
-    campaign=$(basename "$(dirname "$d")")
-    rawroot=$(dirname "$(dirname "$d")")
-    tarball=$OUT/$run.tar.gz
-    [[ ! -e $tarball && ! -e $tarball.part00 ]] || { echo "pack: $tarball exists already" >&2; return 1; }
-    tar -C "$rawroot" --sort=name --owner=0 --group=0 --numeric-owner -cf - "$campaign/$run" | gzip -9 >"$tarball.tmp"
-    size=$(stat -c %s "$tarball.tmp")
-    if ((size > PART_BYTES)); then
-      split -b "$PART_BYTES" -d -a 2 "$tarball.tmp" "$tarball.part"
-      rm -f "$tarball.tmp"
-      echo "packed $campaign/$run: $size bytes in $(ls "$tarball".part* | wc -l) parts"
-    else
-      mv "$tarball.tmp" "$tarball"
-      echo "packed $campaign/$run: $size bytes"
-    fi
-  done
-  local n
-  n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
-  if ((n > MAX_OUT_FILES)); then
-    echo "pack: WARNING: $n files in \$OUT, more than the $MAX_OUT_FILES that come back" >&2
-    NOTES+=("$n files in \$OUT: more than $MAX_OUT_FILES come back")
-  fi
 }
 
 bench() {

@@ -59,41 +59,10 @@ declare -A EST=(
 )
 EST_SIZE_RUN=40   # an exp-size-* run: one slot, 2 + 4 requests of 256 tokens (the 14B load time included)
 
-LOG=$OUT/exp.log
-exec > >(tee -a "$LOG") 2>&1
-tee_pid=$!
-
-S_NAME=() S_SECS=() S_STATUS=() NOTES=()
-current="" step_t0=0
-record() { S_NAME+=("$1"); S_SECS+=("$2"); S_STATUS+=("$3"); }
-step() {
-  current=$1
-  shift
-  step_t0=$SECONDS
-  echo "=== [$current] start $(date -u +%H:%M:%S) (t=${SECONDS}s)"
-  "$@"
-  record "$current" $((SECONDS - step_t0)) ok
-  echo "=== [$current] done in $((SECONDS - step_t0)) s"
-  current=""
-}
-summary() {
-  echo
-  echo "=== summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), ${SECONDS} s in this call)"
-  printf '%-34s %8s  %s\n' step seconds status
-  local i
-  for i in "${!S_NAME[@]}"; do printf '%-34s %8s  %s\n' "${S_NAME[$i]}" "${S_SECS[$i]}" "${S_STATUS[$i]}"; done
-  for i in "${!NOTES[@]}"; do echo "note: ${NOTES[$i]}"; done
-  echo "files in \$OUT:"
-  (cd "$OUT" && find . -maxdepth 1 -type f -printf '  %P %s bytes\n' | sort)
-}
-on_exit() {
-  local rc=$?
-  if [[ -n $current ]]; then record "$current" $((SECONDS - step_t0)) "FAILED (exit $rc)"; fi
-  summary
-  exec 1>&- 2>&-
-  wait "$tee_pid" 2>/dev/null || true
-}
-trap on_exit EXIT
+SUMMARY_WIDTH=34 PACK_GZIP=6 LLAMA_BUILD_FLAGS=(--cuda)
+# step/record/summary/on_exit, start_log, build_llama, stop_leftover_servers, pack_runs
+source "$root/scripts/h200/lib.sh"
+start_log "$OUT/exp.log"
 
 gpu_state() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem,power.draw,power.limit --format=csv
@@ -112,18 +81,8 @@ measure_ceilings() {  # JSON only (no run folder: the campaign has its ceilings 
   cat "$W/ceilings.json" 2>/dev/null || true
 }
 
-build_stamp() { cat "$CARRY/llama-src.tar.gz" scripts/build_llama_server.sh | sha256sum | cut -d' ' -f1; }
 llama_built() {
   [[ -x $SERVER_BIN && -x $W/bin/llama-quantize && -f $W/bin/STAMP ]] && [[ $(cat "$W/bin/STAMP") == "$(build_stamp)" ]]
-}
-build_llama() {
-  if llama_built; then echo "built earlier in this lease: $W/bin"; return; fi
-  rm -rf "$W/src" "$W/build"
-  mkdir -p "$W/src"
-  tar -xzf "$CARRY/llama-src.tar.gz" -C "$W/src"
-  nvcc --version | tail -2
-  bash scripts/build_llama_server.sh "$W/src/llama.cpp" "$W" --cuda --jobs "$(nproc)" --build-dir "$W/build"
-  build_stamp >"$W/bin/STAMP"
 }
 generate_f16() {  # generate_f16 SHAPE
   local f16
@@ -172,24 +131,6 @@ build_phase() {
   step quantize-q4_k_m quantize_now
 }
 
-stop_leftover_servers() {
-  local pid
-  for pid in $(pgrep -f -- "$SERVER_BIN" || true); do
-    echo "stopping leftover llama-server pid $pid"
-    kill -TERM "$pid" 2>/dev/null || true
-    sleep 3
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-}
-
-pack_run() {  # one sealed (or cut) run folder -> $OUT/<run>.tar.gz
-  local d=$1 run
-  run=$(basename "$d")
-  [[ -f $d/SEALED ]] || echo "pack: WARNING: $d is not sealed"
-  tar -C "$RAW" --sort=name --owner=0 --group=0 --numeric-owner -cf - "$CAMPAIGN/$run" | gzip -6 >"$OUT/$run.tar.gz"
-  echo "packed $run: $(stat -c %s "$OUT/$run.tar.gz") bytes ($(du -sb "$d" | cut -f1) unpacked)"
-}
-
 directive() {  # gen:SHAPE, quantize:SHAPE or drop:SHAPE-f16 in the run list: 0 = done or skipped, 1 = did not fit
   local word=$1 shape
   local est=${EST[$word]:-120} budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))
@@ -236,7 +177,7 @@ run_one() {  # run_one RUN: 0 = ran or skipped, 1 = did not fit (stop the list)
   stop_leftover_servers
   record "$run" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "exit $rc (124: cut at the deadline)")"
   if [[ -d $RAW/$CAMPAIGN/$run ]]; then
-    pack_run "$RAW/$CAMPAIGN/$run"
+    pack_runs "$RAW/$CAMPAIGN/$run"
     NOTES+=("$run: $("$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["status"], m.get("points_done"), "/", m.get("points_planned"), "points; note:", m.get("note"), "; checks failed:", m.get("checks_failed"))' "$RAW/$CAMPAIGN/$run/manifest.json" 2>/dev/null || echo "not sealed")")
     grep -h -E "KV buffer size|llama_kv_cache: size|initializing, n_slots|USE_GRAPHS|backend sampl|CUDA graph" "$RAW/$CAMPAIGN/$run/server.log" | head -8 || true
     "$PY" - "$RAW/$CAMPAIGN/$run" <<'EOF' || true
