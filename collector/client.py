@@ -92,7 +92,7 @@ def _error(kind: str, err: BaseException | str) -> tuple[str, str]:
 async def stream_completion(
     client: httpx.AsyncClient,
     url: str,
-    body: dict[str, Any],
+    body: dict[str, Any] | bytes,
     meta: dict[str, Any],
     *,
     request_timeout_s: float,
@@ -100,11 +100,14 @@ async def stream_completion(
     on_chunk: Callable[[int], None] | None = None,
     headers: dict[str, str] | None = None,
     text_out: list[str] | None = None,
+    request: httpx.Request | None = None,
 ) -> RequestRecord:
     """Send one streaming completion (``/v1/completions`` or ``/v1/chat/completions``: the body says which)
     and return its record. ``meta`` holds the record's identity fields (``request_id`` ... ``max_tokens``) and
     optionally ``_sink``; ``headers`` are sent beside the fixed ones (an API key's Authorization);
     ``text_out``, when given, receives the streamed text piece by piece (a multi-turn conversation's reply).
+    ``request``, when given, is this body already built (``build_request``, before an open-loop request's due
+    time) and is sent as it is; a retry builds its own.
     With ``meta["prompt_format"] == "text"`` the record's ``input_len`` is the server's
     ``usage.prompt_tokens``. Never raises, except CancelledError (after the partial record has been handed to
     ``meta['_sink']`` if one was given)."""
@@ -119,7 +122,6 @@ async def stream_completion(
     status: int | None = None
     headers_at = None
     retries = 0
-    send_headers = {**_HEADERS, **headers} if headers else _HEADERS
     mono, unix = clock.mono_ns, clock.unix_ns
     sent = stamp(clock)
 
@@ -154,9 +156,8 @@ async def stream_completion(
                 try:
                     # The request is built (body encoded) before the send stamp: what a TTFT counts starts
                     # when the request is handed to the connection, not with the client's own encoding.
-                    request = client.build_request(
-                        "POST", url, content=orjson.dumps(body), headers=send_headers
-                    )
+                    if request is None:
+                        request = build_request(client, url, body, headers)
                     sent = stamp(clock)
                     resp = await client.send(request, stream=True)
                     try:
@@ -185,6 +186,7 @@ async def stream_completion(
                     if status is not None or retries:
                         raise
                     retries += 1
+                    request = None  # sent again on a fresh connection, as a request of its own
     except TimeoutError:
         error = _error("timeout", f"no complete response within request_timeout_s={request_timeout_s}")
     except httpx.TimeoutException as err:
@@ -212,6 +214,17 @@ async def stream_completion(
 
 
 _HEADERS = {"Accept-Encoding": "identity", "Content-Type": "application/json"}
+
+
+def build_request(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None
+) -> httpx.Request:
+    """The POST of ``body`` (a dict is encoded; bytes are the encoded body) with the fixed headers and
+    ``headers``. Every load client of a point has the same settings, so a request built with one may be sent
+    on another's connection."""
+    send_headers = {**_HEADERS, **headers} if headers else _HEADERS
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return client.build_request("POST", url, content=content, headers=send_headers)
 
 
 def _finish(

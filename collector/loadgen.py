@@ -30,7 +30,7 @@ import httpx
 import numpy as np
 
 from analysis import metrics
-from collector.client import stream_completion
+from collector.client import build_request, stream_completion
 from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.plan import PointPlan, RatePlan
 from collector.raw.records import RequestRecord
@@ -298,16 +298,15 @@ async def run_point(
                     await send(i + t, w, history=history, text_out=reply)
                     history.append((prompts[i + t].text or "", "".join(reply)))
 
-        async def send(
-            i: int,
-            w: int,
-            scheduled_mono_ns: int | None = None,
-            history: list[tuple[str, str]] | None = None,
-            text_out: list[str] | None = None,
-        ) -> None:
-            """Request ``i`` on worker ``w``'s connection, recorded when it ends; a rate point's request
-            carries its scheduled send time."""
-            client = await client_of(w)
+        # One client only builds requests (never sends): an open-loop request is built before its due time,
+        # when the worker that will send it is not known yet (every worker's client has these settings).
+        builder = shared or await clients.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls))
+
+        def prepare(
+            i: int, scheduled_mono_ns: int | None = None, history: list[tuple[str, str]] | None = None
+        ) -> tuple[dict[str, Any], httpx.Request]:
+            """Request ``i``'s record identity and its built request (body encoded): everything of a send
+            that does not depend on the moment it goes out; a rate point's carries its scheduled time."""
             meta: dict[str, Any] = {
                 "request_id": f"{point.point_id}-r{i:05d}",
                 "phase": point.phase,
@@ -315,7 +314,6 @@ async def run_point(
                 "point": point.point_id,
                 "point_index": point.index,
                 "index": i,
-                "worker": worker_offset + w,
                 "concurrency": point.concurrency,
                 "seed": point.seed,
                 "input_len": prompts[i].input_len or 0,
@@ -327,25 +325,41 @@ async def run_point(
                 meta["scheduled_mono_ns"] = scheduled_mono_ns
                 meta["request_rate"] = point.rate.request_rate
             body = turn_body(spec, model, prompts[i], history or [], engine_extra, plan_extra)
+            return meta, build_request(builder, url, body, headers)
+
+        async def dispatch(
+            prepared: tuple[dict[str, Any], httpx.Request], w: int, text_out: list[str] | None = None
+        ) -> None:
+            """A prepared request on worker ``w``'s connection, recorded when it ends."""
+            meta, request = prepared
+            client = await client_of(w)
             rec = await stream_completion(
                 client,
                 url,
-                body,
-                meta,
+                request.content,  # the encoded body: a retry builds its request again from it
+                {**meta, "worker": worker_offset + w},
                 request_timeout_s=request_timeout_s,
                 clock=clock,
                 on_chunk=on_chunk,
                 headers=headers,
                 text_out=text_out,
+                request=request,
             )
             record(rec)
+
+        async def send(
+            i: int, w: int, history: list[tuple[str, str]] | None = None, text_out: list[str] | None = None
+        ) -> None:
+            """Request ``i`` on worker ``w``'s connection (a closed-loop send: built when its turn comes)."""
+            await dispatch(prepare(i, history=history), w, text_out)
 
         out.start = stamp(clock)
         probe.start()
         if point.rate is not None:
             t0 = start_mono_ns if start_mono_ns is not None else out.start.mono_ns
             cap = point.concurrency if workers is None else workers
-            tasks = [asyncio.create_task(_open_loop(point, todo, offsets, t0, cap, out, abort, clock, send))]
+            loop_args = (point, todo, offsets, t0, cap, out, abort, clock, prepare, dispatch, client_of)
+            tasks = [asyncio.create_task(_open_loop(*loop_args))]
         else:
             tasks = [asyncio.create_task(worker(w)) for w in range(n_workers)]
         abort_wait = asyncio.create_task(abort.event.wait())
@@ -394,6 +408,9 @@ def _check_error_rate(point: PointPlan, out: PointOutcome) -> None:
         out.stopped = f"max_error_rate {lim:g} exceeded: {failed} of {out.finished} requests failed"
 
 
+TIMER_SLACK_NS = 1_500_000  # the last stretch before a send's due time is waited by yielding, not by a timer
+
+
 async def _open_loop(
     point: PointPlan,
     todo: Sequence[int],
@@ -403,21 +420,28 @@ async def _open_loop(
     out: PointOutcome,
     abort: Abort,
     clock: Clock,
-    send: Callable[[int, int, int], Any],
+    prepare: Callable[[int, int], Any],
+    dispatch: Callable[[Any, int], Any],
+    client_of: Callable[[int], Any],
 ) -> None:
     """A rate point's sends: request ``i`` of ``todo`` at ``t0_mono_ns + offsets[i]`` on the monotonic clock,
     whatever the earlier ones are doing, each on an idle worker's connection (a new worker when none is
     idle). With ``cap`` > 0 at most that many are in flight: a request due while the cap is full waits for a
     slot (it is sent late, and its record shows by how much). Ends when every request sent has ended, or
-    earlier sends stop (abort, ``out.stopped``)."""
+    earlier sends stop (abort, ``out.stopped``).
+
+    Everything of a send that does not depend on its moment is done before the wait: the request is built
+    (``prepare``: record identity, body encoded) and, when no worker is idle, the next worker's client is
+    made; at the due time only the worker is picked and the send task started, and this loop yields at once
+    so that task takes its send stamp before the next request is prepared."""
     slots = asyncio.Semaphore(cap) if cap else None
     idle: list[int] = []
     inflight: set[asyncio.Task] = set()
     n_workers = 0
 
-    async def one(i: int, w: int, due: int) -> None:
+    async def one(prepared: Any, w: int) -> None:
         try:
-            await send(i, w, due)
+            await dispatch(prepared, w)
         finally:
             idle.append(w)
             if slots is not None:
@@ -426,9 +450,15 @@ async def _open_loop(
     try:
         for i in todo:
             due = t0_mono_ns + offsets[i]
-            # asyncio's timer may wake a hair early: sleep again until the monotonic clock says due
+            prepared = prepare(i, due)
+            if not idle:
+                await client_of(n_workers)  # the client a new worker would send on, made ahead of time
+            # The event loop's timer wakes up to 1 ms late (epoll waits whole milliseconds, rounded up): sleep
+            # to within TIMER_SLACK_NS of the due time, then yield to the loop (which keeps reading the
+            # streams) until the monotonic clock says due.
             while (now := clock.mono_ns()) < due:
-                await asyncio.sleep((due - now) / 1e9)
+                left = due - now
+                await asyncio.sleep((left - TIMER_SLACK_NS) / 1e9 if left > TIMER_SLACK_NS else 0)
             if slots is not None:
                 await slots.acquire()
             if abort.is_set or out.stopped:
@@ -438,9 +468,10 @@ async def _open_loop(
             else:
                 w, n_workers = n_workers, n_workers + 1
             out.sent += 1
-            task = asyncio.create_task(one(i, w, due))
+            task = asyncio.create_task(one(prepared, w))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
+            await asyncio.sleep(0)  # the send task runs (and stamps its send) before the next prepare
         while inflight:
             done, _ = await asyncio.wait(set(inflight))
             for t in done:

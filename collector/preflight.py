@@ -11,8 +11,11 @@ the vocabulary). Checked, in this order, the first problem raised as a ``Preflig
    else the error names the process holding it;
 5. the prompt token ids ``[low, high)`` lie inside the model's vocabulary (GGUF metadata, the model folder's
    ``config.json``, else the theory's config);
-6. every point's ``input_len + output_len`` fits the context a request gets (``[model].max_model_len``, else
-   the engine flags, else the model's trained context);
+6. every point's longest request fits the context a request gets (``[model].max_model_len``, else the engine
+   flags, else the model's trained context): the longest prompt the workload can draw (the shared prefix +
+   the top of the input length distribution, or the dataset's longest prompt when its text can be encoded
+   here) + the longest output (the distribution's top, or the dataset's longest reply), times the turns of a
+   conversation (the last turn sends every earlier prompt and reply); chat-template tokens are not counted;
 7. every flag in ``[server].args`` is one the installed engine knows: llama-server's ``--help`` is read once;
    for vLLM, whose ``--help`` takes tens of seconds to import, the flag must appear in the installed vllm
    package's source (an option's dashed name or its field's identifier) — that catches flags of another
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from analysis.model_config import load_model_config
+from collector import workload
 from collector.checks import flag_value
 from collector.raw.errors import AnatomyError, RunError
 from collector.raw.plan import Plan
@@ -260,6 +264,17 @@ def request_context(plan: Plan) -> tuple[int, str] | None:
     return lim
 
 
+def _drawn(name: str, length: int, ratio: float, stddev: float) -> tuple[int, str]:
+    """The longest length a distribution draws and how it reads: ``input_len 24``, or ``input up to 30
+    (input_len 24, input_range_ratio 0.25)``."""
+    top = workload.max_length(length, ratio, stddev)
+    if ratio:
+        return top, f"{name} up to {top} ({name}_len {length}, {name}_range_ratio {ratio:g})"
+    if stddev:
+        return top, f"{name} up to {top} ({name}_len {length}, {name}_stddev {stddev:g})"
+    return top, f"{name}_len {length}"
+
+
 def check_lengths(plan: Plan, pf: Preflight) -> None:
     ctx = request_context(plan)
     if ctx is None:
@@ -267,21 +282,57 @@ def check_lengths(plan: Plan, pf: Preflight) -> None:
         return
     n, source = ctx
     pf.context_tokens, pf.context_source = n, source
+    w = plan.workload
+    spec = workload.spec_from_plan(plan)
+    ds_prompt: int | None = None
+    ds_reply: int | None = None
+    if spec.dataset is not None:
+        ds_prompt, ds_reply = workload.dataset_max_lengths(spec)
+        if ds_prompt is None:
+            pf.notes.append(
+                f"dataset prompt lengths not checked: {spec.dataset}'s text cannot be encoded here (no "
+                "tokenizer, or no tokenizers package); only the prefix and output lengths are"
+            )
     for pt in plan.points:
-        if pt.input_len + pt.output_len <= n:
+        parts: list[str] = []
+        prompt_tokens = 0
+        if w.prefix_len:
+            prompt_tokens += w.prefix_len
+            parts.append(f"prefix_len {w.prefix_len}")
+        if spec.dataset is None:
+            top, how = _drawn("input", pt.input_len, w.input_range_ratio, w.input_stddev)
+            prompt_tokens += top
+            parts.append(how)
+        elif ds_prompt is not None:
+            prompt_tokens += ds_prompt
+            parts.append(f"the dataset's longest prompt {ds_prompt}")
+        if spec.output_from_dataset:
+            assert ds_reply is not None
+            out_tokens, how = ds_reply, f"the dataset's longest reply {ds_reply}"
+        else:
+            out_tokens, how = _drawn("output", pt.output_len, w.output_range_ratio, w.output_stddev)
+        parts.append(how)
+        total = w.turns * (prompt_tokens + out_tokens)
+        if total <= n:
             continue
-        if plan.server.engine == "llamacpp" and pt.kind == "overload" and pt.input_len < n:
+        llama_overload = plan.server.engine == "llamacpp" and pt.kind == "overload"
+        if llama_overload and w.turns == 1 and prompt_tokens < n:
             # llama.cpp's way of running out of KV: the prompt fits its slot, generation stops when the slot
             # is full (finish_reason "length", fewer tokens than asked) — an overload measures exactly that
             pf.notes.append(
-                f"point {pt.point_id}: {pt.input_len} + {pt.output_len} tokens exceed the {n} a slot holds "
-                f"({source}): each request stops after {n - pt.input_len} tokens, "
+                f"point {pt.point_id}: {prompt_tokens} + {out_tokens} tokens exceed the {n} a slot holds "
+                f"({source}): each request stops after {n - prompt_tokens} tokens, "
                 "its output check fails by design"
             )
             continue
+        how = " + ".join(parts)
+        turns = ""
+        if w.turns > 1:
+            how = f"{w.turns} turns x ({how})"
+            turns = "; a conversation's last turn sends every earlier prompt and reply again"
         raise PreflightError(
-            f"{plan.path}: point {pt.point_id}: input_len {pt.input_len} + output_len {pt.output_len} = "
-            f"{pt.input_len + pt.output_len} tokens exceeds the {n} a request may hold ({source})"
+            f"{plan.path}: [[phase]] {pt.phase!r}, point {pt.point_id}: {how} = {total} tokens exceeds the "
+            f"{n} a request may hold ({source}){turns}"
         )
 
 

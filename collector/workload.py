@@ -17,7 +17,13 @@ Names and meanings follow the peers where they agree (``vllm bench serve``, AIPe
 - dataset: a local ShareGPT JSON (``[{"conversations": [{"from": "human", "value": …}, …]}]``), a JSONL
   file of ``{"prompt"|"text"|"conversations"|"messages": …}`` objects, or a Hugging Face ``datasets`` file on
   disk (``.parquet`` / ``.arrow``; needs pyarrow, an optional extra). Entries are taken in a seeded shuffle,
-  cycled when a point needs more than the file has (vllm bench shuffles ShareGPT with its seed).
+  cycled when a point needs more than the file has (vllm bench shuffles ShareGPT with its seed);
+- dataset output lengths (``[workload] output_len = "dataset"``): each request's ``max_tokens`` is the token
+  count of its entry's reply (the turn after the prompt), as ``vllm bench serve``'s ShareGPT dataset does when
+  ``--sharegpt-output-len`` is not given (``len(tokenizer(completion).input_ids)``); entries without a reply
+  are left out, as vllm leaves out conversations of fewer than two turns. vllm's further filter (prompts of 4
+  to 1,024 tokens, prompt + output ≤ 2,048) is not applied: pre-flight checks the longest against the
+  context instead.
 
 Every seeded draw uses ``numpy.random.default_rng([seed, STREAM])`` with its own stream number, so adding a
 distribution never changes the prompts; fixed-length random prompts keep ``default_rng(seed)`` exactly as
@@ -117,31 +123,56 @@ def prefix_token_ids(seed: int, num_prefixes: int, prefix_len: int, low: int, hi
 # ---------------------------------------------------------------------------------------------- datasets
 
 
-def _entry_text(obj: Any, where: str) -> str:
-    """The first user turn of one dataset entry: ShareGPT ``conversations`` (first ``human``/``user``
-    value), OpenAI ``messages`` (first ``user`` content), or a ``prompt`` / ``text`` string."""
+_USER_ROLES = ("human", "user")
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One dataset entry: its prompt (the first user turn) and the reply after it (None when it has none)."""
+
+    prompt: str
+    reply: str | None = None
+
+
+def _entry(obj: Any, where: str) -> DatasetEntry:
+    """One dataset entry: ShareGPT ``conversations`` (first ``human``/``user`` value, then the next turn's
+    value if it is not a user's), OpenAI ``messages`` (first ``user`` content, then the next ``assistant``
+    content), or a ``prompt`` / ``text`` string (with a ``completion`` / ``response`` string as the reply)."""
     if isinstance(obj, dict):
         conv = obj.get("conversations")
         if isinstance(conv, list):
-            for turn in conv:
-                if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+            for k, turn in enumerate(conv):
+                if isinstance(turn, dict) and turn.get("from") in _USER_ROLES:
                     if isinstance(turn.get("value"), str):
-                        return turn["value"]
+                        nxt = conv[k + 1] if k + 1 < len(conv) else None
+                        reply = (
+                            nxt["value"]
+                            if isinstance(nxt, dict)
+                            and nxt.get("from") not in _USER_ROLES
+                            and isinstance(nxt.get("value"), str)
+                            else None
+                        )
+                        return DatasetEntry(turn["value"], reply)
             raise PlanError(f"{where}: 'conversations' has no human/user turn with a string 'value'")
         msgs = obj.get("messages")
         if isinstance(msgs, list):
-            for m in msgs:
+            for k, m in enumerate(msgs):
                 if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
-                    return m["content"]
+                    nxt = msgs[k + 1] if k + 1 < len(msgs) else None
+                    ok = isinstance(nxt, dict) and nxt.get("role") == "assistant"
+                    reply = nxt["content"] if ok and isinstance(nxt.get("content"), str) else None
+                    return DatasetEntry(m["content"], reply)
             raise PlanError(f"{where}: 'messages' has no user message with a string 'content'")
         for key in ("prompt", "text"):
             if isinstance(obj.get(key), str):
-                return obj[key]
+                replies = [obj[r] for r in ("completion", "response") if isinstance(obj.get(r), str)]
+                reply = replies[0] if replies else None
+                return DatasetEntry(obj[key], reply)
     raise PlanError(f"{where}: expected an object with 'conversations', 'messages', 'prompt' or 'text'")
 
 
-def read_json_prompts(path: Path) -> list[str]:
-    """A ShareGPT-style JSON file: a list of entries (or ``{"data": [...]}``), each one prompt."""
+def read_json_entries(path: Path) -> list[DatasetEntry]:
+    """A ShareGPT-style JSON file: a list of entries (or ``{"data": [...]}``)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -150,10 +181,10 @@ def read_json_prompts(path: Path) -> list[str]:
         data = data["data"]
     if not isinstance(data, list):
         raise PlanError(f"{path}: expected a JSON list of entries")
-    return [_entry_text(e, f"{path}: entry {i}") for i, e in enumerate(data)]
+    return [_entry(e, f"{path}: entry {i}") for i, e in enumerate(data)]
 
 
-def read_jsonl_prompts(path: Path) -> list[str]:
+def read_jsonl_entries(path: Path) -> list[DatasetEntry]:
     """A JSONL file: one entry per non-blank line."""
     out = []
     try:
@@ -167,11 +198,11 @@ def read_jsonl_prompts(path: Path) -> list[str]:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise PlanError(f"{path}:{n}: not JSON ({err.msg})") from err
-        out.append(_entry_text(obj, f"{path}:{n}"))
+        out.append(_entry(obj, f"{path}:{n}"))
     return out
 
 
-def read_arrow_prompts(path: Path) -> list[str]:
+def read_arrow_entries(path: Path) -> list[DatasetEntry]:
     """A Hugging Face ``datasets`` file on disk (``.parquet``, or ``.arrow`` as ``save_to_disk`` writes it):
     rows read with pyarrow (the optional ``datasets`` extra), each row one entry."""
     try:
@@ -193,22 +224,29 @@ def read_arrow_prompts(path: Path) -> list[str]:
                     table = pa.ipc.open_file(src).read_all()
     except (OSError, pa.ArrowException) as err:
         raise PlanError(f"{path}: cannot read the dataset ({err})") from err
-    return [_entry_text(row, f"{path}: row {i}") for i, row in enumerate(table.to_pylist())]
+    return [_entry(row, f"{path}: row {i}") for i, row in enumerate(table.to_pylist())]
 
 
-def read_prompts(path: Path) -> list[str]:
-    """A dataset file's prompts by its suffix: .jsonl, .json, .parquet, .arrow; never empty."""
-    readers = {".jsonl": read_jsonl_prompts, ".json": read_json_prompts,
-               ".parquet": read_arrow_prompts, ".arrow": read_arrow_prompts}  # fmt: skip
+def read_entries(path: Path, need_reply: bool = False) -> list[DatasetEntry]:
+    """A dataset file's entries by its suffix (.jsonl, .json, .parquet, .arrow), those with an empty prompt
+    left out, and with ``need_reply`` those without a reply; never empty."""
+    readers = {".jsonl": read_jsonl_entries, ".json": read_json_entries,
+               ".parquet": read_arrow_entries, ".arrow": read_arrow_entries}  # fmt: skip
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise PlanError(
             f"{path}: unknown dataset format {path.suffix!r} (use .json, .jsonl, .parquet, .arrow)"
         )
-    prompts = [p for p in reader(path) if p]
-    if not prompts:
-        raise PlanError(f"{path}: no prompts in the dataset")
-    return prompts
+    entries = [e for e in reader(path) if e.prompt and (e.reply or not need_reply)]
+    if not entries:
+        what = "entries with a prompt and a reply" if need_reply else "prompts"
+        raise PlanError(f"{path}: no {what} in the dataset")
+    return entries
+
+
+def read_prompts(path: Path) -> list[str]:
+    """A dataset file's prompts (``read_entries``)."""
+    return [e.prompt for e in read_entries(path)]
 
 
 def dataset_order(seed: int, n_entries: int, n_requests: int) -> list[int]:
@@ -279,10 +317,18 @@ class Tokenizer:
                 out += bytes([b]) if b is not None else ch.encode()
         return out.decode("utf-8", errors="replace")
 
-    def encode(self, text: str) -> list[int] | None:
-        """Text → ids with the model's own tokenizer (no special tokens added); None without
-        ``tokenizers``."""
-        return None if self._fast is None else list(self._fast.encode(text, add_special_tokens=False).ids)
+    def encode(self, text: str, special: bool = False) -> list[int] | None:
+        """Text → ids with the model's own tokenizer (with ``special``, the special tokens its post-processor
+        adds, as ``transformers``' ``tokenizer(text).input_ids``); None without ``tokenizers``."""
+        if self._fast is None:
+            return None
+        return list(self._fast.encode(text, add_special_tokens=special).ids)
+
+    def count(self, texts: Sequence[str], special: bool = False) -> list[int] | None:
+        """The token count of each text (``encode``, batched); None without ``tokenizers``."""
+        if self._fast is None:
+            return None
+        return [len(e.ids) for e in self._fast.encode_batch(list(texts), add_special_tokens=special)]
 
 
 @cache
@@ -333,6 +379,7 @@ class WorkloadSpec:
     num_prefixes: int = 1
     turns: int = 1
     turn_delay_ms: float = 0.0
+    output_from_dataset: bool = False  # max_tokens = the entry's reply tokens ([workload] output_len)
 
     @property
     def needs_text(self) -> bool:
@@ -360,6 +407,7 @@ def spec_from_plan(plan: Plan) -> WorkloadSpec:
         num_prefixes=w.num_prefixes,
         turns=w.turns,
         turn_delay_ms=w.turn_delay_ms,
+        output_from_dataset=w.output_len == "dataset",
     )
 
 
@@ -376,10 +424,12 @@ def build_prompts(
         prefixes = prefix_token_ids(seed, spec.num_prefixes, spec.prefix_len, low, high)
     prompts: list[Prompt] = []
     if spec.dataset is not None:
-        texts = read_prompts(spec.dataset)
-        order = dataset_order(seed, len(texts), n)
+        entries = read_entries(spec.dataset, need_reply=spec.output_from_dataset)
+        order = dataset_order(seed, len(entries), n)
+        if spec.output_from_dataset:
+            outs = reply_lengths(spec, [entries[k] for k in order])
         for i in range(n):
-            text = texts[order[i]]
+            text = entries[order[i]].prompt
             pid = i % spec.num_prefixes if prefixes else None
             if pid is not None:
                 assert tok is not None  # the plan refuses a prefix on a dataset without a tokenizer
@@ -404,6 +454,36 @@ def build_prompts(
         else:
             prompts.append(Prompt(ids, None, len(ids), outs[i], pid))
     return prompts
+
+
+def _encoder(spec: WorkloadSpec, what: str) -> Tokenizer:
+    """The plan's tokenizer, able to encode; a PlanError naming ``what`` needs it otherwise."""
+    tok = load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+    if tok is None or not tok.can_encode:
+        why = "no [workload] tokenizer" if tok is None else "the tokenizers package is not installed"
+        raise PlanError(f"{what} counts tokens with the model's tokenizer: {why}")
+    return tok
+
+
+def reply_lengths(spec: WorkloadSpec, entries: Sequence[DatasetEntry]) -> list[int]:
+    """Each entry's reply length in tokens, as vllm bench serve's ShareGPT dataset counts it
+    (``len(tokenizer(completion).input_ids)``, special tokens included), at least 1."""
+    counts = _encoder(spec, '[workload] output_len = "dataset"').count(
+        [e.reply or "" for e in entries], special=True
+    )
+    assert counts is not None
+    return [max(1, c) for c in counts]
+
+
+def dataset_max_lengths(spec: WorkloadSpec) -> tuple[int | None, int | None]:
+    """The longest prompt of the plan's dataset in tokens (None when its text cannot be encoded here: the
+    server counts it) and, with ``output_from_dataset``, the longest reply (``reply_lengths``)."""
+    assert spec.dataset is not None
+    entries = read_entries(spec.dataset, need_reply=spec.output_from_dataset)
+    tok = load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+    counts = tok.count([e.prompt for e in entries]) if tok is not None else None
+    longest_reply = max(reply_lengths(spec, entries)) if spec.output_from_dataset else None
+    return (max(counts) if counts else None), longest_reply
 
 
 def validate(spec: WorkloadSpec, low: int, high: int) -> None:

@@ -102,6 +102,9 @@ class WorkloadPlan:
     num_prefixes: int = 1  # distinct prefixes (AIPerf --num-prefix-prompts)
     turns: int = 1  # requests per conversation (GuideLLM turns, AIPerf --conversation-turn-mean)
     turn_delay_ms: float = 0.0  # think time between turns (AIPerf --conversation-turn-delay-mean)
+    # "plan": the points' output_len (and the output distribution); "dataset": each entry's reply length in
+    # tokens (vllm bench serve's ShareGPT default, when --sharegpt-output-len is not given)
+    output_len: str = "plan"
 
 
 @dataclass(frozen=True)
@@ -348,6 +351,7 @@ def _workload(t: _Table) -> WorkloadPlan:
         num_prefixes=t.positive("num_prefixes", int, 1),
         turns=t.positive("turns", int, 1),
         turn_delay_ms=t.positive("turn_delay_ms", float, 0.0, zero_ok=True),
+        output_len=t.choice("output_len", ("plan", "dataset"), "plan"),
         **ratios,
         **stddevs,
     )
@@ -361,6 +365,12 @@ def _workload(t: _Table) -> WorkloadPlan:
             )
     if wp.dataset_path is not None and wp.input_range_ratio + wp.input_stddev:
         raise t._err("input_range_ratio", "a dataset's prompts have their own lengths; no input distribution")
+    if wp.output_len == "dataset" and wp.dataset_path is None:
+        raise t._err("output_len", '"dataset" takes each entry\'s reply length: it needs a dataset_path')
+    if wp.output_len == "dataset" and wp.output_range_ratio + wp.output_stddev:
+        raise t._err("output_len", '"dataset" lengths are the replies\'; no output distribution beside them')
+    if wp.output_len == "dataset" and wp.tokenizer == "none":
+        raise t._err("output_len", '"dataset" counts each reply\'s tokens: it needs a tokenizer')
     if wp.dataset_path is not None and wp.prefix_len and wp.tokenizer == "none":
         raise t._err("prefix_len", "a prefix before dataset text is decoded from ids: it needs a tokenizer")
     return wp
