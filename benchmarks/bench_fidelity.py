@@ -63,6 +63,8 @@ PEERS = ENGINES / "peers"
 OUT = ROOT / "build" / "bench"
 SCHEDULE = {"first_token_ms": 50.0, "interval_ms": 20.0, "spike_every": 10, "spike_ms": 10.0}
 INPUT_LEN, OUTPUT_LEN = 64, 64
+# --streams-per-shard: ours gets [load] shards = concurrency // this (0: the collector's own rule)
+STREAMS_PER_SHARD = 0
 SERVER_CPU, CLIENT_CPU = 0, "1"  # CLIENT_CPU: a taskset list; --client-cpus 1-4 lets ours shard over 4 cores
 TOOLS = ("ours", "vllm", "aiperf", "guidellm")
 PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
@@ -170,10 +172,12 @@ def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None =
 
 def run_ours(url: str, c: int, n_req: int, work: Path, root: Path = ROOT) -> tuple[ClientView, TreeCPU]:
     plan = work / "plan.toml"
-    plan.write_text(
-        collector_plan(url, "fidelity", f"c{c:04d}", c, n_req, INPUT_LEN, OUTPUT_LEN, phase="fidelity",
-                       description="bench_fidelity: the collector against the metronome", interval_s=1.0)
-    )  # fmt: skip
+    text = collector_plan(url, "fidelity", f"c{c:04d}", c, n_req, INPUT_LEN, OUTPUT_LEN, phase="fidelity",
+                          description="bench_fidelity: the collector against the metronome",
+                          interval_s=1.0)  # fmt: skip
+    if STREAMS_PER_SHARD:
+        text = text.replace("[load]\n", f"[load]\nshards = {max(1, c // STREAMS_PER_SHARD)}\n", 1)
+    plan.write_text(text)
     raw = work / "raw"
     cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], root,
                     work / "tool.log", env={"PYTHONPATH": str(root)})  # fmt: skip
@@ -584,7 +588,7 @@ def publish(md: str, doc: dict[str, Any], section: str = "table") -> None:
 
 
 def main() -> None:
-    global CLIENT_CPU
+    global CLIENT_CPU, STREAMS_PER_SHARD
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="1,16,64,256,1024")
     ap.add_argument("--repeats", type=int, default=3)
@@ -593,6 +597,7 @@ def main() -> None:
     ap.add_argument("--publish", action="store_true")
     ap.add_argument("--section", default="table", help="with --publish: which marked table to rewrite")
     ap.add_argument("--client-cpus", default=CLIENT_CPU, help="cores the tool is pinned to (taskset list)")
+    ap.add_argument("--streams-per-shard", type=int, default=0, help="ours: a process per this many streams")
     ap.add_argument("--before", default="9288007^", help="the revision the 'before' tool runs")
     ap.add_argument(
         "--from-json", type=Path, help="render (and --publish) an earlier run's JSON, measure nothing"
@@ -605,7 +610,7 @@ def main() -> None:
         if args.publish:
             publish(md, doc, args.section)
         return
-    CLIENT_CPU = args.client_cpus
+    CLIENT_CPU, STREAMS_PER_SHARD = args.client_cpus, args.streams_per_shard
     tools = [t for t in args.tools.split(",") if t]
     points = [int(x) for x in args.points.split(",")]
     for t in tools:
@@ -623,7 +628,9 @@ def main() -> None:
     for r in results:
         versions.setdefault(r["tool"], r["version"])
     meta = {"date": dt.date.today().isoformat(), "repeats": args.repeats, "versions": versions,
-            "machine": f"{os.cpu_count()} 核，服务器占一核，客户端占核 {CLIENT_CPU}，负载均值 {load:.2f}",
+            "machine": f"{os.cpu_count()} 核，服务器占一核，客户端占核 {CLIENT_CPU}"
+                       + (f"（每 {STREAMS_PER_SHARD} 路一个进程）" if STREAMS_PER_SHARD else "")
+                       + f"，负载均值 {load:.2f}",
             "schedule": SCHEDULE, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN}  # fmt: skip
     doc = {"meta": meta, "results": results}
     OUT.mkdir(parents=True, exist_ok=True)
