@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.engines import EnginePaths
 from collector.sse import SSEDecoder, event_json
 from tests import engine_cache
+from tests.engine_cache import OFFLINE_ENV, Server
 from tests.loopback import free_port
 
 pytestmark = pytest.mark.engines
@@ -31,51 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 N_TOKENS = 32
 # Sent as token ids (mostly merges), the way the collector sends prompts; valid text for both engines.
 PROMPT_TEXT = "the model token cache, the server"
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
 
 
 _paths = engine_cache.paths
 _require = engine_cache.require
-
-
-class Server:
-    def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.log = log
-        self._f = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._f, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-
-    def wait_healthy(self, base: str, deadline_s: float) -> float:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < deadline_s:
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"server exited with {self.proc.returncode} while starting; log {self.log}:\n"
-                    + self.log.read_text(errors="replace")[-3000:]
-                )
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    return time.monotonic() - t0
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        pytest.fail(f"server not healthy after {deadline_s:.0f} s; log {self.log}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._f.close()
 
 
 def _prompt_ids(paths: EnginePaths) -> list[int]:

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,48 +22,8 @@ from analysis.reconcile.prefix_cache import point_findings
 from collector.raw.errors import PlanError
 from collector.run import execute_run
 from tests import engine_cache
+from tests.engine_cache import OFFLINE_ENV, Server
 from tests.loopback import free_port
-
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
-
-
-class Server:
-    """A server process in its own session, stopped with its whole group."""
-
-    def __init__(self, cmd: list[str], log: Path, env: dict[str, str]) -> None:
-        self.log = log
-        with open(log, "wb") as f:
-            self.proc = subprocess.Popen(
-                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-
-    def wait_healthy(self, base: str, deadline_s: float) -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < deadline_s:
-            if self.proc.poll() is not None:
-                pytest.fail(f"server exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        pytest.fail(f"server not healthy after {deadline_s:.0f} s; log {self.log}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
 
 pytestmark = pytest.mark.engines
 
