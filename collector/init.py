@@ -42,6 +42,7 @@ from analysis.model_config import (
     model_config_from_dict,
     unsupported_reason,
 )
+from collector.modelgen import bytes_to_unicode
 from collector.raw.errors import PlanError
 from collector.raw.plan import parse_plan
 
@@ -254,22 +255,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 # ---------------------------------------------------------------------------------------------- vocabulary
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, which byte-level BPE vocabularies spell single bytes with."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
-
-
 def _byte_ids(piece_to_id: dict[str, int]) -> dict[int, int] | None:
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
     ids = {b: piece_to_id[ch] for b, ch in table.items() if ch in piece_to_id}
     return ids if len(ids) == 256 else None
 

@@ -171,8 +171,9 @@ _CORPUS_WORDS = (
 ).split()
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable unicode character map (byte-level BPE alphabet)."""
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable unicode character map (byte-level BPE alphabet): how byte-level
+    BPE vocabularies spell single bytes (collector.init reads a served vocabulary with it)."""
     bs = (
         list(range(ord("!"), ord("~") + 1))
         + list(range(ord("¡"), ord("¬") + 1))
@@ -212,7 +213,7 @@ class Tokenizer:
 def build_tokenizer(n_new_tokens: int) -> Tokenizer:
     """Learn BPE merges from the fixed word list until `n_new_tokens` tokens beyond the 256 bytes exist
     (or the words are all single tokens). Deterministic: ties are broken by text."""
-    b2u = _bytes_to_unicode()
+    b2u = bytes_to_unicode()
     # Words as they appear after the Qwen2 split: mostly with a leading space ('Ġ'), sometimes without.
     weights: Counter[tuple[str, ...]] = Counter()
     for rank, word in enumerate(_CORPUS_WORDS):
