@@ -283,3 +283,33 @@ def test_campaign_sh_needs_out(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     r = subprocess.run(["bash", str(CAMPAIGN_SH), "pack"], capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "OUT must name" in r.stderr
+
+
+def test_device_tree_hides_raw_from_the_copy_and_restores_the_index(tmp_path):
+    """device_tree.sh hide takes raw/ out of what the device tool ships (tracked + untracked-not-ignored)
+    without touching a file in it; restore leaves the repository exactly as before."""
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "h200").mkdir(parents=True)
+    (repo / "raw" / "c" / "run").mkdir(parents=True)
+    (repo / "raw" / "c" / "run" / "requests.jsonl").write_text("{}\n")
+    (repo / "code.py").write_text("x = 1\n")
+    script = repo / "scripts" / "h200" / "device_tree.sh"
+    script.write_bytes((ROOT / "scripts" / "h200" / "device_tree.sh").read_bytes())
+
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
+        return r.stdout
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    shipped = lambda: set(git("ls-files", "-co", "--exclude-standard").split())  # noqa: E731
+    assert "raw/c/run/requests.jsonl" in shipped()
+
+    subprocess.run(["bash", str(script), "hide"], check=True, capture_output=True)
+    assert not any(p.startswith("raw/") for p in shipped()) and "code.py" in shipped()
+    assert (repo / "raw" / "c" / "run" / "requests.jsonl").read_text() == "{}\n"  # nothing touched
+
+    subprocess.run(["bash", str(script), "restore"], check=True, capture_output=True)
+    assert git("status", "--porcelain") == ""
+    assert "raw/c/run/requests.jsonl" in shipped()

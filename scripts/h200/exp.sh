@@ -7,6 +7,8 @@
 #   here:   git archive HEAD collector analysis scripts plans pyproject.toml | tar -x -C .device-carry/src
 #           (+ the new plans), .device-carry/llama-src.tar.gz and .device-carry/whl/gguf-*.whl as bundle.sh makes
 #   device: cd .device-carry/src && bash scripts/h200/exp.sh build run RUN [RUN ...]
+#   here, around the device calls: scripts/h200/device_tree.sh hide / restore (raw/ alone is over the 64 MiB
+#   the device tool ships; no device command needs it)
 #
 # RUN is a run name; its plan is plans/h200-<RUN>.toml. Three other words may stand in the list (experiment 4,
 # model size, whose F16 files do not all fit the 64 GiB disk at once): gen:SHAPE generates SHAPE's F16 file now,
