@@ -355,7 +355,7 @@ def test_pages_render(site):
     home = (docs / "index.md").read_text(encoding="utf-8")
     assert "## 实验 { #experiments }" in home
     for campaign, sections in (
-        (X.H200, ("slots", "sampling", "graphs", "kv-quant", "not-run")),
+        (X.H200, ("slots", "sampling", "graphs", "kv-quant", "model-size", "not-run")),
         (X.CPU, ("kv-pool",)),
     ):
         page = docs / "campaigns" / campaign / "experiments.md"
