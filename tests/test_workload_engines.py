@@ -19,6 +19,7 @@ import pytest
 from analysis.campaign import load_campaign
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.reconcile.prefix_cache import point_findings
+from collector import workload as wl
 from collector.raw.errors import PlanError
 from collector.run import execute_run
 from tests import engine_cache
@@ -209,3 +210,23 @@ def test_chat_dataset_and_shared_prefix_on_vllm(tmp_path, vllm) -> None:
     texts = {f"tell me about the number {i}" for i in range(6)}
     assert all(r.prompt_tokens is not None and r.input_len == r.prompt_tokens for r in reqs)
     assert len(texts) == 6
+
+
+def test_dataset_reply_lengths_as_output_lengths_on_llamacpp(tmp_path, llama, monkeypatch) -> None:
+    """``output_len = "dataset"``: each request asks for as many tokens as its entry's reply has (vllm bench
+    serve's ShareGPT default) and, with ignore_eos, gets exactly that many."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = tmp_path / "sharegpt.json"
+    replies = ["fine", "It is four.", "a much longer reply that goes on " * 3, "yes"]
+    convs = [{"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": r}]}
+             for i, r in enumerate(replies)]  # fmt: skip
+    data.write_text(json.dumps(convs))
+    plan = _plan(tmp_path, "dsout", "llamacpp", llama, load=f'api_key_env = "{KEY_ENV}"',
+                 workload=f'dataset_path = "{data}"\noutput_len = "dataset"')  # fmt: skip
+    res = execute_run(plan, tmp_path / "raw")
+    assert res.status == "complete" and not res.checks_failed, str(res)
+    tok = wl.load_tokenizer(str(engine_cache.paths().tiny_hf_dir))
+    want = {len(tok.encode(r, special=True) or []) for r in replies}
+    reqs = [r for r in parse_requests_jsonl(res.path / "requests.jsonl") if r.phase_kind != "warmup"]
+    assert len(reqs) == 4 and {r.max_tokens for r in reqs} <= want and len({r.max_tokens for r in reqs}) > 1
+    assert all(r.ok and r.completion_tokens == r.max_tokens for r in reqs)
