@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -361,7 +362,7 @@ def _arms(campaign: Campaign, th: TheoryCtx) -> dict[tuple[str, str], SizeArm]:
                 plan = run.docs.plan
                 ok = plan is not None and plan.model.config == CONFIGS[size]
                 try:
-                    ok = ok and theory.normalise_weight_format(plan.model.weight_format) == fmt
+                    ok = ok and theory.normalise_weight_format(plan.model.weight_format) == fmt  # type: ignore[union-attr]
                 except AnatomyError:
                     ok = False
                 arm.plan_ok[k] = ok
@@ -380,9 +381,9 @@ def _arms(campaign: Campaign, th: TheoryCtx) -> dict[tuple[str, str], SizeArm]:
                     arm.cfg = None
             if arm.cfg is not None:
                 arm.bytes_per_step = theory.weight_bytes_read_per_decode_step(arm.cfg, fmt)
-            ceil = first.docs.ceilings or th.ceilings
+            ceil: Any = first.docs.ceilings or th.ceilings  # analysis.rundocs.Ceilings
             if ceil is not None:
-                arm.bandwidth = ceil.copy_bytes_per_s
+                arm.bandwidth = float(ceil.copy_bytes_per_s)
                 arm.bandwidth_source = (
                     first.cite(first.docs.files["ceilings"])
                     if first.docs.ceilings is not None
@@ -426,11 +427,11 @@ def _format_fit(arms: dict[tuple[str, str], SizeArm], tag: str) -> FormatFit | N
     ]
     if len(pts) < 3:
         return None
-    xs = [a.bytes_per_step / GB for a in pts]  # type: ignore[operator]
-    ys = [a.itl_ms for a in pts]
-    box = fit_box(xs, ys, [a.spread for a in pts])  # type: ignore[misc]
+    xs = [float(a.bytes_per_step or 0.0) / GB for a in pts]
+    ys = [float(a.itl_ms or 0.0) for a in pts]
+    box = fit_box(xs, ys, [float(a.spread or 0.0) for a in pts])
     try:
-        plane = fits.least_squares_plane([float(a.layers or 0) for a in pts], xs, ys)  # type: ignore[arg-type]
+        plane = fits.least_squares_plane([float(a.layers or 0) for a in pts], xs, ys)
     except ValueError:
         plane = None
     return FormatFit(tag, pts, box, plane)
@@ -633,7 +634,7 @@ def _measure(pred: Prediction, arms, ffits) -> list[tuple[str | None, float, flo
         # the difference's interval: the two intervals' ends against each other
         return [(None, m, t[0] - v[1], t[1] - v[0])]
     if pred.quantity == "fit_residual_ms":
-        out = []
+        out: list[tuple[str | None, float, float, float]] = []
         for size in LAYER_SIGNS:
             a = next((x for x in ff.arms if x.size == size), None)
             if a is None or a.spread is None:
@@ -648,7 +649,7 @@ def _evaluate(pred: Prediction, arms, ffits) -> list[dict]:
     rows = []
     measured = _measure(pred, arms, ffits)
     targets = list(LAYER_SIGNS.values()) if pred.quantity == "fit_residual_ms" else list(pred.targets)
-    sizes = list(LAYER_SIGNS) if pred.quantity == "fit_residual_ms" else [None]
+    sizes: list[str | None] = list(LAYER_SIGNS) if pred.quantity == "fit_residual_ms" else [None]
     for size_m, m, lo_m, hi_m in measured:
         t = targets[sizes.index(size_m)] if size_m in sizes else targets[0]
         rows.append(
@@ -753,7 +754,7 @@ def _arm_findings(arms: dict[tuple[str, str], SizeArm]) -> list[fnd.Finding]:
                 )
             )
             continue
-        common = {
+        common: dict[str, Any] = {
             "size": size,
             "layers": a.layers,
             "weight_bytes_per_step": a.bytes_per_step,
