@@ -18,11 +18,9 @@
 # The output of every step goes to $OUT/campaign.log as well; a table of steps and seconds ends it.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-: "${OUT:?OUT must name the folder whose files come back (the device tool sets it)}"
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+# root (the repository, the working directory from here on), $OUT (made, absolute), step/record/summary/on_exit,
+# start_log, build_llama, stop_leftover_servers, pack_runs (PART_BYTES, MAX_OUT_FILES)
+source "$(dirname "$0")/lib.sh"
 
 W=${H200_WORK:-.engines/h200}
 CARRY=${CARRY_DIR:-.device-carry}
@@ -45,8 +43,6 @@ export PYTHONUNBUFFERED=1
 # For collector.fingerprint to copy the measured ceilings into each run's fingerprint/ (once it reads this).
 export ANATOMY_CEILINGS_JSON=$root/$W/ceilings.json
 
-# step/record/summary/on_exit, start_log, build_llama, stop_leftover_servers, pack_runs (PART_BYTES, MAX_OUT_FILES)
-source "$root/scripts/h200/lib.sh"
 start_log "$OUT/campaign.log"
 
 # --------------------------------------------------------------------------------------------------- steps

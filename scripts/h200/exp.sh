@@ -25,11 +25,9 @@
 # checkout's root, reached through a link .engines -> ../../.engines made here each call.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-: "${OUT:?OUT must name the folder whose files come back (the device tool sets it)}"
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+# root (the repository, the working directory from here on), $OUT (made, absolute), step/record/summary/on_exit,
+# start_log, build_llama, stop_leftover_servers, pack_runs (PART_BYTES, MAX_OUT_FILES)
+source "$(dirname "$0")/lib.sh"
 
 CARRY=${CARRY_DIR:-$(cd "$root/.." && pwd)}     # .device-carry (this snapshot lives in .device-carry/src)
 if [[ -z ${H200_WORK:-} ]]; then                 # .engines -> the device checkout's own .engines/
@@ -62,8 +60,6 @@ declare -A EST=(
 EST_SIZE_RUN=40   # an exp-size-* run: one slot, 2 + 4 requests of 256 tokens (the 14B load time included)
 
 SUMMARY_WIDTH=34 PACK_GZIP=6 LLAMA_BUILD_FLAGS=(--cuda)
-# step/record/summary/on_exit, start_log, build_llama, stop_leftover_servers, pack_runs
-source "$root/scripts/h200/lib.sh"
 start_log "$OUT/exp.log"
 
 gpu_state() {

@@ -1,7 +1,14 @@
-# Sourced by campaign.sh and exp.sh (device side), after they set OUT, W, RAW, CARRY and SERVER_BIN: the step
-# bookkeeping and its summary, the log, the llama.cpp build, the leftover-server stop and the packing both use.
-# Optional: SUMMARY_WIDTH (the step column, default 28), LLAMA_BUILD_FLAGS (build_llama_server.sh flags),
-# PACK_GZIP (gzip level, default 9), PART_BYTES.
+# Sourced first by campaign.sh and exp.sh (device side): the repository root and $OUT, the step bookkeeping and
+# its summary, the log, the llama.cpp build, the leftover-server stop and the packing both use. The functions
+# read W, RAW, CARRY and SERVER_BIN (the caller sets them after sourcing) and, optionally, SUMMARY_WIDTH (the
+# step column, default 28), LLAMA_BUILD_FLAGS (build_llama_server.sh flags), PACK_GZIP (gzip level, default
+# 9), PART_BYTES.
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+: "${OUT:?OUT must name the folder whose files come back (the device tool sets it)}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 
 PART_BYTES=${PART_BYTES:-15728640}    # 15 MiB: the device returns files of at most 16 MiB
 MAX_OUT_FILES=8                       # ... and at most 8 of them per call
