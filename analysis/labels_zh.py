@@ -558,6 +558,17 @@ REASONS.update(
         "no_memory_line": (
             "服务器日志中没有显存账目行（vLLM 的 'Free memory on device …' 或 llama.cpp 的 'buffer size'）"
         ),
+        "no_per_iteration_records": (
+            "需要逐次迭代的调度记录（每一步调度了哪些请求、预填充还是解码）；采样只有每秒的累计和"
+            "（排队/预填充直方图、迭代 token 总数），分不出单次迭代里的构成"
+        ),
+        "prefix_cache_not_logged": "服务器日志没有写前缀缓存的设置（llama.cpp 的启动日志不打印它）",
+    }
+)
+FINDINGS.update(
+    {
+        ("ttft", "mixed_batch_prefill_decode_ratio"): "混合批次：单次迭代里预填充 token ÷ 解码 token",
+        ("length", "ttft_stolen_steps_split"): "首 token 延迟拆成“被别人的解码步占去的时间”与自己的预填充",
     }
 )
 
@@ -971,6 +982,8 @@ def fmt_value(value: object, unit: str | None = None) -> str:
         return str(value)
     if unit == "%":
         return fmt_pct(value)
+    if unit == "fraction":  # a share 0..1 (a cache hit rate) reads as a percentage
+        return fmt_pct(100 * value)
     if unit in SCALED_UNITS:
         for size, name in SCALED_UNITS[unit]:
             if abs(value) >= size:
@@ -1073,6 +1086,8 @@ REASONS.update(
     {
         "prefix_cache_not_exposed": "该引擎或该次运行没有给出前缀缓存计数（/metrics 和请求 timings 都没有）",
         "prefix_cache_no_lookups": "该测量点期间没有任何提示词 token 查询过前缀缓存",
+        "prefix_cache_imported": "导入的结果文件没有测量点起止时刻的 /metrics 抓取，读不到前缀缓存计数",
+        "prefix_cache_no_points": "本批次自己的运行只有预热点，没有正式测量点",
     }
 )
 FINDINGS.update({("prefix_cache", "prefix_cache_hit_rate"): "前缀缓存命中率（缓存命中 token ÷ 查询 token）"})

@@ -10,7 +10,9 @@ Sources, per engine, from the collector's own /metrics scrapes at the point's st
   plus ``llamacpp:prompt_tokens_total`` (prompt tokens evaluated); without scrapes, the same from each
   request's ``timings`` (``cache_n`` over ``cache_n + prompt_n``, in ``requests.jsonl``).
 
-An engine or run that exposes neither gives an n/a finding with its reason, never a zero.
+An engine or run that exposes neither gives an n/a finding with its reason, never a zero; a campaign with no
+point of its own (an imported campaign, or own runs with warm-up points only) gives one campaign-wide n/a
+finding, so the overview page can say why it has no hit rate.
 """
 
 from __future__ import annotations
@@ -101,21 +103,29 @@ def _finding(
         why = f"{engine}: no prefix-cache counters in the point's /metrics scrapes" + (
             " nor cache_n/prompt_n in the requests' timings" if engine == "llamacpp" else ""
         )
-        return Finding(at, None, "ratio", status="n/a", reason="prefix_cache_not_exposed", detail=why,
+        return Finding(at, None, "fraction", status="n/a", reason="prefix_cache_not_exposed", detail=why,
                        extra={"point": point})  # fmt: skip
     rate = hit_rate(*counts)
     if rate is None:
-        return Finding(at, None, "ratio", tuple(sources), status="n/a", reason="prefix_cache_no_lookups",
+        return Finding(at, None, "fraction", tuple(sources), status="n/a", reason="prefix_cache_no_lookups",
                        detail="no prompt token was looked up during the point",
                        extra={"point": point})  # fmt: skip
-    return Finding(at, rate, "ratio", tuple(sources),
+    return Finding(at, rate, "fraction", tuple(sources),
                    extra={"point": point, "hit_tokens": counts[0], "queried_tokens": counts[1]})  # fmt: skip
 
 
 def run(campaign: Campaign) -> Section:
     """Every own run's per-point hit rates (imported campaigns have no point-boundary scrapes)."""
     found: list[Finding] = []
-    for r in campaign.all_runs:
-        if r.own:
-            found += point_findings(r)
+    own = [r for r in campaign.all_runs if r.own]
+    for r in own:
+        found += point_findings(r)
+    if not found:
+        reason, why = (
+            ("prefix_cache_no_points", "the campaign's own runs have no measured (non-warm-up) point")
+            if own
+            else ("prefix_cache_imported", "imported results have no /metrics scrapes at point boundaries")
+        )
+        at = At(topic=TOPIC)("prefix_cache_hit_rate")
+        found.append(Finding(at, None, "fraction", status="n/a", reason=reason, detail=why))
     return Section("prefix_cache", findings=found)
