@@ -261,7 +261,7 @@ async def run_point(
     probe = probe or LagProbe(clock=clock)
     out.probe = probe
     async with contextlib.AsyncExitStack() as clients:
-        shared = None
+        shared: httpx.AsyncClient | None = None
         if transport is not None:  # an injected transport (tests) serves every worker
             shared = await clients.enter_async_context(
                 httpx.AsyncClient(timeout=timeout, transport=transport)
@@ -300,7 +300,11 @@ async def run_point(
 
         # One client only builds requests (never sends): an open-loop request is built before its due time,
         # when the worker that will send it is not known yet (every worker's client has these settings).
-        builder = shared or await clients.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls))
+        builder = (
+            shared
+            if shared is not None
+            else await clients.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls))
+        )
 
         def prepare(
             i: int, scheduled_mono_ns: int | None = None, history: list[tuple[str, str]] | None = None

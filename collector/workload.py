@@ -159,8 +159,13 @@ def _entry(obj: Any, where: str) -> DatasetEntry:
             for k, m in enumerate(msgs):
                 if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
                     nxt = msgs[k + 1] if k + 1 < len(msgs) else None
-                    ok = isinstance(nxt, dict) and nxt.get("role") == "assistant"
-                    reply = nxt["content"] if ok and isinstance(nxt.get("content"), str) else None
+                    reply = (
+                        nxt["content"]
+                        if isinstance(nxt, dict)
+                        and nxt.get("role") == "assistant"
+                        and isinstance(nxt.get("content"), str)
+                        else None
+                    )
                     return DatasetEntry(m["content"], reply)
             raise PlanError(f"{where}: 'messages' has no user message with a string 'content'")
         for key in ("prompt", "text"):
