@@ -575,3 +575,102 @@ def test_selection_on_our_campaigns(out):
     assert c["selection.single_stream_advantage"]["same_engine"] is False
     budgets = [v for k, v in c.items() if k.endswith("best_within_budget_tokens_per_s")]
     assert budgets and all(v["status"] == "ok" for v in budgets)
+
+
+# --- what the data cannot support: n/a findings with their reason, on the page a reader looks at -----------
+
+
+@pytest.fixture(scope="module")
+def pages(out, tmp_path_factory) -> Path:
+    """The reference campaign's pages, rendered from the analysis output above."""
+    from analysis.report.render import render_site
+
+    docs = tmp_path_factory.mktemp("docs")
+    render_site(out, docs, campaigns=[REF])
+    return docs
+
+
+def _page(pages: Path, name: str) -> str:
+    return (pages / "campaigns" / REF / f"{name}.md").read_text(encoding="utf-8")
+
+
+def test_sampler_sums_cannot_split_iterations_and_the_pages_say_so(out, pages):
+    from analysis.labels_zh import FINDINGS, REASONS
+
+    # by hand: the reference's only sampler files hold per-second gauges and running sums, no per-iteration
+    # record (which requests one engine step ran, prefill or decode)
+    csvs = sorted(SEED.glob("Round*/*/metrics_sweep.csv"))
+    assert csvs and all(p.parts[-3] == "Round2" for p in csvs)
+    for p in csvs:
+        header = p.read_text().splitlines()[0].split(",")
+        assert {"iter_tok_sum", "iter_tok_cnt", "prefill_sum", "queue_sum"} <= set(header), p
+        assert not [c for c in header if "iteration" in c or "step" in c or "batch" in c], p
+    f = _f(out)
+    for rnd in ("round1", "round2"):
+        for eng in ("vllm", "llamacpp"):
+            mix = f[f"{rnd}.ttft.{eng}.mixed_batch_prefill_decode_ratio"]
+            assert mix["status"] == "n/a" and mix["value"] is None
+            assert mix["reason"] == "no_per_iteration_records"
+        stolen = f[f"{rnd}.length.vllm.ttft_stolen_steps_split"]
+        assert stolen["status"] == "n/a" and stolen["reason"] == "no_per_iteration_records"
+    # what the sums do give: the workload's prompt tokens per generated token, 1,024 ÷ 256 (vLLM honours
+    # ignore-eos, so its totals are the requested lengths)
+    c64 = _json("Round2/01-02-perf-test/vllm_c064.json")
+    mix = f["round2.ttft.vllm.mixed_batch_prefill_decode_ratio"]
+    assert mix["workload_prefill_per_decode"] == c64["total_input_tokens"] / c64["total_output_tokens"] == 4.0
+    why = REASONS["no_per_iteration_records"]
+    ttft = _page(pages, "ttft")
+    assert FINDINGS[("ttft", "mixed_batch_prefill_decode_ratio")] in ttft and why in ttft
+    assert "1,024 ÷ 256 = 4.00" in ttft
+    lengths = _page(pages, "lengths")
+    assert FINDINGS[("length", "ttft_stolen_steps_split")] in lengths and why in lengths
+
+
+def test_llamacpp_memory_split_and_round1_counters_are_na_on_their_pages(out, pages):
+    from analysis.labels_zh import REASONS
+
+    f = _f(out)
+    # by hand: the reference's llama.cpp logs have no buffer lines (the memory split's only source)
+    for rel in (
+        "Round1/05-perf-test/llamacpp-server.head.log",
+        "Round2/05-perf-test/llamacpp-server.head.log",
+    ):
+        assert "buffer size" not in (SEED / rel).read_text()
+    for rnd in ("round1", "round2"):
+        buf = f[f"{rnd}.memory.llamacpp.model_buffer_gib"]
+        assert buf["status"] == "n/a" and buf["reason"] == "no_memory_line"
+    structure = (pages / "structure" / f"{REF}.md").read_text(encoding="utf-8")
+    assert REASONS["no_memory_line"] in structure
+    # by hand: round 1 kept no sampler CSV at all, so every counter finding of its vLLM runs is n/a for that
+    # reason, not for a missing FLOPs counter (its vLLM had one: round 2's CSV, same version, has flops)
+    assert not list(SEED.glob("Round1/*/*.csv"))
+    for key in (
+        "round1.vllm.flops_per_output_token_gflop",
+        "round1.vllm.tokens_per_iteration_at_max_concurrency",
+        "round1.concurrency.vllm.mfu_mbu_crossover_concurrency",
+        "round1.length.vllm.mfu_mbu_crossover_input_tokens",
+        "round1.length.vllm.arithmetic_intensity_at_longest_input",
+        "round1.overload.iteration_tokens_excess_pct",
+    ):
+        assert f[key]["status"] == "n/a" and f[key]["reason"] == "no_sampler_csv", key
+    # llama.cpp has no FLOPs counter whatever was sampled
+    assert f["round2.concurrency.llamacpp.mfu_mbu_crossover_concurrency"]["reason"] == "no_flops_counter"
+    for page in ("concurrency", "lengths", "overload", "ttft"):
+        assert REASONS["no_sampler_csv"] in _page(pages, page), page
+
+
+def test_llamacpp_prefix_cache_gate_is_unknown_because_its_log_is_silent(out, pages):
+    from analysis.labels_zh import REASONS
+
+    # by hand: the llama.cpp start-up logs are there but never state a prefix-cache setting; vLLM's say
+    # enable_prefix_caching=False in the engine-config line
+    for rnd in ("Round1", "Round2"):
+        assert (
+            "enable_prefix_caching" not in (SEED / rnd / "05-perf-test/llamacpp-server.head.log").read_text()
+        )
+    assert "enable_prefix_caching=False" in (SEED / "Round2/01-02-perf-test/vllm-server.head.log").read_text()
+    rows = [r for r in _rows(out, "gates") if r["gate"] == "prefix_caching_off"]
+    llama = [r for r in rows if r["engine"] == "llamacpp"]
+    assert llama and all(r["status"] == "unknown" and r["reason"] == "prefix_cache_not_logged" for r in llama)
+    assert all(r["status"] == "pass" for r in rows if r["engine"] == "vllm")
+    assert REASONS["prefix_cache_not_logged"] in _page(pages, "gates")

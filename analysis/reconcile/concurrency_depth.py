@@ -222,7 +222,12 @@ def series_findings(
             fnd.not_available(
                 at("mfu_mbu_crossover_concurrency"),
                 "requests",
-                "no_flops_counter" if th.gpu else "no_gpu_datasheet",
+                # a vLLM run without any sampler has no counter at all (llama.cpp has no FLOPs counter anyway)
+                "no_sampler_csv"
+                if run.counter_source is None and run.engine == "vllm"
+                else "no_flops_counter"
+                if th.gpu
+                else "no_gpu_datasheet",
                 f"{run.cite_root}: no FLOPs / read-bytes counters, or no datasheet",
                 srcs,
             )

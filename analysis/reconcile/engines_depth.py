@@ -5,7 +5,11 @@
   (gate results, duration, output shortfall, p50 ITL against the neighbours);
 - TTFT: how much the mean prefill time per request grows from one stream to the highest concurrency, the queue
   as a share of the prefill there (vLLM's histograms), and the KV pool in blocks against the blocks one
-  request reserves (vLLM, 16-token blocks on GPU).
+  request reserves (vLLM, 16-token blocks on GPU);
+- the mixed-batch ratio (prefill vs decode tokens in one iteration): always n/a — it needs a record per engine
+  iteration, and the sampler (the reference's 1 Hz CSV, our point-edge scrapes) holds only running sums, whose
+  window ratio is the workload's input ÷ output and says nothing about how iterations mix the two; the finding
+  carries that workload ratio so the page can say what is and is not known.
 
 Keys: ``<round>.engines.<engine>.<metric>``, ``<round>.ttft.<engine>.<metric>``;
 ``runs.<run>.{engines,ttft}.…``.
@@ -41,6 +45,12 @@ def throughput_dips(concurrency: list[int], tokens_per_s: list[float]) -> list[i
 def blocks_for(tokens: float, block_size: int) -> int:
     """Whole KV blocks a request of `tokens` reserves, blocks: ceil(tokens ÷ block size)."""
     return math.ceil(tokens / block_size)
+
+
+def workload_prefill_per_decode(input_tokens: float, output_tokens: float) -> float:
+    """Prompt tokens per generated token over a whole point, ratio: input length ÷ output length (what the
+    running sums give; an iteration's own mix can be anything around it)."""
+    return input_tokens / output_tokens
 
 
 def _at(s: dict, run, topic: str) -> At:
@@ -173,6 +183,27 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
                 ),
             )
         )
+    # The mix of prefill and decode tokens inside one iteration needs per-iteration scheduling records (vLLM's
+    # scheduler stats per step, a trace); no source we read has them, only sums over many iterations.
+    out.append(
+        fnd.not_available(
+            at("mixed_batch_prefill_decode_ratio"),
+            "ratio",
+            "no_per_iteration_records",
+            f"{run.cite_root}: the sampler holds running sums (iteration tokens, prompt and generation "
+            "totals), not one record per iteration; their ratio over a window is the workload's input ÷ "
+            "output",
+            [top.protocol_source or top.cite()],
+            concurrency=top.concurrency,
+            input_len_tokens=top.input_len_tokens,
+            output_len_tokens=top.requested_output_len_tokens,
+            workload_prefill_per_decode=workload_prefill_per_decode(
+                top.input_len_tokens, top.requested_output_len_tokens
+            )
+            if top.input_len_tokens and top.requested_output_len_tokens
+            else None,
+        )
+    )
     if s["engine"] == "vllm" and not run.own:
         pool, psrc = pool_tokens(run, campaign)
         need = (top.input_len_tokens or 0) + (top.requested_output_len_tokens or 0)

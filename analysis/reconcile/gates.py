@@ -332,9 +332,9 @@ def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
         )
     enabled, src = prefix_caching_enabled(p.run)
     if enabled is None:
-        out.append(
-            GateResult("prefix_caching_off", "unknown", "no_server_log", src, "server log does not say")
-        )
+        # a log that is there but silent on it (llama.cpp's start-up lines) is not a missing log
+        why = "no_server_log" if src is None else "prefix_cache_not_logged"
+        out.append(GateResult("prefix_caching_off", "unknown", why, src, "server log does not say"))
     else:
         out.append(
             GateResult(

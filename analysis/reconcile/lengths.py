@@ -9,7 +9,10 @@
 - tokens per iteration and the chunked-prefill budget the engine ran with (its log), with the prediction that
   follows from the budget stated before it is checked on the concurrency-1 points;
 - how much longer a step gets over the sweep's range of contexts, against the bandwidth floor's ratio;
-- MFU / MBU and arithmetic intensity against the prompt length, and where MFU overtakes MBU.
+- MFU / MBU and arithmetic intensity against the prompt length, and where MFU overtakes MBU;
+- the "stolen steps" split of TTFT (the iterations a request waits through while others decode vs its own
+  prefill chunks): always n/a — it needs per-iteration scheduling records, and the samplers hold only sums
+  (the TTFT page splits TTFT into queue, prefill and the rest from the histograms instead).
 
 Series: a (round, engine) of an imported campaign, a run of our own. Keys:
 ``<round>.length.<engine>.<metric>`` and ``runs.<run>.length.<metric>``.
@@ -469,7 +472,12 @@ def series_findings(
                 fnd.not_available(
                     at(k),
                     u,
-                    "no_flops_counter" if th.gpu else "no_gpu_datasheet",
+                    # a vLLM run without a sampler has no counter at all (llama.cpp: no FLOPs counter anyway)
+                    "no_sampler_csv"
+                    if counter is None and s["engine"] == "vllm"
+                    else "no_flops_counter"
+                    if th.gpu
+                    else "no_gpu_datasheet",
                     (
                         f"{run.cite_root}: no FLOPs / read-bytes counters (vLLM --enable-mfu-metrics) or no "
                         "datasheet"
@@ -525,6 +533,20 @@ def series_findings(
                 ),
             )
         )
+
+    # 7. TTFT's "stolen steps": which iterations a request spent waiting while others decoded, which on its
+    # own prefill chunks. Needs one scheduling record per iteration; the samplers keep running sums only.
+    out.append(
+        fnd.not_available(
+            at("ttft_stolen_steps_split"),
+            "ms",
+            "no_per_iteration_records",
+            f"{run.cite_root}: needs per-iteration scheduling records (which requests each engine step "
+            "ran, prefill or decode); the sampler holds only sums per second (queue/prefill histograms, "
+            "iteration-token totals)",
+            srcs,
+        )
+    )
     return out
 
 
