@@ -1179,7 +1179,8 @@ def rate_throughput(df: pd.DataFrame) -> Drawn:
         layer = _lines_and_points(base, sub)
         if col == "achieved_rate_req_s":
             rates = sorted({float(v) for v in d["request_rate_req_s"]})
-            diag = pd.DataFrame({"request_rate_req_s": rates, col: rates, "what": f["diag"]})
+            diag = pd.DataFrame({"request_rate_req_s": rates, col: rates, "what": f["diag"],
+                                 "test_kind": d["test_kind"].iloc[0]})  # fmt: skip
             ref = (
                 alt.Chart(diag)
                 .mark_line(strokeDash=[4, 3], color=OTHER_COLOR)
@@ -1198,8 +1199,9 @@ def rate_latency(df: pd.DataFrame) -> Drawn:
     if not len(d):
         return _no_rows("rate_points")
     cols = [f"{s}_{m}_ms" for m in RATE_LATENCIES for s in RATE_STATS if f"{s}_{m}_ms" in d]
-    long = d.melt(id_vars=["request_rate_req_s", "series_zh", "gate_ok"], value_vars=cols, var_name="col",
-                  value_name="value_ms").dropna(subset=["value_ms"])  # fmt: skip
+    ids = ["request_rate_req_s", "series_zh", "gate_ok", "test_kind"]  # a line's rows say their test
+    long = d.melt(id_vars=ids, value_vars=cols, var_name="col", value_name="value_ms")
+    long = long.dropna(subset=["value_ms"])
     long = long[long["value_ms"] > 0]  # a log axis
     if not len(long):
         return Missing("no_rows", "rate_points has no latency percentile above 0 ms")

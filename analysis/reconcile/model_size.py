@@ -36,7 +36,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import fits, theory
-from analysis.campaign import BenchPoint, Campaign, RunData
+from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign, RunData
 from analysis.keys import At, series_id
 from analysis.model_config import ModelConfig, load_model_config
 from analysis.reconcile import Context, Section, run_at
@@ -498,6 +498,8 @@ def _size_rows(arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]
                 {
                     "experiment": NAME,
                     "arm": a.run,
+                    # every size is measured by its single-stream point of a concurrency phase
+                    "test_kind": PHASE_TEST_KIND["concurrency"],
                     "size": size,
                     "weight_format": a.weight_format,
                     "layers": a.layers,

@@ -88,6 +88,7 @@ def point_row(
         "weight_format": weight_format,
         "run": p.run.name,
         "point": p.label,
+        "test_kind": p.test_kind,
         "request_rate_req_s": recs[0].request_rate,
         "arrival": rate.arrival if rate is not None else None,
         "burstiness": rate.burstiness if rate is not None else None,
