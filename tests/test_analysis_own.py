@@ -227,6 +227,8 @@ def test_cpu_campaign_capacity_is_exact_and_roofline_says_why(cpu_raw, tmp_path,
             g = f[pre + "kv_pool_tokens"]
             assert g["status"] == "ok" and g["error_pct"] == 0
             assert g["value"] == g["blocks"] * g["block_size"]
+        if not any(k.startswith(pre + "concurrency.") for k in f):
+            continue  # an open-loop run (rate phases only) has no single-stream point to hold to a roofline
         ach = f[pre + "roofline_achievement_pct"]
         assert ach["status"] == "n/a" and ach["reason"] == "no_gpu_datasheet" and "cpu" in ach["detail"]
 
