@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from collector.modelgen import bytes_to_unicode
 from collector.raw.errors import PlanError
 from collector.raw.plan import Plan
 
@@ -265,16 +266,7 @@ def dataset_order(seed: int, n_entries: int, n_requests: int) -> list[int]:
 
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's byte-level alphabet reversed: the character a byte-level BPE vocabulary writes → the byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 class Tokenizer:
@@ -518,16 +510,7 @@ def completion_body(
     plan_extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The request every engine gets: greedy, fixed output length, usage reported at the end of the stream."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    return _merge(body, engine_extra, plan_extra)
+    return _greedy_body(model, {"prompt": prompt}, max_tokens, engine_extra, plan_extra)
 
 
 def chat_body(
@@ -538,9 +521,21 @@ def chat_body(
     plan_extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The chat request: the same greedy, fixed-length, usage-at-the-end settings on ``messages``."""
+    return _greedy_body(model, {"messages": messages}, max_tokens, engine_extra, plan_extra)
+
+
+def _greedy_body(
+    model: str,
+    content: dict[str, Any],
+    max_tokens: int,
+    engine_extra: dict[str, Any],
+    plan_extra: dict[str, Any],
+) -> dict[str, Any]:
+    """``content`` (the prompt or the messages) with greedy sampling, exactly ``max_tokens`` out (EOS
+    ignored), streamed, usage in the last chunk; then the engine's and the plan's extra fields on top."""
     body: dict[str, Any] = {
         "model": model,
-        "messages": messages,
+        **content,
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "ignore_eos": True,
