@@ -14,8 +14,7 @@ TEMPLATE = "campaign/rates.md.j2"
 
 def has_rate_points(c: CampaignResults) -> bool:
     """The campaign has open-loop points (the ``rate_points`` table has rows)."""
-    t = c.tables.get("rate_points")
-    return t is not None and len(t) > 0
+    return c.has_rows("rate_points")
 
 
 # the entry of analysis.report.campaign_pages.CAMPAIGN_PAGES

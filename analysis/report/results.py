@@ -121,6 +121,11 @@ class CampaignResults:
         """The newest round (``round2``), None for a campaign without rounds."""
         return self.rounds[-1] if self.rounds else None
 
+    def has_rows(self, table: str) -> bool:
+        """The analysis wrote ``table`` and it has rows (a page that draws only from it has something)."""
+        t = self.tables.get(table)
+        return t is not None and len(t) > 0
+
 
 def _short_name(path: Path, campaign_dir: Path, suffix: str, folder: str) -> str:
     """``tables/points.csv`` → ``points``: names relative to the analysis' tables/ or figures/ folder."""

@@ -15,8 +15,7 @@ TEMPLATE = "campaign/slo.md.j2"
 
 def has_plan(c: CampaignResults) -> bool:
     """The planner had sweep points to read (its table has rows)."""
-    t = c.tables.get("slo_plan")
-    return t is not None and len(t) > 0
+    return c.has_rows("slo_plan")
 
 
 # the entry of analysis.report.campaign_pages.CAMPAIGN_PAGES
