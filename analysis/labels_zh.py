@@ -624,9 +624,6 @@ PREDICTION_KINDS: dict[str, str] = {"bound": "界限", "point": "数值", "exact
 REASONS.update(
     {
         "exp_runs_missing": "该实验的对照组运行不全（少于两组），无法比较",
-        "exp_not_run_model_shapes": (
-            "实验 4 未运行：当时的随机权重生成器只有微型与 7B 两种形状（0.5B/1.5B/3B 需要含共享词嵌入的形状）"
-        ),
         "exp_not_run_two_gpus": "实验 5 未运行：本次会话没有借到两块 GPU 的机器",
         "exp_random_weights_acceptance": "随机权重下草稿模型的接受率没有意义，测了也不能代表真实模型",
         "exp_vllm_gpu_out_of_reach": "分块预填充是 vLLM 的参数，而这里够不到 GPU 上的 vLLM",
