@@ -230,6 +230,12 @@ def test_slo_command(ref, ref_root):
 RATE_RUN = CPU / "llamacpp-rate"
 
 
+def _rate_answers(campaign, budget_ms: float) -> list:
+    """The planner's rate answers for the run these tests recompute by hand (the campaign may hold other rate
+    runs: a repeat of the plan is a run of its own)."""
+    return [a for a in slo.plan_rates(campaign, budget_ms) if a.run == RATE_RUN.name]
+
+
 def _rate_points_by_hand() -> dict[float, tuple[float, list[dict]]]:
     """Per offered rate of the committed two-rate run: (p99 TTFT ms, numpy's linear percentile over the
     completed requests' TTFT = first chunk carrying a token − send; the records), from requests.jsonl."""
@@ -255,7 +261,7 @@ def test_rate_planner_interpolates_between_the_two_measured_rates():
     campaign = load_campaign([CPU.parent], CPU.name)
     (r_lo, (y_lo, _)), (r_hi, (y_hi, _)) = sorted(_rate_points_by_hand().items())
     budget = math.sqrt(y_lo * y_hi)  # strictly between the two
-    (a,) = slo.plan_rates(campaign, budget)
+    (a,) = _rate_answers(campaign, budget)
     assert a.status == "bracketed" and a.binding == "ttft" and a.run == "llamacpp-rate"
     assert (a.lower.request_rate_req_s, a.upper.request_rate_req_s) == (r_lo, r_hi)
     assert (a.lower.p99_ttft_ms, a.upper.p99_ttft_ms) == (pytest.approx(y_lo), pytest.approx(y_hi))
@@ -278,7 +284,7 @@ def test_rate_planner_not_bracketed_names_the_next_rate_as_a_phase(tmp_path):
     by_hand = _rate_points_by_hand()
     rates = sorted(by_hand)
     for budget, status, nxt in ((1e7, "highest_meets", 2 * rates[-1]), (1e-3, "none_meet", rates[0] / 2)):
-        (a,) = slo.plan_rates(campaign, budget)
+        (a,) = _rate_answers(campaign, budget)
         assert a.status == status and a.request_rate_req_s is None and a.next_rate_req_s == nxt
         table = tomllib.loads(a.stanza)["phase"][0]
         phase = _phase(_Table(table, tmp_path / "plan.toml", "[[phase]] #1"), 0, set())
@@ -289,7 +295,8 @@ def test_rate_planner_not_bracketed_names_the_next_rate_as_a_phase(tmp_path):
         assert f.status == "n/a" and f.reason == "slo_not_bracketed" and f.extra["stanza"] == a.stanza
     from analysis.pipeline import slo_plan
 
-    gated = [a for a in slo_plan([CPU.parent], 1e7, campaigns=[CPU.name]) if isinstance(a, slo.RateAnswer)]
+    answers = slo_plan([CPU.parent], 1e7, campaigns=[CPU.name])
+    gated = [a for a in answers if isinstance(a, slo.RateAnswer) and a.run == RATE_RUN.name]
     assert len(gated) == 1
     kept = {m.request_rate_req_s for m in gated[0].points}
     assert kept <= set(rates) and len(kept) + len(gated[0].excluded) == len(rates)
