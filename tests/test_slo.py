@@ -11,15 +11,22 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from analysis import metrics
 from analysis.campaign import load_campaign
-from analysis.reconcile import slo
-from collector.raw.plan import _phase, _Table
+from analysis.pipeline import gated_context, slo_plan
+from analysis.reconcile import rates, slo
+from analysis.reconcile.theoryctx import build as build_theory
+from collector.cli import main
+from collector.raw.errors import PlanError
+from collector.raw.plan import _phase, _Table, parse_plan
 from collector.raw.records import RequestRecord
 from tests.seed import SEED
 
@@ -209,9 +216,6 @@ def test_goodput_exact_on_our_requests():
 def test_slo_command(ref, ref_root):
     """`collector slo` prints the library's answer (gated points, as the pages use), bracketing files
     cited."""
-    from click.testing import CliRunner
-
-    from collector.cli import main
 
     res = CliRunner().invoke(
         main, ["slo", "--raw", str(ref_root), "--ttft-p99-ms", "730", "--engine", "vllm"]
@@ -239,8 +243,6 @@ def _rate_answers(campaign, budget_ms: float) -> list:
 def _rate_points_by_hand() -> dict[float, tuple[float, list[dict]]]:
     """Per offered rate of the committed two-rate run: (p99 TTFT ms, numpy's linear percentile over the
     completed requests' TTFT = first chunk carrying a token − send; the records), from requests.jsonl."""
-    import numpy as np
-
     lines = [json.loads(x) for x in (RATE_RUN / "requests.jsonl").read_text().splitlines() if x.strip()]
     out: dict[float, tuple[float, list[dict]]] = {}
     for rate in sorted({o["request_rate"] for o in lines if o["phase_kind"] == "rate"}):
@@ -282,8 +284,8 @@ def test_rate_planner_not_bracketed_names_the_next_rate_as_a_phase(tmp_path):
     pipeline's gated answer (what `collector slo` and the page show) names the points the checks excluded."""
     campaign = load_campaign([CPU.parent], CPU.name)
     by_hand = _rate_points_by_hand()
-    rates = sorted(by_hand)
-    for budget, status, nxt in ((1e7, "highest_meets", 2 * rates[-1]), (1e-3, "none_meet", rates[0] / 2)):
+    offered = sorted(by_hand)
+    for budget, status, nxt in ((1e7, "highest_meets", 2 * offered[-1]), (1e-3, "none_meet", offered[0] / 2)):
         (a,) = _rate_answers(campaign, budget)
         assert a.status == status and a.request_rate_req_s is None and a.next_rate_req_s == nxt
         table = tomllib.loads(a.stanza)["phase"][0]
@@ -293,20 +295,15 @@ def test_rate_planner_not_bracketed_names_the_next_rate_as_a_phase(tmp_path):
         assert phase.points[0].rate.duration_s == 3 and phase.points[0].rate.max_requests == 96
         f = slo.rate_answer_findings(a)[0]
         assert f.status == "n/a" and f.reason == "slo_not_bracketed" and f.extra["stanza"] == a.stanza
-    from analysis.pipeline import slo_plan
-
     answers = slo_plan([CPU.parent], 1e7, campaigns=[CPU.name])
     gated = [a for a in answers if isinstance(a, slo.RateAnswer) and a.run == RATE_RUN.name]
     assert len(gated) == 1
     kept = {m.request_rate_req_s for m in gated[0].points}
-    assert kept <= set(rates) and len(kept) + len(gated[0].excluded) == len(rates)
+    assert kept <= set(offered) and len(kept) + len(gated[0].excluded) == len(offered)
 
 
 def test_plan_slo_table_parsed_and_refused(tmp_path):
     """[slo] in plan.toml: the per-request SLOs by their --slo names; nonsense is one line naming the file."""
-    from collector.raw.errors import PlanError
-    from collector.raw.plan import parse_plan
-
     base = (Path(__file__).resolve().parents[1] / "plans" / "cpu-tiny-llamacpp-rate.toml").read_text()
     f = tmp_path / "p.toml"
     plan = parse_plan(base + "\n[slo]\nttft_ms = 50\ntpot_ms = 10\n", f)
@@ -326,12 +323,6 @@ def test_plan_slo_table_parsed_and_refused(tmp_path):
 def test_plan_slo_read_from_the_run_copy_and_the_flag_wins(tmp_path):
     """A real run whose plan copy states [slo] ttft_ms: goodput per rate point counts the requests meeting
     it (by hand from requests.jsonl) over the point's duration, basis "plan"; --slo given wins ("given")."""
-    import shutil
-
-    from analysis.pipeline import gated_context
-    from analysis.reconcile import rates
-    from analysis.reconcile.theoryctx import build as build_theory
-
     by_hand = _rate_points_by_hand()
     limit = sorted(by_hand.items())[0][1][0]  # the low rate's p99: some requests of each point meet it
     root = tmp_path / "raw"
