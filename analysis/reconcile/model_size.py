@@ -146,27 +146,19 @@ PREDICTIONS: tuple[Prediction, ...] = (
         "3.0-4.8 TB/s for F16",
         "bw_eff within 3.0-4.8 TB/s for F16",
     ),
-    Prediction(
-        "achievement_below_15_at_0_5b",
-        NAME,
-        arm_run("0.5b", "f16"),
-        None,
-        "achievement_pct",
-        "bound",
-        (Target(hi=15.0),),
-        (_PLAN_RUN, 23, "< 15 % at 0.5B"),
-        "the floor's share (achievement) rises with size: < 15 % at 0.5B",
-    ),
-    Prediction(
-        "achievement_below_15_at_0_5b",
-        NAME,
-        arm_run("0.5b", "q4km"),
-        None,
-        "achievement_pct",
-        "bound",
-        (Target(hi=15.0),),
-        (_PLAN_RUN, 23, "< 15 % at 0.5B"),
-        "the floor's share (achievement) rises with size: < 15 % at 0.5B",
+    *(
+        Prediction(
+            "achievement_below_15_at_0_5b",
+            NAME,
+            arm_run("0.5b", tag),
+            None,
+            "achievement_pct",
+            "bound",
+            (Target(hi=15.0),),
+            (_PLAN_RUN, 23, "< 15 % at 0.5B"),
+            "the floor's share (achievement) rises with size: < 15 % at 0.5B",
+        )
+        for tag in FORMATS
     ),
     Prediction(
         "achievement_above_65_at_14b",
