@@ -513,17 +513,6 @@ def completion_body(
     return _greedy_body(model, {"prompt": prompt}, max_tokens, engine_extra, plan_extra)
 
 
-def chat_body(
-    model: str,
-    messages: list[dict[str, str]],
-    max_tokens: int,
-    engine_extra: dict[str, Any],
-    plan_extra: dict[str, Any],
-) -> dict[str, Any]:
-    """The chat request: the same greedy, fixed-length, usage-at-the-end settings on ``messages``."""
-    return _greedy_body(model, {"messages": messages}, max_tokens, engine_extra, plan_extra)
-
-
 def _greedy_body(
     model: str,
     content: dict[str, Any],
@@ -560,7 +549,7 @@ def turn_body(
         for user, reply in history:
             messages += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
         messages.append({"role": "user", "content": prompt.text or ""})
-        return chat_body(model, messages, prompt.max_tokens, engine_extra, plan_extra)
+        return _greedy_body(model, {"messages": messages}, prompt.max_tokens, engine_extra, plan_extra)
     if history:
         text = "".join(user + reply for user, reply in history) + (prompt.text or "")
         return completion_body(model, text, prompt.max_tokens, engine_extra, plan_extra)
