@@ -225,12 +225,20 @@ def _get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int | No
 class _Protocol:
     """State of one run while it executes; ``execute_run`` drives it."""
 
-    def __init__(self, plan: Plan, run: Run, console: Console, clock: Clock, api_key: str | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        run: Run,
+        console: Console,
+        clock: Clock,
+        spec: workload.WorkloadSpec,
+        api_key: str | None,
+        secrets: list[str],
+    ):
         self.plan, self.run, self.console, self.clock = plan, run, console, clock
         # what the requests send (collector.workload); the headers (API key) go to every request and scrape
-        self.spec = workload.spec_from_plan(plan)
+        self.spec, self.secrets = spec, secrets
         self.headers = workload.request_headers(api_key, plan.load.headers)
-        self.secrets = fingerprint.plan_secrets(api_key, plan.load.headers)
         self.io_error: str | None = None  # the first failed write to the raw store (disk full)
         self.streams: list[Stream] = []
         self.events = EventLog(
@@ -615,7 +623,8 @@ def execute_run(
     console = console or Console(stderr=True)
     # the API key and the workload's files (dataset, tokenizer) are checked before anything is written
     api_key = workload.api_key(plan.load.api_key_env, os.environ)
-    workload.validate(workload.spec_from_plan(plan), plan.model.token_id_low, plan.model.token_id_high)
+    spec = workload.spec_from_plan(plan)
+    workload.validate(spec, plan.model.token_id_low, plan.model.token_id_high)
     secrets = fingerprint.plan_secrets(api_key, plan.load.headers)
     pf = preflight(plan, Path(raw_root))  # nothing is written before this passes
     for note in pf.notes:
@@ -647,7 +656,7 @@ def execute_run(
             )
         else:
             run.copy_file("plan.toml", plan_file)
-        proto = _Protocol(plan, run, console, clock, api_key)
+        proto = _Protocol(plan, run, console, clock, spec, api_key, secrets)
         proto.events.emit(
             "run_start",
             plan=str(plan_file),
