@@ -59,11 +59,15 @@ def fixed_lengths(n: int, length: int) -> list[int]:
     return [length] * n
 
 
-def uniform_lengths(n: int, length: int, range_ratio: float, seed: int, stream: int) -> list[int]:
-    """Integers uniform on [floor(L·(1−r)), ceil(L·(1+r))], at least 1 (vllm bench's
-    ``--random-range-ratio``)."""
+def uniform_bounds(length: int, range_ratio: float) -> tuple[int, int]:
+    """The range of ``uniform_lengths``: [floor(L·(1−r)), ceil(L·(1+r))], at least 1."""
     low = max(1, math.floor(length * (1 - range_ratio)))
-    high = max(low, math.ceil(length * (1 + range_ratio)))
+    return low, max(low, math.ceil(length * (1 + range_ratio)))
+
+
+def uniform_lengths(n: int, length: int, range_ratio: float, seed: int, stream: int) -> list[int]:
+    """Integers uniform on ``uniform_bounds`` (vllm bench's ``--random-range-ratio``)."""
+    low, high = uniform_bounds(length, range_ratio)
     rng = np.random.default_rng([seed, stream])
     return [int(x) for x in rng.integers(low, high + 1, size=n)]
 
@@ -95,7 +99,7 @@ def max_length(length: int, range_ratio: float, stddev: float) -> int:
     if stddev > 0:
         return normal_bounds(length, stddev)[1]
     if range_ratio > 0:
-        return max(1, math.ceil(length * (1 + range_ratio)))
+        return uniform_bounds(length, range_ratio)[1]
     return length
 
 
