@@ -74,7 +74,8 @@ def redact_args(argv: list[str]) -> list[str]:
     return out
 
 
-_SECRET_HEADER = re.compile(r"AUTHORIZATION|COOKIE|TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+# a header is secret by the names an environment variable is (_SECRET_NAME), and by HTTP's own auth headers
+_SECRET_HEADER = re.compile(rf"AUTHORIZATION|COOKIE|{_SECRET_NAME.pattern}", re.IGNORECASE)
 
 
 def plan_secrets(api_key: str | None, headers: dict[str, str]) -> list[str]:
