@@ -607,6 +607,19 @@ def describe_any(ans: SloAnswer | RateAnswer) -> list[str]:
     return describe_rate(ans) if isinstance(ans, RateAnswer) else describe(ans)
 
 
+def _bracket_p99_ms(
+    lower: Measured | RateMeasured, upper: Measured | RateMeasured
+) -> dict[str, float | None]:
+    """The two bracketing points' p99 TTFT and ITL, ms, as an answer finding's fields
+    ``{lower,upper}_p99_{ttft,itl}_ms`` (the concurrency and the request-rate answer alike)."""
+    return {
+        "lower_p99_ttft_ms": lower.p99_ttft_ms,
+        "upper_p99_ttft_ms": upper.p99_ttft_ms,
+        "lower_p99_itl_ms": lower.p99_itl_ms,
+        "upper_p99_itl_ms": upper.p99_itl_ms,
+    }
+
+
 def rate_answer_findings(ans: RateAnswer) -> list[fnd.Finding]:
     """The request-rate answer as a finding under topic ``slo`` (run level: one rate sweep per run)."""
     at = At(level="run", run=ans.run, engine=ans.engine, weight_format=ans.weight_format, topic="slo")(
@@ -643,10 +656,7 @@ def rate_answer_findings(ans: RateAnswer) -> list[fnd.Finding]:
             binding=ans.binding,
             lower_rate_req_s=ans.lower.request_rate_req_s,
             upper_rate_req_s=ans.upper.request_rate_req_s,
-            lower_p99_ttft_ms=ans.lower.p99_ttft_ms,
-            upper_p99_ttft_ms=ans.upper.p99_ttft_ms,
-            lower_p99_itl_ms=ans.lower.p99_itl_ms,
-            upper_p99_itl_ms=ans.upper.p99_itl_ms,
+            **_bracket_p99_ms(ans.lower, ans.upper),
             achieved_rate_req_s=ans.achieved_rate_req_s,
             excluded=ans.excluded,
             non_monotone=ans.non_monotone,
@@ -799,10 +809,7 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
             binding=ans.binding,
             lower_concurrency=ans.lower.concurrency,
             upper_concurrency=ans.upper.concurrency,
-            lower_p99_ttft_ms=ans.lower.p99_ttft_ms,
-            upper_p99_ttft_ms=ans.upper.p99_ttft_ms,
-            lower_p99_itl_ms=ans.lower.p99_itl_ms,
-            upper_p99_itl_ms=ans.upper.p99_itl_ms,
+            **_bracket_p99_ms(ans.lower, ans.upper),
             lower_max_running=ans.lower.max_running,
             non_monotone=ans.non_monotone,
             **budget,
