@@ -12,11 +12,14 @@ import csv
 import json
 import math
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from analysis.labels_zh import FINDINGS, REASONS
 from analysis.pipeline import analyze
+from analysis.report.render import render_site
 from tests.seed import SEED
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,8 +99,7 @@ def test_kv_against_weights_hidden_state_and_compute_by_hand(out):
     for t, key in ((1024, "1k"), (8192, "8k"), (32768, "32k")):
         got = f[f"model.kv_read_share_of_weights_{key}_pct"]["value"]
         assert got == pytest.approx(t * KV_BYTES / W_READ_BF16 * 100, rel=1e-9)
-    # the campaign's typical request: the first sweep point (Round1 c001.json) and its sweep log's output
-    # length
+    # the campaign's typical request: the first sweep point (Round1 c001.json), its sweep log's output length
     c1 = _json("Round1/01-perf-test/c001.json")
     prompt = c1["total_input_tokens"] / c1["completed"]
     ns = next(
@@ -145,8 +147,7 @@ def test_kv_pool_hand_estimate_and_where_the_difference_goes_by_hand(out):
         assert abs((budget - consumed - act) - pool) <= 0.015
         assert f[f"{rnd}.memory.non_torch_gib"]["value"] == pytest.approx(consumed - loaded)
         assert f[f"{rnd}.memory.cuda_graph_gib"]["value"] == graphs
-        # the hand estimate: 0.9 × the datasheet's 24,564 MiB − the bf16 weights (2 bytes × every parameter) −
-        # 1 GiB
+        # the hand estimate: 0.9 × the datasheet's 24,564 MiB − bf16 weight (2 bytes × each parameter) − 1 GiB
         hand = util * 24564 / 1024 - PARAMS * 2 / GIB - 1
         assert f[f"{rnd}.memory.kv_pool_hand_estimate_gib"]["value"] == pytest.approx(hand, rel=1e-9)
         gap = f[f"{rnd}.memory.kv_pool_log_minus_hand_estimate_gib"]
@@ -158,8 +159,7 @@ def test_kv_pool_hand_estimate_and_where_the_difference_goes_by_hand(out):
         assert sum(terms.values()) == pytest.approx(
             pool - hand, abs=0.02
         )  # three logged numbers, two decimals
-    # the hand estimate lands on round 2's pool; round 1 lost 1.78 GiB to a 1 GiB larger non-torch +
-    # activation
+    # the hand estimate lands on round 2's pool; round 1 lost 1.78 GiB to 1 GiB larger non-torch + activation
     assert abs(f["round2.memory.kv_pool_log_minus_hand_estimate_gib"]["value"]) < 0.02
 
 
@@ -199,8 +199,6 @@ def _window(rows: list[dict], result: dict) -> tuple[dict, dict, list[dict]]:
     """A point's window on the sampler clock by hand: the result's `date` (the client's clock, which the
     reference kept in UTC) is the end, `duration` before it the start, + 1 s for the truncated seconds.
     Returns the row before the start, the row after the end, and the rows inside."""
-    from datetime import UTC, datetime
-
     end = datetime.strptime(result["date"], "%Y%m%d-%H%M%S").replace(tzinfo=UTC).timestamp()
     start, stop = end - result["duration"], end + 1.0
     before = [r for r in rows if r["ts"] <= start][-1]
@@ -399,8 +397,7 @@ def test_overload_price_little_and_counter_conflict_by_hand(out):
     lit = f["round2.overload.littles_law_waiting"]
     assert lit["value"] == pytest.approx(sum(r["waiting"] for r in inside) / len(inside), rel=1e-9)
     assert lit["theory"] == pytest.approx(lam * wq, rel=1e-9) and lit["status"] == "ok"
-    # the counter conflict: iteration tokens = exactly the work without recompute, the FLOPs counter 19 %
-    # above it
+    # the counter conflict: iteration tokens = the work without recompute, the FLOPs counter 19 % above
     it = after["iter_tok_sum"] - before["iter_tok_sum"]
     assert it == res["completed"] * (s_in + s_out) == 1_048_576
     assert f["round2.overload.iteration_tokens_excess_pct"]["value"] == pytest.approx(0.0, abs=1e-9)
@@ -583,8 +580,6 @@ def test_selection_on_our_campaigns(out):
 @pytest.fixture(scope="module")
 def pages(out, tmp_path_factory) -> Path:
     """The reference campaign's pages, rendered from the analysis output above."""
-    from analysis.report.render import render_site
-
     docs = tmp_path_factory.mktemp("docs")
     render_site(out, docs, campaigns=[REF])
     return docs
@@ -595,8 +590,6 @@ def _page(pages: Path, name: str) -> str:
 
 
 def test_sampler_sums_cannot_split_iterations_and_the_pages_say_so(out, pages):
-    from analysis.labels_zh import FINDINGS, REASONS
-
     # by hand: the reference's only sampler files hold per-second gauges and running sums, no per-iteration
     # record (which requests one engine step ran, prefill or decode)
     csvs = sorted(SEED.glob("Round*/*/metrics_sweep.csv"))
@@ -627,8 +620,6 @@ def test_sampler_sums_cannot_split_iterations_and_the_pages_say_so(out, pages):
 
 
 def test_llamacpp_memory_split_and_round1_counters_are_na_on_their_pages(out, pages):
-    from analysis.labels_zh import REASONS
-
     f = _f(out)
     # by hand: the reference's llama.cpp logs have no buffer lines (the memory split's only source)
     for rel in (
@@ -660,8 +651,6 @@ def test_llamacpp_memory_split_and_round1_counters_are_na_on_their_pages(out, pa
 
 
 def test_llamacpp_prefix_cache_gate_is_unknown_because_its_log_is_silent(out, pages):
-    from analysis.labels_zh import REASONS
-
     # by hand: the llama.cpp start-up logs are there but never state a prefix-cache setting; vLLM's say
     # enable_prefix_caching=False in the engine-config line
     for rnd in ("Round1", "Round2"):

@@ -46,8 +46,7 @@ def _finding(section, metric: str, run: str | None = None, topic: str | None = N
     return hits[0]
 
 
-# --- by hand from the raw files
-# -------------------------------------------------------------------------------
+# --- by hand from the raw files -----------------------------------------------------------------------------
 
 
 def _median(xs: list[float]) -> float:
@@ -268,8 +267,7 @@ def test_arm_rule():
     assert X.consecutive_runs([0, 1, 2, 60, 61, 63]) == 3
 
 
-# --- experiment 6 (vLLM CPU, KV-pool size)
-# ---------------------------------------------------------------------
+# --- experiment 6 (vLLM CPU, KV-pool size) ------------------------------------------------------------------
 
 CPU = RAW / X.CPU
 
@@ -335,8 +333,7 @@ def test_pool_preemptions_on_the_real_runs(pool_section):
     assert got[("exp-kvpool-65blk", "residents_at_peak")].value == 8
 
 
-# --- the pages
-# ---------------------------------------------------------------------------------------------------
+# --- the pages ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
