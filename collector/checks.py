@@ -304,16 +304,7 @@ def point_checks(
                 CheckResult("point", "prefix_cache_hits", None, "no prefix-cache counter in /metrics", pid)
             )
         else:
-            out.append(
-                CheckResult(
-                    "point",
-                    "prefix_cache_hits",
-                    ha - hb == 0 if prefix_cache == "off" else None,
-                    f"{ha - hb:g} prefix-cache hit tokens" + _unjudged(prefix_cache),
-                    pid,
-                    facts={"prefix_cache_hits_delta": ha - hb},
-                )
-            )
+            out.append(_prefix_hits(pid, ha - hb, f"{ha - hb:g} prefix-cache hit tokens", prefix_cache))
     else:
         out.append(CheckResult("point", "preemptions", None, f"{engine} has no preemption counter", pid))
         # llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache.
@@ -323,18 +314,21 @@ def point_checks(
             out.append(CheckResult("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid))
         else:
             reused = sum(s - n for s, n in zip(sent_n, prompt_n, strict=True))
-            out.append(
-                CheckResult(
-                    "point",
-                    "prefix_cache_hits",
-                    reused == 0 if prefix_cache == "off" else None,
-                    f"{reused} prompt tokens not evaluated (taken from cache)" + _unjudged(prefix_cache),
-                    pid,
-                    facts={"prefix_cache_hits_delta": reused},
-                )
-            )
+            detail = f"{reused} prompt tokens not evaluated (taken from cache)"
+            out.append(_prefix_hits(pid, reused, detail, prefix_cache))
     return out
 
 
-def _unjudged(prefix_cache: str) -> str:
-    return "" if prefix_cache == "off" else f" (prefix_cache = {prefix_cache} in the plan: reuse allowed)"
+def _prefix_hits(pid: str, hits: float, detail: str, prefix_cache: str) -> CheckResult:
+    """The point's ``prefix_cache_hits`` check from its count of reused prompt tokens (either engine's):
+    judged zero when the plan's ``prefix_cache`` is off, else recorded unjudged (reuse allowed)."""
+    if prefix_cache != "off":
+        detail += f" (prefix_cache = {prefix_cache} in the plan: reuse allowed)"
+    return CheckResult(
+        "point",
+        "prefix_cache_hits",
+        hits == 0 if prefix_cache == "off" else None,
+        detail,
+        pid,
+        facts={"prefix_cache_hits_delta": hits},
+    )
