@@ -7,7 +7,7 @@ schedule actually offered and the rate the server completed requests at (``metri
 throughputs and latency percentiles (``metrics.point_result``), goodput against the SLOs
 (``metrics.good_requests`` / ``goodput_req_s``: the analysis-time ``--slo`` values, else the plan's
 ``[slo]``, else the SLO page's budget as a per-request TTFT SLO), and how late the client sent
-(``metrics.send_lateness_ms``).
+(``metrics.send_lateness_ms``; its p50 and p99 by ``metrics.stats``).
 
 Per sweep (one run's rate points, by offered rate): the saturation point, the first offered rate whose
 achieved rate falls short of its schedule's offered rate by more than ``SATURATION_SHORTFALL_PCT``
@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from analysis import findings as fnd
@@ -58,10 +57,6 @@ def _plan_rate(p: BenchPoint) -> Any | None:
     return next((pt.rate for pt in plan.points if pt.point_id == p.label), None)
 
 
-def _percentile_ms(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
 def point_row(
     p: BenchPoint,
     slos_ms: Mapping[str, float],
@@ -81,6 +76,7 @@ def point_row(
     offered = metrics.offered_rate_req_s(recs)
     achieved = metrics.achieved_rate_req_s(recs)
     late = [x for r in recs if (x := metrics.send_lateness_ms(r)) is not None]
+    late_q = metrics.stats(late, (50.0, 99.0)).percentiles_ms  # empty when no send was timed
     good = metrics.good_requests(recs, dict(slos_ms))
     row: dict[str, Any] = {
         "round": p.run.round or "",
@@ -108,8 +104,8 @@ def point_row(
     row |= {
         "good_requests": good,
         "goodput_req_s": metrics.goodput_req_s(good, metrics.duration_s(recs)),
-        "lateness_p50_ms": _percentile_ms(late, 50.0),
-        "lateness_p99_ms": _percentile_ms(late, 99.0),
+        "lateness_p50_ms": late_q.get(50.0),
+        "lateness_p99_ms": late_q.get(99.0),
         "lateness_max_ms": max(late) if late else None,
         "gate_ok": ctx.gate_ok(p) if ctx is not None else None,
         "source": p.run.cite(rel, "scheduled_mono_ns"),
