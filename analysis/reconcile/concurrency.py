@@ -142,8 +142,7 @@ def _g(w, name: str, stat: str) -> float | None:
 
 
 # The columns every point row has: a campaign whose runs measured no point (stopped during start-up) still
-# gets
-# a table with them, so the sections select from it instead of failing on a missing column.
+# gets a table with them, so the sections select from it instead of failing on a missing column.
 POINT_COLUMNS = (
     "round",
     "engine",

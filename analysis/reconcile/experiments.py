@@ -1125,8 +1125,7 @@ def _prediction_finding(ev: Evaluated, e: _Exp, campaign: Campaign) -> fnd.Findi
     )
 
 
-# --- what each experiment adds beyond its predictions
-# ---------------------------------------------------------
+# --- what each experiment adds beyond its predictions -------------------------------------------------------
 
 
 def _buffer_findings(e: _Exp, th: TheoryCtx, rows: list[dict]) -> list[fnd.Finding]:

@@ -94,8 +94,7 @@ class PageContext:
             return self.profile.engine_label(engine)
         return labels_zh.ENGINES.get(engine, engine)
 
-    # -- findings: selected by their fields (analysis.keys.At), never by their key
-    # ------------------------------
+    # -- findings: selected by their fields (analysis.keys.At), never by their key ---------------------------
     def _known(self, topic: str | None, metric: str) -> None:
         """A metric no campaign has and the labels do not know is a typo or a renamed finding: fail."""
         if (topic, metric) not in labels_zh.FINDINGS and (topic, metric) not in self.site.known_metrics:
@@ -174,8 +173,7 @@ class PageContext:
         been rendered (resolve_finding_refs); a finding no page shows stays plain text."""
         return f"{_REF}{self.c.name}{_SEP}{finding.key}{_SEP}{text}{_REF}"
 
-    # -- tables
-    # ------------------------------------------------------------------------------------------------
+    # -- tables ----------------------------------------------------------------------------------------------
     def t(self, name: str) -> Table:
         if name not in self.c.tables:
             have = ", ".join(sorted(self.c.tables))
@@ -276,8 +274,7 @@ class PageContext:
         ]
         return markdown_table([h for _, h in cols], body, ["--:" if n else "---" for n in numeric])
 
-    # -- figures
-    # -----------------------------------------------------------------------------------------------
+    # -- figures ---------------------------------------------------------------------------------------------
     def has_figure(self, name: str) -> bool:
         return self.campaign is not None and name in self.campaign.figures
 
@@ -319,8 +316,7 @@ class PageContext:
             self.site.report.notes.append(f"{self.c.name}: figure {name!r} left out: {reason}")
         return ""
 
-    # -- citations
-    # ---------------------------------------------------------------------------------------------
+    # -- citations -------------------------------------------------------------------------------------------
     def _find(self, cited: str) -> RawFile | None:
         """The raw file a citation names. The comparison cites ``<campaign>/<path>``: look in that
         campaign."""
@@ -368,8 +364,7 @@ class PageContext:
             parts.append(f'<span class="ia-src">{text}</span>')
         return sep.join(parts) or labels_zh.MISSING
 
-    # -- links
-    # -------------------------------------------------------------------------------------------------
+    # -- links -----------------------------------------------------------------------------------------------
     def page_link(self, target: str, fallback: str) -> str:
         """A link to ``target`` if that page was rendered, else to ``fallback`` (a page without its data is
         not)."""

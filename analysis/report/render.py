@@ -95,8 +95,7 @@ class SiteRenderer:
     def report(self) -> RenderReport:
         return self.site.report
 
-    # -- output folder
-    # -----------------------------------------------------------------------------------------
+    # -- output folder ---------------------------------------------------------------------------------------
     def _prepare_out(self) -> None:
         if self.out.exists() and any(self.out.iterdir()) and not (self.out / MARKER).exists():
             raise RenderError(
@@ -129,8 +128,7 @@ class SiteRenderer:
             target.write_text(resolve_finding_refs(self.site, page), encoding="utf-8")
         self._pages.clear()
 
-    # -- results
-    # -----------------------------------------------------------------------------------------------
+    # -- results ---------------------------------------------------------------------------------------------
     def _load(self) -> tuple[list[CampaignResults], CampaignResults | None]:
         dirs = discover_campaigns(self.results_dir)
         if self.only:
@@ -165,8 +163,7 @@ class SiteRenderer:
             comparison = None
         return campaigns, comparison
 
-    # -- the site
-    # ----------------------------------------------------------------------------------------------
+    # -- the site --------------------------------------------------------------------------------------------
     def render(self) -> RenderReport:
         self._prepare_out()
         campaigns, comparison = self._load()
