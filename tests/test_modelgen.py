@@ -237,24 +237,25 @@ def test_cli_writes_gguf_and_its_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "bundled"),
+    ("shape", "bundled", "published"),
     [
-        ("qwen2.5-0.5b", "Qwen2.5-0.5B-Instruct"),
-        ("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct"),
-        ("qwen2.5-3b", "Qwen2.5-3B-Instruct"),
-        ("qwen2.5-7b", "Qwen2.5-7B-Instruct"),
-        ("qwen2.5-14b", "Qwen2.5-14B-Instruct"),
+        ("qwen2.5-0.5b", "Qwen2.5-0.5B-Instruct", 494_032_768),
+        ("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct", 1_543_714_304),
+        ("qwen2.5-3b", "Qwen2.5-3B-Instruct", 3_085_938_688),
+        ("qwen2.5-7b", "Qwen2.5-7B-Instruct", 7_615_616_512),
+        ("qwen2.5-14b", "Qwen2.5-14B-Instruct", 14_770_033_664),
     ],
 )
-def test_each_size_is_its_real_config(shape: str, bundled: str, tmp_path: Path) -> None:
+def test_each_size_is_its_real_config(shape: str, bundled: str, published: int, tmp_path: Path) -> None:
     """The generated model has the real model's shape: its config.json reads back as the bundled one (the
-    theory's input), and the tensors it writes add up to the theory's parameter count."""
+    theory's input), and the tensors it writes add up to the real checkpoint's parameter count (the total
+    in the Hugging Face safetensors metadata of Qwen/<bundled>), which the theory's count equals too."""
     cfg = load_model_config(modelgen.write_config(tmp_path / "config.json", SHAPES[shape]))
     real = load_model_config(bundled)
     keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
     keys += ("intermediate_size", "vocab_size", "tie_word_embeddings")
     assert {k: getattr(cfg, k) for k in keys} == {k: getattr(real, k) for k in keys}
-    assert modelgen.param_count(SHAPES[shape]) == params_total(real)
+    assert modelgen.param_count(SHAPES[shape]) == params_total(real) == published
 
 
 def test_a_tied_model_has_no_output_tensor_and_a_printable_embedding(tmp_path: Path) -> None:
