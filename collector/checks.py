@@ -166,14 +166,6 @@ def check_prefix_cache(sp: ServerPlan, log_path: Path | None) -> CheckResult:
     )
 
 
-def prefix_cache_request_extra(engine: str, setting: str) -> dict[str, Any]:
-    """What a request says about the prefix cache: llama.cpp's ``cache_prompt`` (reuse of the slot's earlier
-    prompt) false unless the plan's ``prefix_cache`` lets the cache work; vLLM has no per-request switch."""
-    if engine != "llamacpp":
-        return {}
-    return {"cache_prompt": setting != "off"}
-
-
 def check_greedy(extra_body: dict[str, Any]) -> CheckResult:
     """Every request says temperature 0 and nothing in the plan's extra body changes sampling."""
     overridden = {k: v for k, v in extra_body.items() if k in SAMPLING_KEYS}

@@ -465,8 +465,7 @@ class _Protocol:
         out = await run_load(
             pt, shards=shards, base_url=sp.base_url, model=sp.served_model_name,
             token_id_range=(p.model.token_id_low, p.model.token_id_high),
-            engine_extra={**self.server.adapter.request_extra(),
-                          **ck.prefix_cache_request_extra(sp.engine, sp.prefix_cache)},
+            engine_extra=self.server.adapter.request_extra(sp.prefix_cache),
             plan_extra=p.load.extra_body, workload=self.spec, headers=self.headers,
             request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
             sink=sink, abort=self.abort, on_chunk=live.chunk, on_request=live.request, clock=self.clock,

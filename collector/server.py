@@ -59,7 +59,9 @@ class Adapter:
     def command(self, sp: ServerPlan) -> list[str]:
         raise NotImplementedError
 
-    def request_extra(self) -> dict[str, Any]:
+    def request_extra(self, prefix_cache: str = "off") -> dict[str, Any]:
+        """Fields every request of this engine adds; ``prefix_cache`` is the plan's ``[server] prefix_cache``
+        (an engine with a per-request cache switch sets it from that)."""
         return {}
 
     def version_command(self, sp: ServerPlan) -> list[str] | None:
@@ -83,13 +85,12 @@ class LlamaCppAdapter(Adapter):
             *sp.args,
         ]  # fmt: skip
 
-    def request_extra(self) -> dict[str, Any]:
+    def request_extra(self, prefix_cache: str = "off") -> dict[str, Any]:
         # timings_per_token: a cumulative predicted_n on every event, the exact token count of each chunk.
-        # cache_prompt false: without it a slot reuses the KV of whatever prefix the new prompt shares with
-        # the
-        # slot's previous one (seen: 1 token, when two random prompts began with the same id), --cache-ram 0
-        # and --slot-prompt-similarity 0 notwithstanding.
-        return {"timings_per_token": True, "cache_prompt": False}
+        # cache_prompt false unless the plan lets the cache work: without it a slot reuses the KV of whatever
+        # prefix the new prompt shares with the slot's previous one (seen: 1 token, when two random prompts
+        # began with the same id), --cache-ram 0 and --slot-prompt-similarity 0 notwithstanding.
+        return {"timings_per_token": True, "cache_prompt": prefix_cache != "off"}
 
     def version_command(self, sp: ServerPlan) -> list[str] | None:
         return [str(sp.binary), "--version"] if sp.binary else None
@@ -107,7 +108,8 @@ class VllmAdapter(Adapter):
             *sp.args,
         ]  # fmt: skip
 
-    def request_extra(self) -> dict[str, Any]:
+    def request_extra(self, prefix_cache: str = "off") -> dict[str, Any]:
+        # vLLM has no per-request prefix-cache switch: its flag decides (checks.check_prefix_cache)
         return {"stream_options": {"continuous_usage_stats": True}}
 
     def version_command(self, sp: ServerPlan) -> list[str] | None:
