@@ -412,12 +412,17 @@ def spec_from_plan(plan: Plan) -> WorkloadSpec:
     )
 
 
+def _tokenizer(spec: WorkloadSpec) -> Tokenizer | None:
+    """The plan's tokenizer (``load_tokenizer``: once per process), None without one."""
+    return load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+
+
 def build_prompts(
     spec: WorkloadSpec, seed: int, n: int, input_len: int, output_len: int, low: int, high: int
 ) -> list[Prompt]:
     """Request i's prompt for i in 0..n-1 (deterministic in ``seed``)."""
     outs = lengths(n, output_len, spec.output_range_ratio, spec.output_stddev, seed, _OUTPUT_LEN)
-    tok = load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+    tok = _tokenizer(spec)
     if spec.needs_text and tok is None and spec.dataset is None:
         raise PlanError("random prompts sent as text (chat endpoint or turns > 1) need [workload] tokenizer")
     prefixes: list[list[int]] = []
@@ -459,7 +464,7 @@ def build_prompts(
 
 def _encoder(spec: WorkloadSpec, what: str) -> Tokenizer:
     """The plan's tokenizer, able to encode; a PlanError naming ``what`` needs it otherwise."""
-    tok = load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+    tok = _tokenizer(spec)
     if tok is None or not tok.can_encode:
         why = "no [workload] tokenizer" if tok is None else "the tokenizers package is not installed"
         raise PlanError(f"{what} counts tokens with the model's tokenizer: {why}")
@@ -481,7 +486,7 @@ def dataset_max_lengths(spec: WorkloadSpec) -> tuple[int | None, int | None]:
     server counts it) and, with ``output_from_dataset``, the longest reply (``reply_lengths``)."""
     assert spec.dataset is not None
     entries = read_entries(spec.dataset, need_reply=spec.output_from_dataset)
-    tok = load_tokenizer(str(spec.tokenizer)) if spec.tokenizer is not None else None
+    tok = _tokenizer(spec)
     counts = tok.count([e.prompt for e in entries]) if tok is not None else None
     longest_reply = max(reply_lengths(spec, entries)) if spec.output_from_dataset else None
     return (max(counts) if counts else None), longest_reply
