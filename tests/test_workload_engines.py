@@ -105,10 +105,6 @@ kind = "concurrency"
     return plan
 
 
-def _key_env() -> dict[str, str]:
-    return {KEY_ENV: KEY}
-
-
 def _hit_rates(raw: Path, run_name: str) -> list[float | None]:
     camp = load_campaign([raw], "wl")
     (run,) = [r for r in camp.all_runs if r.name.startswith(run_name)]
@@ -207,9 +203,12 @@ def test_chat_dataset_and_shared_prefix_on_vllm(tmp_path, vllm) -> None:
     assert res.status == "complete" and not res.checks_failed, str(res)
     reqs = parse_requests_jsonl(res.path / "requests.jsonl")
     assert len(reqs) == 4 and all(r.ok and r.endpoint is None for r in reqs)
-    texts = {f"tell me about the number {i}" for i in range(6)}
-    assert all(r.prompt_tokens is not None and r.input_len == r.prompt_tokens for r in reqs)
-    assert len(texts) == 6
+    # the dataset's text was sent, not the point's 24 random ids: the server counted each prompt as the
+    # model's tokenizer encodes the file's prompts (8 tokens each)
+    tok = wl.load_tokenizer(str(engine_cache.paths().tiny_hf_dir))
+    counts = {len(tok.encode(f"tell me about the number {i}") or []) for i in range(6)}
+    assert counts == {8} and all(r.input_len == r.prompt_tokens for r in reqs)
+    assert {r.prompt_tokens for r in reqs} == counts
 
 
 def test_dataset_reply_lengths_as_output_lengths_on_llamacpp(tmp_path, llama, monkeypatch) -> None:
