@@ -15,6 +15,7 @@ from analysis.campaign import load_campaign
 from analysis.pipeline import gated_context
 from analysis.reconcile import concurrency
 from analysis.reconcile.theoryctx import build as build_theory
+from tests.by_hand import request_lines, ttft_ms
 from tests.seed import SEED
 
 CPU = Path(__file__).resolve().parents[1] / "raw" / "cpu-tiny-qwen2"
@@ -35,14 +36,9 @@ def test_parse_percentiles():
 def test_configured_percentiles_by_hand_and_the_fixed_ones_unchanged():
     """p75 and p99.9 of one llama.cpp sweep point's TTFT, worked out here from requests.jsonl with numpy's
     linear percentile; p50/p90/p99 equal under any set; the points table carries the set's columns."""
-    lines = [
-        json.loads(x) for x in (CPU / "llamacpp" / "requests.jsonl").read_text().splitlines() if x.strip()
-    ]
+    lines = request_lines(CPU / "llamacpp")
     point = next(o["point"] for o in lines if o["phase_kind"] == "concurrency" and o["concurrency"] == 8)
-    ttfts = []
-    for o in (o for o in lines if o["point"] == point and o["error"] is None):
-        toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
-        ttfts.append((toks[0] - o["send_mono_ns"]) / 1e6)
+    ttfts = [t for o in lines if o["point"] == point and (t := ttft_ms(o)) is not None]
     mine = load_campaign([CPU.parent], CPU.name, percentiles=(75.0, 99.9))
     default = load_campaign([CPU.parent], CPU.name)
     assert default.percentiles == metrics.DEFAULT_PERCENTILES

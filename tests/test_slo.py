@@ -28,6 +28,7 @@ from collector.cli import main
 from collector.raw.errors import PlanError
 from collector.raw.plan import _phase, _Table, parse_plan
 from collector.raw.records import RequestRecord
+from tests.by_hand import request_lines, ttft_ms
 from tests.seed import SEED
 
 MS = 1_000_000
@@ -177,16 +178,10 @@ def test_goodput_exact_on_our_requests():
     """Per point of our own llama.cpp sweep, goodput against a per-request TTFT SLO equals the count worked
     out from requests.jsonl's lines here (TTFT = first chunk carrying a token − send) ÷ (last end − first
     send)."""
-    lines = [
-        json.loads(x) for x in (CPU / "llamacpp" / "requests.jsonl").read_text().splitlines() if x.strip()
-    ]
+    lines = request_lines(CPU / "llamacpp")
     by_point: dict[str, list[dict]] = {}
     for o in lines:
         by_point.setdefault(o["point"], []).append(o)
-
-    def ttft_ms(o):
-        toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
-        return (toks[0] - o["send_mono_ns"]) / 1e6 if toks and o["error"] is None else None
 
     all_ttfts = sorted(t for o in lines if o["phase_kind"] == "concurrency" and (t := ttft_ms(o)) is not None)
     limit = all_ttfts[len(all_ttfts) // 2]  # the median: some requests meet it, some do not
@@ -243,15 +238,11 @@ def _rate_answers(campaign, budget_ms: float) -> list:
 def _rate_points_by_hand() -> dict[float, tuple[float, list[dict]]]:
     """Per offered rate of the committed two-rate run: (p99 TTFT ms, numpy's linear percentile over the
     completed requests' TTFT = first chunk carrying a token − send; the records), from requests.jsonl."""
-    lines = [json.loads(x) for x in (RATE_RUN / "requests.jsonl").read_text().splitlines() if x.strip()]
+    lines = request_lines(RATE_RUN)
     out: dict[float, tuple[float, list[dict]]] = {}
     for rate in sorted({o["request_rate"] for o in lines if o["phase_kind"] == "rate"}):
         recs = [o for o in lines if o.get("request_rate") == rate]
-        ttfts = []
-        for o in recs:
-            toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
-            if o["error"] is None and toks:
-                ttfts.append((toks[0] - o["send_mono_ns"]) / 1e6)
+        ttfts = [t for o in recs if (t := ttft_ms(o)) is not None]
         out[rate] = (float(np.percentile(ttfts, 99)), recs)
     return out
 
@@ -336,10 +327,7 @@ def test_plan_slo_read_from_the_run_copy_and_the_flag_wins(tmp_path):
     assert set(table["slo_basis"]) == {"plan"}
     for rate, (_, recs) in by_hand.items():
         row = table[table["request_rate_req_s"] == rate].iloc[0]
-        good = 0
-        for o in recs:
-            toks = [t for t, n in zip(o["chunk_mono_ns"], o["chunk_tokens"], strict=True) if n > 0]
-            good += o["error"] is None and bool(toks) and (toks[0] - o["send_mono_ns"]) / 1e6 <= limit
+        good = sum((t := ttft_ms(o)) is not None and t <= limit for o in recs)
         dur_s = (max(o["end_mono_ns"] for o in recs) - min(o["send_mono_ns"] for o in recs)) / 1e9
         assert row["good_requests"] == good and row["goodput_req_s"] == pytest.approx(good / dur_s, rel=1e-12)
     flag = rates.run(campaign, ctx, th, {"ttft_ms": 1e9}).tables["rate_points"]
