@@ -107,6 +107,13 @@ class BenchPoint:
         return self.run.cite(self.file, field_name)
 
     @property
+    def records(self) -> list[Any]:
+        """The point's request records (``RequestRecord``: the lines of its run's requests.jsonl whose
+        ``point`` is this point's label), in file order; [] for a run without that file."""
+        _, log = self.run.requests
+        return [r for r in log.records if r.point == self.label] if log is not None else []
+
+    @property
     def end_naive_utc_s(self) -> float | None:
         """The result's `date` (client wall clock at the end, no zone) read as if UTC, epoch s."""
         return bench_date_naive_utc_s(self.result.date)

@@ -1512,7 +1512,7 @@ def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict 
     block = log.kv_cache_tokens // n_blocks
     c, inp, out = int(p.concurrency), int(round(p.input_len_tokens)), int(p.requested_output_len_tokens)
     stops_pred, residents_pred = lockstep_preemptions(n_blocks, block, c, inp, out)
-    recs = [r for r in req.records if r.point == p.label]
+    recs = p.records
     pre = w.delta("preemptions")
     stops = stop_tokens(recs, int(pre)) if pre is not None else []
     t0 = min(r.send_mono_ns for r in recs)

@@ -67,8 +67,8 @@ def point_row(
     """One rate point's row of the ``rate_points`` table; None when its run has no records for it. Latency
     columns ``<stat>_<metric>_ms`` for ``STATS`` and the analysis-time ``percentiles`` (names as
     ``concurrency.percentile_stats``)."""
-    rel, log = p.run.requests
-    recs = [r for r in log.records if r.point == p.label] if log is not None else []
+    rel, _ = p.run.requests
+    recs = p.records
     if not recs:
         return None
     res = p.result

@@ -100,10 +100,7 @@ def slos_for(
 
 def point_goodput(p: BenchPoint, slos_ms: Mapping[str, float]) -> tuple[int, float | None] | None:
     """(good requests, goodput req/s) of one point from its request records; None without them."""
-    rel, log = p.run.requests
-    if log is None:
-        return None
-    recs = [r for r in log.records if r.point == p.label]
+    recs = p.records
     if not recs:
         return None
     good = metrics.good_requests(recs, dict(slos_ms))
@@ -478,8 +475,7 @@ def plan_rates(
 
 
 def _rate_measured(p: BenchPoint) -> RateMeasured:
-    rel, log = p.run.requests
-    recs = [r for r in log.records if r.point == p.label] if log is not None else []
+    recs = p.records
     return RateMeasured(
         request_rate_req_s=recs[0].request_rate if recs and recs[0].request_rate else 0.0,
         p99_ttft_ms=p.result.p99_ttft_ms if p.result.completed else None,
