@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from analysis.pipeline import analyze
+from tests.by_hand import itls_ms
 from tests.seed import SEED
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,23 +73,12 @@ def _requests(run: str, campaign: str = H200) -> list[dict]:
     ]
 
 
-def _itls_ms(req: dict) -> list[float]:
-    """Inter-token intervals, ms, written out here from the raw fields (the canonical, chunk-aware
-    definition): between consecutive chunks that carried tokens, the gap ÷ the later chunk's tokens, once per
-    token; a chunk carrying none (llama.cpp's closing chunk) is no interval."""
-    toks = [(t, n) for t, n in zip(req["chunk_mono_ns"], req["chunk_tokens"], strict=True) if n > 0]
-    out = [0.0] * (toks[0][1] - 1) if toks else []
-    for (a, _), (b, n) in zip(toks, toks[1:], strict=False):
-        out += [(b - a) / 1e6 / n] * n
-    return out
-
-
 def _point_ok(run: str, point: str) -> list[dict]:
     return [r for r in _requests(run) if r["point"] == point and r["error"] is None]
 
 
 def _p50_itl_ms(run: str, point: str) -> float:
-    return float(np.percentile([g for r in _point_ok(run, point) for g in _itls_ms(r)], 50))
+    return float(np.percentile([g for r in _point_ok(run, point) for g in itls_ms(r)], 50))
 
 
 # --- the raw data itself: internally consistent -------------------------------------------------------------
@@ -171,7 +161,7 @@ def test_single_stream_itl_is_the_median_of_the_raw_gaps(out):
     f = _findings(out, H200)
     for run, slug in (("llamacpp-q4km", "llamacpp_q4km"), ("llamacpp-f16", "llamacpp_f16")):
         reqs = [r for r in _requests(run) if r["point"] == "p01-sweep-c001-i1024-o256"]
-        gaps = [g for r in reqs for g in _itls_ms(r)]
+        gaps = [g for r in reqs for g in itls_ms(r)]
         # 256 one-token chunks and an empty closing chunk: 255 intervals per request
         assert all(r["chunk_tokens"] == [1] * OUT_LEN + [0] for r in reqs)
         assert len(gaps) == len(reqs) * (OUT_LEN - 1)
@@ -240,7 +230,7 @@ def test_knee_and_peak_from_the_request_records(out):
         data = []
         for recs in points.values():
             ok = [r for r in recs if r["error"] is None]
-            gaps = [g for r in ok for g in _itls_ms(r)]
+            gaps = [g for r in ok for g in itls_ms(r)]
             # output throughput: generated tokens of the completed requests ÷ (last end − first send)
             duration_s = (max(r["end_mono_ns"] for r in recs) - min(r["send_mono_ns"] for r in recs)) / 1e9
             tokens = sum(r["usage"]["completion_tokens"] for r in ok)

@@ -20,6 +20,7 @@ from analysis.reconcile import Context, gates, theoryctx
 from analysis.reconcile import experiments as X
 from analysis.report.markdown import anchor_of
 from analysis.report.render import render_site
+from tests.by_hand import p50_itl_ms
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
@@ -49,26 +50,9 @@ def _finding(section, metric: str, run: str | None = None, topic: str | None = N
 # --- by hand from the raw files -----------------------------------------------------------------------------
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
 def _p50_itl_ms(run: str, concurrency: int) -> float:
-    """The p50 of every inter-token gap of the completed requests at one sweep point: a chunk carrying n
-    tokens after a gap g stands for n gaps of g / n (the first chunk's extra tokens arrived with it: gaps of
-    0)."""
-    gaps: list[float] = []
-    for line in (H200 / run / "requests.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r["phase_kind"] != "concurrency" or r["concurrency"] != concurrency or r["error"] is not None:
-            continue
-        toks = [(t, n) for t, n in zip(r["chunk_mono_ns"], r["chunk_tokens"], strict=True) if n > 0]
-        gaps += [0.0] * (toks[0][1] - 1)
-        for (t0, _), (t1, n) in zip(toks, toks[1:], strict=False):
-            gaps += [(t1 - t0) / 1e6 / n] * n
-    return _median(gaps)
+    """The p50 inter-token interval at one sweep point of an H200 run, from its requests.jsonl by hand."""
+    return p50_itl_ms(H200 / run, concurrency)
 
 
 def test_repeat_spread_and_difference_by_hand(section):

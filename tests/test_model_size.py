@@ -17,7 +17,7 @@ from analysis.campaign import load_campaign
 from analysis.reconcile import Context, theoryctx
 from analysis.reconcile import experiments as X
 from analysis.reconcile import model_size as M
-from tests.test_experiments import _p50_itl_ms
+from tests.by_hand import p50_itl_ms
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
@@ -25,6 +25,11 @@ H200 = RAW / X.H200
 MODELS = REPO / "analysis" / "models"
 
 pytestmark = pytest.mark.skipif(not H200.is_dir(), reason="the H200 campaign is not committed in raw/")
+
+
+def _p50_itl_ms(run: str, concurrency: int) -> float:
+    """The p50 inter-token interval at one sweep point of an H200 run, from its requests.jsonl by hand."""
+    return p50_itl_ms(H200 / run, concurrency)
 
 
 @pytest.fixture(scope="module")
