@@ -14,6 +14,7 @@ import pytest
 from analysis.labels_zh import REASONS, fmt_value
 from analysis.pipeline import analyze
 from analysis.report.render import render_site
+from tests.by_hand import request_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = "cpu-tiny-qwen2"
@@ -43,10 +44,10 @@ def _counters(scrape: dict) -> dict[str, float]:
     return sums
 
 
-def _hit_rate_by_hand(run: str, point: str) -> float:
-    """From raw/<campaign>/<run>/scrapes.jsonl: the point's last good scrapes tagged point_start and
-    point_end; vLLM: Δ prefix_cache_hits_total / Δ prefix_cache_queries_total; llama.cpp:
-    Δ prompt_tokens_cached_total / (Δ prompt_tokens_cached_total + Δ prompt_tokens_total)."""
+def _counts_by_hand(run: str, point: str) -> tuple[str, float, float]:
+    """(engine, hit tokens, queried tokens) from raw/<campaign>/<run>/scrapes.jsonl: the point's last good
+    scrapes tagged point_start and point_end; vLLM: Δ prefix_cache_hits_total, Δ prefix_cache_queries_total;
+    llama.cpp: Δ prompt_tokens_cached_total, that + Δ prompt_tokens_total."""
     lines = (ROOT / "raw" / CPU / run / "scrapes.jsonl").read_text().splitlines()
     scrapes = [json.loads(x) for x in lines if x.strip()]
 
@@ -57,9 +58,10 @@ def _hit_rate_by_hand(run: str, point: str) -> float:
     a, b = at("point_start"), at("point_end")
     if "vllm:prefix_cache_hits_total" in b:
         hits = b["vllm:prefix_cache_hits_total"] - a["vllm:prefix_cache_hits_total"]
-        return hits / (b["vllm:prefix_cache_queries_total"] - a["vllm:prefix_cache_queries_total"])
+        return "vllm", hits, b["vllm:prefix_cache_queries_total"] - a["vllm:prefix_cache_queries_total"]
     cached = b["llamacpp:prompt_tokens_cached_total"] - a["llamacpp:prompt_tokens_cached_total"]
-    return cached / (cached + b["llamacpp:prompt_tokens_total"] - a["llamacpp:prompt_tokens_total"])
+    evaluated = b["llamacpp:prompt_tokens_total"] - a["llamacpp:prompt_tokens_total"]
+    return "llamacpp", cached, cached + evaluated
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,11 @@ def test_own_campaign_states_its_hit_rates_first(site) -> None:
     measured = [f for f in rates if f["status"] != "n/a"]
     assert measured, "the CPU campaign's runs have /metrics scrapes at every point's boundaries"
     for f in measured:  # the rate from the run's raw scrapes, read here without the project's parsers
-        assert f["value"] == pytest.approx(_hit_rate_by_hand(f["run"], f["point"]), rel=1e-12), f
+        engine, hits, queried = _counts_by_hand(f["run"], f["point"])
+        assert f["value"] == pytest.approx(hits / queried, rel=1e-12) and f["queried_tokens"] == queried, f
+        if engine == "llamacpp":  # cached or evaluated, every prompt token the point sent was looked up once
+            sent = request_lines(ROOT / "raw" / CPU / f["run"])
+            assert queried == sum(o["input_len"] for o in sent if o["point"] == f["point"]), f
     text = _section(docs, CPU)
     warm = [f for f in measured if f["value"] > 0]
     assert text.lstrip().startswith('!!! abstract "结论"')
