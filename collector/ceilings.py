@@ -1,7 +1,10 @@
 """The card's two measured ceilings, taken with PyTorch in the same lease as the runs they bound:
 
 - memory: one large device-to-device copy, ``copy_bytes_per_s`` = (bytes read + bytes written) / time;
-- compute: one large bf16 matrix product on random data, ``bf16_matmul_flops_per_s`` = 2·n³ / time.
+- compute: one large bf16 matrix product on random data, ``bf16_matmul_flops_per_s`` = 2·n³ / time;
+- between GPUs, where two or more are visible (issue #27): one large copy from device 0 to device 1,
+  ``peer_copy_bytes_per_s`` = bytes / time (one way), and the time of one small copy that the receiving
+  device then waits for, ``peer_sync_s`` — what a split model pays for every synchronisation.
 
 Each timed repeat is a burst of back-to-back operations between two CUDA events (one event pair per
 operation would time launch gaps as well); the rate comes from the median repeat. Every repeat's time is
@@ -34,6 +37,9 @@ COPIES_PER_REPEAT = 5
 MATMUL_N = 8192  # 8192^3 bf16: 1.1 TFLOP per product, compute-bound on any current GPU
 MATMULS_PER_REPEAT = 10
 REPEATS = 15
+PEER_COPY_BYTES = 1 << 30  # 1 GiB: long enough that the link's rate, not the call overhead, sets the time
+PEER_SYNC_BYTES = 64 << 10  # a few hidden states of a small batch: what a split decode step moves per sync
+PEER_SYNCS_PER_REPEAT = 100
 WARMUP_S = 1.0  # long enough for the clocks to leave idle (345 MHz SM idle seen on the H200)
 RUN_KIND = "ceilings"
 EXIT_NO_CUDA = 2
@@ -51,6 +57,11 @@ def copy_bytes_per_s(bytes_copied: int, seconds: float) -> float:
 def matmul_flops_per_s(m: int, n: int, k: int, seconds: float) -> float:
     """Matrix-product rate = 2 × m × n × k / seconds (one multiply and one add per term), FLOP/s."""
     return 2 * m * n * k / seconds
+
+
+def peer_bytes_per_s(bytes_copied: int, seconds: float) -> float:
+    """Peer-to-peer bandwidth = bytes copied / seconds (one way: read on one GPU, written on another), B/s."""
+    return bytes_copied / seconds
 
 
 def _torch():
@@ -107,6 +118,41 @@ def _matmul_seconds(torch: Any, dev: Any, gen: Any, n: int, repeats: int, warmup
     return seconds
 
 
+def _peer(torch: Any, gen: Any, repeats: int, warmup_s: float) -> dict[str, Any] | None:
+    """Device 0 → device 1: the large copy's rate and the small copy-and-wait's time; None with one GPU."""
+    if torch.cuda.device_count() < 2:
+        return None
+    d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    src = torch.randn((PEER_COPY_BYTES // 4,), dtype=torch.float32, device=d0, generator=gen)
+    dst = torch.empty((PEER_COPY_BYTES // 4,), dtype=torch.float32, device=d1)
+    big_s = _time_bursts(torch, lambda: dst.copy_(src), COPIES_PER_REPEAT, repeats, warmup_s)
+    small_src, small_dst = src[: PEER_SYNC_BYTES // 4], dst[: PEER_SYNC_BYTES // 4]
+
+    def copy_and_wait() -> None:  # a split step cannot start its next op before the slice has arrived
+        small_dst.copy_(small_src)
+        torch.cuda.synchronize(d1)
+
+    sync_s = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(PEER_SYNCS_PER_REPEAT):
+            copy_and_wait()
+        sync_s.append((time.perf_counter() - t0) / PEER_SYNCS_PER_REPEAT)
+    if not torch.equal(dst[-(1 << 20) :].cpu(), src[-(1 << 20) :].cpu()):
+        raise RuntimeError("peer copy check failed: destination differs from source")
+    return {
+        "device_count": torch.cuda.device_count(),
+        "can_access_peer_0_1": bool(torch.cuda.can_device_access_peer(0, 1)),
+        "peer_copy_bytes_per_s": peer_bytes_per_s(PEER_COPY_BYTES, statistics.median(big_s)),
+        "peer_sync_s": statistics.median(sync_s),
+        "peer_copy_seconds_per_call": big_s,
+        "peer_sync_seconds_per_call": sync_s,
+        "sizes": {"peer_copy_bytes": PEER_COPY_BYTES, "peer_sync_bytes": PEER_SYNC_BYTES},
+        "method": "torch copy_ cuda:0 -> cuda:1 (CUDA events over bursts); sync: copy + synchronize(cuda:1), "
+        "wall clock over bursts of 100",
+    }
+
+
 def measure(
     copy_bytes: int = COPY_BYTES,
     matmul_n: int = MATMUL_N,
@@ -114,7 +160,8 @@ def measure(
     warmup_s: float = WARMUP_S,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Measure both ceilings on CUDA device 0; raises NoCudaError without one."""
+    """Measure both ceilings on CUDA device 0 (and the link to device 1 where there is one); raises
+    NoCudaError without CUDA."""
     torch = _torch()
     dev = torch.device("cuda", 0)
     props = torch.cuda.get_device_properties(dev)
@@ -125,6 +172,9 @@ def measure(
     torch.cuda.empty_cache()
     n = matmul_n
     mm_s = _matmul_seconds(torch, dev, gen, n, repeats, warmup_s)
+    torch.cuda.empty_cache()
+
+    peer = _peer(torch, gen, repeats, warmup_s)
     torch.cuda.empty_cache()
 
     copy_med, mm_med = statistics.median(copy_s), statistics.median(mm_s)
@@ -157,6 +207,7 @@ def measure(
         "device_multiprocessor_count": props.multi_processor_count,
         "device_memory_bytes": props.total_memory,
         "measured_at_unix_ns": time.time_ns(),
+        "peer": peer,  # None: one GPU visible
     }
 
 

@@ -131,7 +131,9 @@ def memory_info() -> str:
 
 
 def gpu_info() -> dict[str, str] | None:
-    """nvidia-smi's header (driver, CUDA) and a CSV of names, memory and clocks; None without nvidia-smi."""
+    """nvidia-smi's header (driver, CUDA), a CSV of every device's name, memory and clocks, and the
+    interconnect matrix between devices (``topo -m``: NVLink, PCIe switch or host bridge between each pair,
+    which decides what a split model pays to cross GPUs); None without nvidia-smi."""
     if not shutil.which("nvidia-smi"):
         return None
     return {
@@ -139,6 +141,7 @@ def gpu_info() -> dict[str, str] | None:
         "nvidia-smi-gpus.csv": run_capture(
             ["nvidia-smi", f"--query-gpu={NVIDIA_SMI_GPU_QUERY}", "--format=csv"], 60
         )[1],
+        "nvidia-smi-topo.txt": run_capture(["nvidia-smi", "topo", "-m"], 60)[1],
     }
 
 

@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "analysis/metrics.py",
             "analysis/fits.py",
             "analysis/windows.py",
+            "analysis/multigpu.py",
             "analysis/keys.py",
             "analysis/findings.py",
             "analysis/labels_zh.py",

@@ -12,7 +12,8 @@
 #
 # RUN is a run name; its plan is plans/h200-<RUN>.toml. Three other words may stand in the list (experiment 4,
 # model size, whose F16 files do not all fit the 64 GiB disk at once): gen:SHAPE generates SHAPE's F16 file now,
-# quantize:SHAPE makes its Q4_K_M file now, drop:SHAPE-f16 deletes SHAPE's F16 file (a model file under $W/models, never anything in raw/).
+# quantize:SHAPE makes its Q4_K_M file now, drop:SHAPE-f16 deletes SHAPE's F16 file (a model file under $W/models, never anything in raw/);
+# pair:RUN_A+RUN_B runs two plans at once (issue #27's two replicas, one server per GPU).
 # SHAPES (default qwen2.5-7b) names the collector.modelgen shapes the build step generates in F16, side by side
 # beside the build, and quantizes to Q4_K_M, except those in Q4_LATER (quantized by a quantize: word instead). A run already in $RAW (done earlier in this lease) is
 # skipped, so the same command can be sent again on a warm machine and picks up where the last call stopped.
@@ -148,8 +149,33 @@ directive() {  # gen:SHAPE, quantize:SHAPE or drop:SHAPE-f16 in the run list: 0 
       shape=${shape%-f16}
       rm -f -- "$(f16_of "$shape")"
       echo "$word: $(df -h "$W/models" | tail -1)" ;;
+    pair:*+*) run_pair "${word#pair:}" || return 1 ;;
     *) NOTES+=("$word: not a run or a known word"); ;;
   esac
+  return 0
+}
+
+run_pair() {  # run_pair A+B: two replicas' runs at once, each starting its own server on its own GPU
+  # (issue #27; the plans' CUDA_VISIBLE_DEVICES and ports differ). Both get the same deadline; leftover servers
+  # are stopped only once both have ended (stop_leftover_servers would take the other replica's server too).
+  local a=${1%%+*} b=${1#*+} r pids=() rc=0 t0=$SECONDS
+  for r in "$a" "$b"; do
+    [[ -f plans/h200-$r.toml ]] || { NOTES+=("$r: no plan plans/h200-$r.toml"); return 0; }
+    [[ -d $RAW/$CAMPAIGN/$r ]] && { echo "$r: done earlier in this lease"; return 0; }
+  done
+  local est=$((${EST[$a]:-120})) budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))
+  if ((budget < est)); then NOTES+=("pair:$1 NOT started: ${budget} s left < estimate ${est} s"); return 1; fi
+  echo "=== [pair $a + $b] two collector runs at once (estimate ${est} s, deadline ${budget} s) t=${SECONDS}s"
+  for r in "$a" "$b"; do
+    timeout --signal=TERM --kill-after=20 "$budget" "$PY" -m collector.cli run "plans/h200-$r.toml" --raw "$RAW" &
+    pids+=($!)
+  done
+  for r in "${pids[@]}"; do wait "$r" || rc=$?; done
+  stop_leftover_servers
+  record "pair:$1" $((SECONDS - t0)) "$( ((rc == 0)) && echo ok || echo "exit $rc")"
+  for r in "$a" "$b"; do
+    if [[ -d $RAW/$CAMPAIGN/$r ]]; then pack_runs "$RAW/$CAMPAIGN/$r"; else NOTES+=("$r left no run folder"); fi
+  done
   return 0
 }
 
