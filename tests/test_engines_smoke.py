@@ -235,7 +235,7 @@ def test_vllm_tokenizer_loads_in_the_venv() -> None:
     assert out["eos"] == json.loads((p.tiny_hf_dir / "config.json").read_text())["eos_token_id"]
 
 
-def test_vllm_streams_one_token_per_event(vllm: tuple[str, Server]) -> None:
+def test_vllm_streams_every_token_once(vllm: tuple[str, Server]) -> None:
     base, _ = vllm
     ids = _prompt_ids(_paths())
     events = _stream(
@@ -251,8 +251,17 @@ def test_vllm_streams_one_token_per_event(vllm: tuple[str, Server]) -> None:
             "return_token_ids": True,
         },
     )
-    for e in _check_one_token_per_event(events):
-        assert len(e["choices"][0]["token_ids"]) == 1
+    # vLLM's API server merges the outputs that queued up for a request since it last sent (its
+    # RequestOutputCollector, DELTA mode): under load one event carries several tokens (31 events for 32
+    # tokens were seen on a loaded box). What it guarantees: every event carries at least one token, its text
+    # is exactly those tokens, and the tokens of all events are the generation, each once.
+    token_events = [e for e in events if e.get("choices") and e["choices"][0].get("token_ids")]
+    counts = [len(e["choices"][0]["token_ids"]) for e in token_events]
+    assert counts and min(counts) >= 1 and sum(counts) == N_TOKENS, counts
+    for e, n in zip(token_events, counts, strict=True):
+        text = e["choices"][0]["text"]  # the tiny model's tokens are single printable-ASCII characters
+        assert len(text) == n and all(0x20 <= ord(c) < 0x7F for c in text), text
+    assert events[-1]["usage"]["completion_tokens"] == N_TOKENS
     assert events[-1]["usage"]["prompt_tokens"] == len(ids)
 
 
