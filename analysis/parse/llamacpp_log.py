@@ -325,7 +325,7 @@ def _parse(source: str | Path | bytes, path: str) -> LlamacppServerLog:
     no = 0
     # Byte tokens make the server print partial UTF-8 in dumped model output; facts are ASCII, so those bytes
     # are replaced rather than refused.
-    for no, raw in iter_lines(source, path, errors="replace"):
+    for no, raw in iter_lines(source, path, errors="replace", drop_cut_tail=True):
         for seg in raw.split("\r"):
             pm = _PREFIX.match(seg)
             if pm is None:  # pragma: no cover - the pattern matches any string

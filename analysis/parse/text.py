@@ -46,29 +46,35 @@ def split_lines(
 
 
 def iter_lines(
-    source: str | Path | bytes, path: str | Path, *, errors: str = "strict"
+    source: str | Path | bytes, path: str | Path, *, errors: str = "strict", drop_cut_tail: bool = False
 ) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` for each line of a file (or of ``bytes``), read one line at a time, with
     ``split_lines``' rules: ``\\n`` ends a line, ``\\r`` stays inside it; an empty file, an invalid UTF-8 byte
     (unless ``errors="replace"``) and a last line without newline are ParseErrors. The cut last line is
-    refused before it is yielded, so a parser never reads half a line."""
+    refused before it is yielded, so a parser never reads half a line; with ``drop_cut_tail`` it is left
+    out instead (a server log: a server stopped or killed while it printed leaves half a line, and the
+    lines before it are whole)."""
     if isinstance(source, bytes):
-        yield from _iter_lines(io.BytesIO(source), path, errors)
+        yield from _iter_lines(io.BytesIO(source), path, errors, drop_cut_tail)
         return
     try:
         f = open(source, "rb")  # closed by the with below, once the lines are read
     except OSError as err:
         raise ParseError(path, None, f"cannot read file ({err.strerror or err})") from None
     with f:
-        yield from _iter_lines(f, path, errors)
+        yield from _iter_lines(f, path, errors, drop_cut_tail)
 
 
-def _iter_lines(f: BinaryIO, path: str | Path, errors: str) -> Iterator[tuple[int, str]]:
+def _iter_lines(
+    f: BinaryIO, path: str | Path, errors: str, drop_cut_tail: bool = False
+) -> Iterator[tuple[int, str]]:
     no, offset = 0, 0
     try:
         for raw in f:
             no += 1
             if not raw.endswith(b"\n"):
+                if drop_cut_tail and no > 1:
+                    return
                 raise ParseError(path, no, "last line has no newline: the file looks truncated")
             try:
                 text = raw[:-1].decode("utf-8", errors=errors)

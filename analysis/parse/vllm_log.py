@@ -403,7 +403,7 @@ def _parse(source: str | Path | bytes, path: str) -> VllmServerLog:
     """One pass over the lines as they are read (a log of hundreds of MB is never held whole)."""
     b = _Builder(path, 0)
     no = 0
-    for no, raw in iter_lines(source, path):
+    for no, raw in iter_lines(source, path, drop_cut_tail=True):
         for seg in raw.split("\r"):
             if not seg:
                 continue
