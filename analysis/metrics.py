@@ -77,10 +77,21 @@ def itls_ms(r: RequestRecord) -> list[float]:
     return out
 
 
+EXACT_TOKEN_SOURCES = frozenset({"token_ids", "usage", "timings"})  # counts the stream itself carried
+
+
 def output_tokens(r: RequestRecord) -> int:
     """Generated tokens, count: the server's ``usage.completion_tokens``; without usage (a cut stream), the
-    sum of the tokens the chunks carried. Both views (vLLM counts the same way)."""
-    return r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens)
+    sum of the tokens the chunks carried. Both views (vLLM counts the same way). Where the client counted
+    every chunk exactly (``EXACT_TOKEN_SOURCES``, no ``token_count_problem``) and usage claims another
+    number, what was streamed: a usage of 256 after 10 streamed tokens would make ~25x the throughput
+    (the stream_token_counts gate flags such a point)."""
+    streamed = sum(r.chunk_tokens)
+    if r.completion_tokens is None:
+        return streamed
+    if r.token_count_source in EXACT_TOKEN_SOURCES and r.token_count_problem is None:
+        return streamed
+    return r.completion_tokens
 
 
 def input_tokens(r: RequestRecord) -> int:

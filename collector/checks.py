@@ -75,6 +75,32 @@ def check_health(waited_s: float, url: str) -> CheckResult:
     return CheckResult("startup", "health", True, f"{url}/health answered 200 after {waited_s:.1f} s")
 
 
+def check_metrics_format(text: str | None, url: str) -> CheckResult:
+    """The start-up /metrics is Prometheus text the project's parser reads: otherwise every counter the run
+    scrapes is unreadable, and the run says so now rather than at analysis."""
+    if text is None:
+        return CheckResult("startup", "metrics_format", None, f"{url}: no /metrics text to check")
+    try:
+        parse_prometheus_text(text, url)
+    except ParseError as err:
+        return CheckResult("startup", "metrics_format", False, f"not Prometheus text: {err}"[:300])
+    return CheckResult("startup", "metrics_format", True, f"{url}: Prometheus text")
+
+
+# the server's own gauges of requests it is serving or holding (running, queued), per engine
+IN_FLIGHT = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+}
+
+
+def requests_in_flight(text: str | None, engine: str) -> int | None:
+    """Requests the server says it is serving or holding (its in-flight gauges summed); None without them."""
+    vals = [metric_total(text, name) for name in IN_FLIGHT.get(engine, ())]
+    found = [v for v in vals if v is not None]
+    return round(sum(found)) if found else None
+
+
 def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> CheckResult:
     """KV pool tokens and maximum concurrency, from the log lines and from /metrics' cache_config_info."""
     facts: dict[str, Any] = {}
@@ -250,6 +276,17 @@ def point_checks(
             (not bad_out and not bad_chunks) if ok_recs else None,
             f"usage.completion_tokens != {want_out} in {len(bad_out)}, streamed tokens != "
             f"{want_out} in {len(bad_chunks)} of {len(ok_recs)} completed",
+            pid,
+        )
+    )
+    odd = [r for r in records if r.token_count_problem]
+    out.append(
+        CheckResult(
+            "point",
+            "token_counts",
+            not odd if records else None,
+            f"{len(odd)} of {len(records)} requests streamed an impossible token count"
+            + (f" (first, {odd[0].request_id}: {odd[0].token_count_problem})" if odd else ""),
             pid,
         )
     )

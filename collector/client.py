@@ -10,6 +10,13 @@ Tokens per chunk, from the first source the stream's first chunk offers, kept fo
 ``choices[0].token_ids`` (its length); the cumulative ``usage.completion_tokens`` (vLLM
 ``continuous_usage_stats``); the cumulative ``timings.predicted_n`` (llama.cpp ``timings_per_token``);
 otherwise ("events") 1 per chunk with non-empty text. Cumulative counts are differenced chunk to chunk.
+A count no real stream gives (a chunk of fewer than 0 or more than ``max_tokens`` tokens: a cumulative
+counter that went back, or 2^62) is recorded clipped into that range, and the record says what the server
+sent (``token_count_problem``): analysis then distrusts the request's counts.
+
+A chunk whose shape is not a streamed completion (``{"choices": [null]}``, ``{"choices": "abc"}``, a
+non-string finish reason) ends that request as a ``protocol`` error, recorded like any other; the run goes
+on.
 """
 
 from __future__ import annotations
@@ -39,8 +46,11 @@ class _TokenCounter:
 
     ORDER = ("token_ids", "usage", "timings")
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int) -> None:
         self.source: str | None = None
+        self.problem: str | None = None  # the first count out of range, as the server sent it
+        self._bound = max(max_tokens, 1)
+        self._chunks = 0
         self._prev: dict[str, int] = {"usage": 0, "timings": 0}
 
     @staticmethod
@@ -56,6 +66,17 @@ class _TokenCounter:
         return out
 
     def count(self, obj: dict[str, Any], choice: dict[str, Any]) -> int:
+        """Tokens this chunk carried, within 0..max_tokens (see ``problem`` for one that was not)."""
+        self._chunks += 1
+        n = self._raw_count(obj, choice)
+        if 0 <= n <= self._bound:
+            return n
+        if self.problem is None:
+            what = "a cumulative count that went back" if n < 0 else f"more than max_tokens={self._bound}"
+            self.problem = f"chunk {self._chunks}: {self.source} gave {n} tokens ({what})"[:300]
+        return min(max(n, 0), self._bound)
+
+    def _raw_count(self, obj: dict[str, Any], choice: dict[str, Any]) -> int:
         offers = self._offers(obj, choice)
         if self.source is None:
             self.source = next((s for s in self.ORDER if s in offers), "events")
@@ -70,6 +91,22 @@ class _TokenCounter:
         n = offers[self.source] - self._prev[self.source]
         self._prev[self.source] = offers[self.source]
         return n
+
+
+def first_choice(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A chunk's ``choices[0]``; None for a chunk without choices (a usage chunk); SSEError for choices that
+    are not a list of objects, or a finish reason that is not a string."""
+    choices = obj.get("choices")
+    if choices is None or choices == []:
+        return None
+    if choices.__class__ is not list or choices[0].__class__ is not dict:
+        raise SSEError(
+            f"malformed chunk: choices is {orjson.dumps(choices)[:120].decode('utf-8', 'replace')}"
+        )
+    finish = choices[0].get("finish_reason")
+    if finish is not None and finish.__class__ is not str:
+        raise SSEError(f"malformed chunk: finish_reason is {orjson.dumps(finish)[:120].decode()}")
+    return choices[0]
 
 
 def choice_text(choice: dict[str, Any]) -> str | None:
@@ -115,7 +152,7 @@ async def stream_completion(
     chunk_mono: list[int] = []
     chunk_unix: list[int] = []
     chunk_tokens: list[int] = []
-    counter = _TokenCounter()
+    counter = _TokenCounter(identity.get("max_tokens") or 0)
     decoder = SSEDecoder()
     state: dict[str, Any] = {"done": False, "usage": None, "timings": None, "finish_reason": None, "id": None}
     error: tuple[str, str] | None = None
@@ -128,9 +165,8 @@ async def stream_completion(
     def handle(obj: dict[str, Any], t_mono: int, t_unix: int) -> None:
         if state["id"] is None and isinstance(obj.get("id"), str):
             state["id"] = obj["id"]
-        choices = obj.get("choices")
-        if choices:
-            choice = choices[0]
+        choice = first_choice(obj)
+        if choice is not None:
             n = counter.count(obj, choice)
             chunk_mono.append(t_mono)
             chunk_unix.append(t_unix)
@@ -164,7 +200,7 @@ async def stream_completion(
                         headers_at = stamp(clock)
                         status = resp.status_code
                         if status != 200:
-                            text = (await resp.aread())[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
+                            text = (await _head(resp, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
                             error = _error("http", f"HTTP {status}: {text}")
                         else:
                             # the per-read path: two clock reads, a bytes split, one orjson.loads per event
@@ -211,6 +247,16 @@ async def stream_completion(
         raise
     return _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
                    counter, error, retries)  # fmt: skip
+
+
+async def _head(resp: httpx.Response, limit: int) -> bytes:
+    """The first ``limit`` bytes of a body (an error page may be any size; the rest is not read)."""
+    out = b""
+    async for raw in resp.aiter_bytes():
+        out += raw
+        if len(out) >= limit:
+            break
+    return out[:limit]
 
 
 _HEADERS = {"Accept-Encoding": "identity", "Content-Type": "application/json"}
@@ -268,4 +314,5 @@ def _finish(
         error_kind=error[0] if error else None,
         error_message=error[1] if error else None,
         retries=retries,
+        token_count_problem=counter.problem,
     )

@@ -19,11 +19,14 @@ import dataclasses
 import gc
 import multiprocessing
 import os
+import signal
 import ssl
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from typing import Any
 
 import httpx
@@ -528,6 +531,10 @@ def _shard_main(
     pipe as the request ends, then the shard's probe and CPU. Waits for ``go`` so all shards start
     together; a rate point's schedule starts at ``t0`` (CLOCK_MONOTONIC is one clock for every process of
     the host, so every shard sends its every n-th request of the one schedule on time)."""
+    # Ctrl-C and a hang-up reach the terminal's whole process group: the collector decides and relays its
+    # abort through ``stop``; a shard dying of them would print a traceback and lose its records in flight
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     gc.collect()
 
     async def main() -> None:
@@ -557,6 +564,21 @@ def _shard_main(
 
     asyncio.run(main())
     conn.close()
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the shards' semaphores) with SIGHUP ignored, which it keeps
+    across its exec: it sits in the terminal's process group, and killed by a hang-up it is relaunched empty
+    and prints a KeyError traceback for every semaphore released after (it ignores SIGINT and SIGTERM by
+    itself)."""
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def _probe_obj(probe: LagProbe, out: PointOutcome, shard: int) -> dict[str, Any]:
@@ -589,6 +611,7 @@ async def run_load(
         out.probes = [_probe_obj(probe, out, 0)]
         return out
     mp = multiprocessing.get_context("spawn")  # no fork of a process with threads (sampler, server watcher)
+    _start_resource_tracker()
     go, stop, grace, t0 = mp.Event(), mp.Event(), mp.Value("d", 0.0), mp.Value("q", 0)
     loop = asyncio.get_running_loop()
     out = PointOutcome(point.point_id)

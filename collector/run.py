@@ -18,11 +18,11 @@ hit it; if even the seal cannot be written the run stays unsealed — never some
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import json
 import os
-import signal
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -37,9 +37,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from analysis import metrics
+from collector import bounded_http, fingerprint, workload
 from collector import checks as ck
-from collector import fingerprint, workload
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.interrupts import Interrupted, Interrupts
 from collector.loadgen import Abort, resolve_rate_point, run_load, shards_for
 from collector.plan import plan_data
 from collector.preflight import preflight
@@ -47,7 +48,14 @@ from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
 from collector.raw.store import RawStore, Run, Stream
-from collector.sampler import Sampler, ScrapeLog, nvidia_smi_available, query_nvidia_smi, scrape_metrics
+from collector.sampler import (
+    Sampler,
+    ScrapeLog,
+    nvidia_smi_available,
+    query_nvidia_smi,
+    scrape_metrics,
+    scrape_metrics_async,
+)
 from collector.server import ServerProcess, server_env
 
 RUN_KIND = "collector-run"
@@ -67,6 +75,12 @@ class EventLog:
         self._lock = threading.Lock()
         self.count: dict[str, int] = {}
         self.failed = False
+        self.closed = False
+
+    def close(self) -> None:
+        """After ``run_end``: a sampler thread still finishing a scrape adds no event to a sealed run."""
+        with self._lock:
+            self.closed = True
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Append one event. A failed write (disk full) goes to ``on_error`` (which aborts the run), never up
@@ -76,7 +90,7 @@ class EventLog:
             raise ValueError(f"event kind {kind!r} is not in collector.raw.records.EVENT_KINDS")
         t = stamp(self._clock)
         with self._lock:
-            if self.failed:
+            if self.failed or self.closed:
                 return
             try:
                 self._stream.write_json(EventRecord(kind, t.mono_ns, t.unix_ns, fields).to_obj())
@@ -212,14 +226,16 @@ def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
 
 
 def _get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int | None, Any]:
+    """(status, the body as JSON, else as text) of one bounded GET; (None, the error) when it failed."""
     try:
-        r = httpx.get(url, timeout=10.0, headers=headers)
-        try:
-            return r.status_code, r.json()
-        except ValueError:
-            return r.status_code, r.text
+        with httpx.Client(headers=headers) as client:
+            status, text = bounded_http.get(client, url)
     except httpx.HTTPError as err:
         return None, f"{type(err).__name__}: {err}"
+    try:
+        return status, json.loads(text)
+    except (ValueError, RecursionError):
+        return status, text
 
 
 class _Protocol:
@@ -234,8 +250,10 @@ class _Protocol:
         spec: workload.WorkloadSpec,
         api_key: str | None,
         secrets: list[str],
+        interrupts: Interrupts,
     ):
         self.plan, self.run, self.console, self.clock = plan, run, console, clock
+        self.interrupts = interrupts
         # what the requests send (collector.workload); the headers (API key) go to every request and scrape
         self.spec, self.secrets = spec, secrets
         self.headers = workload.request_headers(api_key, plan.load.headers)
@@ -362,6 +380,14 @@ class _Protocol:
                 props = body
         rec = self._boundary_scrape("startup", None) if self.plan.sampling.metrics else None
         metrics_text = rec.text if rec else None
+        if rec is not None:
+            self.record_check(ck.check_metrics_format(metrics_text, rec.url or "/metrics"))
+            busy = ck.requests_in_flight(metrics_text, sp.engine)
+            if busy:  # before our first request: another client's, and every number would be shared
+                raise RunError(
+                    f"{base}: another client is using the server: {busy} request(s) in flight before the "
+                    "first point (its /metrics says so); stop it, or measure another server"
+                )
         log_path = None if sp.attach else self.run.path / "server.log"
         if sp.engine == "vllm":
             self.record_check(ck.check_pool_vllm(log_path, metrics_text))
@@ -373,8 +399,27 @@ class _Protocol:
         return metrics_text
 
     def _boundary_scrape(self, tag: str, point: str | None) -> ScrapeRecord:
-        with httpx.Client(timeout=10.0, headers=self.headers) as c:
+        """The start-up scrape, on the main thread before the load (a signal there unwinds it)."""
+        with httpx.Client(headers=self.headers) as c:
             rec = scrape_metrics(c, f"{self.plan.server.base_url}/metrics", self.clock, tag=tag, point=point)
+        self.scrapes.write(rec)
+        return rec
+
+    async def _point_scrape(self, tag: str, point: str) -> ScrapeRecord | None:
+        """A point-boundary scrape on the event loop (``bounded_http.DEADLINE_S`` in all), given up — None,
+        nothing written — when the run aborts meanwhile: a slow /metrics must not hold a signal up."""
+        async with httpx.AsyncClient(headers=self.headers) as c:
+            url = f"{self.plan.server.base_url}/metrics"
+            scrape = asyncio.ensure_future(scrape_metrics_async(c, url, self.clock, tag=tag, point=point))
+            aborted = asyncio.ensure_future(self.abort.event.wait())
+            await asyncio.wait({scrape, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            aborted.cancel()
+            if not scrape.done():
+                scrape.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scrape
+                return None
+            rec = scrape.result()
         self.scrapes.write(rec)
         return rec
 
@@ -393,9 +438,9 @@ class _Protocol:
         self.abort = Abort()
         if self.pending_abort:
             self.abort.set(self.pending_abort)
-        main = threading.current_thread() is threading.main_thread()
-        for sig in (signal.SIGINT, signal.SIGTERM) if main else ():
-            self.loop.add_signal_handler(sig, self._on_signal, sig)
+        loop = self.loop
+        # a signal (collector.interrupts) now aborts the load on the loop instead of unwinding the stack
+        self.interrupts.on_signal = lambda name: loop.call_soon_threadsafe(self._on_signal, name)
         try:
             live = _Live(self.console)
             with live.progress:
@@ -417,11 +462,9 @@ class _Protocol:
                         "phase_end", phase=phase.name, phase_kind=phase.kind, aborted=self.abort.reason
                     )
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM) if main else ():
-                self.loop.remove_signal_handler(sig)
+            self.interrupts.on_signal = None
 
-    def _on_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
+    def _on_signal(self, name: str) -> None:
         where = f" during point {self.current_point}" if self.current_point else ""
         self.abort.set(f"interrupted by {name}{where}")
 
@@ -433,11 +476,7 @@ class _Protocol:
         self.events.emit("point_start", point=pt.point_id, phase=pt.phase, phase_kind=pt.kind,
                          concurrency=pt.concurrency, requests=pt.requests, input_len=pt.input_len,
                          output_len=pt.output_len, seed=pt.seed, **rate)  # fmt: skip
-        before = (
-            await asyncio.to_thread(self._boundary_scrape, "point_start", pt.point_id)
-            if p.sampling.metrics
-            else None
-        )
+        before = await self._point_scrape("point_start", pt.point_id) if p.sampling.metrics else None
         records: list[RequestRecord] = []
 
         def sink(rec: RequestRecord) -> None:
@@ -473,7 +512,7 @@ class _Protocol:
         )  # fmt: skip
         for probe in out.probes:
             self.events.emit("client_probe", point=pt.point_id, shards=shards, **probe)
-        if out.aborted and self.server.proc is not None:
+        if out.aborted and self.server.proc is not None and not self.interrupts.received:
             # Connection errors can outrun the watcher thread's notice; a dead server is the root cause.
             try:
                 code = self.server.proc.wait(timeout=2.0)
@@ -481,9 +520,10 @@ class _Protocol:
                 self.abort.reason = out.aborted
             except subprocess.TimeoutExpired:
                 pass
+        # an aborted point is not measured: no end scrape to wait for (a signal ends the run now)
         after = None
-        if p.sampling.metrics and (self.server.alive or sp.attach):
-            after = await asyncio.to_thread(self._boundary_scrape, "point_end", pt.point_id)
+        if p.sampling.metrics and (self.server.alive or sp.attach) and not self.abort.is_set:
+            after = await self._point_scrape("point_end", pt.point_id)
         if not out.aborted and out.sent and not out.ok:
             # Nothing this point measured: every later point would fail the same way (token ids past the
             # vocabulary get HTTP 400 each), so the run stops here with the first cause.
@@ -531,28 +571,14 @@ class _Protocol:
         self.current_point = None
 
     def stop(self) -> None:
-        if self.sampler is not None:
-            self.sampler.stop()
+        if self.sampler is not None:  # after a signal, a scrape in flight is not waited for
+            self.sampler.stop(wait_s=0.5 if self.interrupts.received else None)
+        self.scrapes.close()  # a sampler thread past its join time writes nothing after the seal
         if self.server is not None and self.server.proc is not None:
             was_running = self.server.proc.poll() is None
-            code = self.server.stop()
+            code = self.server.stop(hurry=lambda: self.interrupts.hurry)
             if was_running:
                 self.events.emit("server_exit", code=code, expected=True)
-
-
-class _Terminated(BaseException):
-    """SIGTERM outside the event loop: unwinds like Ctrl-C so the server is stopped and the run sealed."""
-
-
-def _install_sigterm() -> Callable[[], None]:
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def io_reason(err: OSError, path: Path | None = None) -> str:
@@ -647,7 +673,8 @@ def execute_run(
     console.print(f"run {run.path}")
     proto: _Protocol | None = None
     status, reason, crash = "complete", None, None
-    restore = _install_sigterm()
+    interrupts = Interrupts(on_hangup=lambda: setattr(console, "quiet", True))  # its terminal went away
+    interrupts.install()
     try:
         if any(x in plan.raw_text for x in secrets):  # a literal secret header: the copy is scrubbed
             run.write_text(
@@ -655,7 +682,7 @@ def execute_run(
             )
         else:
             run.copy_file("plan.toml", plan_file)
-        proto = _Protocol(plan, run, console, clock, spec, api_key, secrets)
+        proto = _Protocol(plan, run, console, clock, spec, api_key, secrets, interrupts)
         proto.events.emit(
             "run_start",
             plan=str(plan_file),
@@ -668,19 +695,16 @@ def execute_run(
         proto.server_facts()
         proto.start_sampler()
         asyncio.run(proto.phases())
-        _install_sigterm()  # closing the event loop put SIGTERM back to its default (die at once)
         reason = proto.abort.reason if proto.abort else None
     except AnatomyError as err:
         reason = str(err)
     except OSError as err:  # a write on the main thread failed (disk full)
         reason = io_reason(err)
-    except KeyboardInterrupt:
+    except Interrupted as sig:
         where = (
             f" during point {proto.current_point}" if proto and proto.current_point else " before the load"
         )
-        reason = f"interrupted by SIGINT{where}"
-    except _Terminated:
-        reason = "interrupted by SIGTERM"
+        reason = f"interrupted by {sig.name}{where}"
     except Exception as err:  # a collector bug: still stop the server and seal what was observed
         reason, crash = f"collector error: {type(err).__name__}: {err}", err
     seal_error = None
@@ -694,6 +718,7 @@ def execute_run(
         checks_failed = proto.checks_failed if proto else []
         if proto is not None:
             proto.events.emit("run_end", status=status, reason=reason, checks_failed=checks_failed)
+            proto.events.close()
             if proto.io_error and proto.io_error not in (reason or ""):  # run_end itself could not be written
                 reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
                 status = "failed"
@@ -705,7 +730,7 @@ def execute_run(
         except (OSError, StoreError) as err:
             seal_error = io_reason(err) if isinstance(err, OSError) else str(err)
             _close_quietly(proto.streams if proto else [], run)
-        restore()
+        interrupts.restore()
     if proto is not None and proto.rows:
         console.print(summary_table(proto.rows))
     if crash is not None:

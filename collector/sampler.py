@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from collector.clock import SYSTEM_CLOCK, Clock, stamp
+from collector import bounded_http
+from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.records import ScrapeRecord
 
 NVIDIA_SMI_QUERY = (
@@ -38,11 +39,17 @@ class ScrapeLog:
         self._on_error = on_error
         self._lock = threading.Lock()
         self.failed = False
+        self.closed = False
+
+    def close(self) -> None:
+        """Drop every later write (the run is being sealed; a sampler still in a scrape adds nothing)."""
+        with self._lock:
+            self.closed = True
 
     def write(self, rec: ScrapeRecord) -> None:
         obj = rec.to_obj()
         with self._lock:
-            if self.failed:
+            if self.failed or self.closed:
                 return
             try:
                 self._stream.write_json(obj)
@@ -62,22 +69,56 @@ def scrape_metrics(
     k: int | None = None,
     due_mono_ns: int | None = None,
     point: str | None = None,
+    deadline_s: float = bounded_http.DEADLINE_S,
 ) -> ScrapeRecord:
-    """GET ``url`` once; the body is kept verbatim (parsing is the analysis's job)."""
+    """GET ``url`` once, within ``deadline_s`` in all and at most ``bounded_http.METRICS_MAX_BYTES``; the body
+    is kept verbatim (parsing is the analysis's job). A bound exceeded is a failed scrape (``error`` says
+    which, no text kept): a trickling or huge /metrics must neither hang the run nor fill raw/."""
     start = stamp(clock)
     status: int | None = None
     text: str | None = None
     error: str | None = None
     try:
-        resp = client.get(url)
-        status, text = resp.status_code, resp.text
+        status, text = bounded_http.get(
+            client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES
+        )
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"[:500]
+    return _metrics_record(clock, start, status, text, error, tag=tag, k=k, due_mono_ns=due_mono_ns,
+                           point=point, url=url)  # fmt: skip
+
+
+async def scrape_metrics_async(
+    client: httpx.AsyncClient,
+    url: str,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    tag: str,
+    point: str | None = None,
+    deadline_s: float = bounded_http.DEADLINE_S,
+) -> ScrapeRecord:
+    """``scrape_metrics`` on the event loop (the point-boundary scrapes): cancelled with its task, so a
+    signal never waits for a slow server."""
+    start = stamp(clock)
+    status: int | None = None
+    text: str | None = None
+    error: str | None = None
+    try:
+        status, text = await bounded_http.aget(
+            client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES
+        )
+    except httpx.HTTPError as err:
+        error = f"{type(err).__name__}: {err}"[:500]
+    return _metrics_record(clock, start, status, text, error, tag=tag, point=point, url=url)
+
+
+def _metrics_record(
+    clock: Clock, start: Stamp, status: int | None, text: str | None, error: str | None, **fields: Any
+) -> ScrapeRecord:
     end = stamp(clock)
     return ScrapeRecord(
-        source="metrics", tag=tag, start_mono_ns=start.mono_ns, start_unix_ns=start.unix_ns,
-        end_mono_ns=end.mono_ns, end_unix_ns=end.unix_ns, status=status, error=error, text=text,
-        k=k, due_mono_ns=due_mono_ns, point=point, url=url,
+        source="metrics", start_mono_ns=start.mono_ns, start_unix_ns=start.unix_ns, end_mono_ns=end.mono_ns,
+        end_unix_ns=end.unix_ns, status=status, error=error, text=text, **fields,
     )  # fmt: skip
 
 
@@ -142,13 +183,20 @@ class Sampler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float | None = None) -> None:
+        """Stop and join, waiting at most ``wait_s`` (default: a scrape's whole deadline) for a scrape in
+        flight; the thread is a daemon, and the run's ScrapeLog drops what it writes after the run closed
+        it."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=self.deadline_s + 1.0 if wait_s is None else wait_s)
+
+    @property
+    def deadline_s(self) -> float:
+        """Each scrape's total deadline, s: twice the interval, at least 2 s."""
+        return max(2.0, 2 * self.interval_ns / 1e9)
 
     def _run(self) -> None:
-        timeout_s = max(2.0, 2 * self.interval_ns / 1e9)
-        with httpx.Client(timeout=timeout_s, headers=self.headers) as client:
+        with httpx.Client(timeout=self.deadline_s, headers=self.headers) as client:
             start_ns = self.clock.mono_ns()
             k = 0
             while not self._stop.is_set():
@@ -165,7 +213,8 @@ class Sampler:
 
     def _tick(self, client: httpx.Client, k: int, due_ns: int) -> None:
         if self.metrics:
-            rec = scrape_metrics(client, self.url, self.clock, tag="tick", k=k, due_mono_ns=due_ns)
+            rec = scrape_metrics(client, self.url, self.clock, tag="tick", k=k, due_mono_ns=due_ns,
+                                 deadline_s=self.deadline_s)  # fmt: skip
             self.log.write(rec)
             self.scrapes += 1
             failing = rec.error is not None or rec.status != 200

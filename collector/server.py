@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from collector import bounded_http
 from collector.raw.errors import RunError
 from collector.raw.plan import ServerPlan
 
@@ -254,14 +255,21 @@ class ServerProcess:
                     raise RunError(self.startup_failure(self.proc.returncode))
                 if (why := abort()) is not None:
                     raise RunError(f"start-up aborted: {why}")
+                # each poll within what is left of the start-up time: a /health that trickles its answer
+                # must not stretch the wait past timeout_s
+                left_s = timeout_s - (time.monotonic() - t0)
                 try:
-                    r = client.get(url)
-                    if r.status_code == 200:
+                    status, _ = bounded_http.get(client, url, deadline_s=min(5.0, max(0.5, left_s)))
+                    if status == 200:
                         self.check_identity()
                         return time.monotonic() - t0
-                    last = f"HTTP {r.status_code}"
+                    last = f"HTTP {status}"
                 except httpx.HTTPError as err:
-                    last = type(err).__name__
+                    last = (
+                        f"{type(err).__name__}: {err}"
+                        if isinstance(err, bounded_http.BoundExceeded)
+                        else type(err).__name__
+                    )
                 if time.monotonic() - t0 > timeout_s:
                     raise RunError(f"{url}: not healthy after {timeout_s:.0f} s (last: {last})")
                 if on_poll is not None:
@@ -300,22 +308,24 @@ class ServerProcess:
         facts["ours"] = True
         return facts
 
-    def stop(self) -> int | None:
-        """SIGTERM the server's process group, SIGKILL whatever is left after ``stop_timeout_s``."""
+    def stop(self, hurry: Callable[[], bool] = lambda: False) -> int | None:
+        """SIGTERM the server's process group, SIGKILL whatever is left after ``stop_timeout_s`` — or as soon
+        as ``hurry()`` says so (a second Ctrl-C)."""
         self.stopping = True
         if self.proc is None:
             return None
         pgid = self.proc.pid  # start_new_session: the server leads its own group
         if self.proc.poll() is None:
             _killpg(pgid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=self.sp.stop_timeout_s)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + self.sp.stop_timeout_s
+            while self.proc.poll() is None and time.monotonic() < deadline and not hurry():
+                time.sleep(0.05)
+            if self.proc.poll() is None:
                 _killpg(pgid, signal.SIGKILL)
                 self.proc.wait()
         # children (vLLM's engine core) may outlive the leader: the group goes too
         deadline = time.monotonic() + self.sp.stop_timeout_s
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        while _group_alive(pgid) and time.monotonic() < deadline and not hurry():
             _killpg(pgid, signal.SIGTERM)
             time.sleep(0.2)
         if _group_alive(pgid):
@@ -569,8 +579,10 @@ def served_model_ids(base_url: str) -> list[str] | None:
     """The model ids ``/v1/models`` lists (llama-server: its --alias; vLLM: --served-model-name); None when it
     gives no such list."""
     try:
-        data = httpx.get(f"{base_url}/v1/models", timeout=10.0).json().get("data")
-    except (httpx.HTTPError, ValueError, AttributeError):
+        with httpx.Client() as client:
+            _, text = bounded_http.get(client, f"{base_url}/v1/models")
+        data = json.loads(text).get("data")
+    except (httpx.HTTPError, ValueError, AttributeError, RecursionError):
         return None
     if not isinstance(data, list):
         return None

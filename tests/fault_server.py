@@ -14,6 +14,16 @@ Faults (``--fault KIND:EVERY``: every EVERY-th completion request, counting from
 completion request arrives. ``--vocab N``: a prompt holding an id >= N gets HTTP 400 with vLLM's message.
 ``--exit-at-start MSG``: print MSG and exit(1) before listening (a server that cannot start).
 ``--slow-start-s S``: wait S seconds before listening (a server with a long start-up).
+Hostile answers (issue #20): ``--trickle-after N`` (/metrics after N scrapes, and /health always with
+``--trickle-health``) sends its headers and then one byte every 0.1 s, never finishing;
+``--metrics-bytes N`` pads /metrics to N bytes; ``--metrics-garbage`` answers /metrics 200 with text no
+Prometheus parser takes; ``--partial-log-line`` prints a llama.cpp-like line first (analysis then reads
+the log as llama.cpp's) and half a line (no newline) as its last output, on SIGTERM.
+Chunk faults (as ``--fault`` kinds): ``choices_null`` / ``choices_str`` (a chunk ``{"choices": [null]}`` /
+``{"choices": "abc"}``), ``counter_jump`` (the cumulative counters jump 4 ahead at token 3 and back at
+token 4; the sum stays right), ``huge`` (a cumulative count of 2^62 at token 2), ``usage_lie`` (the
+final usage claims 256 completion tokens), ``blank_lines`` (128 KiB of blank lines before the first
+event).
 ``--spawn-child``: start a child process in the server's process group first (like vLLM's engine core) and
 print its pid (``fault_server child pid N``).
 """
@@ -24,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -42,6 +53,10 @@ class FaultServer:
         die_after: int | None = None,
         alias: str = "fault-model",
         vocab: int | None = None,
+        trickle_after: int | None = None,
+        trickle_health: bool = False,
+        metrics_bytes: int = 0,
+        metrics_garbage: bool = False,
     ):
         self.port = port
         self.token_s = token_ms / 1000.0
@@ -52,6 +67,10 @@ class FaultServer:
         self.die_after = die_after
         self.alias = alias
         self.vocab = vocab
+        self.trickle_after = trickle_after
+        self.trickle_health = trickle_health
+        self.metrics_bytes = metrics_bytes
+        self.metrics_garbage = metrics_garbage
         self.n_completions = 0
         self.n_scrapes = 0
         self.tokens_total = 0
@@ -126,14 +145,30 @@ class FaultServer:
         await writer.drain()
         return True
 
+    async def _trickle(self, writer) -> bool:
+        """Headers promising 1 MB, then one byte every 0.1 s: every read returns within any per-read
+        timeout, and the body never ends."""
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n")
+        for _ in range(1_000_000):
+            writer.write(b"#")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        return False
+
     async def _route(self, method: str, path: str, body: bytes, writer) -> bool:
         if path == "/health":
+            if self.trickle_health:
+                return await self._trickle(writer)
             return await self._plain(writer, 200, b'{"status":"ok"}')
         if path == "/metrics":
             self.n_scrapes += 1
             await asyncio.sleep(self.metrics_delay_s)
             if self.metrics_down_after is not None and self.n_scrapes > self.metrics_down_after:
                 return await self._plain(writer, 503, b"metrics unavailable", "text/plain")
+            if self.trickle_after is not None and self.n_scrapes > self.trickle_after:
+                return await self._trickle(writer)
+            if self.metrics_garbage:
+                return await self._plain(writer, 200, b"<html>{{ not metrics }}\n\x00\xff}", "text/plain")
             text = (
                 "# HELP llamacpp:requests_processing Number of requests processing.\n"
                 "# TYPE llamacpp:requests_processing gauge\n"
@@ -142,6 +177,8 @@ class FaultServer:
                 "# TYPE llamacpp:tokens_predicted_total counter\n"
                 f"llamacpp:tokens_predicted_total {self.tokens_total}\n"
             )
+            pad = max(0, self.metrics_bytes - len(text))
+            text += ("# " + "x" * 98 + "\n") * (pad // 101) + "\n" * (pad % 101)
             return await self._plain(writer, 200, text.encode(), "text/plain; version=0.0.4")
         if path == "/props":
             return await self._plain(
@@ -186,6 +223,10 @@ class FaultServer:
             await asyncio.sleep(3600)
         if fault == "slow":
             await asyncio.sleep(self.slow_s)
+        if fault == "blank_lines":
+            blank = b"\n" * 65536
+            for _ in range(2):
+                writer.write(f"{len(blank):x}\r\n".encode() + blank + b"\r\n")
 
         async def send(obj: dict | str) -> None:
             data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n").encode()
@@ -204,6 +245,9 @@ class FaultServer:
                 if fault == "malformed" and i == 2:
                     await send('{"choices": [{"text": "x", "index": 0')
                     continue
+                if fault in ("choices_null", "choices_str") and i == 2:
+                    await send({"choices": [None]} if fault == "choices_null" else {"choices": "abc"})
+                    continue
                 self.tokens_total += 1
                 ev: dict = {
                     "id": f"cmpl-{n}",
@@ -213,20 +257,22 @@ class FaultServer:
                         {"index": 0, "text": "a", "finish_reason": "length" if i == max_tokens else None}
                     ],
                 }
+                n_so_far = _claimed(fault, i)
                 if continuous:
                     ev["usage"] = {
                         "prompt_tokens": prompt_n,
-                        "completion_tokens": i,
-                        "total_tokens": prompt_n + i,
+                        "completion_tokens": n_so_far,
+                        "total_tokens": prompt_n + n_so_far,
                     }
                 if timings:
-                    ev["timings"] = {"prompt_n": prompt_n, "predicted_n": i,
+                    ev["timings"] = {"prompt_n": prompt_n, "predicted_n": n_so_far,
                                      "predicted_ms": (time.monotonic() - t0) * 1000.0}  # fmt: skip
                 await send(ev)
+            out_n = 256 if fault == "usage_lie" else max_tokens
             usage = {
                 "prompt_tokens": prompt_n,
-                "completion_tokens": max_tokens,
-                "total_tokens": prompt_n + max_tokens,
+                "completion_tokens": out_n,
+                "total_tokens": prompt_n + out_n,
             }
             await send({"id": f"cmpl-{n}", "object": "text_completion", "choices": [], "usage": usage})
             await send("[DONE]")
@@ -235,6 +281,15 @@ class FaultServer:
             return True
         finally:
             self.running -= 1
+
+
+def _claimed(fault: str | None, i: int) -> int:
+    """The cumulative token count sent with token i: i, except under a counter fault."""
+    if fault == "counter_jump" and i == 3:
+        return i + 4
+    if fault == "huge" and i == 2:
+        return 2**62
+    return i
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,6 +310,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--exit-at-start", default=None)
     ap.add_argument("--spawn-child", action="store_true")
     ap.add_argument("--slow-start-s", type=float, default=0.0)
+    ap.add_argument("--trickle-after", type=int, default=None)
+    ap.add_argument("--trickle-health", action="store_true")
+    ap.add_argument("--metrics-bytes", type=int, default=0)
+    ap.add_argument("--metrics-garbage", action="store_true")
+    ap.add_argument("--partial-log-line", action="store_true")
     # llama-server flags the test plans pass, accepted and ignored (and listed by --help, which the
     # collector's
     # pre-flight reads to refuse flags the server does not know)
@@ -267,7 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     faults = {k: int(v) for k, v in (f.split(":") for f in args.fault)}
     srv = FaultServer(port=args.port, token_ms=args.token_ms, faults=faults, slow_s=args.slow_s,
                       metrics_down_after=args.metrics_down_after, metrics_delay_s=args.metrics_delay_s,
-                      die_after=args.die_after, alias=args.alias, vocab=args.vocab)  # fmt: skip
+                      die_after=args.die_after, alias=args.alias, vocab=args.vocab,
+                      trickle_after=args.trickle_after, trickle_health=args.trickle_health,
+                      metrics_bytes=args.metrics_bytes, metrics_garbage=args.metrics_garbage)  # fmt: skip
     if args.exit_at_start:
         print("fault_server: starting", flush=True)
         print(args.exit_at_start, flush=True)
@@ -276,6 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         print(f"fault_server child pid {child.pid}", flush=True)
+    if args.partial_log_line:  # the log ends mid-line, as when a server is killed while it prints
+        print("llama_model_loader: loaded meta data with 0 key-value pairs (fault_server)", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: (sys.stdout.write("fault_server: stopping, half a li"),
+                                                  sys.stdout.flush(), os._exit(0)))  # fmt: skip
     time.sleep(args.slow_start_s)
     asyncio.run(srv.serve())
 

@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "analysis/charts.py",
             "collector/clock.py",
             "collector/sse.py",
+            "collector/bounded_http.py",
             "collector/modelgen.py",
         ),
     ),
@@ -51,6 +52,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "collector protocol, campaign loading",
         (
             "collector/run.py",
+            "collector/interrupts.py",
             "collector/client.py",
             "collector/loadgen.py",
             "collector/sampler.py",
@@ -239,7 +241,7 @@ def test_the_graph_sees_real_edges(rel, target):
 
 
 # Exceptions that are control flow, not errors (they unwind to a handler that stops the run cleanly).
-NOT_ERRORS = {"collector.run._Terminated"}
+NOT_ERRORS = {"collector.interrupts.Interrupted"}
 
 
 def test_one_error_root():

@@ -15,6 +15,7 @@ from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
+from analysis.parse.requests_jsonl import RequestRecord
 from analysis.reconcile import Context, Section
 
 GATE_ORDER = (
@@ -105,10 +106,18 @@ OWN_REASONS = {
 }
 
 
-def stream_counts_agree(chunk_tokens_sum: int, completion_tokens: int | None, source: str | None) -> bool:
-    """The client's streamed token count equals the server's usage.completion_tokens, and the counting
-    source stayed one kind for the whole stream (``mixed`` means the client itself distrusts it)."""
-    return source != "mixed" and completion_tokens is not None and chunk_tokens_sum == completion_tokens
+def stream_counts_agree(r: RequestRecord) -> bool:
+    """The client's streamed token count equals the server's usage.completion_tokens, the counting source
+    stayed one kind for the whole stream (``mixed`` means the client itself distrusts it), and no chunk's
+    count was impossible (below 0 — a cumulative counter that went back, recorded as such by older
+    collectors — or flagged by the collector as ``token_count_problem``)."""
+    return (
+        r.token_count_source != "mixed"
+        and r.token_count_problem is None
+        and all(n >= 0 for n in r.chunk_tokens)
+        and r.completion_tokens is not None
+        and sum(r.chunk_tokens) == r.completion_tokens
+    )
 
 
 def _own_checks(run) -> dict[tuple[str, str | None], tuple[object, int]]:
@@ -180,11 +189,7 @@ def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
         from_check(gate, name, p.label)
     rrel, _ = run.requests
     recs = [r for r in p.records if r.ok]
-    bad = [
-        r.request_id
-        for r in recs
-        if not stream_counts_agree(sum(r.chunk_tokens), r.completion_tokens, r.token_count_source)
-    ]
+    bad = [r.request_id for r in recs if not stream_counts_agree(r)]
     sources = sorted({str(r.token_count_source) for r in recs})
     out.append(
         GateResult(

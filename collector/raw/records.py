@@ -64,7 +64,10 @@ class RequestRecord:
       ``/v1/chat/completions`` (absent: ``/v1/completions``); ``prompt_format`` "text" when the prompt was
       sent as text (chat messages, a dataset without its tokenizer, multi-turn): ``input_len`` is then the
       server's ``usage.prompt_tokens`` (0 when it sent none), else the ids sent; ``prefix_id`` which shared
-      prefix the prompt began with; ``conversation`` and ``turn`` (0-based) a multi-turn request's place.
+      prefix the prompt began with; ``conversation`` and ``turn`` (0-based) a multi-turn request's place;
+    - ``token_count_problem`` (absent when none, and in older runs): the first chunk whose token count no
+      real stream gives (below 0: a cumulative count that went back; above ``max_tokens``), as the server sent
+      it; ``chunk_tokens`` holds it clipped into that range and analysis distrusts the request's counts.
     """
 
     request_id: str
@@ -103,6 +106,7 @@ class RequestRecord:
     prefix_id: int | None = None
     conversation: int | None = None
     turn: int | None = None
+    token_count_problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -231,6 +235,7 @@ _REQ_OPTIONAL: dict[str, type] = {
     "prefix_id": int,
     "conversation": int,
     "turn": int,
+    "token_count_problem": str,
 }
 
 
