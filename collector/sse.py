@@ -76,8 +76,7 @@ class SSEDecoder:
                 out.append(ev)
         self._pending_cr = buf.endswith(b"\r")  # its LF may open the next read
         self._buf = buf[pos:]
-        if len(self._buf) > MAX_LINE_BYTES:
-            raise SSEError(f"event-stream line longer than {MAX_LINE_BYTES} bytes")
+        self._check_pending()
         return out
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
@@ -86,8 +85,7 @@ class SSEDecoder:
             return [ev.data.encode() for ev in self.feed(chunk)]
         blocks = buf.split(b"\n\n")
         self._buf = blocks.pop()  # b"" when the read ended on an event boundary
-        if len(self._buf) > MAX_LINE_BYTES:
-            raise SSEError(f"event-stream line longer than {MAX_LINE_BYTES} bytes")
+        self._check_pending()
         out: list[bytes] = []
         pos = 0  # where the block starts in buf
         for block in blocks:
@@ -100,6 +98,11 @@ class SSEDecoder:
                 return out + [ev.data.encode() for ev in self.feed(buf[pos:])]
             pos += len(block) + 2
         return out
+
+    def _check_pending(self) -> None:
+        """The bytes waiting for their line end are bounded: a server that never ends a line is an error."""
+        if len(self._buf) > MAX_LINE_BYTES:
+            raise SSEError(f"event-stream line longer than {MAX_LINE_BYTES} bytes")
 
     def _line(self, raw: bytes) -> SSEEvent | None:
         try:

@@ -20,7 +20,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from rich.console import Console
 
@@ -34,6 +33,7 @@ from collector.run import execute_run
 from tests import engine_cache
 from tests.cli import collector_cli
 from tests.fault_server import FaultServer
+from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -67,14 +67,6 @@ def _wait_gone(pids: list[int], timeout_s: float = 30.0) -> list[int]:
             return []
         time.sleep(0.1)
     return [p for p in pids if _alive(p)]
-
-
-def _port_closed(port: int) -> bool:
-    try:
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-        return False
-    except httpx.ConnectError:
-        return True
 
 
 def _cli_run(plan: Path, raw: Path, env: dict | None = None) -> subprocess.Popen:
@@ -125,7 +117,7 @@ def test_sigkill_of_the_collector_takes_the_server_and_its_children_down(tmp_pat
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=30)
     assert _wait_gone([server, child]) == [], "server or its child outlived the collector"
-    assert _port_closed(port)
+    assert port_closed(port)
 
 
 def test_a_server_left_by_a_dead_collector_is_stopped_before_the_next_run(tmp_path, make_plan):
@@ -333,7 +325,7 @@ def _small_tmpfs(path: Path, size: str) -> bool:
 def _assert_disk_full_outcome(raw: Path, port: int, message: str) -> None:
     assert "disk full" in message and "No space left on device" in message
     (run,) = raw.glob("fake/*")
-    assert _port_closed(port)
+    assert port_closed(port)
     info = open_run(run)
     if info.sealed:  # the seal itself fitted: it must say failed, with the reason
         m = json.loads((run / "manifest.json").read_text())
@@ -401,7 +393,7 @@ def test_sigkill_of_the_collector_leaves_no_llama_server(tmp_path, local_plan, e
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=30)
     assert _wait_gone([server]) == [], "llama-server outlived the collector"
-    assert _port_closed(port)
+    assert port_closed(port)
 
 
 @pytest.mark.engines
@@ -461,4 +453,4 @@ def test_sigkill_of_the_collector_leaves_no_vllm_process(tmp_path, local_plan, e
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=30)
     assert _wait_gone(members, timeout_s=60) == [], "a vLLM process outlived the collector"
-    assert _port_closed(port)
+    assert port_closed(port)

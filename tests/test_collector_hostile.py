@@ -34,6 +34,7 @@ from collector.raw.records import ScrapeRecord
 from collector.raw.store import verify
 from collector.run import execute_run
 from collector.sampler import Sampler, ScrapeLog
+from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -63,14 +64,6 @@ def _wait_event(raw: Path, needle: bytes, p: subprocess.Popen, timeout_s: float 
         assert p.poll() is None, p.communicate()
         time.sleep(0.05)
     raise AssertionError(f"no {needle!r} in events.jsonl within {timeout_s} s")
-
-
-def _port_closed(port: int) -> bool:
-    try:
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-        return False
-    except httpx.ConnectError:
-        return True
 
 
 def _plan_port(plan: Path) -> int:
@@ -105,7 +98,7 @@ def test_a_signal_during_a_trickling_metrics_scrape_ends_the_run_within_5_s(tmp_
     assert p.returncode == 1 and "Traceback" not in err, err
     m = _manifest(run)
     assert m["status"] == "failed" and f"interrupted by {sigs[0]}" in m["note"], m["note"]
-    assert _port_closed(_plan_port(plan)) and verify(raw).ok
+    assert port_closed(_plan_port(plan)) and verify(raw).ok
 
 
 def test_sigint_while_the_server_is_loading_seals_the_run(tmp_path, make_plan):
@@ -129,7 +122,7 @@ def test_sigint_while_the_server_is_loading_seals_the_run(tmp_path, make_plan):
     assert p.returncode == 1 and "Traceback" not in err, err
     assert "interrupted by SIGINT before the load" in err
     (run,) = raw.glob("*/*")
-    assert _manifest(run)["status"] == "failed" and _port_closed(_plan_port(plan))
+    assert _manifest(run)["status"] == "failed" and port_closed(_plan_port(plan))
 
 
 def test_a_trickling_health_respects_the_startup_timeout(tmp_path, make_plan):

@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from analysis.parse.bench_json import parse_bench_json
@@ -22,6 +21,7 @@ from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from collector.raw.errors import PlanError, RunError
 from collector.raw.store import open_run, verify
 from collector.run import execute_run
+from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -30,14 +30,6 @@ PY = sys.executable
 def _run_dir(raw: Path) -> Path:
     (info,) = [p for p in (raw / "fake").iterdir()]
     return info
-
-
-def _port_closed(port: int) -> bool:
-    try:
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-        return False
-    except httpx.ConnectError:
-        return True
 
 
 def _port(run: Path) -> int:
@@ -79,7 +71,7 @@ def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path, make_plan):
     assert manifest["status"] == "complete" and manifest["plan"]["server"]["engine"] == "llamacpp"
     assert (run / "plan.toml").read_bytes() == (tmp_path / "fake.toml").read_bytes()
     assert b"fault_server listening" in (run / "server.log").read_bytes()
-    assert _port_closed(_port(run))
+    assert port_closed(_port(run))
 
 
 def test_server_dying_mid_point_keeps_finished_requests_and_seals_failed(tmp_path, make_plan):
@@ -103,7 +95,7 @@ def test_server_dying_mid_point_keeps_finished_requests_and_seals_failed(tmp_pat
     assert end.get("aborted") and end.get("point").startswith("p02")
     assert end.get("sent") == end.get("finished") == sum(r.point.startswith("p02") for r in reqs)
     assert [e.get("expected") for e in ev if e.kind == "server_exit"] == [False]
-    assert _port_closed(_port(run))
+    assert port_closed(_port(run))
 
 
 def test_http_errors_are_recorded_and_fail_the_point_checks(tmp_path, make_plan):
@@ -176,7 +168,7 @@ def test_signal_to_collector_run_stops_server_and_seals_failed(tmp_path, sig, ma
     assert sum(r.ok for r in sweep) >= 3 and {r.error_kind for r in sweep if not r.ok} <= {"aborted"}
     end = [e for e in parse_events_jsonl(run / "events.jsonl") if e.kind == "point_end"][-1]
     assert end.get("sent") == end.get("finished") == len(sweep) and end.get("aborted")
-    assert _port_closed(_port(run)) and verify(raw).ok
+    assert port_closed(_port(run)) and verify(raw).ok
 
 
 def test_attach_to_a_running_server_records_it_and_notices_it_vanish(tmp_path, make_plan, fault_server):
