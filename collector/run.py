@@ -9,9 +9,11 @@ Before any of it, ``collector.preflight`` checks what can be checked without a r
 vocabulary, lengths, engine flags): a plan that cannot work leaves nothing in raw/.
 
 Faults never lose data: every request that ended is already on disk (appended as it ended); a dead server,
-Ctrl-C/SIGTERM, an unreachable server or a point whose every request failed aborts the point (its in-flight
-requests are recorded as cut or aborted), the server's process group is stopped, and the run is sealed with
-status ``failed`` and the reason. A write that fails (disk full) aborts the same way from whichever thread
+Ctrl-C/SIGTERM/SIGHUP (collector.interrupts), an unreachable server or a point whose every request failed
+aborts the point (its in-flight requests are recorded as cut or aborted), the server's process group is
+stopped, and the run is sealed with status ``failed`` and the reason. Every request to the server has a
+total deadline (collector.bounded_http; a streamed request its request_timeout_s), so none of this waits on
+a server that trickles. A write that fails (disk full) aborts the same way from whichever thread
 hit it; if even the seal cannot be written the run stays unsealed — never something that looks complete.
 """
 
