@@ -44,12 +44,7 @@ class Interrupts:
         self.on_signal: Callable[[str], None] | None = None
         self.hurry = False  # a second signal: stop the server at once
         self._on_hangup = on_hangup
-        self._raised = False
         self._previous: dict[int, Any] = {}
-
-    @property
-    def first(self) -> str | None:
-        return self.received[0] if self.received else None
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -75,5 +70,4 @@ class Interrupts:
         if self.on_signal is not None:
             self.on_signal(name)
             return
-        self._raised = True
         raise Interrupted(name)
