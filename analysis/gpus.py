@@ -26,6 +26,7 @@ class GpuSpec:
     bandwidth_bytes_per_s: float | None
     bf16_flops_per_s: float | None
     source: str
+    board_power_w: float | None = None  # the board's power limit as shipped (total graphics / board power)
 
     @property
     def has_datasheet(self) -> bool:
@@ -42,7 +43,8 @@ GPUS: dict[str, GpuSpec] = {
     # (dense/sparse).
     # GeForce runs FP16/BF16 tensor math at half rate when accumulating in FP32 (330.3 TFLOPS is the
     # FP16-accumulate figure, which no BF16 framework path uses) -> 165.2e12.
-    # 24564 MiB: nvidia-smi in the reference campaign's fingerprint.txt.
+    # 24564 MiB: nvidia-smi in the reference campaign's fingerprint.txt. Total Graphics Power 450 W (same
+    # appendix).
     "rtx4090": GpuSpec(
         name="rtx4090",
         display_name="NVIDIA GeForce RTX 4090",
@@ -50,6 +52,7 @@ GPUS: dict[str, GpuSpec] = {
         bandwidth_bytes_per_s=1008e9,
         bf16_flops_per_s=165.2e12,
         source="NVIDIA Ada Lovelace GPU Architecture whitepaper v2.1, Appendix A (RTX 4090)",
+        board_power_w=450.0,
     ),
     # NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: 80GB HBM2e, 2,039 GB/s;
     # "BFLOAT16 Tensor Core 312 TFLOPS | 624 TFLOPS*" (* with sparsity). nvidia-smi: 81920 MiB.

@@ -1127,3 +1127,86 @@ REASONS.update(
         "not_saturated": "每个提供的速率下，实际完成速率都跟上了（落后不超过阈值）：扫描没有到达饱和点",
     }
 )
+
+# issue #22: the reference study's claims in its own words (analysis/reconcile/point_details, capacity_arith,
+# length_costs, overload_cadence, workload_totals) and its ledger (analysis/report/reference_claims)
+FINDINGS.update(
+    {
+        (
+            "telemetry",
+            "power_share_of_board_power_at_max_concurrency_pct",
+        ): "最高并发时 GPU 功耗中位数占板卡功耗上限（数据手册）的比例",
+        ("telemetry", "temp_c_max"): "扫描全程最高 GPU 温度",
+        ("telemetry", "gpu_memory_used_gib"): "启动后 nvidia-smi 显存占用（vs 权重 + 全部槽位 KV）",
+        ("telemetry", "kv_pool_over_vllm"): "KV 容量（token 格数）是同轮 vLLM 池的倍数",
+        ("concurrency", "mean_running_at_max_concurrency"): "最高并发时实际运行中请求数（均值）",
+        ("concurrency", "median_running_at_max_concurrency"): "最高并发时实际运行中请求数（中位数）",
+        ("concurrency", "waiting_nonzero_share_at_max_concurrency_pct"): "最高并发时等待队列非空的采样点占比",
+        (
+            "concurrency",
+            "mean_kv_usage_at_max_concurrency_pct",
+        ): "最高并发时 KV 池平均占用（vs 运行数 × 平均上下文 ÷ 池）",
+        (
+            "concurrency",
+            "marginal_throughput_last_step_tokens_per_s",
+        ): "最后一档每新增一个并发槽多换来的输出吞吐",
+        (
+            "concurrency",
+            "step_growth_single_to_max_pct",
+        ): "解码步长从单流到最高并发的增幅（p50 ITL；附带宽下限的增幅）",
+        (None, "kv_pool_tokens_mha"): "同样的池若是 MHA（KV 头数 = 注意力头数）能装的 token",
+        (None, "max_input_len_mha_at_length_sweep"): "MHA 池在长度扫描的并发与输出下允许的最长输入",
+        (None, "max_num_seqs_demand_over_pool"): "--max-num-seqs 条请求在并发扫描负载下的 KV 需求 ÷ 池",
+        (None, "kv_cache_memory_suggested_gib"): "vLLM 日志建议的占满显存的 --kv-cache-memory",
+        (None, "kv_pool_change_over_previous_round_pct"): "KV 池相对上一轮的变化",
+        ("length", "capacity_at_longest_input"): "最长输入时池能容纳的请求数（池 ÷ (输入 + 输出)）",
+        ("length", "prefill_wall_ms_per_input_token_longest"): "最长输入时每个输入 token 的预填充墙钟时间",
+        ("length", "output_throughput_change_pct"): "输出吞吐从最短到最长输入的变化",
+        ("length", "total_throughput_change_pct"): "总吞吐（输入 + 输出）从最短到最长输入的变化",
+        ("length", "p50_ttft_growth"): "p50 TTFT 从最短到最长输入的倍数",
+        ("length", "p99_ttft_growth"): "p99 TTFT 从最短到最长输入的倍数",
+        ("length", "ttft_compute_share_at_longest_input_pct"): "最长输入时平均 TTFT 中纯预填充计算的占比",
+        ("overload", "kv_demand_per_request_gib"): "一个满上下文请求的 KV",
+        ("overload", "kv_demand_total_gib"): "全部并发请求的 KV 需求（vs 池）",
+        ("overload", "preemption_interval_s"): "抢占的平均间隔（第一次到最后一次）",
+        ("overload", "peak_kv_usage_pct"): "过载期间 KV 池最高占用",
+        (
+            "gates",
+            "output_tokens_shortfall_total_pct",
+        ): "全部测量点合计少拿的输出 token（vs 请求数 × 请求输出长度）",
+        ("inventory", "requests_total"): "全部测量点发出的请求数（不含预热）",
+    }
+)
+COLUMNS.update(
+    {
+        "running_mean": "运行中请求（均值）",
+        "running_p50": "运行中请求（中位数）",
+        "waiting_max": "等待请求（峰值）",
+        "waiting_nonzero_share_pct": "等待非空的采样占比",
+        "kv_usage_mean_pct": "KV 占用（均值）",
+        "power_w_p50": "功耗中位数（W）",
+        "power_w_mean": "功耗均值（W）",
+        "power_w_max": "功耗峰值（W）",
+        "temp_c_mean": "温度均值（°C）",
+        "temp_c_max": "温度峰值（°C）",
+        "stall_share_pct": "等待他人预填充（均值 TPOT ÷ p50 ITL − 1）",
+        "throughput_gain_over_single": "吞吐 ÷ 单流",
+    }
+)
+# why a claim of the reference study has no number here (the ledger's n/a lines)
+REFERENCE_NA_REASONS: dict[str, str] = {
+    "seed_head_log": (
+        "我们导入的参考数据只有这份服务端日志的启动部分（*.head.log 摘录），结论要用的逐请求日志行不在其中"
+    ),
+    "seed_no_round1_sampler": "第一轮这项测试的 1 Hz 采样 CSV 不在我们导入的参考数据里",
+    "reference_no_llamacpp_sampler": (
+        "参考研究没有对 llama.cpp 做 1 Hz 采样（原文自述），这项随时间变化的数据不存在"
+    ),
+    "model_config_absent": "仓库里没有这个模型的 config.json（analysis/models/），无法按结构推算",
+}
+REFERENCE_STATUSES: dict[str, str] = {
+    "shown": "已展示",
+    "corrected": "已更正",
+    "na": "无法复现",
+    "todo": "尚未核对",
+}

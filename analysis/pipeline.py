@@ -20,6 +20,7 @@ from analysis.reconcile import (
     Context,
     Section,
     capacity,
+    capacity_arith,
     ceilings,
     comparison,
     concurrency,
@@ -29,11 +30,14 @@ from analysis.reconcile import (
     experiments,
     gates,
     kv,
+    length_costs,
     lengths,
     memory,
     model_size,
     overload,
+    overload_cadence,
     overload_depth,
+    point_details,
     prediction,
     prefix_cache,
     provenance,
@@ -45,6 +49,7 @@ from analysis.reconcile import (
     structure,
     theoryctx,
     ttft,
+    workload_totals,
 )
 from analysis.windows import PointTiming, align_points
 from collector.raw.errors import AnatomyError
@@ -281,6 +286,12 @@ def _analyze_campaign(
         experiments.run(campaign, ctx, th),
         model_size.run(campaign, ctx, th),  # issue #15 experiment 4
         provenance.run(campaign.name, raw_roots),
+        # issue #22: the reference study's claims in its own words
+        point_details.run(campaign, ctx, th, points),
+        capacity_arith.run(campaign, th),
+        length_costs.run(points, campaign.own),
+        overload_cadence.run(campaign, ctx),
+        workload_totals.run(points),
     ]
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from analysis.report import experiments_page, rates_page, slo_page
+from analysis.report import experiments_page, rates_page, reference_block, slo_page
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page
 from analysis.report.results import CampaignResults
@@ -63,5 +63,5 @@ def render(site: SiteState, c: CampaignResults, **common: Any) -> list[Page]:
     rendered: dict[str, Page] = {}
     for slug, template in [*pages[1:], pages[0]]:
         page = render_template(site, template, f"campaigns/{c.name}/{slug}.md", c, page_slugs=slugs, **common)
-        rendered[slug] = page
+        rendered[slug] = reference_block.extend(site, c, slug, page, **common)  # issue #22
     return [rendered[slug] for slug in slugs]

@@ -30,6 +30,7 @@ from analysis.report import (
     comparison_page,
     home_page,
     raw_index_page,
+    reference_block,
     structure_page,
 )
 from analysis.report.context import RenderReport, SiteState, resolve_finding_refs
@@ -176,11 +177,24 @@ class SiteRenderer:
         }
         for c in campaigns:
             raw_index_page.link(site, c, is_repo_file=lambda rel: (REPO_ROOT / rel).is_file())
-        structure = [self._write(structure_page.render(site, c, **common)) for c in campaigns]
+        structure = [
+            self._write(
+                reference_block.extend(
+                    site, c, "structure", structure_page.render(site, c, **common), **common
+                )
+            )
+            for c in campaigns
+        ]
         reports = [(c, [self._write(p) for p in campaign_pages.render(site, c, **common)]) for c in campaigns]
         compared = self._write(comparison_page.render(site, comparison, **common)) if comparison else None
         home = self._write(home_page.render(site, **common))
         data = [self._write(raw_index_page.render(site, c)) for c in campaigns]
+        ledger = (
+            self._write(reference_block.ledger_page(site, REFERENCE_CAMPAIGN, **common))
+            if REFERENCE_CAMPAIGN in site.campaign_names
+            else None
+        )
+        self._with_counts(ledger is not None)
 
         short_name = site.env.get_template(
             "_campaigns.j2"
@@ -192,7 +206,8 @@ class SiteRenderer:
         if compared is not None:
             nav.append({nav_zh["comparison"]: compared.path})
         nav.append({nav_zh["structure"]: [{p.title: p.path} for p in structure]})
-        nav.append({nav_zh["method"]: [{self._handwritten(rel).title: rel} for rel in HANDWRITTEN_PAGES]})
+        method = [{self._handwritten(rel).title: rel} for rel in HANDWRITTEN_PAGES]
+        nav.append({nav_zh["method"]: method + ([{ledger.title: ledger.path}] if ledger else [])})
         nav.append({nav_zh["data"]: [{p.title: p.path} for p in data]})
 
         self._flush()
@@ -208,6 +223,19 @@ class SiteRenderer:
             json.dumps(nav, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
         )
         return self.report
+
+    def _with_counts(self, ledger: bool) -> None:
+        """The methodology page's counts of the reference study's claims, from the ledger (issue #22); without
+        the reference campaign (no ledger page to link to) the marker goes."""
+        p = self.out / "methodology.md"
+        if p.is_file():
+            text = p.read_text(encoding="utf-8")
+            text = (
+                reference_block.with_counts(self.site, text)
+                if ledger
+                else reference_block.without_counts(text)
+            )
+            p.write_text(text, encoding="utf-8")
 
     def _handwritten(self, rel: str) -> Page:
         p = self.out / rel

@@ -1,0 +1,264 @@
+"""The KV capacity arithmetic a reader does with the pool the server logged, per round: the pool with
+multi-head attention instead of GQA and the longest prompt it would allow the length sweep; requests that fit
+at the length sweep's longest input; what one overload request and all of them need against the pool; what
+``--max-num-seqs`` would admit at the sweep's workload; the ``--kv-cache-memory`` vLLM suggests to fill the
+card and the requests it would hold; the pool's change from the previous round; and llama.cpp's GPU memory
+in use (nvidia-smi after start-up) against its weights plus its slots' KV, and its KV cells against vLLM's
+pool.
+
+Keys: ``<round>.<metric>``, ``<round>.length.vllm.<metric>``, ``<round>.overload.<metric>``,
+``<round>.telemetry.llamacpp.<metric>``. Imported campaigns only: our own campaigns state their pools on the
+KV page and run no second round.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analysis import findings as fnd
+from analysis import theory
+from analysis.campaign import BenchPoint, Campaign, RunData
+from analysis.keys import At
+from analysis.reconcile import Section, engine_at
+from analysis.reconcile.lengths import pool_tokens
+from analysis.reconcile.theoryctx import TheoryCtx
+
+GIB = 2**30
+
+
+def pool_tokens_at(pool_tokens_: int, kv_bytes_per_token: float, other_kv_bytes_per_token: float) -> float:
+    """The same pool in tokens of another KV size, tokens: pool × bytes per token ÷ the other's bytes per
+    token (the pool's bytes do not change)."""
+    return pool_tokens_ * kv_bytes_per_token / other_kv_bytes_per_token
+
+
+def max_input_len(pool_tokens_: float, concurrency: int, output_len: int) -> int:
+    """The longest prompt that lets ``concurrency`` requests of ``output_len`` outputs fit, tokens:
+    floor(pool ÷ concurrency − output)."""
+    return math.floor(pool_tokens_ / concurrency - output_len)
+
+
+def requests_that_fit(pool_tokens_: float, tokens_per_request: float) -> float:
+    """Requests the pool holds at their largest, requests: pool ÷ (prompt + output)."""
+    return pool_tokens_ / tokens_per_request
+
+
+def kv_gib(tokens: float, kv_bytes_per_token: float) -> float:
+    """KV of ``tokens`` cached tokens, GiB: tokens × bytes per token ÷ 2³⁰."""
+    return tokens * kv_bytes_per_token / GIB
+
+
+def change_pct(before: float, after: float) -> float:
+    """Change from ``before`` to ``after``, %: (after ÷ before − 1) × 100."""
+    return (after / before - 1.0) * 100.0
+
+
+def _vllm_pool(campaign: Campaign, rnd: str | None) -> tuple[int | None, str | None, RunData | None]:
+    runs = campaign.select(round=rnd, engine="vllm")
+    for r in runs:
+        pool, src = pool_tokens(r, campaign)
+        if pool:
+            return pool, src, r
+    return None, None, None
+
+
+def _first(campaign: Campaign, rnd: str | None, kind: str) -> list[BenchPoint]:
+    return [p for p in campaign.points(round=rnd, engine="vllm", test_kind=kind) if not p.warmup]
+
+
+def _mha(rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, lengths: list[BenchPoint]) -> list:
+    cfg = th.cfg
+    if cfg is None or cfg.num_key_value_heads == cfg.num_attention_heads:
+        return []
+    mha_kvb = kvb * cfg.num_attention_heads / cfg.num_key_value_heads
+    mha_pool = pool_tokens_at(pool, kvb, mha_kvb)
+    out = [
+        fnd.measured(
+            At(round=rnd, metric="kv_pool_tokens_mha"),
+            mha_pool,
+            "tokens",
+            [src],
+            kv_bytes_per_token_mha=mha_kvb,
+        )
+    ]
+    p = lengths[-1] if lengths else None
+    if p is not None and p.concurrency and p.requested_output_len_tokens:
+        v = max_input_len(mha_pool, p.concurrency, p.requested_output_len_tokens)
+        out.append(
+            fnd.measured(
+                At(round=rnd, metric="max_input_len_mha_at_length_sweep"),
+                v,
+                "tokens",
+                [src, p.cite()],
+                concurrency=p.concurrency,
+                output_len_tokens=p.requested_output_len_tokens,
+            )
+        )
+    return out
+
+
+def _longest(rnd: str | None, campaign: Campaign, lengths: list[BenchPoint]) -> list[fnd.Finding]:
+    """Requests that fit at the length sweep's longest input (the pool its own run logged)."""
+    if not lengths:
+        return []
+    p = max(lengths, key=lambda q: q.input_len_tokens or 0)
+    pool, src = pool_tokens(p.run, campaign)
+    if not pool or not src or not p.input_len_tokens or not p.requested_output_len_tokens:
+        return []
+    need = p.input_len_tokens + p.requested_output_len_tokens
+    at = engine_at(rnd, "vllm", topic="length")
+    return [
+        fnd.measured(
+            at("capacity_at_longest_input"),
+            requests_that_fit(pool, need),
+            "requests",
+            [src, p.cite()],
+            input_len_tokens=p.input_len_tokens,
+            tokens_per_request=need,
+            nominal_concurrency=p.concurrency,
+        )
+    ]
+
+
+def _overload(rnd: str | None, pool: int, src: str, kvb: float, points: list[BenchPoint]) -> list:
+    """What one overload request and all of them need, GiB, beside the pool."""
+    if not points:
+        return []
+    p = points[0]
+    if not p.input_len_tokens or not p.requested_output_len_tokens or not p.concurrency:
+        return []
+    need = p.input_len_tokens + p.requested_output_len_tokens
+    at = At(round=rnd, topic="overload")
+    one = kv_gib(need, kvb)
+    return [
+        fnd.measured(at("kv_demand_per_request_gib"), one, "GiB", [p.cite()], tokens_per_request=need),
+        fnd.measured(
+            at("kv_demand_total_gib"),
+            one * p.concurrency,
+            "GiB",
+            [p.cite(), src],
+            concurrency=p.concurrency,
+            pool_gib=kv_gib(pool, kvb),
+        ),
+    ]
+
+
+def _server_knobs(rnd: str | None, run: RunData, pool: int, kvb: float, sweep: list[BenchPoint]) -> list:
+    """What --max-num-seqs would admit at the sweep's workload, and the --kv-cache-memory vLLM suggests."""
+    rel, log = run.server_log
+    if (
+        log is None
+        or rel is None
+        or not sweep
+        or not sweep[0].input_len_tokens
+        or not sweep[0].requested_output_len_tokens
+    ):
+        return []
+    need = sweep[0].input_len_tokens + sweep[0].requested_output_len_tokens
+    out: list[fnd.Finding] = []
+    seqs = (getattr(log, "non_default_args", None) or {}).get("max_num_seqs")
+    if seqs:
+        out.append(
+            fnd.measured(
+                At(round=rnd, metric="max_num_seqs_demand_over_pool"),
+                int(seqs) * need / pool,
+                "ratio",
+                [run.cite(rel, log.lines.get("non_default_args")), sweep[0].cite()],
+                max_num_seqs=int(seqs),
+                tokens_per_request=need,
+            )
+        )
+    full = getattr(getattr(log, "memory", None), "kv_cache_memory_full_bytes", None)
+    if full:
+        out.append(
+            fnd.measured(
+                At(round=rnd, metric="kv_cache_memory_suggested_gib"),
+                full / GIB,
+                "GiB",
+                [run.cite(rel, log.lines.get("memory"))],
+                requests_at_workload=math.floor(full / kvb / need),
+                tokens_per_request=need,
+            )
+        )
+    return out
+
+
+def _llamacpp(rnd: str | None, campaign: Campaign, th: TheoryCtx, vllm_pool: int | None) -> list:
+    """llama.cpp's GPU memory in use after start-up against its weights plus its slots' KV (the whole
+    context allocated at start), and its KV cells against vLLM's pool."""
+    out: list[fnd.Finding] = []
+    for run in campaign.select(round=rnd, engine="llamacpp"):
+        frel, fp = run.fingerprint
+        lrel, log = run.server_log
+        if fp is None or frel is None or lrel is None or log is None or not fp.gpu_memory_used_mib:
+            continue
+        cells = (log.n_slots or 0) * (log.n_ctx_slot or 0) if not log.kv_cache_cells else log.kv_cache_cells
+        kvb = th.kv_bytes_per_token_for("llamacpp")
+        fmt = th.weight_formats.get("llamacpp")
+        if not cells or not kvb or th.cfg is None or not fmt:
+            continue
+        at = engine_at(rnd, "llamacpp", fmt, topic="telemetry")
+        used = fp.gpu_memory_used_mib[-1] / 1024
+        expect = (theory.weight_bytes(th.cfg, fmt) + cells * kvb) / GIB
+        src = [run.cite(frel, fp.lines.get("gpu_memory_used_mib")), run.cite(lrel)]
+        out.append(
+            fnd.measured(
+                at("gpu_memory_used_gib"),
+                used,
+                "GiB",
+                src,
+                theory=expect,
+                tolerance_pct=5.0,
+                kv_cells=cells,
+                detail="theory: weights + every slot's KV, allocated at start",
+            )
+        )
+        if vllm_pool:
+            out.append(
+                fnd.measured(
+                    at("kv_pool_over_vllm"),
+                    cells / vllm_pool,
+                    "ratio",
+                    src[1:],
+                    kv_cells=cells,
+                    vllm_pool_tokens=vllm_pool,
+                )
+            )
+        break
+    return out
+
+
+def _round(campaign: Campaign, rnd: str | None, th: TheoryCtx, prev_pool: int | None) -> list[fnd.Finding]:
+    pool, src, run = _vllm_pool(campaign, rnd)
+    out = _llamacpp(rnd, campaign, th, pool)
+    kvb = th.kv_bytes_per_token_for("vllm")
+    if not pool or not src or run is None or not kvb:
+        return out
+    lengths = _first(campaign, rnd, "length_sweep")
+    out += _mha(rnd, pool, src, kvb, th, lengths)
+    out += _longest(rnd, campaign, lengths)
+    out += _overload(rnd, pool, src, kvb, _first(campaign, rnd, "overload"))
+    out += _server_knobs(rnd, run, pool, kvb, _first(campaign, rnd, "concurrency_sweep"))
+    if prev_pool:
+        out.append(
+            fnd.measured(
+                At(round=rnd, metric="kv_pool_change_over_previous_round_pct"),
+                change_pct(prev_pool, pool),
+                "%",
+                [src],
+                previous_pool_tokens=prev_pool,
+                pool_tokens=pool,
+            )
+        )
+    return out
+
+
+def run(campaign: Campaign, th: TheoryCtx) -> Section:
+    findings: list[fnd.Finding] = []
+    if campaign.own:
+        return Section(name="capacity_arith")
+    prev: int | None = None
+    for rnd in campaign.rounds:
+        findings += _round(campaign, rnd, th, prev)
+        prev = _vllm_pool(campaign, rnd)[0] or prev
+    return Section(name="capacity_arith", findings=findings)

@@ -1,0 +1,59 @@
+"""Totals over a campaign's points: the requests it sent (every measured point, warm-ups left out, as the
+reference study counts them) and, per round and engine, the output tokens it got against what it asked for.
+
+Keys: ``inventory.requests_total``; ``<round>.gates.<engine>.output_tokens_shortfall_total_pct``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import findings as fnd
+from analysis.keys import At
+from analysis.reconcile import Section, engine_at
+
+
+def shortfall_pct(produced: float, requested: float) -> float:
+    """Output tokens missing against the request, %: (1 − produced ÷ (completed × requested per request)) ×
+    100."""
+    return (1.0 - produced / requested) * 100.0
+
+
+def _shortfall(points: pd.DataFrame) -> list[fnd.Finding]:
+    out: list[fnd.Finding] = []
+    pts = points[~points["warmup"].astype(bool)]
+    for (rnd, engine), g in pts.groupby(["round", "engine"], dropna=False):
+        asked = (g["completed"] * g["requested_output_len_tokens"]).sum()
+        got = g["total_output_tokens"].sum()
+        if not asked or pd.isna(asked) or pd.isna(got) or not isinstance(rnd, str) or not rnd:
+            continue
+        at = engine_at(rnd, str(engine), topic="gates")
+        out.append(
+            fnd.measured(
+                at("output_tokens_shortfall_total_pct"),
+                shortfall_pct(float(got), float(asked)),
+                "%",
+                sorted(g["file"].astype(str))[:1],
+                output_tokens=int(got),
+                requested_tokens=int(asked),
+            )
+        )
+    return out
+
+
+def run(points: pd.DataFrame) -> Section:
+    if points.empty:
+        return Section(name="workload_totals")
+    measured = points[~points["warmup"].astype(bool)]
+    total = int(measured["num_prompts"].fillna(0).sum())
+    runs = sorted({str(k).rsplit("/", 1)[0] for k in measured["key"]})
+    found = [
+        fnd.measured(
+            At(topic="inventory", metric="requests_total"),
+            total,
+            "requests",
+            [f"{r}/" for r in runs[:1]],
+            runs=len(runs),
+        )
+    ]
+    return Section(name="workload_totals", findings=found + _shortfall(points))
