@@ -1170,6 +1170,8 @@ FINDINGS.update(
         ("overload", "kv_demand_total_gib"): "全部并发请求的 KV 需求（vs 池）",
         ("overload", "preemption_interval_s"): "抢占的平均间隔（第一次到最后一次）",
         ("overload", "peak_kv_usage_pct"): "过载期间 KV 池最高占用",
+        ("overload", "kv_usage_at_least_90_share_pct"): "过载期间 KV 占用 ≥ 90% 的采样点占比",
+        ("overload", "kv_usage_at_least_95_share_pct"): "过载期间 KV 占用 ≥ 95% 的采样点占比",
         (
             "gates",
             "output_tokens_shortfall_total_pct",
@@ -1191,6 +1193,8 @@ COLUMNS.update(
         "temp_c_max": "温度峰值（°C）",
         "stall_share_pct": "等待他人预填充（均值 TPOT ÷ p50 ITL − 1）",
         "throughput_gain_over_single": "吞吐 ÷ 单流",
+        "duration_per_batch_s": "每批耗时（总耗时 ÷ 批数，秒）",
+        "read_gb_per_iteration": "每次迭代读取（GB，计数器）",
     }
 )
 # why a claim of the reference study has no number here (the ledger's n/a lines)

@@ -184,48 +184,48 @@ def _server_knobs(rnd: str | None, run: RunData, pool: int, kvb: float, sweep: l
 
 
 def _llamacpp(rnd: str | None, campaign: Campaign, th: TheoryCtx, vllm_pool: int | None) -> list:
-    """llama.cpp's GPU memory in use after start-up against its weights plus its slots' KV (the whole
-    context allocated at start), and its KV cells against vLLM's pool."""
-    out: list[fnd.Finding] = []
+    """llama.cpp's KV cells (every slot's context, allocated at start) against vLLM's pool, and its GPU memory
+    in use after start-up (nvidia-smi, where the fingerprint has it) against its weights plus those cells."""
     for run in campaign.select(round=rnd, engine="llamacpp"):
-        frel, fp = run.fingerprint
         lrel, log = run.server_log
-        if fp is None or frel is None or lrel is None or log is None or not fp.gpu_memory_used_mib:
+        fmt, kvb = th.weight_formats.get("llamacpp"), th.kv_bytes_per_token_for("llamacpp")
+        if log is None or lrel is None or not fmt:
             continue
-        cells = (log.n_slots or 0) * (log.n_ctx_slot or 0) if not log.kv_cache_cells else log.kv_cache_cells
-        kvb = th.kv_bytes_per_token_for("llamacpp")
-        fmt = th.weight_formats.get("llamacpp")
-        if not cells or not kvb or th.cfg is None or not fmt:
+        cells = log.kv_cache_cells or (log.n_slots or 0) * (log.n_ctx_slot or 0)
+        if not cells:
             continue
         at = engine_at(rnd, "llamacpp", fmt, topic="telemetry")
-        used = fp.gpu_memory_used_mib[-1] / 1024
-        expect = (theory.weight_bytes(th.cfg, fmt) + cells * kvb) / GIB
-        src = [run.cite(frel, fp.lines.get("gpu_memory_used_mib")), run.cite(lrel)]
-        out.append(
-            fnd.measured(
-                at("gpu_memory_used_gib"),
-                used,
-                "GiB",
-                src,
-                theory=expect,
-                tolerance_pct=5.0,
-                kv_cells=cells,
-                detail="theory: weights + every slot's KV, allocated at start",
-            )
-        )
+        src = run.cite(lrel, log.lines.get("n_ctx_slot"))
+        out = []
         if vllm_pool:
             out.append(
                 fnd.measured(
                     at("kv_pool_over_vllm"),
                     cells / vllm_pool,
                     "ratio",
-                    src[1:],
+                    [src],
                     kv_cells=cells,
                     vllm_pool_tokens=vllm_pool,
                 )
             )
-        break
-    return out
+        frel, fp = run.fingerprint
+        if fp is not None and frel is not None and fp.gpu_memory_used_mib and kvb and th.cfg is not None:
+            used = fp.gpu_memory_used_mib[-1] / 1024
+            expect = (theory.weight_bytes(th.cfg, fmt) + cells * kvb) / GIB
+            out.append(
+                fnd.measured(
+                    at("gpu_memory_used_gib"),
+                    used,
+                    "GiB",
+                    [run.cite(frel, fp.lines.get("gpu_memory_used_mib")), src],
+                    theory=expect,
+                    tolerance_pct=5.0,
+                    kv_cells=cells,
+                    detail="theory: weights + every slot's KV, allocated at start",
+                )
+            )
+        return out
+    return []
 
 
 def _round(campaign: Campaign, rnd: str | None, th: TheoryCtx, prev_pool: int | None) -> list[fnd.Finding]:

@@ -68,6 +68,10 @@ def run(campaign: Campaign, ctx: Context) -> Section:
                     )
                 )
         kv = [cols["kv_usage"][i] for i in idx if "kv_usage" in cols and not math.isnan(cols["kv_usage"][i])]
+        for level in (90, 95):
+            if kv:
+                share = sum(1 for v in kv if v * 100.0 >= level) / len(kv) * 100.0
+                findings.append(fnd.measured(at(f"kv_usage_at_least_{level}_share_pct"), share, "%", src))
         if kv:
             findings.append(
                 fnd.measured(

@@ -50,6 +50,8 @@ COPIED = (
     "mean_tpot_ms",
     "p50_e2el_ms",
     "mean_output_tokens_per_request",
+    "mfu_pct",
+    "mbu_pct",
     "gate_ok",
 )
 
@@ -77,6 +79,17 @@ def stall_share_pct(mean_tpot_ms: float, p50_itl_ms: float) -> float:
 def growth_pct(first: float, last: float) -> float:
     """Growth from the first to the last value, %: (last ÷ first − 1) × 100."""
     return (last / first - 1.0) * 100.0
+
+
+def duration_per_batch_s(duration_s: float, requests: int, concurrency: int) -> float:
+    """A point's wall time per batch of ``concurrency`` requests, s: duration ÷ ceil(requests ÷ concurrency) —
+    equal to one request's end-to-end time when requests enter only in whole batches."""
+    return duration_s / math.ceil(requests / concurrency)
+
+
+def read_gb_per_iteration(read_bytes: float, iterations: float) -> float:
+    """Bytes the engine's counter says one iteration read, GB (10⁹): Δread_bytes ÷ Δiterations ÷ 10⁹."""
+    return read_bytes / iterations / 1e9
 
 
 def marginal_throughput(c_lo: int, tps_lo: float, c_hi: int, tps_hi: float) -> float:
@@ -121,6 +134,12 @@ def _detail_row(r: pd.Series, ctx: Context, single: dict) -> dict:
     tpot, itl = r.get("mean_tpot_ms"), r.get("p50_itl_ms")
     if tpot and itl and not (pd.isna(tpot) or pd.isna(itl)):
         row["stall_share_pct"] = stall_share_pct(float(tpot), float(itl))
+    dur, n, c = r.get("duration_s"), r.get("num_prompts"), r.get("concurrency")
+    if dur and n and c and not any(pd.isna(x) for x in (dur, n, c)):
+        row["duration_per_batch_s"] = duration_per_batch_s(float(dur), int(n), int(c))
+    rb, it = r.get("read_bytes_delta"), r.get("iterations")
+    if rb and it and not (pd.isna(rb) or pd.isna(it)):
+        row["read_gb_per_iteration"] = read_gb_per_iteration(float(rb), float(it))
     base = single.get((r.get("round"), r.get("engine"), r.get("test")))
     tps = r.get("output_throughput_tokens_per_s")
     if base and tps and not pd.isna(tps):

@@ -8,16 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import jinja2
+
 from analysis import labels_zh
 from analysis.report import reference_claims
 from analysis.report.context import SiteState, render_template
-from analysis.report.markdown import Page
+from analysis.report.markdown import Page, anchor_of
 from analysis.report.results import CampaignResults
 
 LEDGER_PAGE = "reference_claims.md"
+BLOCK = "_reference_block.j2"
 COUNTS_MARKER = "<!-- reference-claims-counts -->"
 # a campaign page slug -> the ledger's page key (the overview's slug is "index")
 SLUG_PAGE = {"index": "overview"}
+
+
+def has_template(site: SiteState, name: str) -> bool:
+    """The site's template set has this template (a reduced set, as the renderer's tests use, may not)."""
+    try:
+        site.env.get_template(name)
+    except jinja2.TemplateNotFound:
+        return False
+    return True
 
 
 def na_reason(code: str) -> str:
@@ -26,7 +38,10 @@ def na_reason(code: str) -> str:
 
 
 def extend(site: SiteState, c: CampaignResults, slug: str, page: Page, **common: Any) -> Page:
-    """The page with the block appended (the page unchanged when the block has nothing to say)."""
+    """The page with the block appended (the page unchanged when the block has nothing to say, or the template
+    set has no block)."""
+    if not has_template(site, BLOCK):
+        return page
     claims = reference_claims.load() if c.name == common.get("reference_campaign") else []
     key = SLUG_PAGE.get(slug, slug)
     na = [x for x in claims if x.status == "na" and x.page == key]
@@ -34,6 +49,14 @@ def extend(site: SiteState, c: CampaignResults, slug: str, page: Page, **common:
         site, "_reference_block.j2", page.path, c, slug=slug, claims_na=na, na_reason=na_reason, **common
     ).text
     return Page(page.path, page.text.rstrip("\n") + "\n" + block) if block.strip() else page
+
+
+def fragment(c: reference_claims.Claim) -> str:
+    """Where on its page a claim is: a shown finding's row, an n/a claim's line; a table cell or a text has no
+    anchor of its own (the page, then)."""
+    if c.status == "shown" and c.finding_key:
+        return f"#{anchor_of(c.finding_key)}"
+    return f"#ref-{c.id.lower()}" if c.status == "na" else ""
 
 
 def ledger_page(site: SiteState, reference: str, **common: Any) -> Page:
@@ -46,6 +69,12 @@ def ledger_page(site: SiteState, reference: str, **common: Any) -> Page:
         LEDGER_PAGE,
         None,
         claims=claims,
+        frag={c.id: fragment(c) for c in claims},
+        # a shown finding links to its row on the page that holds it (the named page may only link to it)
+        target={
+            c.id: site.finding_pages.get((reference, c.finding_key or ""), pages.get(c.page, ""))
+            for c in claims
+        },
         counts=reference_claims.counts(claims),
         pages=pages,
         statuses=labels_zh.REFERENCE_STATUSES,

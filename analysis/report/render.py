@@ -192,6 +192,7 @@ class SiteRenderer:
         ledger = (
             self._write(reference_block.ledger_page(site, REFERENCE_CAMPAIGN, **common))
             if REFERENCE_CAMPAIGN in site.campaign_names
+            and reference_block.has_template(site, "reference_claims.md.j2")
             else None
         )
         self._with_counts(ledger is not None)
