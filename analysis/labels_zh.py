@@ -1177,6 +1177,17 @@ FINDINGS.update(
             "output_tokens_shortfall_total_pct",
         ): "全部测量点合计少拿的输出 token（vs 请求数 × 请求输出长度）",
         ("inventory", "requests_total"): "全部测量点发出的请求数（不含预热）",
+        ("model", "params_decoder_layers_share_pct"): "全部解码层参数占模型参数的比例",
+        ("model", "flops_per_layer_per_token"): "一层的矩阵乘 FLOPs（每 token）",
+        (None, "kv_demand_at_max_concurrency_pct"): "并发扫描最高并发的 KV 需求（请求最长时）占池的比例",
+        (None, "kv_at_max_concurrency_over_kv_projections"): "最高并发时的 KV 是 K/V 投影权重的倍数",
+        (
+            "length",
+            "output_throughput_sweep_top_over_longest_input",
+        ): "并发扫描最高点与最长输入的输出吞吐之比（KV 占用相近）",
+        ("length", "per_second_mfu_max_pct"): "长度扫描中最高一秒的 MFU（按秒的 FLOPs 计数器）",
+        ("length", "prefill_seconds_tflops_p50"): "预填充秒（≥ 一半峰值）的 FLOP/s 中位数",
+        ("length", "decode_seconds_mfu_p50_pct"): "纯解码秒（< 四分之一峰值）的 MFU 中位数",
     }
 )
 COLUMNS.update(

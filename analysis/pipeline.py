@@ -28,6 +28,7 @@ from analysis.reconcile import (
     engines,
     engines_depth,
     experiments,
+    flops_phases,
     gates,
     kv,
     length_costs,
@@ -47,6 +48,7 @@ from analysis.reconcile import (
     selection,
     slo,
     structure,
+    structure_totals,
     theoryctx,
     ttft,
     workload_totals,
@@ -292,6 +294,8 @@ def _analyze_campaign(
         length_costs.run(points, campaign.own),
         overload_cadence.run(campaign, ctx),
         workload_totals.run(points),
+        flops_phases.run(campaign, ctx, th),
+        structure_totals.run(th),
     ]
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}

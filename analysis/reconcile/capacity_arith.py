@@ -143,6 +143,39 @@ def _overload(rnd: str | None, pool: int, src: str, kvb: float, points: list[Ben
     ]
 
 
+def _sweep_top(rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, sweep: list) -> list:
+    """The KV the sweep's highest concurrency needs at the requests' largest, as a share of the pool, and as a
+    multiple of the K/V projection weights that write it."""
+    top = max((p for p in sweep if p.concurrency), key=lambda p: p.concurrency, default=None)
+    if top is None or not top.input_len_tokens or not top.requested_output_len_tokens:
+        return []
+    tokens = top.concurrency * (top.input_len_tokens + top.requested_output_len_tokens)
+    out = [
+        fnd.measured(
+            At(round=rnd, metric="kv_demand_at_max_concurrency_pct"),
+            tokens / pool * 100.0,
+            "%",
+            [src, top.cite()],
+            concurrency=top.concurrency,
+            tokens=tokens,
+        )
+    ]
+    if th.cfg is not None:
+        wkv = theory.kv_projection_weight_bytes(th.cfg)
+        out.append(
+            fnd.measured(
+                At(round=rnd, metric="kv_at_max_concurrency_over_kv_projections"),
+                tokens * kvb / wkv,
+                "ratio",
+                [top.cite()],
+                concurrency=top.concurrency,
+                kv_gib=kv_gib(tokens, kvb),
+                kv_projection_weight_bytes=wkv,
+            )
+        )
+    return out
+
+
 def _server_knobs(rnd: str | None, run: RunData, pool: int, kvb: float, sweep: list[BenchPoint]) -> list:
     """What --max-num-seqs would admit at the sweep's workload, and the --kv-cache-memory vLLM suggests."""
     rel, log = run.server_log
@@ -239,6 +272,7 @@ def _round(campaign: Campaign, rnd: str | None, th: TheoryCtx, prev_pool: int | 
     out += _longest(rnd, campaign, lengths)
     out += _overload(rnd, pool, src, kvb, _first(campaign, rnd, "overload"))
     out += _server_knobs(rnd, run, pool, kvb, _first(campaign, rnd, "concurrency_sweep"))
+    out += _sweep_top(rnd, pool, src, kvb, th, _first(campaign, rnd, "concurrency_sweep"))
     if prev_pool:
         out.append(
             fnd.measured(

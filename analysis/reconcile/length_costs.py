@@ -65,6 +65,29 @@ def _throughputs(at: At, lo: pd.Series, hi: pd.Series) -> list[fnd.Finding]:
     return out
 
 
+def _axes(at: At, hi: pd.Series, same: pd.DataFrame) -> list[fnd.Finding]:
+    """The concurrency sweep's highest point against the longest input: output tokens/s for a comparable KV
+    use (the reference's two axes), ratio: sweep's top output tokens/s ÷ longest input's."""
+    sweep = same[same["test_kind"] == "concurrency_sweep"]
+    b = _num(hi, "output_throughput_tokens_per_s")
+    if sweep.empty or not b:
+        return []
+    top = sweep.sort_values("concurrency").iloc[-1]
+    a = _num(top, "output_throughput_tokens_per_s")
+    if not a:
+        return []
+    col = "output_throughput_tokens_per_s"
+    return [
+        fnd.measured(
+            at("output_throughput_sweep_top_over_longest_input"),
+            a / b,
+            "ratio",
+            [_cite(top, col), _cite(hi, col)],
+            sweep_concurrency=int(top["concurrency"]),
+        )
+    ]
+
+
 def _ttft(at: At, lo: pd.Series, hi: pd.Series) -> list[fnd.Finding]:
     out = []
     for metric, col in (("p50_ttft_growth", "p50_ttft_ms"), ("p99_ttft_growth", "p99_ttft_ms")):
@@ -143,6 +166,6 @@ def run(points: pd.DataFrame, own: bool) -> Section:
         c1 = pts[
             same & (pts["concurrency"] == 1) & (pts["test_kind"] != LENGTH) & pts["mean_prefill_ms"].notna()
         ]
-        findings += _throughputs(at, lo, hi) + _ttft(at, lo, hi)
+        findings += _throughputs(at, lo, hi) + _ttft(at, lo, hi) + _axes(at, hi, pts[same])
         findings += _prefill(at, lo, hi, c1.iloc[0] if len(c1) else None)
     return Section(name="length_costs", findings=findings)

@@ -1,0 +1,46 @@
+"""Two totals of the model's structure the reference study states as single numbers: the decoder layers'
+parameters as a share of the whole model, and one layer's matmul FLOPs per token.
+
+Keys: ``model.params_decoder_layers_share_pct``, ``model.flops_per_layer_per_token``.
+"""
+
+from __future__ import annotations
+
+from analysis import findings as fnd
+from analysis import theory
+from analysis.keys import At
+from analysis.reconcile import Section
+from analysis.reconcile.theoryctx import TheoryCtx
+
+MODEL = At(topic="model")
+
+
+def layers_share_pct(params_per_layer: int, layers: int, params_total: int) -> float:
+    """The decoder layers' share of all parameters, %: params per layer × layers ÷ total × 100."""
+    return params_per_layer * layers / params_total * 100.0
+
+
+def run(th: TheoryCtx) -> Section:
+    cfg = th.cfg
+    if cfg is None:
+        return Section(name="structure_totals")
+    src = list(th.model_source)
+    per_layer = theory.params_per_layer(cfg)
+    return Section(
+        name="structure_totals",
+        findings=[
+            fnd.measured(
+                MODEL("params_decoder_layers_share_pct"),
+                layers_share_pct(per_layer, cfg.num_hidden_layers, theory.params_total(cfg)),
+                "%",
+                src,
+                params_decoder_layers=per_layer * cfg.num_hidden_layers,
+            ),
+            fnd.measured(
+                MODEL("flops_per_layer_per_token"),
+                2 * theory.matmul_params_per_layer(cfg),
+                "FLOPs/token",
+                src,
+            ),
+        ],
+    )
