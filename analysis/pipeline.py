@@ -43,6 +43,7 @@ from analysis.reconcile import (
     prefix_cache,
     provenance,
     rates,
+    repro_tails,
     reproducibility,
     roofline,
     selection,
@@ -296,6 +297,7 @@ def _analyze_campaign(
         workload_totals.run(points),
         flops_phases.run(campaign, ctx, th),
         structure_totals.run(th),
+        repro_tails.run(points, campaign.own),
     ]
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}

@@ -22,6 +22,7 @@ from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
 from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile.concurrency import POINT_ID_COLUMNS
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
@@ -29,13 +30,8 @@ from analysis.windows import PointWindowData, window_indices
 
 GAUGES = ("running", "waiting", "kv_usage", "power_w", "temp_c")
 COPIED = (
-    "round",
-    "engine",
-    "weight_format",
-    "test",
-    "test_kind",
+    *POINT_ID_COLUMNS,
     "point",
-    "concurrency",
     "input_len_tokens",
     "duration_s",
     "output_throughput_tokens_per_s",
