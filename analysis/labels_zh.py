@@ -1169,6 +1169,10 @@ FINDINGS.update(
         ("overload", "kv_demand_per_request_gib"): "一个满上下文请求的 KV",
         ("overload", "kv_demand_total_gib"): "全部并发请求的 KV 需求（vs 池）",
         ("overload", "preemption_interval_s"): "抢占的平均间隔（第一次到最后一次）",
+        (
+            "overload",
+            "decode_time_stolen_share_pct",
+        ): "解码阶段中不属于自身典型步长的时间占比（被他人预填充、重算与暂停占去）",
         ("overload", "peak_kv_usage_pct"): "过载期间 KV 池最高占用",
         ("overload", "kv_usage_at_least_90_share_pct"): "过载期间 KV 占用 ≥ 90% 的采样点占比",
         ("overload", "kv_usage_at_least_95_share_pct"): "过载期间 KV 占用 ≥ 95% 的采样点占比",

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from analysis import findings as fnd
-from analysis.campaign import Campaign
+from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
 from analysis.reconcile import Context, Section
 from analysis.windows import PointWindowData, window_indices
@@ -37,6 +37,31 @@ def mean_interval_s(steps: list[tuple[float, float]]) -> float | None:
     if n < 2:
         return None
     return (steps[-1][0] - steps[0][0]) / (n - 1)
+
+
+def stolen_share_pct(mean_decode_ms: float, steps: int, p50_step_ms: float) -> float:
+    """Share of a request's decode phase not spent on its own typical steps, %: (mean decode time − steps ×
+    p50 ITL) ÷ mean decode time × 100 — the time other requests' prefills, recomputation and its own pauses
+    took."""
+    return (mean_decode_ms - steps * p50_step_ms) / mean_decode_ms * 100.0
+
+
+def _stolen(at: At, p: BenchPoint, w: PointWindowData, src: list[str]) -> list[fnd.Finding]:
+    dec = w.mean_of("decode_sum", "decode_cnt")
+    itl = p.result.stat_ms("p50", "itl")
+    if not dec or not itl or not p.requested_output_len_tokens:
+        return []
+    steps = p.requested_output_len_tokens - 1
+    return [
+        fnd.measured(
+            at("decode_time_stolen_share_pct"),
+            stolen_share_pct(dec * 1000.0, steps, itl),
+            "%",
+            src + [p.cite("median_itl_ms")],
+            mean_decode_ms=dec * 1000.0,
+            steps=steps,
+        )
+    ]
 
 
 def run(campaign: Campaign, ctx: Context) -> Section:
@@ -67,6 +92,7 @@ def run(campaign: Campaign, ctx: Context) -> Section:
                         last_s=steps[-1][0] - w.window.start_s,
                     )
                 )
+        findings += _stolen(at, p, w, src)
         kv = [cols["kv_usage"][i] for i in idx if "kv_usage" in cols and not math.isnan(cols["kv_usage"][i])]
         for level in (90, 95):
             if kv:
