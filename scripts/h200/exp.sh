@@ -72,7 +72,7 @@ declare -A EST=(
   [ladder-4-prefixcache-r2]=80 [ladder-5-batch-r2]=80
   [spec-off-f16]=30 [spec-k3-f16]=35 [spec-k8-f16]=40 [spec-k3-a08-f16]=30 [spec-k8-a08-f16]=30
   [slots-hist-np64-q4km]=80 [slots-hist-np256-q4km]=80
-  [stepcost:spec-stepcost]=100
+  [stepcost:spec-stepcost]=60
 )
 # collector.stepcost's grid: tokens per step 1..9 (k + 1 for k = 0..8 drafted tokens at one stream) and the
 # token counts of 4 and 16 streams verifying k + 1 each; two KV depths; the 0.5B draft on the same grid
