@@ -29,6 +29,7 @@ from analysis.reconcile import (
     experiments,
     gates,
     kv,
+    ladder,
     lengths,
     memory,
     model_size,
@@ -42,6 +43,7 @@ from analysis.reconcile import (
     roofline,
     selection,
     slo,
+    speculative,
     structure,
     theoryctx,
     ttft,
@@ -280,6 +282,8 @@ def _analyze_campaign(
         prefix_cache.run(campaign),
         experiments.run(campaign, ctx, th),
         model_size.run(campaign, ctx, th),  # issue #15 experiment 4
+        ladder.run(campaign, ctx),  # issue #26: the deployment ladder
+        speculative.run(campaign),  # issue #26: speculative decoding by its mechanism
         provenance.run(campaign.name, raw_roots),
     ]
     found = FindingSet()

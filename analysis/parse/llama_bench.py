@@ -1,7 +1,7 @@
 """``llama-bench -o jsonl`` output (one JSON object per test), as ``collector.stepcost`` stores it.
 
-A test here is a prompt test (``n_gen`` 0): one batch of ``n_prompt`` tokens after ``n_depth`` tokens already in
-the KV cache, timed ``len(samples_ns)`` times. Only the fields the analysis reads become typed fields; the
+A test here is a prompt test (``n_gen`` 0): one batch of ``n_prompt`` tokens after ``n_depth`` tokens already
+in the KV cache, timed ``len(samples_ns)`` times. Only the fields the analysis reads become typed fields; the
 samples are kept as measured (ns). A test without samples, a negative or non-integer count, or a non-positive
 sample is a ParseError naming the line.
 """
