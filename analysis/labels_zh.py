@@ -1156,6 +1156,7 @@ FINDINGS.update(
         ("speculative", "target_step_2_over_1"): "目标模型一步两个 token ÷ 一步一个 token",
         ("speculative", "draft_step_1_ms"): "草稿模型（0.5B F16）一步一个 token 的时间",
         ("speculative", "speedup_measured"): "实测加速比（无草稿的 p50 TPOT ÷ 本组 p50 TPOT，单流）",
+        ("speculative", "gpu_busy_pct"): "GPU 忙碌比例（补全接口，闭环并发 1 与 4）",
         ("speculative", "server_overhead_ms"): "服务器每个投机步比算子时间多出的开销",
         ("speculative", "break_even_alpha_kernels"): "不亏的最低接受率（只算算子时间）",
         ("speculative", "break_even_alpha_server"): "不亏的最低接受率（按服务器实测的每步开销）",

@@ -98,8 +98,9 @@ def saturation_rate(rows: Sequence[dict[str, Any]]) -> float:
 # --- one run, one arm ---------------------------------------------------------------------------------------
 
 
-def _gpu_busy(run: RunData, pts: Sequence[BenchPoint]) -> float | None:
-    """Mean utilization.gpu [%] over the samples inside the rate points at ≥ ``BUSY_FROM_RATE``."""
+def gpu_busy_pct(run: RunData, pts: Sequence[BenchPoint]) -> float | None:
+    """Mean nvidia-smi utilization.gpu [%] over the samples taken inside the given points (first send to last
+    stream end of each); None without samples there."""
     _rel, scrapes = run.scrapes
     if scrapes is None:
         return None
@@ -107,10 +108,9 @@ def _gpu_busy(run: RunData, pts: Sequence[BenchPoint]) -> float | None:
     vals = []
     for p in pts:
         recs = p.records
-        if not recs or (recs[0].request_rate or 0.0) < BUSY_FROM_RATE:
-            continue
-        t0, t1 = min(r.send_mono_ns for r in recs), max(r.end_mono_ns for r in recs)
-        vals += [u for t, u in samples if t0 <= t <= t1]
+        if recs:
+            t0, t1 = min(r.send_mono_ns for r in recs), max(r.end_mono_ns for r in recs)
+            vals += [u for t, u in samples if t0 <= t <= t1]
     return math.fsum(vals) / len(vals) if vals else None
 
 
@@ -153,7 +153,10 @@ def _run_rates(run: RunData, ctx: Context) -> RunRates | None:
         return None
     for r in rows:
         r["good_share"] = r["good_requests"] / r["requests"] if r["requests"] else 0.0
-    return RunRates(run, sorted(rows, key=lambda r: r["request_rate_req_s"]), _gpu_busy(run, pts))
+    busy = gpu_busy_pct(
+        run, [p for p in pts if p.records and (p.records[0].request_rate or 0.0) >= BUSY_FROM_RATE]
+    )
+    return RunRates(run, sorted(rows, key=lambda r: r["request_rate_req_s"]), busy)
 
 
 @dataclass
@@ -406,6 +409,8 @@ def _step_findings(rows: list[dict], steps: list[Step]) -> list[fnd.Finding]:
                     verdict=row["verdict"],
                     spread_pct=row["step_spread_pct"],
                     previous=st.previous.name,
+                    first_unheld_rate_req_s=row["first_unheld_rate_req_s"],
+                    good_share_at_unheld=row["good_share_at_unheld"],
                     **common,
                 )  # fmt: skip
             )
@@ -440,6 +445,7 @@ def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
     for r in rows:
         at = At(level="run", run=r["arm"], engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}")
         extra = {k: r[k] for k in ("predicted_lo", "predicted_hi", "spread", "verdict", "step")}
+        extra["quantity_kind"] = "latency_ratio" if RATIO_AT.match(r["quantity"]) else "capacity"
         if r["measured"] is None:
             out.append(fnd.not_available(at, "", "unknown", "the runs hold no value for this quantity",
                                          [r["plan"]], **extra))  # fmt: skip

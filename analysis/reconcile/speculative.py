@@ -33,7 +33,7 @@ from analysis.parse.llama_bench import LlamaBenchLog
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples
 from analysis.reconcile import Section
 from analysis.reconcile import experiments as ex
-from analysis.reconcile.ladder import H200, plan_predictions
+from analysis.reconcile.ladder import H200, gpu_busy_pct, plan_predictions
 
 NAME = "speculative"
 TOPIC = "speculative"
@@ -183,6 +183,7 @@ def _run_rows(runs: list[SpecRun], off: SpecRun, costs: Costs) -> list[dict]:
                 "step_kernels_ms": bench,
                 "step_server_ms": server,
                 "server_overhead_ms": server - bench,
+                "gpu_busy_pct": gpu_busy_pct(sr.run, [p for p in sr.run.points if not p.warmup]),
                 "source": sr.run.cite(sr.run.requests[0] or "requests.jsonl"),
             }
         )
@@ -247,6 +248,8 @@ def _findings(run_rows, gain, pred_rows, costs: Costs, cost_src: list[str], over
         extra = {k: r[k] for k in ("k", "synthetic_alpha", "acceptance", "tokens_per_step", "speedup_kernels",
                                    "step_server_ms", "step_kernels_ms")}  # fmt: skip
         out.append(fnd.measured(rat("speedup_measured"), r["speedup_measured"], "x", [r["source"]], **extra))
+        if r["gpu_busy_pct"] is not None:
+            out.append(fnd.measured(rat("gpu_busy_pct"), r["gpu_busy_pct"], "%", [r["source"]], k=r["k"]))
     if overhead is not None:
         out.append(fnd.measured(at("server_overhead_ms"), overhead, "ms", [r["source"] for r in run_rows]))
     for g in gain:
