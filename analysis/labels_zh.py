@@ -1134,11 +1134,11 @@ VERDICTS.update(
         "paid": "划算（超出离散）",
         "cost": "亏了（超出离散）",
         "within_spread": "在离散之内",
-        "capped": "被速率档封顶（两组在同一速率下全部达标）",
+        "capped": "被速率档封顶",
     }
 )
 LADDER_ARMS: dict[str, str] = {
-    "ladder-0-baseline": "0 默认配置（Q4_K_M，-np 256，CPU 采样，无前缀缓存，-b 2048 -ub 512）",
+    "ladder-0-baseline": "0 默认配置",
     "ladder-1-gpusampling": "1 + GPU 采样（-bs）",
     "ladder-2-slots": "2 + 槽位按容量定为 64（-np 64）",
     "ladder-3-f16": "3 + 权重换 F16",
@@ -1160,5 +1160,24 @@ FINDINGS.update(
         ("speculative", "server_overhead_ms"): "服务器每个投机步比算子时间多出的开销",
         ("speculative", "break_even_alpha_kernels"): "不亏的最低接受率（只算算子时间）",
         ("speculative", "break_even_alpha_server"): "不亏的最低接受率（按服务器实测的每步开销）",
+    }
+)
+_PREDICTED_QUANTITIES = {
+    "goodput_max_req_s": "最高有效吞吐",
+    "goodput_step_ratio": "这一步的有效吞吐倍数",
+    "saturation_req_s": "饱和速率",
+    "speedup_c1": "单流加速比",
+    "acceptance": "接受率",
+}
+_RATIO_AT = {"p50_ttft": "p50 TTFT", "p99_ttft": "p99 TTFT", "p50_itl": "p50 ITL", "p99_itl": "p99 ITL"}
+FINDINGS.update(
+    {
+        **{("ladder", f"predicted_{q}"): f"预测：{w}" for q, w in _PREDICTED_QUANTITIES.items()},
+        **{
+            ("ladder", f"predicted_{m}_ratio_at_{r}"): f"预测：{w} 在 {r} 请求/秒时 ÷ 上一组"
+            for m, w in _RATIO_AT.items()
+            for r in (3, 6, 10, 15)
+        },
+        **{("speculative", f"predicted_{q}"): f"预测：{w}" for q, w in _PREDICTED_QUANTITIES.items()},
     }
 )
