@@ -1,6 +1,6 @@
-"""Issue #26 on the committed H200 runs (analysis/reconcile/ladder.py, speculative.py): goodput, held rates and
-step verdicts of the deployment ladder recomputed by hand from requests.jsonl; the plan lines the predictions
-cite; the speculative runs' acceptance from the raw /metrics text and their speedup from the requests; the
+"""Issue #26 on the committed H200 runs (analysis/reconcile/ladder.py, speculative.py): goodput, held rates
+and step verdicts of the deployment ladder recomputed by hand from requests.jsonl; the plan lines the
+predictions cite; the speculative runs' acceptance from the raw /metrics text and their speedup from the requests; the
 step costs from llama-bench's own samples; the theory's formulas on hand-checkable numbers; collector.stepcost
 end to end with a stand-in llama-bench."""
 
@@ -22,10 +22,19 @@ from tests.by_hand import request_lines, ttft_ms
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "raw" / ladder.H200
-RUNS = (*ladder.ARMS, "ladder-0-baseline-r2", "spec-stepcost", "spec-off-f16", "spec-k3-f16", "spec-k3-a08-f16")
+RUNS = (
+    *ladder.ARMS,
+    "ladder-0-baseline-r2",
+    "spec-stepcost",
+    "spec-off-f16",
+    "spec-k3-f16",
+    "spec-k3-a08-f16",
+)
 SLO = {"ttft_ms": 1000.0, "itl_ms": 50.0}  # the ladder plans' [slo]
 
-pytestmark = pytest.mark.skipif(not (H200 / "ladder-3-f16").is_dir(), reason="the ladder runs are not in raw/")
+pytestmark = pytest.mark.skipif(
+    not (H200 / "ladder-3-f16").is_dir(), reason="the ladder runs are not in raw/"
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +121,16 @@ def test_step_verdict_rule():
 
 
 def test_every_prediction_cites_its_plan_line(lad, spec):
-    rows = [*lad.tables["ladder_predictions"].to_dict("records"), *spec.tables["spec_predictions"].to_dict("records")]
+    rows = [
+        *lad.tables["ladder_predictions"].to_dict("records"),
+        *spec.tables["spec_predictions"].to_dict("records"),
+    ]
     assert len(rows) >= 20
     for r in rows:
         path, line = re.match(r"^(.*):(\d+)$", r["plan"]).groups()
-        run = next(x for x in RUNS if f"/{x}/" in path or path.startswith(f"{x}/") or f"{x}/plan.toml" in path)
+        run = next(
+            x for x in RUNS if f"/{x}/" in path or path.startswith(f"{x}/") or f"{x}/plan.toml" in path
+        )
         text = (H200 / run / "plan.toml").read_text().splitlines()[int(line) - 1]
         assert text == f"# PREDICT {r['quantity']} {r['predicted_lo']:g} {r['predicted_hi']:g}"
 
@@ -152,7 +166,9 @@ def test_step_costs_are_llama_bench_medians(spec):
     for tag in (speculative.TARGET_TAG, speculative.DRAFT_TAG):
         for line in (H200 / "spec-stepcost" / f"llama-bench-{tag}.jsonl").read_text().splitlines():
             o = json.loads(line)
-            row = costs[(costs.model == tag) & (costs.tokens == o["n_prompt"]) & (costs.depth == o["n_depth"])]
+            row = costs[
+                (costs.model == tag) & (costs.tokens == o["n_prompt"]) & (costs.depth == o["n_depth"])
+            ]
             assert row.iloc[0].median_ms == pytest.approx(statistics.median(o["samples_ns"]) / 1e6, rel=1e-12)
 
 
