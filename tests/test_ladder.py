@@ -1,8 +1,8 @@
-"""Issue #26 on the committed H200 runs (analysis/reconcile/ladder.py, speculative.py): goodput, held rates
-and step verdicts of the deployment ladder recomputed by hand from requests.jsonl; the plan lines the
-predictions cite; the speculative runs' acceptance from the raw /metrics text and their speedup from the requests; the
-step costs from llama-bench's own samples; the theory's formulas on hand-checkable numbers; collector.stepcost
-end to end with a stand-in llama-bench."""
+"""Issue #26 on the committed H200 runs (analysis/reconcile/ladder.py, speculative.py): goodput, held
+rates and step verdicts of the deployment ladder recomputed by hand from requests.jsonl; the plan lines the
+predictions cite; the speculative runs' acceptance from the raw /metrics text and their speedup from the
+requests; the step costs from llama-bench's own samples; the theory's formulas on hand-checkable numbers;
+collector.stepcost end to end with a stand-in llama-bench."""
 
 from __future__ import annotations
 
