@@ -46,6 +46,7 @@ KS = tuple(range(1, 9))
 DRAFTED = "llamacpp:spec_decode_num_draft_tokens_total"
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+LLAMACPP_DEFAULT_DRAFT_MAX = 3  # llama-server --spec-draft-n-max's default (tools/server/README.md)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -138,7 +139,8 @@ def _spec_run(run: RunData) -> SpecRun | None:
     if tpot is None:
         return None
     args = list(plan.server.args)
-    k = int(_flag(args, "--spec-draft-n-max") or 0) if _flag(args, "-md") else 0
+    # llama.cpp drafts 3 tokens per step unless --spec-draft-n-max says otherwise
+    k = int(_flag(args, "--spec-draft-n-max") or LLAMACPP_DEFAULT_DRAFT_MAX) if _flag(args, "-md") else 0
     rates = _flag(args, "--spec-synth-rates")
     return SpecRun(run, k, float(rates.split(",")[0]) if rates else None, tpot, *_last_counters(run))
 
