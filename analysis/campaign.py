@@ -35,7 +35,9 @@ from collector.raw.store import RawStore, RunInfo, open_run, run_state, verify_r
 # Store bookkeeping that no parser covers: never measurement data.
 _STORE_FILES = {"run.json", "journal.jsonl", "manifest.json", "SEALED"}
 REQUESTS_FILE = "requests.jsonl"
-EXPERIMENT_PREFIX = "exp-"  # see is_experiment_run
+# see is_experiment_run: issue #15's one-knob experiments, issue #26's deployment ladder, speculative decoding
+# and slot-history runs
+EXPERIMENT_PREFIXES = ("exp-", "ladder-", "spec-", "slots-hist-")
 
 
 @dataclass
@@ -574,9 +576,9 @@ def load_campaign(
 
 
 def is_experiment_run(name: str) -> bool:
-    """The one rule that makes a run an experiment arm: its name starts with ``exp-`` (plans/*-exp-*.toml
-    name their runs so)."""
-    return name.startswith(EXPERIMENT_PREFIX)
+    """The one rule that makes a run an experiment arm: its name starts with one of ``EXPERIMENT_PREFIXES``
+    (plans/*-exp-*.toml, *-ladder-*, *-spec-* and *-slots-hist-* name their runs so)."""
+    return name.startswith(EXPERIMENT_PREFIXES)
 
 
 def campaign_names(raw_roots: Iterable[Path]) -> list[str]:

@@ -1233,3 +1233,56 @@ REFERENCE_STATUSES: dict[str, str] = {
     "na": "无法复现",
     "todo": "尚未核对",
 }
+# issue #26: the deployment ladder and speculative decoding (analysis/reconcile/ladder.py, speculative.py)
+VERDICTS.update(
+    {
+        "paid": "划算（超出离散）",
+        "cost": "亏了（超出离散）",
+        "within_spread": "在离散之内",
+        "capped": "被速率档封顶",
+    }
+)
+LADDER_ARMS: dict[str, str] = {
+    "ladder-0-baseline": "0 默认配置",
+    "ladder-1-gpusampling": "1 + GPU 采样（-bs）",
+    "ladder-2-slots": "2 + 槽位按容量定为 64（-np 64）",
+    "ladder-3-f16": "3 + 权重换 F16",
+    "ladder-4-prefixcache": "4 + 前缀缓存",
+    "ladder-5-batch": "5 + -b 256 -ub 256",
+}
+FINDINGS.update(
+    {
+        ("ladder", "goodput_max_req_s"): "最高有效吞吐（各速率点取最大，重复取平均）",
+        ("ladder", "held_rate_req_s"): "守住 SLO 的最高提供速率（≥ 90% 请求达标）",
+        ("ladder", "gpu_busy_pct"): "饱和时 GPU 忙碌比例（nvidia-smi utilization.gpu，6 请求/秒及以上）",
+        ("ladder", "goodput_step_ratio"): "这一步的有效吞吐倍数（本组 ÷ 上一组）",
+        ("ladder", "ladder_total_ratio"): "从默认到最后一步的有效吞吐倍数",
+        ("speculative", "target_step_1_ms"): "目标模型（7B F16）一步一个 token 的时间",
+        ("speculative", "target_step_2_over_1"): "目标模型一步两个 token ÷ 一步一个 token",
+        ("speculative", "draft_step_1_ms"): "草稿模型（0.5B F16）一步一个 token 的时间",
+        ("speculative", "speedup_measured"): "实测加速比（无草稿的 p50 TPOT ÷ 本组 p50 TPOT，单流）",
+        ("speculative", "gpu_busy_pct"): "GPU 忙碌比例（补全接口，闭环并发 1 与 4）",
+        ("speculative", "server_overhead_ms"): "服务器每个投机步比算子时间多出的开销",
+        ("speculative", "break_even_alpha_kernels"): "不亏的最低接受率（只算算子时间）",
+        ("speculative", "break_even_alpha_server"): "不亏的最低接受率（按服务器实测的每步开销）",
+    }
+)
+_PREDICTED_QUANTITIES = {
+    "goodput_max_req_s": "最高有效吞吐",
+    "goodput_step_ratio": "这一步的有效吞吐倍数",
+    "saturation_req_s": "饱和速率",
+    "speedup_c1": "单流加速比",
+    "acceptance": "接受率",
+}
+_RATIO_AT = {"p50_ttft": "p50 TTFT", "p99_ttft": "p99 TTFT", "p50_itl": "p50 ITL", "p99_itl": "p99 ITL"}
+FINDINGS.update(
+    {
+        **{("ladder", f"predicted_{q}"): f"预测：{w}" for q, w in _PREDICTED_QUANTITIES.items()},
+        **{
+            ("ladder", f"predicted_{m}_ratio_at_{r}"): f"预测：{w} 在 {r} 请求/秒时 ÷ 上一组"
+            for m, w in _RATIO_AT.items()
+            for r in (3, 6, 10, 15)
+        },
+        **{("speculative", f"predicted_{q}"): f"预测：{w}" for q, w in _PREDICTED_QUANTITIES.items()},
+    }
+)

@@ -31,6 +31,7 @@ from analysis.reconcile import (
     flops_phases,
     gates,
     kv,
+    ladder,
     length_costs,
     lengths,
     memory,
@@ -48,6 +49,7 @@ from analysis.reconcile import (
     roofline,
     selection,
     slo,
+    speculative,
     structure,
     structure_totals,
     theoryctx,
@@ -288,6 +290,8 @@ def _analyze_campaign(
         prefix_cache.run(campaign),
         experiments.run(campaign, ctx, th),
         model_size.run(campaign, ctx, th),  # issue #15 experiment 4
+        ladder.run(campaign, ctx),  # issue #26: the deployment ladder
+        speculative.run(campaign),  # issue #26: speculative decoding by its mechanism
         provenance.run(campaign.name, raw_roots),
         # issue #22: the reference study's claims in its own words
         point_details.run(campaign, ctx, th, points),

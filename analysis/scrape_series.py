@@ -126,3 +126,26 @@ def window_data(ts: Sequence[float], cols: dict[str, Sequence[float]], win: Wind
         first_row=idx.start,
         last_row=idx.stop - 1,
     )
+
+
+def gpu_busy_samples(records: Sequence[ScrapeRecord]) -> list[tuple[int, float]]:
+    """(start_mono_ns, utilization.gpu %) of every successful nvidia-smi sample (the sampler's ``tick``s):
+    the share of the last sample period in which a kernel ran on the GPU (nvidia-smi's definition). A sample
+    whose CSV lacks the column or holds no number is left out."""
+    out: list[tuple[int, float]] = []
+    for r in records:
+        if r.source != "nvidia-smi" or r.tag != "tick" or not r.ok or not r.text:
+            continue
+        lines = r.text.strip().splitlines()
+        if len(lines) < 2:
+            continue
+        head = [h.strip() for h in lines[0].split(",")]
+        col = next((i for i, h in enumerate(head) if h.startswith("utilization.gpu")), None)
+        vals = [v.strip() for v in lines[1].split(",")]
+        if col is None or col >= len(vals):
+            continue
+        try:
+            out.append((r.start_mono_ns, float(vals[col])))
+        except ValueError:
+            continue
+    return out

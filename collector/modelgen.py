@@ -668,6 +668,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="gguf only: where to write the HF config.json of the model (default: OUT with .config.json)",
     )
+    p.add_argument(
+        "--tokenizer-out",
+        type=Path,
+        default=None,
+        help="gguf only: also write the tokenizer as a tokenizer.json here (the chat endpoint decodes random "
+        "prompts to text with it: [workload] tokenizer)",
+    )
     a = p.parse_args(argv)
     shape = SHAPES[a.shape]
 
@@ -680,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
             out = write_gguf(a.out, shape, a.seed, a.dtype or "f16", progress=say)
             cfg = a.config_out or a.out.with_name(a.out.name.removesuffix(".gguf") + ".config.json")
             write_config(cfg, shape, torch_dtype="float16" if (a.dtype or "f16") == "f16" else "float32")
+            if a.tokenizer_out is not None:
+                _write_json(a.tokenizer_out, tokenizer_json(tokenizer_for(shape)))
+                say(f"wrote {a.tokenizer_out}")
             say(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB) and {cfg}")
         else:
             out = write_hf(a.out, shape, a.seed, a.dtype or "bf16", progress=say)

@@ -63,6 +63,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "collector/importer.py",
             "collector/inspect.py",
             "collector/ceilings.py",
+            "collector/stepcost.py",
             "collector/engines.py",
             "collector/init.py",
             "collector/preflight.py",

@@ -207,23 +207,15 @@ POOL_TABLE_LINES = {32: 27, 48: 28, 64: 29, 65: 30}
 POOL_FORMULA_LINES = {"residents": 14, "preemptions": 15, "onset": 16, "log": 21, "max_running": 24}
 
 # Experiments the campaign could not run, and why (labels_zh.REASONS codes): n/a findings, so the page says
-# so. Experiment 4 (model size) ran: analysis.reconcile.model_size.
+# so. Experiment 4 (model size) ran: analysis.reconcile.model_size. Speculative decoding (by its mechanism:
+# step costs, the theory, server runs at natural and synthetic acceptance) and llama.cpp's chunked prefill
+# (-b/-ub) ran in issue #26: analysis.reconcile.speculative and ladder, the campaign's ladder page.
 NOT_RUN: dict[str, tuple[tuple[str, str, str], ...]] = {
     H200: (
         (
             "two_gpus",
             "exp_not_run_two_gpus",
             "experiment 5 not run: no nvidia-h200-x2 machine was lent in the session",
-        ),
-        (
-            "speculative_decoding",
-            "exp_random_weights_acceptance",
-            "random weights: a draft model's acceptance rate says nothing about a real model's",
-        ),
-        (
-            "chunked_prefill",
-            "exp_vllm_gpu_out_of_reach",
-            "chunked-prefill tuning is a vLLM knob and vLLM on the GPU is out of reach here",
         ),
     ),
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from analysis.report import experiments_page, rates_page, reference_block, slo_page
+from analysis.report import experiments_page, ladder_page, rates_page, reference_block, slo_page
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page
 from analysis.report.results import CampaignResults
@@ -48,6 +48,7 @@ CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] =
         lambda c: _has_rows(c, "reproducibility") or _has_rows(c, "reproducibility_changes"),
     ),
     experiments_page.PAGE,  # issue #15
+    ladder_page.PAGE,  # issue #26
     ("gates", "campaign/gates.md.j2", lambda c: _has_rows(c, "gates")),
 )
 

@@ -44,6 +44,8 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         format_zh=zh.format_label,
         column_zh=lambda c: zh.COLUMNS.get(c, c),
         unit_zh=zh.unit_zh,
+        verdict_zh=lambda v: zh.VERDICTS.get(v, v),
+        ladder_arm_zh=lambda a: zh.LADDER_ARMS.get(a, a),
     )
     env.globals.update(
         markdown_table=markdown_table,
@@ -51,5 +53,6 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         file_anchor=file_anchor,
         series_label=zh.series_label,
         fmt_value=zh.fmt_value,
+        LADDER_ARMS=zh.LADDER_ARMS,
     )
     return env

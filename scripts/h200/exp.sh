@@ -24,6 +24,13 @@
 #
 # The work dir ($W) lives OUTSIDE .device-carry, which each call's carry replaces: .engines/ at the device
 # checkout's root, reached through a link .engines -> ../../.engines made here each call.
+#
+# Issue #26 added: the 0.5B shape beside the 7B one (the speculative draft; never quantized), each shape's
+# tokenizer.json beside its GGUF (the chat endpoint decodes random prompts to text with it), llama-bench in the
+# build, a stepcost:RUN word (collector.stepcost: llama-bench step costs of the 7B F16 target and the 0.5B F16
+# draft, STEPCOST_* below), and the runs of one call packed into ONE archive $OUT/runs-<time>.tar (split into
+# .partNN above PART_BYTES; each member is the usual <run>.tar.gz), so a call may bring back more than 8 runs:
+# here, `tar -xf` it and give the members to unpack.py.
 set -euo pipefail
 
 # root (the repository, the working directory from here on), $OUT (made, absolute), step/record/summary/on_exit,
@@ -42,9 +49,10 @@ PY=${PYTHON:-python3}
 SITE=${WHEEL_SITE:-/tmp/site}
 CALL_LIMIT_S=${CALL_LIMIT_S:-585}
 PACK_RESERVE_S=${PACK_RESERVE_S:-35}
-SHAPES=${SHAPES:-qwen2.5-7b}
-Q4_LATER=${Q4_LATER:-}
+SHAPES=${SHAPES:-qwen2.5-7b qwen2.5-0.5b}
+Q4_LATER=${Q4_LATER:-qwen2.5-0.5b}   # the draft stays F16
 f16_of() { echo "$W/models/$1-random-f16.gguf"; }
+tok_of() { echo "$W/models/$1-random.tokenizer.json"; }
 q4_of() { echo "$W/models/$1-random-q4_k_m.gguf"; }
 SERVER_BIN=$W/bin/llama-server
 export PYTHONUNBUFFERED=1
@@ -57,11 +65,45 @@ declare -A EST=(
   [exp-kvf16-q4km]=95 [exp-kvq8-q4km]=95 [exp-kvq4-q4km]=95 [exp-kvf16-q4km-r2]=95
   [exp-slots-np256-f16]=90 [exp-slots-np64-f16]=90 [exp-sampling-backend-f16]=80
   [quantize:qwen2.5-14b]=150 [quantize:qwen2.5-7b]=75 [gen:qwen2.5-7b]=150
+  # issue #26: open-loop ladder arms (4 rates, <= 12 s of sends each + drain; the CPU-sampling arms drain an
+  # overload), the speculative runs (c=1 and c=4, 256 tokens), the slot-history runs, the step costs
+  [ladder-0-baseline]=110 [ladder-1-gpusampling]=95 [ladder-2-slots]=90 [ladder-3-f16]=80
+  [ladder-4-prefixcache]=80 [ladder-5-batch]=80 [ladder-0-baseline-r2]=110 [ladder-3-f16-r2]=80
+  [ladder-4-prefixcache-r2]=80 [ladder-5-batch-r2]=80
+  [spec-off-f16]=30 [spec-k3-f16]=35 [spec-k8-f16]=40 [spec-k3-a08-f16]=30 [spec-k8-a08-f16]=30
+  [slots-hist-np64-q4km]=80 [slots-hist-np256-q4km]=80
+  [stepcost:spec-stepcost]=60
 )
+# collector.stepcost's grid: tokens per step 1..9 (k + 1 for k = 0..8 drafted tokens at one stream) and the
+# token counts of 4 and 16 streams verifying k + 1 each; two KV depths; the 0.5B draft on the same grid
+STEPCOST_TOKENS=${STEPCOST_TOKENS:-1,2,3,4,5,6,7,8,9,12,16,20,24,28,32,36,48,64,80,96,112,128,144}
+STEPCOST_DEPTHS=${STEPCOST_DEPTHS:-512,4096}
+STEPCOST_REPS=${STEPCOST_REPS:-4}
 EST_SIZE_RUN=40   # an exp-size-* run: one slot, 2 + 4 requests of 256 tokens (the 14B load time included)
 
-SUMMARY_WIDTH=34 PACK_GZIP=6 LLAMA_BUILD_FLAGS=(--cuda)
+SUMMARY_WIDTH=34 PACK_GZIP=6 LLAMA_BUILD_FLAGS=(--cuda --bench)
+[[ $W == /* ]] && PACK_DIR=$W || PACK_DIR=$root/$W
+PACK_DIR+=/pack-$(date -u +%H%M%S)   # this call's <run>.tar.gz files, bundled at exit
 start_log "$OUT/exp.log"
+
+bundle_out() {  # every run this call packed, as ONE $OUT/runs-<time>.tar (+ .partNN above PART_BYTES)
+  [[ -d $PACK_DIR ]] && compgen -G "$PACK_DIR/*" >/dev/null || return 0
+  local tarball=$OUT/runs-$(basename "$PACK_DIR").tar size
+  tar -C "$PACK_DIR" -cf "$tarball" .
+  size=$(stat -c %s "$tarball")
+  if ((size > PART_BYTES)); then
+    split -b "$PART_BYTES" -d -a 2 "$tarball" "$tarball.part"
+    rm -f "$tarball"
+  fi
+  echo "bundled $(find "$PACK_DIR" -type f | wc -l) archive(s), $size bytes, into $(basename "$tarball")"
+}
+exp_exit() {
+  local rc=$?
+  bundle_out || echo "bundle_out FAILED: the packed runs stay in $PACK_DIR on this machine"
+  (exit "$rc")
+  on_exit
+}
+trap exp_exit EXIT
 
 gpu_state() {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.mem,power.draw,power.limit --format=csv
@@ -81,13 +123,14 @@ measure_ceilings() {  # JSON only (no run folder: the campaign has its ceilings 
 }
 
 llama_built() {
-  [[ -x $SERVER_BIN && -x $W/bin/llama-quantize && -f $W/bin/STAMP ]] && [[ $(cat "$W/bin/STAMP") == "$(build_stamp)" ]]
+  [[ -x $SERVER_BIN && -x $W/bin/llama-quantize && -x $W/bin/llama-bench && -f $W/bin/STAMP ]] && [[ $(cat "$W/bin/STAMP") == "$(build_stamp)" ]]
 }
 generate_f16() {  # generate_f16 SHAPE
   local f16
   f16=$(f16_of "$1")
   if [[ -f $f16 || -f $(q4_of "$1") ]]; then echo "generated earlier in this lease: $1"; return; fi
-  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m collector.modelgen --shape "$1" --format gguf --seed 0 --out "$f16"
+  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m collector.modelgen --shape "$1" --format gguf --seed 0 --out "$f16" \
+    --tokenizer-out "$(tok_of "$1")"
 }
 build_and_generate() {  # every shape in its own process beside the build (numpy draws on one core each)
   mkdir -p "$W/models" "$W/logs"
@@ -144,6 +187,15 @@ directive() {  # gen:SHAPE, quantize:SHAPE or drop:SHAPE-f16 in the run list: 0 
       [[ -f $(q4_of "$shape") ]] && { echo "$word: done earlier in this lease"; return 0; }
       if ((budget < est)); then NOTES+=("$word NOT started: ${budget} s left < estimate ${est} s"); return 1; fi
       step "$word" quantize_q4 "$shape" ;;
+    stepcost:*)
+      local name=${word#stepcost:}
+      [[ -d $RAW/$CAMPAIGN/$name ]] && { echo "$word: done earlier in this lease"; return 0; }
+      if ((budget < est)); then NOTES+=("$word NOT started: ${budget} s left < estimate ${est} s"); return 1; fi
+      step "$word" "$PY" -m collector.stepcost --bench "$W/bin/llama-bench" \
+        --model "target-7b-f16=$(f16_of qwen2.5-7b)" --model "draft-0.5b-f16=$(f16_of qwen2.5-0.5b)" \
+        --tokens "$STEPCOST_TOKENS" --depths "$STEPCOST_DEPTHS" --repetitions "$STEPCOST_REPS" \
+        --raw "$RAW" --campaign "$CAMPAIGN" --run "$name" || NOTES+=("$word failed (exit $?)")
+      [[ -d $RAW/$CAMPAIGN/$name ]] && pack_runs "$RAW/$CAMPAIGN/$name" ;;
     drop:*-f16)
       shape=${word#drop:}
       shape=${shape%-f16}
@@ -184,10 +236,6 @@ run_one() {  # run_one RUN: 0 = ran or skipped, 1 = did not fit (stop the list)
   [[ $run == *:* ]] && { directive "$run"; return; }
   [[ -f $plan ]] || { NOTES+=("$run: no plan $plan"); return 0; }
   if [[ -d $RAW/$CAMPAIGN/$run ]]; then echo "$run: done earlier in this lease"; return 0; fi
-  if (($(find "$OUT" -maxdepth 1 -type f | wc -l) >= 8)); then  # the device returns 8 files a call
-    NOTES+=("$run NOT started: \$OUT holds 8 files already; send the same command again")
-    return 1
-  fi
   local est=${EST[$run]:-120}
   [[ $run == exp-size-* ]] && est=${EST[$run]:-$EST_SIZE_RUN}
   local budget=$((CALL_LIMIT_S - PACK_RESERVE_S - SECONDS))

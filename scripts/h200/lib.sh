@@ -81,8 +81,9 @@ stop_leftover_servers() {
 }
 
 # ------------------------------------------------------------------------------------------------ packing
-pack_runs() {  # pack_runs RUN_DIR...: one <run>.tar.gz per run in $OUT, split into .partNN above PART_BYTES
-  local d
+pack_runs() {  # pack_runs RUN_DIR...: one <run>.tar.gz per run in $OUT (or PACK_DIR), split into .partNN above PART_BYTES
+  local d dest=${PACK_DIR:-$OUT}
+  mkdir -p "$dest"
   for d in "$@"; do
     d=${d%/}
     [[ -f $d/run.json ]] || { echo "pack: $d is not a run (no run.json)" >&2; return 1; }
@@ -91,7 +92,7 @@ pack_runs() {  # pack_runs RUN_DIR...: one <run>.tar.gz per run in $OUT, split i
     run=$(basename "$d")
     campaign=$(basename "$(dirname "$d")")
     rawroot=$(dirname "$(dirname "$d")")
-    tarball=$OUT/$run.tar.gz
+    tarball=$dest/$run.tar.gz
     [[ ! -e $tarball && ! -e $tarball.part00 ]] || { echo "pack: $tarball exists already" >&2; return 1; }
     tar -C "$rawroot" --sort=name --owner=0 --group=0 --numeric-owner -cf - "$campaign/$run" | gzip "-${PACK_GZIP:-9}" >"$tarball.tmp"
     size=$(stat -c %s "$tarball.tmp")
@@ -104,6 +105,7 @@ pack_runs() {  # pack_runs RUN_DIR...: one <run>.tar.gz per run in $OUT, split i
       echo "packed $campaign/$run: $size bytes ($(du -sb "$d" | cut -f1) unpacked)"
     fi
   done
+  [[ -z ${PACK_DIR:-} ]] || return 0  # exp.sh bundles PACK_DIR into one archive at the end (bundle_out)
   local n
   n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
   if ((n > MAX_OUT_FILES)); then
