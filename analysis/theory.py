@@ -6,8 +6,13 @@ One small function per formula; each docstring states the formula and its units.
     H  num_attention_heads    K  num_key_value_heads     d  head_dim
     V  vocab_size             b  bytes per element/parameter
 
-Layers are the dense decoder block transformers builds for ``qwen2``/``llama``/``mistral``/``qwen3``:
-RMSNorm -> q/k/v/o projections -> RMSNorm -> SwiGLU MLP (gate, up, down).
+    E  routed experts         k  experts per token       I_e  expert intermediate size
+    r  kv_lora_rank (MLA)     W  a layer's attention window (None: full attention)
+
+Layers are the decoder block transformers builds for the model type: RMSNorm -> attention -> RMSNorm ->
+gated MLP (gate, up, down). Attention is grouped-query (q/k/v/o) or latent (MLA: DeepSeek-V2/V3); the MLP is
+dense or a mixture of experts (a router, E experts of which k run per token, optional shared experts);
+Gemma 2 adds a norm before and after the MLP; a layer may attend over a window of the last W tokens only.
 """
 
 from __future__ import annotations
@@ -96,42 +101,184 @@ def final_norm_params(cfg: ModelConfig) -> int:
     return cfg.hidden_size
 
 
-def params_per_layer_by_component(cfg: ModelConfig) -> dict[str, int]:
-    """One decoder layer's parameters by component (HF module names), in forward order."""
-    parts = {
-        "input_layernorm": input_layernorm_params(cfg),
+def sandwich_norm_params(cfg: ModelConfig) -> int:
+    """Each of Gemma 2's extra RMSNorms around the MLP (pre_feedforward_layernorm,
+    post_feedforward_layernorm), per layer: h gains; 0 elsewhere."""
+    return cfg.hidden_size if cfg.sandwich_norms else 0
+
+
+def attention_sink_params(cfg: ModelConfig) -> int:
+    """gpt-oss's learned attention sinks, per layer: H logits (one per head); 0 elsewhere."""
+    return cfg.num_attention_heads if cfg.attention_sinks else 0
+
+
+def mla_params_by_component(cfg: ModelConfig) -> dict[str, int]:
+    """One latent-attention layer's parameters (DeepSeek-V2/V3, HF module names), with d_qk = d_nope + d_rope:
+
+    q_proj h·H·d_qk, or with a query latent r_q: q_a_proj h·r_q + q_a_layernorm r_q + q_b_proj r_q·H·d_qk;
+    kv_a_proj_with_mqa h·(r + d_rope) (the latent and the shared rotary key); kv_a_layernorm r;
+    kv_b_proj r·H·(d_nope + d_v) (rebuilds K and V per head); o_proj H·d_v·h.
+    """
+    assert cfg.mla is not None
+    m, h, heads = cfg.mla, cfg.hidden_size, cfg.num_attention_heads
+    d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.q_lora_rank:
+        parts = {
+            "q_a_proj": h * m.q_lora_rank,
+            "q_a_layernorm": m.q_lora_rank,
+            "q_b_proj": m.q_lora_rank * heads * d_qk,
+        }
+    else:
+        parts = {"q_proj": h * heads * d_qk}
+    parts["kv_a_proj_with_mqa"] = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+    parts["kv_a_layernorm"] = m.kv_lora_rank
+    parts["kv_b_proj"] = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+    parts["o_proj"] = heads * m.v_head_dim * h
+    return parts
+
+
+def attention_params_by_component(cfg: ModelConfig) -> dict[str, int]:
+    """One layer's attention parameters by component: q/k/v/o projections, or MLA's
+    (``mla_params_by_component``)."""
+    if cfg.mla is not None:
+        return mla_params_by_component(cfg)
+    return {
         "q_proj": q_proj_params(cfg),
         "k_proj": k_proj_params(cfg),
         "v_proj": v_proj_params(cfg),
         "o_proj": o_proj_params(cfg),
-        "post_attention_layernorm": post_attention_layernorm_params(cfg),
-        "gate_proj": gate_proj_params(cfg),
-        "up_proj": up_proj_params(cfg),
-        "down_proj": down_proj_params(cfg),
     }
+
+
+def expert_params(cfg: ModelConfig) -> int:
+    """One routed expert (a gated MLP of width I_e), parameters: 3 × h × I_e, + 2·I_e + h biases where the
+    experts carry them (gpt-oss's gate_up and down biases)."""
+    assert cfg.moe is not None
+    width, h = cfg.moe.expert_intermediate_size, cfg.hidden_size
+    return 3 * h * width + ((2 * width + h) if cfg.moe.expert_bias else 0)
+
+
+def router_params(cfg: ModelConfig) -> int:
+    """The router (gate) of one MoE layer, parameters: E × h, + E bias (gpt-oss's router bias, DeepSeek-V3's
+    e_score_correction_bias)."""
+    assert cfg.moe is not None
+    e = cfg.moe.num_experts
+    return e * cfg.hidden_size + (e if cfg.moe.router_bias else 0)
+
+
+def shared_experts_params(cfg: ModelConfig) -> int:
+    """The always-run shared experts of one MoE layer (DeepSeek), parameters: 3 × h × I_s (I_s = their
+    total width, n_shared_experts × I_e)."""
+    assert cfg.moe is not None
+    return 3 * cfg.hidden_size * cfg.moe.shared_intermediate_size
+
+
+def dense_mlp_layers(cfg: ModelConfig) -> int:
+    """Layers with a dense MLP (width I), layers: L − MoE layers (DeepSeek's first_k_dense_replace)."""
+    return cfg.num_hidden_layers - (cfg.moe.moe_layers if cfg.moe else 0)
+
+
+def layer_component_counts(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+    """Each layer component (HF module names, forward order) as (parameters in one layer that has it, layers
+    that have it). Dense models: every component in all L layers."""
+    n_layers = cfg.num_hidden_layers
+    parts: dict[str, tuple[int, int]] = {"input_layernorm": (input_layernorm_params(cfg), n_layers)}
+    parts |= {k: (v, n_layers) for k, v in attention_params_by_component(cfg).items()}
+    parts["post_attention_layernorm"] = (post_attention_layernorm_params(cfg), n_layers)
+    if cfg.sandwich_norms:
+        parts["pre_feedforward_layernorm"] = (sandwich_norm_params(cfg), n_layers)
+        parts["post_feedforward_layernorm"] = (sandwich_norm_params(cfg), n_layers)
+    dense = dense_mlp_layers(cfg)
+    if dense:
+        parts |= {
+            "gate_proj": (gate_proj_params(cfg), dense),
+            "up_proj": (up_proj_params(cfg), dense),
+            "down_proj": (down_proj_params(cfg), dense),
+        }
+    if cfg.moe is not None:
+        parts["router"] = (router_params(cfg), cfg.moe.moe_layers)
+        parts["experts"] = (cfg.moe.num_experts * expert_params(cfg), cfg.moe.moe_layers)
+        if cfg.moe.shared_intermediate_size:
+            parts["shared_experts"] = (shared_experts_params(cfg), cfg.moe.moe_layers)
     if cfg.qk_norm:
-        parts["qk_norm"] = qk_norm_params(cfg)
+        parts["qk_norm"] = (qk_norm_params(cfg), n_layers)
+    if cfg.attention_sinks:
+        parts["sinks"] = (attention_sink_params(cfg), n_layers)
     return parts
 
 
+def params_per_layer_by_component(cfg: ModelConfig) -> dict[str, int]:
+    """One decoder layer's parameters by component (HF module names), in forward order; where layers differ
+    (DeepSeek's dense first layers) each component as in a layer that has it (``layer_component_counts``)."""
+    return {k: per for k, (per, _) in layer_component_counts(cfg).items()}
+
+
 def params_per_layer(cfg: ModelConfig) -> int:
-    """Parameters in one decoder layer: the sum of its components."""
-    return sum(params_per_layer_by_component(cfg).values())
+    """Parameters in one decoder layer: the sum of its components; where layers differ, the mean
+    (Σ layer parameters ÷ L, rounded)."""
+    counts = layer_component_counts(cfg)
+    return round(sum(per * n for per, n in counts.values()) / cfg.num_hidden_layers)
 
 
 def params_by_component(cfg: ModelConfig) -> dict[str, int]:
-    """Whole-model parameters by component: layer components × L, plus embeddings, final norm, lm_head."""
+    """Whole-model parameters by component: each layer component × the layers that have it, plus
+    embeddings, final norm, lm_head."""
     whole = {"embed_tokens": embed_tokens_params(cfg)}
-    for name, count in params_per_layer_by_component(cfg).items():
-        whole[name] = count * cfg.num_hidden_layers
+    for name, (per, layers) in layer_component_counts(cfg).items():
+        whole[name] = per * layers
     whole["norm"] = final_norm_params(cfg)
     whole["lm_head"] = lm_head_params(cfg)
     return whole
 
 
 def params_total(cfg: ModelConfig) -> int:
-    """All parameters: V·h (embeddings) + L × per-layer + h (final norm) + V·h unless tied (lm_head)."""
+    """All parameters: V·h (embeddings) + Σ layer components + h (final norm) + V·h unless tied (lm_head);
+    with experts, every expert counts (resident parameters)."""
     return sum(params_by_component(cfg).values())
+
+
+def params_idle_experts_per_token(cfg: ModelConfig) -> int:
+    """Routed-expert parameters one token does not use, parameters: (E − k) × expert params × MoE layers;
+    0 for a dense model."""
+    if cfg.moe is None:
+        return 0
+    return (cfg.moe.num_experts - cfg.moe.experts_per_token) * expert_params(cfg) * cfg.moe.moe_layers
+
+
+def params_active(cfg: ModelConfig, *, count_embedding: bool = True) -> int:
+    """Parameters one token uses ("active"), parameters: total − (E − k) × expert params × MoE layers, less
+    the embedding table V·h when ``count_embedding`` is false (it is gathered one row per token, not
+    multiplied; a tied table stays: it is the lm_head too).
+
+    Publishers differ here: Qwen3-30B-A3B's and Mixtral's active figures include the embedding table,
+    gpt-oss's (the model card says so) and DeepSeek's (V2-Lite, V3) leave it out; the lm_head is in all.
+    """
+    active = params_total(cfg) - params_idle_experts_per_token(cfg)
+    if not count_embedding and not cfg.tie_word_embeddings:
+        active -= embed_tokens_params(cfg)
+    return active
+
+
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: int) -> float:
+    """Expected distinct experts one MoE layer runs for a step of B tokens, experts: E × (1 − (1 − k/E)^B).
+
+    Under uniform, independent routing a token picks a given expert with probability k/E (k distinct of E),
+    so all B tokens miss it with probability (1 − k/E)^B: the occupancy expectation (each expert is an urn
+    that B draws of k leave empty or not). B = 1 gives k; large B tends to E (every expert resident is read).
+    Real routers are skewed, which touches fewer distinct experts than this.
+    """
+    e, k = num_experts, experts_per_token
+    return e * (1.0 - (1.0 - k / e) ** tokens)
+
+
+def layer_params_read_per_step(cfg: ModelConfig, batch: int = 1) -> float:
+    """Layer weights a decode step of B sequences reads, parameters: all layer parameters − (E − experts
+    touched at B) × expert params × MoE layers (``expected_experts_touched``); a dense model reads them all."""
+    layers = sum(per * n for per, n in layer_component_counts(cfg).values())
+    if cfg.moe is None:
+        return float(layers)
+    touched = expected_experts_touched(cfg.moe.num_experts, cfg.moe.experts_per_token, batch)
+    return layers - (cfg.moe.num_experts - touched) * expert_params(cfg) * cfg.moe.moe_layers
 
 
 def shares(counts: dict[str, int]) -> dict[str, float]:
@@ -177,17 +324,43 @@ def kv_bytes_per_element(kv_dtype: str) -> float:
 
 
 def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
-    """KV cache per token, bytes: 2 (K and V) × L × K × d × b."""
-    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * kv_bytes_per_element(kv_dtype)
+    """KV cache per token, bytes: L × KV bytes per layer per token (``kv_bytes_per_layer_per_token``):
+    2 (K and V) × L × K × d × b, or L × (r + d_rope) × b with latent attention. With windowed layers this
+    is the cost of a token while the context is within every window (``kv_bytes_per_sequence`` caps it)."""
+    return cfg.num_hidden_layers * kv_bytes_per_layer_per_token(cfg, kv_dtype)
+
+
+def attended_tokens_sum(cfg: ModelConfig, context_tokens: int) -> int:
+    """Cached tokens the layers attend over at context T, summed over layers, tokens: Σ_l min(T, W_l)
+    (W_l = ∞ for full attention): L × T without windows."""
+    if not cfg.layer_windows:
+        return cfg.num_hidden_layers * context_tokens
+    return sum(context_tokens if w is None else min(context_tokens, w) for w in cfg.layer_windows)
+
+
+def kv_bytes_per_sequence(cfg: ModelConfig, context_tokens: int, kv_dtype: str = "bf16") -> float:
+    """KV bytes one sequence of T tokens holds (and a decode step reads), bytes: Σ_l min(T, W_l) × KV bytes
+    per layer per token — a sliding-window layer keeps only its last W tokens (Gemma 2 and gpt-oss
+    alternate windowed and full layers). T × KV bytes/token without windows."""
+    return attended_tokens_sum(cfg, context_tokens) * kv_bytes_per_layer_per_token(cfg, kv_dtype)
 
 
 def kv_bytes_per_token_mha(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
-    """KV cache per token had every query head its own K/V (full multi-head), bytes: 2 × L × H × d × b."""
-    return 2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim * kv_bytes_per_element(kv_dtype)
+    """KV cache per token had every query head its own K/V (full multi-head), bytes: 2 × L × H × d × b, or
+    L × H × (d_qk + d_v) × b for latent attention (the K and V heads MLA rebuilds from its latent)."""
+    b = kv_bytes_per_element(kv_dtype)
+    if cfg.mla is not None:
+        m = cfg.mla
+        per_head = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+        return cfg.num_hidden_layers * cfg.num_attention_heads * per_head * b
+    return 2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim * b
 
 
 def gqa_factor(cfg: ModelConfig) -> float:
-    """Grouped-query saving, dimensionless: H / K = MHA KV bytes ÷ GQA KV bytes."""
+    """KV saving of grouped-query (or latent) attention, dimensionless: MHA KV bytes ÷ this model's KV
+    bytes; H / K for grouped-query attention."""
+    if cfg.mla is not None:
+        return kv_bytes_per_token_mha(cfg) / kv_bytes_per_token(cfg)
     return cfg.num_attention_heads / cfg.num_key_value_heads
 
 
@@ -196,22 +369,43 @@ def gqa_factor(cfg: ModelConfig) -> float:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def matmul_params_per_layer(cfg: ModelConfig) -> int:
-    """Weights that take part in a matmul, per layer: h·H·d + 2·h·K·d + H·d·h + 3·h·I.
+def attention_matmul_params_per_layer(cfg: ModelConfig) -> int:
+    """Attention weights a token multiplies in one layer: h·H·d + 2·h·K·d + H·d·h (q, k, v, o), or MLA's
+    projections (``mla_params_by_component`` without its norms)."""
+    if cfg.mla is not None:
+        return sum(v for k, v in mla_params_by_component(cfg).items() if not k.endswith("layernorm"))
+    return cfg.hidden_size * cfg.head_dim * (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
+
+
+def matmul_params_per_token(cfg: ModelConfig) -> int:
+    """Weights one token multiplies through all layers, parameters: L × attention matmuls + dense layers ×
+    3·h·I + MoE layers × (E·h router + k × 3·h·I_e + 3·h·I_s shared).
 
     Biases and norm gains are element-wise (≈ h FLOPs each), not matmuls, and are left out.
     """
-    attn = cfg.hidden_size * cfg.head_dim * (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads)
-    return attn + 3 * cfg.hidden_size * cfg.intermediate_size
+    total = cfg.num_hidden_layers * attention_matmul_params_per_layer(cfg)
+    total += dense_mlp_layers(cfg) * 3 * cfg.hidden_size * cfg.intermediate_size
+    if cfg.moe is not None:
+        h, m = cfg.hidden_size, cfg.moe
+        per_layer = m.num_experts * h + 3 * h * (m.experts_per_token * m.expert_intermediate_size)
+        total += m.moe_layers * (per_layer + 3 * h * m.shared_intermediate_size)
+    return total
+
+
+def matmul_params_per_layer(cfg: ModelConfig) -> int:
+    """Weights that take part in a matmul, per layer: h·H·d + 2·h·K·d + H·d·h + 3·h·I for a dense layer;
+    where layers differ, the mean (``matmul_params_per_token`` ÷ L, rounded)."""
+    return round(matmul_params_per_token(cfg) / cfg.num_hidden_layers)
 
 
 def flops_per_token_matmul(cfg: ModelConfig) -> int:
-    """Weight FLOPs per token through the layers, FLOPs: 2 × L × matmul_params_per_layer.
+    """Weight FLOPs per token through the layers, FLOPs: 2 × matmul_params_per_token (only the k routed
+    experts a token runs).
 
     The embedding lookup is a gather (no FLOPs); the lm_head is counted separately
     (``flops_per_token_lm_head``) because only positions whose logits are needed pay it.
     """
-    return 2 * cfg.num_hidden_layers * matmul_params_per_layer(cfg)
+    return 2 * matmul_params_per_token(cfg)
 
 
 def flops_per_token_lm_head(cfg: ModelConfig) -> int:
@@ -223,24 +417,36 @@ def flops_per_token_lm_head(cfg: ModelConfig) -> int:
     return 2 * cfg.vocab_size * cfg.hidden_size
 
 
+def attention_flops_per_context_token_per_layer(cfg: ModelConfig) -> int:
+    """Attention-kernel FLOPs one query spends on one cached token in one layer, FLOPs: 2·H·(d_qk + d_v)
+    (QKᵀ and PV per head): 4·H·d for grouped-query attention; MLA's un-absorbed heads have d_qk = d_nope +
+    d_rope, d_v = v_head_dim."""
+    if cfg.mla is not None:
+        m = cfg.mla
+        return 2 * cfg.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+    return 4 * cfg.num_attention_heads * cfg.head_dim
+
+
 def attention_flops_prefill(cfg: ModelConfig, prompt_tokens: int) -> int:
-    """Attention-kernel FLOPs to prefill S tokens: 4 × S² × L × H × d (QKᵀ 2·S²·d + PV 2·S²·d per head).
+    """Attention-kernel FLOPs to prefill S tokens: 2·H·(d_qk + d_v) × S × Σ_l min(S, W_l) = 4 × S² × L × H ×
+    d without windows (QKᵀ 2·S²·d + PV 2·S²·d per head); a windowed layer's queries see at most W keys.
 
     Full S×S square, no causal halving: that is what vLLM's MFU counters (``vllm/v1/metrics/perf.py``,
     attn_qk + attn_av = 4·H·d·L·Σ tokens×context) count, so theory and the server's own counter agree.
     The causal mask makes half of it useful work: halve it for "useful" FLOPs.
     """
     s = prompt_tokens
-    return 4 * s * s * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+    return attention_flops_per_context_token_per_layer(cfg) * s * attended_tokens_sum(cfg, s)
 
 
 def attention_flops_decode_per_token(cfg: ModelConfig, context_tokens: int) -> int:
-    """Attention-kernel FLOPs for one new token at context T: 4 × T × L × H × d (scores + weighted sum)."""
-    return 4 * context_tokens * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+    """Attention-kernel FLOPs for one new token at context T: 2·H·(d_qk + d_v) × Σ_l min(T, W_l) = 4 × T × L
+    × H × d without windows (scores + weighted sum)."""
+    return attention_flops_per_context_token_per_layer(cfg) * attended_tokens_sum(cfg, context_tokens)
 
 
 def flops_prefill(cfg: ModelConfig, prompt_tokens: int) -> int:
-    """Prefill FLOPs for one prompt of S tokens: S × 2·L·matmul + 2·V·h (last position) + 4·S²·L·H·d."""
+    """Prefill FLOPs for one prompt of S tokens: S × 2·matmul + 2·V·h (last position) + attention(S)."""
     return (
         prompt_tokens * flops_per_token_matmul(cfg)
         + flops_per_token_lm_head(cfg)
@@ -249,12 +455,22 @@ def flops_prefill(cfg: ModelConfig, prompt_tokens: int) -> int:
 
 
 def flops_decode_per_token(cfg: ModelConfig, context_tokens: int) -> int:
-    """FLOPs for one decoded token at context T: 2·L·matmul + 2·V·h + 4·T·L·H·d."""
+    """FLOPs for one decoded token at context T: 2·matmul + 2·V·h + attention(T)."""
     return (
         flops_per_token_matmul(cfg)
         + flops_per_token_lm_head(cfg)
         + attention_flops_decode_per_token(cfg, context_tokens)
     )
+
+
+def capped_context_sum(prompt_tokens: int, steps: int, window: int | None) -> int:
+    """Σ_{k=1}^{n} min(S + k, W), tokens: the keys one layer attends over in n decode steps after a prompt
+    of S; n·S + n(n+1)/2 without a window (W = None)."""
+    s, n = prompt_tokens, steps
+    if window is None or s + n <= window:
+        return n * s + n * (n + 1) // 2
+    m = max(0, min(n, window - s))  # steps still inside the window
+    return m * s + m * (m + 1) // 2 + (n - m) * window
 
 
 def request_flops(cfg: ModelConfig, input_tokens: int, output_tokens: int) -> int:
@@ -264,15 +480,17 @@ def request_flops(cfg: ModelConfig, input_tokens: int, output_tokens: int) -> in
     The prefill emits the first token; each later token is one decode step at context S + k (the k-th
     generated token's own position is not yet cached). This is what vLLM's MFU counter
     (``estimated_flops_per_gpu_total``) counts: it agrees to 0.01 % on the reference campaign at
-    concurrency 1. The decode sum is closed-form: (O−1)·(2·L·matmul + 2·V·h) + 4·L·H·d·Σ(S+k).
+    concurrency 1. The decode sum is closed-form: (O−1)·(2·matmul + 2·V·h) + 2·H·(d_qk + d_v) × Σ_l
+    ``capped_context_sum``(S, O−1, W_l).
     """
     s, o = input_tokens, output_tokens
     total = flops_prefill(cfg, s)
     if o > 1:
         n = o - 1
         per_step_fixed = flops_per_token_matmul(cfg) + flops_per_token_lm_head(cfg)
-        context_sum = n * s + n * (n + 1) // 2  # Σ_{k=1}^{n} (S + k)
-        total += n * per_step_fixed + attention_flops_decode_per_token(cfg, 1) * context_sum
+        windows = cfg.layer_windows or (None,) * cfg.num_hidden_layers
+        context_sum = sum(capped_context_sum(s, n, w) for w in windows)
+        total += n * per_step_fixed + attention_flops_per_context_token_per_layer(cfg) * context_sum
     return total
 
 
@@ -281,7 +499,7 @@ def attention_overtakes_weights_at_tokens(cfg: ModelConfig) -> int:
     ceil((2·L·matmul + 2·V·h) / (4·L·H·d)). The lm_head is included because every decode step pays it.
     """
     weights = flops_per_token_matmul(cfg) + flops_per_token_lm_head(cfg)
-    return math.ceil(weights / (4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim))
+    return math.ceil(weights / attention_flops_decode_per_token(cfg, 1))
 
 
 def attention_overtakes_weights_prefill_at_tokens(cfg: ModelConfig) -> int:
@@ -290,9 +508,7 @@ def attention_overtakes_weights_prefill_at_tokens(cfg: ModelConfig) -> int:
     the engine's full-square counter says so; the useful work crosses at twice this
     (``attention_overtakes_weights_prefill_causal_at_tokens``).
     """
-    return math.ceil(
-        flops_per_token_matmul(cfg) / (4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim)
-    )
+    return math.ceil(flops_per_token_matmul(cfg) / attention_flops_decode_per_token(cfg, 1))
 
 
 def flops_per_token_by_matrix(cfg: ModelConfig) -> dict[str, int]:
@@ -356,15 +572,25 @@ def softmax_flops_decode_per_token(cfg: ModelConfig, context_tokens: int) -> int
     return ELEMENTWISE_OPS["softmax"] * context_tokens * cfg.num_attention_heads * cfg.num_hidden_layers
 
 
-def attention_flops_prefill_causal(cfg: ModelConfig, prompt_tokens: int) -> int:
-    """Useful attention-kernel FLOPs to prefill S tokens under the causal mask, FLOPs: 2 × S² × L × H × d.
-
-    Query i sees only keys 1..i, so QKᵀ and PV cover half the S×S square (S(S+1)/2 pairs; the diagonal's
-    S extra pairs are left out): half of ``attention_flops_prefill``, which counts the full square the way
-    vLLM's MFU counter does.
-    """
+def causal_pairs_doubled(prompt_tokens: int, window: int | None) -> int:
+    """Twice the query-key pairs one layer scores under the causal mask, pairs: S² without a window (S(S+1)/2
+    pairs, the diagonal's S left out), W² + 2·(S − W)·W when a window W < S caps each query's keys."""
     s = prompt_tokens
-    return 2 * s * s * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+    if window is None or s <= window:
+        return s * s
+    return window * window + 2 * (s - window) * window
+
+
+def attention_flops_prefill_causal(cfg: ModelConfig, prompt_tokens: int) -> int:
+    """Useful attention-kernel FLOPs to prefill S tokens under the causal mask, FLOPs: H·(d_qk + d_v) × Σ_l
+    ``causal_pairs_doubled``(S, W_l) = 2 × S² × L × H × d without windows.
+
+    Query i sees only keys 1..i, so QKᵀ and PV cover half the S×S square: half of
+    ``attention_flops_prefill``, which counts the full square the way vLLM's MFU counter does.
+    """
+    windows = cfg.layer_windows or (None,) * cfg.num_hidden_layers
+    pairs_doubled = sum(causal_pairs_doubled(prompt_tokens, w) for w in windows)
+    return attention_flops_per_context_token_per_layer(cfg) // 2 * pairs_doubled
 
 
 def flops_prefill_causal(cfg: ModelConfig, prompt_tokens: int) -> int:
@@ -381,9 +607,7 @@ def attention_overtakes_weights_prefill_causal_at_tokens(cfg: ModelConfig) -> in
     2·S²·L·H·d ≥ S·2·L·matmul  ⇔  S ≥ matmul_per_layer ÷ (H·d) — twice the full-square length
     (``attention_overtakes_weights_prefill_at_tokens``), because the mask halves the attention work.
     """
-    return math.ceil(
-        flops_per_token_matmul(cfg) / (2 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim)
-    )
+    return math.ceil(2 * flops_per_token_matmul(cfg) / attention_flops_decode_per_token(cfg, 1))
 
 
 def kv_saved_flops_per_token(cfg: ModelConfig, context_tokens: int) -> int:
@@ -408,7 +632,10 @@ def kv_outweighs_projections_tokens(cfg: ModelConfig, kv_dtype: str = "bf16") ->
 
 
 def kv_bytes_per_layer_per_token(cfg: ModelConfig, kv_dtype: str = "bf16") -> float:
-    """K and V of one token in one layer, bytes: 2 × K × d × b."""
+    """K and V of one token in one layer, bytes: 2 × K × d × b; with latent attention (MLA) the one cached
+    latent, (r + d_rope) × b (kv_lora_rank + qk_rope_head_dim, as vLLM and llama.cpp cache it)."""
+    if cfg.mla is not None:
+        return (cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim) * kv_bytes_per_element(kv_dtype)
     return 2 * cfg.num_key_value_heads * cfg.head_dim * kv_bytes_per_element(kv_dtype)
 
 
@@ -512,6 +739,12 @@ class GgufTensor:
         return self.ne0 * self.ne1
 
 
+def gguf_recipe_covers(cfg: ModelConfig) -> bool:
+    """Whether ``gguf_tensors`` lays out this model: dense layers with grouped-query attention (not experts,
+    not latent attention, whose tensors and quantization rules differ)."""
+    return cfg.moe is None and cfg.mla is None
+
+
 def gguf_tensors(cfg: ModelConfig) -> list[GgufTensor]:
     """The tensors of a llama-architecture GGUF (qwen2/llama/qwen3 share the layout), in file order."""
     h, inner_q, inner_kv = (
@@ -551,6 +784,11 @@ def gguf_tensors(cfg: ModelConfig) -> list[GgufTensor]:
             layer += [
                 GgufTensor(p + "attn_q_norm.weight", "layers", cfg.head_dim, 1, i),
                 GgufTensor(p + "attn_k_norm.weight", "layers", cfg.head_dim, 1, i),
+            ]
+        if cfg.sandwich_norms:  # llama.cpp's Gemma 2 names
+            layer += [
+                GgufTensor(p + "post_attention_norm.weight", "layers", h, 1, i),
+                GgufTensor(p + "post_ffw_norm.weight", "layers", h, 1, i),
             ]
         out += layer
     out.append(GgufTensor("output_norm.weight", "final_norm", h, 1, None))
@@ -629,7 +867,9 @@ def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, flo
     """Weight bytes by group (embedding, layers, final_norm, lm_head) for a weight format, bytes.
 
     bf16/fp16/fp32: params × 2/2/4. GGUF file types: the per-tensor recipe (``gguf_tensor_type``).
-    '<x>bpw': params × x / 8 for every group (an average, e.g. from a file size).
+    '<x>bpw': params × x / 8 for every group (an average, e.g. from a file size). A GGUF file type on a
+    layout the per-tensor recipe does not cover (experts, latent attention) takes the type's typical
+    average (``GGUF_TYPICAL_BPW``).
     """
     fmt = normalise_weight_format(weight_format)
     by = params_by_component(cfg)
@@ -642,8 +882,16 @@ def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, flo
     }
     if fmt in UNIFORM_BYTES_PER_PARAM:
         return {k: weight_bytes_uniform(v, UNIFORM_BYTES_PER_PARAM[fmt]) for k, v in counts.items()}
-    if fmt in GGUF_FTYPES:
+    if fmt in GGUF_FTYPES and gguf_recipe_covers(cfg):
         return {k: float(v) for k, v in gguf_weight_bytes_by_group(cfg, fmt).items()}
+    if fmt in GGUF_FTYPES:  # MoE / MLA tensors: the file type's typical average stands in for the recipe
+        if fmt not in GGUF_TYPICAL_BPW:
+            raise PlanError(
+                f"weight format {fmt}: no per-tensor recipe for {cfg.name}'s experts or latent attention and no "
+                "typical average; pass the file's bits per weight as '<x>bpw'"
+            )
+        bpw = GGUF_TYPICAL_BPW[fmt]
+        return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}
     bpw = float(fmt.removesuffix("bpw"))
     return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}
 
@@ -653,14 +901,20 @@ def weight_bytes(cfg: ModelConfig, weight_format: str = "bf16") -> float:
     return sum(weight_bytes_by_group(cfg, weight_format).values())
 
 
-def weight_bytes_read_per_decode_step(cfg: ModelConfig, weight_format: str = "bf16") -> float:
-    """Weight bytes one decode step streams from memory, bytes: every layer weight + final norm + lm_head.
+def weight_bytes_read_per_decode_step(cfg: ModelConfig, weight_format: str = "bf16", batch: int = 1) -> float:
+    """Weight bytes one decode step of B sequences streams from memory, bytes: layer weights read
+    (``layer_params_read_per_step``: all of them for a dense model, the experts touched at B for a mixture
+    of experts) at the layers' bytes per parameter + final norm + lm_head.
 
     The embedding table is not read whole (a step gathers one row per sequence), so it is left out —
     unless tied: then the same matrix is read whole once, as the lm_head.
     """
     groups = weight_bytes_by_group(cfg, weight_format)
-    read = groups["layers"] + groups["final_norm"] + groups["lm_head"]
+    layers = groups["layers"]
+    if cfg.moe is not None:
+        resident = sum(per * n for per, n in layer_component_counts(cfg).values())
+        layers *= layer_params_read_per_step(cfg, batch) / resident
+    read = layers + groups["final_norm"] + groups["lm_head"]
     if cfg.tie_word_embeddings:
         read += groups["embedding"]
     return read
@@ -706,6 +960,14 @@ def kv_pool_tokens(pool_bytes: float, kv_bytes_per_token_: float) -> int:
 def max_concurrency_plain(pool_tokens: int, max_model_len: int) -> float:
     """Full-length requests the pool holds at once, requests: pool tokens ÷ max_model_len."""
     return pool_tokens / max_model_len
+
+
+def max_concurrency_by_bytes(pool_bytes: float, kv_bytes_per_sequence_: float) -> float:
+    """Full-length requests the pool holds when each keeps only what its layers attend over, requests: pool
+    bytes ÷ ``kv_bytes_per_sequence``(max_model_len). Equals ``max_concurrency_plain`` without windows; with
+    windowed layers it is what an engine that frees KV beyond each window (vLLM's hybrid KV cache manager,
+    llama.cpp's SWA cache) can reach."""
+    return pool_bytes / kv_bytes_per_sequence_
 
 
 def vllm_num_gpu_blocks(pool_bytes: float, block_size: int, kv_bytes_per_token_: float) -> int:

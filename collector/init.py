@@ -526,6 +526,7 @@ def model_from_folder(folder: Path, engine: Engine) -> ModelFacts:
         if cfg.torch_dtype not in TORCH_DTYPES:
             notes.append(f"weight_format: torch_dtype {cfg.torch_dtype!r} is not bf16/fp16/fp32: check it")
         weight_bytes = th.weight_bytes(cfg, fmt)
+    notes += [f"theory: {note}" for note in cfg.family_notes]  # what it assumes for MoE, MLA, windows
     return ModelFacts(
         cfg=cfg,
         config_ref=str(cfg_path.resolve()),

@@ -65,6 +65,12 @@ def plan_data(
     w_groups = th.weight_bytes_by_group(cfg, fmt)
     w_bytes = th.weight_bytes(cfg, fmt)
     w_read = th.weight_bytes_read_per_decode_step(cfg, fmt)
+    notes = cfg.family_notes
+    if notes and fmt in th.GGUF_FTYPES and not th.gguf_recipe_covers(cfg):
+        notes.append(
+            f"weights: {fmt} taken at its typical {th.GGUF_TYPICAL_BPW[fmt]} bits/weight (the per-tensor "
+            "recipe covers dense grouped-query layers only)"
+        )
 
     if max_model_len is None:
         if cfg.max_position_embeddings is None:
@@ -94,13 +100,16 @@ def plan_data(
 
     bw, peak = spec.bandwidth_bytes_per_s, spec.bf16_flops_per_s
     decode_rows = []
+    kv_seq = th.kv_bytes_per_sequence(cfg, decode_context_tokens, kv_dtype)
     for batch in batch_sizes:
-        kv_read = th.kv_bytes_read_per_step(kv_bpt, batch, decode_context_tokens)
-        step_s = th.decode_step_floor_s(w_read, kv_read, bw) if bw else None
+        kv_read = th.kv_bytes_read_per_step(kv_seq, batch, 1)
+        w_read_b = th.weight_bytes_read_per_decode_step(cfg, fmt, batch)
+        step_s = th.decode_step_floor_s(w_read_b, kv_read, bw) if bw else None
         flops = batch * th.flops_decode_per_token(cfg, decode_context_tokens)
         decode_rows.append(
             {
                 "batch": batch,
+                "weight_bytes_read_per_step": w_read_b,
                 "kv_bytes_read_per_step": kv_read,
                 "step_floor_ms": step_s * 1e3 if step_s else None,
                 "tokens_per_s": th.tokens_per_s(batch, step_s) if step_s else None,
@@ -108,11 +117,7 @@ def plan_data(
                 "fits_kv_pool": batch * decode_context_tokens <= pool_tokens,
             }
         )
-    single = (
-        th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_bpt, 1, decode_context_tokens), bw)
-        if bw
-        else None
-    )
+    single = th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_seq, 1, 1), bw) if bw else None
 
     prefill_rows = []
     for s in prefill_tokens:
@@ -141,7 +146,10 @@ def plan_data(
             "tie_word_embeddings": cfg.tie_word_embeddings,
             "qkv_bias": cfg.qkv_bias,
             "o_bias": cfg.o_bias,
+            **cfg.extra_keys,  # MoE / MLA / window keys by their config.json names (empty for dense)
         },
+        # what the theory assumes or leaves out for this shape (MoE routing, MLA absorption, windows)
+        "theory_notes": notes,
         "gpu": spec.name,
         "gpu_display_name": spec.display_name,
         "gpu_memory_bytes": spec.memory_bytes,
@@ -152,10 +160,11 @@ def plan_data(
         "params_total": total,
         "params_by_component": by_component,
         "params_share_by_component": th.shares(by_component),
-        "params_per_layer": sum(per_layer.values()),
+        "params_per_layer": th.params_per_layer(cfg),
         "params_per_layer_by_component": per_layer,
         "params_per_layer_share_by_component": th.shares(per_layer),
-        "params_layers_total": sum(per_layer.values()) * cfg.num_hidden_layers,
+        "params_layers_total": sum(per * n for per, n in th.layer_component_counts(cfg).values()),
+        "layers_by_component": {k: n for k, (_, n) in th.layer_component_counts(cfg).items()},
         # KV cache
         "kv_dtype": kv_dtype,
         "kv_bytes_per_element": kv_elem,
@@ -200,6 +209,7 @@ def plan_data(
         * max(1, pool_tokens // max_model_len),
         "llama_cpp_slots_at_max_model_len": pool_tokens // max_model_len,
     }
+    data |= _shape_data(cfg, batch_sizes, pool_bytes, max_model_len, decode_context_tokens, kv_dtype)
     if llama_cpp_ctx_total is not None or llama_cpp_slots is not None:
         if not llama_cpp_ctx_total or not llama_cpp_slots or llama_cpp_ctx_total <= 0 or llama_cpp_slots <= 0:
             raise PlanError("llama.cpp needs both -c (total context) and -np (slots), positive")
@@ -222,6 +232,43 @@ def plan_data(
             th.vllm_max_concurrency(hi // block_size, block_size, max_model_len),
         ]
     return data
+
+
+def _shape_data(cfg, batch_sizes, pool_bytes, max_model_len, context_tokens, kv_dtype) -> dict:
+    """The numbers only a mixture of experts, latent attention or windowed layers have (empty for a dense
+    full-attention model, so its prediction is unchanged)."""
+    out: dict = {}
+    if cfg.moe is not None:
+        m = cfg.moe
+        out["params_active"] = th.params_active(cfg)
+        out["params_active_excluding_embedding"] = th.params_active(cfg, count_embedding=False)
+        out["moe"] = {
+            "num_experts": m.num_experts,
+            "experts_per_token": m.experts_per_token,
+            "expert_intermediate_size": m.expert_intermediate_size,
+            "shared_intermediate_size": m.shared_intermediate_size,
+            "moe_layers": m.moe_layers,
+            "params_per_expert": th.expert_params(cfg),
+            "expected_experts_touched_by_batch": {
+                str(b): th.expected_experts_touched(m.num_experts, m.experts_per_token, b)
+                for b in batch_sizes
+            },
+        }
+    if cfg.mla is not None:
+        out["mla"] = {
+            "kv_lora_rank": cfg.mla.kv_lora_rank,
+            "qk_rope_head_dim": cfg.mla.qk_rope_head_dim,
+            "q_lora_rank": cfg.mla.q_lora_rank,
+        }
+    if cfg.layer_windows:
+        seq = th.kv_bytes_per_sequence(cfg, max_model_len, kv_dtype)
+        out["layer_windows"] = list(cfg.layer_windows)
+        out["kv_bytes_per_sequence_at_max_model_len"] = seq
+        out["kv_bytes_per_sequence_at_decode_context"] = th.kv_bytes_per_sequence(
+            cfg, context_tokens, kv_dtype
+        )
+        out["max_concurrency_windows_freed"] = th.max_concurrency_by_bytes(pool_bytes, seq)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -267,13 +314,21 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
         f"{d['gpu']}: {d['gpu_bandwidth_bytes_per_s'] / 1e9:,.0f} GB/s, {peak_text}; "
         f"each sequence holds {T:,} tokens of KV"
     )
+    moe = "moe" in d  # weights read grow with the batch: more distinct experts
     out.append(
-        "step floor = (weight bytes read + B x T x KV bytes/token) / bandwidth; compute floor = B x "
-        "FLOPs/token / peak"
+        "step floor = (weight bytes read"
+        + (" (the experts touched at B)" if moe else "")
+        + (
+            " + B x KV bytes of a sequence, windows capped"
+            if "layer_windows" in d
+            else " + B x T x KV bytes/token"
+        )
+        + ") / bandwidth; compute floor = B x FLOPs/token / peak"
     )
     rows = [
         [
             str(r["batch"]),
+            *([_bytes(r["weight_bytes_read_per_step"])] if moe else []),
             _bytes(r["kv_bytes_read_per_step"]),
             f"{r['step_floor_ms']:.2f}",
             f"{r['tokens_per_s']:,.1f}",
@@ -282,9 +337,8 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
         ]
         for r in d["decode_by_batch"]
     ]
-    out += _table(
-        ["batch", "KV read/step", "step floor ms", "tokens/s", "compute ms", "fits pool"], rows, "rrrrrr"
-    )
+    headers = ["batch", *(["weights read"] if moe else []), "KV read/step", "step floor ms", "tokens/s"]
+    out += _table([*headers, "compute ms", "fits pool"], rows, "r" * (len(headers) + 2))
     out.append(
         f"single stream: {d['decode_step_floor_ms']:.2f} ms/step -> "
         f"{d['decode_tokens_per_s_single_stream']:,.1f} tokens/s at most"
@@ -312,51 +366,50 @@ def render_table(d: dict) -> str:
     whole, whole_share = d["params_by_component"], d["params_share_by_component"]
     bias = {"q_proj": c["qkv_bias"], "k_proj": c["qkv_bias"], "v_proj": c["qkv_bias"], "o_proj": c["o_bias"]}
     rows = [["embed_tokens", "", "", "", _n(whole["embed_tokens"]), _pct(whole_share["embed_tokens"])]]
+    layers = d.get("layers_by_component", {})
     for name, count in per_layer.items():
         label = name + (" (+bias)" if bias.get(name) else "")
+        n = layers.get(name, L)
         rows.append(
-            [label, _n(count), _pct(per_share[name]), f"x{L}", _n(whole[name]), _pct(whole_share[name])]
+            [label, _n(count), _pct(per_share[name]), f"x{n}", _n(whole[name]), _pct(whole_share[name])]
         )
     rows.append(["norm (final)", "", "", "", _n(whole["norm"]), _pct(whole_share["norm"])])
     head = "lm_head (tied: 0)" if c["tie_word_embeddings"] else "lm_head"
     rows.append([head, "", "", "", _n(whole["lm_head"]), _pct(whole_share["lm_head"])])
     rows.append(["total", _n(d["params_per_layer"]), _pct(1.0), f"x{L}", _n(d["params_total"]), _pct(1.0)])
     out += _table(["component", "per layer", "of layer", "layers", "whole model", "of model"], rows, "lrrrrr")
-    attn = sum(per_share[k] for k in ("q_proj", "k_proj", "v_proj", "o_proj"))
-    mlp = sum(per_share[k] for k in ("gate_proj", "up_proj", "down_proj"))
-    out.append(
-        f"per layer: attention {100 * attn:.1f}%, MLP {100 * mlp:.1f}%; all layers "
-        f"{_n(d['params_layers_total'])} = {100 * d['params_layers_total'] / d['params_total']:.1f}% of the "
-        "model"
-    )
+    attn = sum(per_share.get(k, 0.0) for k in ("q_proj", "k_proj", "v_proj", "o_proj"))
+    mlp = sum(per_share.get(k, 0.0) for k in ("gate_proj", "up_proj", "down_proj"))
+    if "moe" in d or "mla" in d:
+        out.append(
+            f"all layers {_n(d['params_layers_total'])} = "
+            f"{100 * d['params_layers_total'] / d['params_total']:.1f}% of the model"
+        )
+    else:
+        out.append(
+            f"per layer: attention {100 * attn:.1f}%, MLP {100 * mlp:.1f}%; all layers "
+            f"{_n(d['params_layers_total'])} = {100 * d['params_layers_total'] / d['params_total']:.1f}% of "
+            "the model"
+        )
+    if "moe" in d:
+        out += _moe_lines(d)
 
     out += ["", "== KV cache =="]
-    out.append(
-        f"KV bytes/token = 2 (K,V) x {L} layers x {c['num_key_value_heads']} kv heads x {c['head_dim']} "
-        f"head_dim x {d['kv_bytes_per_element']:g} B ({d['kv_dtype']}) = {_n(d['kv_bytes_per_token'])} B "
-        f"({d['kv_bytes_per_token'] / 1024:,.1f} KiB)"
-    )
-    out.append(
-        f"full multi-head would need {_n(d['kv_bytes_per_token_mha'])} B/token; GQA saves "
-        f"{d['gqa_factor']:g}x ({c['num_attention_heads']} heads / {c['num_key_value_heads']} kv heads)"
-    )
-    out.append(
-        f"{max(1, d['max_model_len']):,} tokens of context = "
-        f"{_gib(d['kv_bytes_per_token'] * d['max_model_len'])}"
-    )
+    out += _kv_lines(d, L)
 
     out += ["", "== FLOPs per token =="]
     T = d["decode_context_tokens"]
     out.append(
-        f"layer matmuls   2 x {_n(d['matmul_params_per_layer'] * L)} weights = "
+        f"layer matmuls   2 x {_n(d['flops_per_token_matmul'] // 2)} weights = "
         f"{_sci(d['flops_per_token_matmul'])}"
     )
     out.append(
         f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)"
     )
+    attn_formula = "2 x H x (d_qk + d_v) x L" if "mla" in d else "4 x T x L x H x d"
     out.append(
-        f"attention       4 x T x L x H x d = {_n(d['attention_flops_per_token_per_context_token'])} x "
-        "T (decode at context T)"
+        f"attention       {attn_formula} = {_n(d['attention_flops_per_token_per_context_token'])} x "
+        "T (decode at context T" + (", windowed layers capped at W)" if "layer_windows" in d else ")")
     )
     out.append(f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token")
     out.append(
@@ -416,6 +469,11 @@ def render_table(d: dict) -> str:
         f"max_model_len {d['max_model_len']:,} ({d['max_model_len_source']}): "
         f"max concurrency {d['max_concurrency']:.2f} (tokens / max_model_len)"
     )
+    if "max_concurrency_windows_freed" in d:
+        out.append(
+            f"an engine that frees KV beyond each window ({_gib(d['kv_bytes_per_sequence_at_max_model_len'])} "
+            f"per full-length request): max concurrency {d['max_concurrency_windows_freed']:.2f}"
+        )
     blocks_per_req = math.ceil(d["max_model_len"] / d["block_size"])
     out.append(
         f"vLLM: block {d['block_size']} -> {d['vllm_num_gpu_blocks']:,} blocks = "
@@ -433,7 +491,57 @@ def render_table(d: dict) -> str:
         f"llama.cpp: -np N -c C gives each slot C/N tokens; {d['llama_cpp_slots_at_max_model_len']:,} slots "
         f"of {d['max_model_len']:,} fit (-c {d['llama_cpp_ctx_total_for_max_model_len_per_slot']:,})"
     )
+    if d.get("theory_notes"):
+        out += ["", "== What the theory covers here =="]
+        out += [f"- {note}" for note in d["theory_notes"]]
     return "\n".join(out)
+
+
+def _kv_lines(d: dict, L: int) -> list[str]:
+    c = d["config"]
+    b = f"{d['kv_bytes_per_element']:g} B ({d['kv_dtype']})"
+    if "mla" in d:
+        m = d["mla"]
+        formula = f"{L} layers x ({m['kv_lora_rank']} latent + {m['qk_rope_head_dim']} rope) x {b}"
+        saving = f"latent attention saves {d['gqa_factor']:.1f}x"
+    else:
+        formula = (
+            f"2 (K,V) x {L} layers x {c['num_key_value_heads']} kv heads x {c['head_dim']} head_dim x {b}"
+        )
+        saving = (
+            f"GQA saves {d['gqa_factor']:g}x ({c['num_attention_heads']} heads / {c['num_key_value_heads']} kv "
+            "heads)"
+        )
+    out = [
+        f"KV bytes/token = {formula} = {_n(d['kv_bytes_per_token'])} B ({d['kv_bytes_per_token'] / 1024:,.1f} KiB)",
+        f"full multi-head would need {_n(d['kv_bytes_per_token_mha'])} B/token; {saving}",
+    ]
+    if "layer_windows" in d:
+        windows = [w for w in d["layer_windows"] if w is not None]
+        out.append(
+            f"{len(windows)} of {L} layers keep only the last {max(windows):,} tokens: "
+            f"{max(1, d['max_model_len']):,} tokens of context = "
+            f"{_gib(d['kv_bytes_per_sequence_at_max_model_len'])} (every layer full: "
+            f"{_gib(d['kv_bytes_per_token'] * d['max_model_len'])})"
+        )
+    else:
+        out.append(
+            f"{max(1, d['max_model_len']):,} tokens of context = "
+            f"{_gib(d['kv_bytes_per_token'] * d['max_model_len'])}"
+        )
+    return out
+
+
+def _moe_lines(d: dict) -> list[str]:
+    m = d["moe"]
+    touched = ", ".join(f"B={b}: {x:.1f}" for b, x in m["expected_experts_touched_by_batch"].items())
+    return [
+        f"experts: {m['experts_per_token']} of {m['num_experts']} per token in {m['moe_layers']} layers, "
+        f"{_n(m['params_per_expert'])} parameters each; active per token {_n(d['params_active'])} "
+        f"({_n(d['params_active_excluding_embedding'])} without the embedding table) of "
+        f"{_n(d['params_total'])} resident",
+        f"expected distinct experts per layer per step, E(1-(1-k/E)^B): {touched}",
+    ]
 
 
 def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> str:

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from collector.cli import main
 from collector.plan import plan_data
+from tests.cli import collector_cli
 
 REQUIRED_KEYS = {
     "params_total",
@@ -204,3 +205,21 @@ def test_llamacpp_pool_is_its_context_cells_whatever_the_device():
     assert d["kv_pool_source"] == "llama.cpp -c"
     assert d["kv_pool_bytes"] == 8192 * 12_288  # -c cells x (24 x 2 x 64 x 2 x 2 B)
     assert d["llama_cpp_n_ctx_slot"] == 1024 and d["kv_pool_tokens"] == 8192
+
+
+@pytest.mark.parametrize(
+    ("model", "covers"),
+    [  # every one refused on main (MoE, MLA or sliding-window keys); one per shape family
+        ("Qwen3-30B-A3B", "MoE: 8 of 128 experts per token"),
+        ("DeepSeek-V2-Lite", "MLA: KV holds one latent of 512"),
+        ("gpt-oss-20b", "windows: 12 of 24 layers attend over the last 128 tokens"),
+        ("gemma-2-9b-it", "windows: 21 of 42 layers attend over the last 4,096 tokens"),
+    ],
+)
+def test_plan_takes_todays_shapes_and_says_what_its_theory_covers(model, covers):
+    """As a user runs it (a child process): exit 0, the usual sections, and the coverage notes."""
+    result = collector_cli("plan", "--model", model, "--gpu", "h200")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "== Decode floor ==" in out and "== What the theory covers here ==" in out and covers in out
+    assert plan_data(model, "h200")["theory_notes"]  # the same notes in prediction.json

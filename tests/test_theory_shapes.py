@@ -1,0 +1,130 @@
+"""The theory for today's shapes (mixture of experts, latent attention, sliding-window and mixed local/global
+attention) on the bundled configs of real models, checked against the parameter counts their publishers
+give, and each new formula against a count done the long way.
+
+Published figures (total; active per token; the convention each publisher uses for "active"):
+
+- Qwen3-30B-A3B, model card (huggingface.co/Qwen/Qwen3-30B-A3B): "Number of Parameters: 30.5B in total and
+  3.3B activated; Number of Parameters (Non-Embedding): 29.9B" — non-embedding leaves out the embedding
+  table and the lm_head, active counts both;
+- DeepSeek-V2-Lite, model card (huggingface.co/deepseek-ai/DeepSeek-V2-Lite): "15.7B parameters, activates
+  2.4B" (the embedding table left out);
+- gpt-oss-20b, "gpt-oss-120b & gpt-oss-20b Model Card" (OpenAI, arXiv 2508.10925) table 1: 20.91B total,
+  3.61B active (unembedding counted, embedding not);
+- Mixtral-8x7B-v0.1, "Mixtral of experts" (Mistral AI, 2023-12-11; arXiv 2401.04088): "46.7B total
+  parameters but only uses 12.9B parameters per token";
+- DeepSeek-V3, technical report (arXiv 2412.19437): "671B total parameters with 37B activated for each
+  token" (the multi-token-prediction module not counted; the embedding table left out, as for V2-Lite);
+- Gemma 2 technical report (arXiv 2408.00118) table 1: non-embedding parameters 2,024,517,888 (2B) and
+  8,324,201,984 (9B) — exact counts.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from analysis import theory as th
+from analysis.model_config import load_model_config
+
+# name -> (total, active, active counts the embedding table, relative tolerance = the published rounding)
+PUBLISHED = {
+    "Qwen3-30B-A3B": (30.5e9, 3.3e9, True, 0.02),
+    "DeepSeek-V2-Lite": (15.7e9, 2.4e9, False, 0.025),
+    "gpt-oss-20b": (20.91e9, 3.61e9, False, 0.002),
+    "Mixtral-8x7B-v0.1": (46.7e9, 12.9e9, True, 0.005),
+    "DeepSeek-V3": (671e9, 37e9, False, 0.02),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_moe_totals_and_actives_match_the_published_counts(name):
+    total, active, with_embedding, rel = PUBLISHED[name]
+    cfg = load_model_config(name)
+    assert th.params_total(cfg) == pytest.approx(total, rel=0.005)
+    assert th.params_active(cfg, count_embedding=with_embedding) == pytest.approx(active, rel=rel)
+    # the other convention misses: the convention is part of the check, not a tolerance
+    other = th.params_active(cfg, count_embedding=not with_embedding)
+    assert abs(other / active - 1) > abs(th.params_active(cfg, count_embedding=with_embedding) / active - 1)
+
+
+def test_qwen3_moe_non_embedding_count_leaves_out_both_tables():
+    cfg = load_model_config("Qwen3-30B-A3B")
+    non_embedding = th.params_total(cfg) - th.embed_tokens_params(cfg) - th.lm_head_params(cfg)
+    assert non_embedding == pytest.approx(29.9e9, rel=0.002)
+
+
+@pytest.mark.parametrize(
+    ("name", "non_embedding"), [("gemma-2-2b-it", 2_024_517_888), ("gemma-2-9b-it", 8_324_201_984)]
+)
+def test_gemma2_non_embedding_parameters_are_exact(name, non_embedding):
+    cfg = load_model_config(name)  # refused on main for its sliding windows
+    assert cfg.tie_word_embeddings  # Gemma configs omit the key: tied by default
+    assert (
+        th.params_total(cfg) - th.embed_tokens_params(cfg) == non_embedding
+    )  # the 4 norms per layer counted
+
+
+def test_expected_experts_touched_is_the_exact_occupancy_expectation():
+    """E(1-(1-k/E)^B) against the mean over every routing of B tokens choosing k distinct of E experts."""
+    e, k, b = 6, 2, 3
+    choices = list(itertools.combinations(range(e), k))
+    touched = [len(set().union(*route)) for route in itertools.product(choices, repeat=b)]
+    assert th.expected_experts_touched(e, k, b) == pytest.approx(sum(touched) / len(touched), rel=1e-12)
+    assert th.expected_experts_touched(128, 8, 1) == pytest.approx(8)
+    assert th.expected_experts_touched(8, 2, 256) == pytest.approx(8)
+
+
+def test_moe_decode_reads_the_touched_experts_only():
+    cfg = load_model_config("Qwen3-30B-A3B")
+    one = th.weight_bytes_read_per_decode_step(cfg, "bf16", 1)
+    many = th.weight_bytes_read_per_decode_step(cfg, "bf16", 4096)
+    # batch 1: everything but the 120 idle experts of every layer; a large batch reads every resident weight
+    assert one == pytest.approx(
+        (th.params_total(cfg) - th.params_idle_experts_per_token(cfg)) * 2 - 2 * th.embed_tokens_params(cfg)
+    )
+    assert many == pytest.approx(th.weight_bytes(cfg, "bf16") - 2 * th.embed_tokens_params(cfg), rel=1e-9)
+    assert one < th.weight_bytes_read_per_decode_step(cfg, "bf16", 8) < many
+    # FLOPs follow the k active experts, not the resident ones
+    assert th.flops_per_token_matmul(cfg) < 2 * th.params_active(cfg)
+
+
+def test_mla_caches_the_latent_and_the_rotary_key():
+    cfg = load_model_config("DeepSeek-V2-Lite")
+    # vLLM and llama.cpp cache kv_lora_rank + qk_rope_head_dim = 576 values per token per layer
+    assert th.kv_bytes_per_token(cfg, "bf16") == 27 * (512 + 64) * 2
+    assert th.kv_bytes_per_token_mha(cfg, "bf16") == 27 * 16 * (128 + 64 + 128) * 2
+    v3 = load_model_config("DeepSeek-V3")
+    assert th.kv_bytes_per_token(v3, "bf16") == 61 * 576 * 2  # q_lora_rank does not touch the cache
+
+
+def test_windowed_layers_cap_the_kv_at_the_window():
+    gemma = load_model_config("gemma-2-9b-it")
+    assert gemma.layer_windows[:2] == (4096, None)  # local first, then global (transformers Gemma2)
+    per_layer = th.kv_bytes_per_layer_per_token(gemma)
+    assert th.kv_bytes_per_sequence(gemma, 4096) == 42 * 4096 * per_layer
+    assert th.kv_bytes_per_sequence(gemma, 8192) == (21 * 4096 + 21 * 8192) * per_layer
+    oss = load_model_config("gpt-oss-20b")  # layer_types: 12 sliding (128 tokens) + 12 full
+    ctx = 131072
+    assert th.kv_bytes_per_sequence(oss, ctx, "bf16") == (12 * 128 + 12 * ctx) * 2 * 8 * 64 * 2
+
+
+def test_windowed_request_flops_equal_the_step_by_step_sum():
+    cfg = load_model_config("gemma-2-2b-it")
+    s, o = 4000, 300  # the decode crosses the 4,096-token window
+    by_step = th.flops_prefill(cfg, s) + sum(th.flops_decode_per_token(cfg, s + k) for k in range(1, o))
+    assert th.request_flops(cfg, s, o) == by_step
+    dense = load_model_config("Qwen2.5-0.5B-Instruct")
+    by_step = th.flops_prefill(dense, s) + sum(th.flops_decode_per_token(dense, s + k) for k in range(1, o))
+    assert th.request_flops(dense, s, o) == by_step
+
+
+def test_windowed_causal_prefill_counts_each_querys_keys():
+    cfg = load_model_config("gemma-2-2b-it")
+    s, w = 6000, 4096
+    per_key = th.attention_flops_per_context_token_per_layer(cfg)
+    # full layers: half the square; windowed layers: query i sees min(i, W) keys (diagonal left out as before)
+    full = s * s / 2
+    windowed = w * w / 2 + (s - w) * w
+    assert th.attention_flops_prefill_causal(cfg, s) == per_key * 13 * (full + windowed)
