@@ -4,6 +4,8 @@ Conventions, the same for every entry:
 - ``memory_bytes`` is what ``nvidia-smi --query-gpu=memory.total`` reports (MiB × 2**20), because that is the
   capacity an engine actually sizes itself from; the marketing figure ("24 GB", "141 GB") is in the comment.
   (CUDA's own ``cudaMemGetInfo`` total is smaller still: vLLM logged 23.52 GiB on the reference RTX 4090.)
+  AMD Instinct entries: ``rocm-smi --showmeminfo vram``'s "VRAM Total Memory (B)" where a public reading
+  exists, else the ROCm GPU-specifications table's VRAM (GiB); ``nvidia-smi`` matching never picks them.
 - ``bandwidth_bytes_per_s`` is the datasheet's peak DRAM bandwidth in decimal units (1 GB/s = 1e9 B/s).
 - ``bf16_flops_per_s`` is dense (no 2:4 sparsity) BF16 tensor-core peak with FP32 accumulate: PyTorch/cuBLAS
   and FlashAttention accumulate BF16 GEMMs in FP32, so that is the ceiling an inference engine can reach.
@@ -184,6 +186,28 @@ GPUS: dict[str, GpuSpec] = {
         source="no NVIDIA datasheet for the A10G (AWS-only part): bandwidth is the A10 datasheet's 600 GB/s "
         "for the same memory; no published tensor rate (measure the ceilings)",
     ),
+    # AMD Instinct MI300X data sheet: 192 GB HBM3, "Peak Theoretical Memory Bandwidth 5.3 TB/s", "Peak BF16
+    # 1307.4 TFLOPs" dense (2614.9 with structured sparsity; matrix cores accumulate BF16 in FP32). Memory:
+    # rocm-smi "VRAM Total Memory (B): 206141652992" = 196592 MiB (public log, ROCm/legacy-rocm-build#4750).
+    "mi300x": GpuSpec(
+        name="mi300x",
+        display_name="AMD Instinct MI300X",
+        memory_bytes=196592 * MIB,
+        bandwidth_bytes_per_s=5.3e12,
+        bf16_flops_per_s=1307.4e12,
+        source="AMD Instinct MI300X data sheet; memory as rocm-smi reports it",
+    ),
+    # AMD Instinct MI325X data sheet: 256 GB HBM3E, 6 TB/s, "Peak BF16 1307.4 TFLOPs" dense (same CDNA 3
+    # compute as the MI300X, 2614.9 with sparsity). Memory: the ROCm GPU-specifications table's 256 GiB (no
+    # public rocm-smi reading found; the MI300X's reads 0.01 % under its table figure of 192 GiB).
+    "mi325x": GpuSpec(
+        name="mi325x",
+        display_name="AMD Instinct MI325X",
+        memory_bytes=256 * 1024 * MIB,
+        bandwidth_bytes_per_s=6.0e12,
+        bf16_flops_per_s=1307.4e12,
+        source="AMD Instinct MI325X data sheet; memory from the ROCm GPU specifications table",
+    ),
 }
 
 ALIASES: dict[str, str] = {
@@ -224,6 +248,10 @@ ALIASES: dict[str, str] = {
     "nvidia-l40s": "l40s",
     "nvidia-l4": "l4",
     "nvidia-a10g": "a10g",
+    "amd-instinct-mi300x": "mi300x",
+    "instinct-mi300x": "mi300x",
+    "amd-instinct-mi325x": "mi325x",
+    "instinct-mi325x": "mi325x",
 }
 
 # nvidia-smi's ``name`` for each entry (normalised by ``_key``), as the driver prints it: each string is

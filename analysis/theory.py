@@ -263,9 +263,11 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: i
     """Expected distinct experts one MoE layer runs for a step of B tokens, experts: E × (1 − (1 − k/E)^B).
 
     Under uniform, independent routing a token picks a given expert with probability k/E (k distinct of E),
-    so all B tokens miss it with probability (1 − k/E)^B: the occupancy expectation (each expert is an urn
-    that B draws of k leave empty or not). B = 1 gives k; large B tends to E (every expert resident is read).
-    Real routers are skewed, which touches fewer distinct experts than this.
+    so all B tokens miss it with probability (1 − k/E)^B, and linearity of expectation over the E experts
+    gives the classical occupancy expectation (Feller, An Introduction to Probability Theory and Its
+    Applications I, ch. II.5, occupancy problems; tests/test_theory_shapes.py checks it against every
+    routing of a small case). B = 1 gives k; large B tends to E (every resident expert is read). Real
+    routers are skewed, which touches fewer distinct experts than this.
     """
     e, k = num_experts, experts_per_token
     return e * (1.0 - (1.0 - k / e) ** tokens)

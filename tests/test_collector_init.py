@@ -20,6 +20,7 @@ from analysis import theory as th
 from analysis.gpus import CPU, GPUS, MIB, NVIDIA_SMI_NAMES, match_nvidia_smi
 from analysis.model_config import bundled_model_names, load_model_config
 from collector.cli import main
+from collector.plan import plan_data
 from collector.init import (
     Engine,
     Gpu,
@@ -127,8 +128,8 @@ def _port_is_free(port: int) -> bool:
 def test_every_datasheet_entry_is_cited_and_plausible(name):
     g = GPUS[name]
     assert g.source and g.memory_bytes and g.bandwidth_bytes_per_s, name
-    assert 16 * 2**30 < g.memory_bytes < 160 * 2**30
-    assert 250e9 <= g.bandwidth_bytes_per_s <= 5e12
+    assert 16 * 2**30 < g.memory_bytes < 300 * 2**30
+    assert 250e9 <= g.bandwidth_bytes_per_s <= 6.5e12
     if g.bf16_flops_per_s is None:  # only where no vendor publishes one, said in the source
         assert "no published tensor rate" in g.source
         return
@@ -182,7 +183,23 @@ def test_other_boards_are_unknown(smi_name, mib):
 
 
 def test_every_nvidia_smi_name_points_at_an_entry():
-    assert set(NVIDIA_SMI_NAMES.values()) == set(GPUS)
+    assert set(NVIDIA_SMI_NAMES.values()) == {
+        k for k in GPUS if not k.startswith("mi3")
+    }  # AMD: no nvidia-smi
+
+
+def test_amd_instinct_entries_plan_and_hold_what_an_nvidia_card_cannot():
+    # MI300X: 5.3 TB/s, 1307.4 TFLOPS dense BF16; DeepSeek-V2-Lite's 29 GiB of bf16 weights leave it a pool
+    # 14 GiB over the H200's (the difference in memory less nothing else)
+    mi300x = plan_data("DeepSeek-V2-Lite", "AMD Instinct MI300X")
+    h200 = plan_data("DeepSeek-V2-Lite", "h200")
+    assert mi300x["gpu_bandwidth_bytes_per_s"] == 5.3e12 and mi300x["gpu_bf16_flops_per_s"] == 1307.4e12
+    extra = mi300x["kv_pool_bytes"] - h200["kv_pool_bytes"]
+    assert extra == pytest.approx(0.9 * (196592 - 143771) * MIB)
+    assert (
+        plan_data("Qwen3-30B-A3B", "mi325x")["decode_step_floor_ms"]
+        < plan_data("Qwen3-30B-A3B", "mi300x")["decode_step_floor_ms"]
+    )
 
 
 # ------------------------------------------------------------------------------------------ bundled configs
