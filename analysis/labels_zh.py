@@ -299,7 +299,7 @@ SERIES: dict[str, str] = {
 }
 
 # engine names without a weight format (a campaign can run one engine with several formats)
-ENGINE_NAMES: dict[str, str] = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
+ENGINE_NAMES: dict[str, str] = {"vllm": "vLLM", "llamacpp": "llama.cpp", "openai": "OpenAI 兼容服务"}
 WEIGHT_FORMATS: dict[str, str] = {
     "bf16": "bf16",
     "fp16": "F16",

@@ -437,9 +437,10 @@ def shape_notes(cfg: ModelConfig) -> list[str]:
         )
     if cfg.mla is not None:
         notes.append(
-            f"MLA: KV holds one latent of {cfg.mla.kv_lora_rank} + a rotary key of {cfg.mla.qk_rope_head_dim} "
-            "per token per layer; attention FLOPs count the un-absorbed per-head matmuls (engines that absorb "
-            "W_UK/W_UV into the query in decode do other work for the same result)"
+            f"MLA: KV holds one latent of {cfg.mla.kv_lora_rank} + a rotary key of "
+            f"{cfg.mla.qk_rope_head_dim} per token per layer; attention FLOPs count the un-absorbed per-head "
+            "matmuls (engines that absorb W_UK/W_UV into the query in decode do other work for the same "
+            "result)"
         )
     if cfg.layer_windows:
         windowed = sum(w is not None for w in cfg.layer_windows)

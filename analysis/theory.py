@@ -275,7 +275,8 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: i
 
 def layer_params_read_per_step(cfg: ModelConfig, batch: int = 1) -> float:
     """Layer weights a decode step of B sequences reads, parameters: all layer parameters − (E − experts
-    touched at B) × expert params × MoE layers (``expected_experts_touched``); a dense model reads them all."""
+    touched at B) × expert params × MoE layers (``expected_experts_touched``); a dense model reads them
+    all."""
     layers = sum(per * n for per, n in layer_component_counts(cfg).values())
     if cfg.moe is None:
         return float(layers)
@@ -889,8 +890,8 @@ def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, flo
     if fmt in GGUF_FTYPES:  # MoE / MLA tensors: the file type's typical average stands in for the recipe
         if fmt not in GGUF_TYPICAL_BPW:
             raise PlanError(
-                f"weight format {fmt}: no per-tensor recipe for {cfg.name}'s experts or latent attention and no "
-                "typical average; pass the file's bits per weight as '<x>bpw'"
+                f"weight format {fmt}: no per-tensor recipe for {cfg.name}'s experts or latent attention "
+                "and no typical average; pass the file's bits per weight as '<x>bpw'"
             )
         bpw = GGUF_TYPICAL_BPW[fmt]
         return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}

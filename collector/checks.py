@@ -49,6 +49,45 @@ def metric_labels(text: str | None, name: str) -> dict[str, str] | None:
     return dict(found[0].labels) if found else None
 
 
+# engines whose start-up and per-point checks this module knows (a declared "openai" server is checked as one
+# of them when its /metrics names it)
+CHECKED_ENGINES = ("vllm", "llamacpp")
+ENGINE_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp", "sglang": "SGLang", "tgi": "TGI"}
+
+
+def check_engine_identity(declared: str, metrics_text: str | None) -> CheckResult:
+    """Which engine answers, from its /metrics names (``PromSnapshot.engine``), against the plan's
+    ``[server] engine``. A declared vLLM or llama.cpp whose metrics name another engine fails; a declared
+    ``openai`` server is recorded as what its metrics say (or unknown), unjudged. ``facts["checked_as"]`` is
+    the engine whose checks apply (None: engine-specific checks are skipped and say so)."""
+    snap = _scrape(metrics_text)
+    seen = snap.engine if snap else None
+    seen_name = ENGINE_NAMES.get(seen or "", "no known engine")
+    if declared in CHECKED_ENGINES:
+        ok = None if seen is None else seen == declared
+        detail = f"declared {ENGINE_NAMES[declared]}; /metrics names {seen_name}"
+        facts = {"declared": declared, "metrics_engine": seen, "checked_as": declared}
+        return CheckResult("startup", "engine_identity", ok, detail, facts=facts)
+    checked_as = seen if seen in CHECKED_ENGINES else None
+    then = (
+        f"its {ENGINE_NAMES[seen]} checks apply"
+        if checked_as
+        else "engine-specific checks (KV pool, preemptions, prefix-cache counters) skipped"
+    )
+    detail = f"OpenAI-compatible server; /metrics names {seen_name}: {then}"
+    facts = {"declared": declared, "metrics_engine": seen, "checked_as": checked_as}
+    return CheckResult("startup", "engine_identity", None, detail, facts=facts)
+
+
+def check_skipped(name: str, engine: str | None) -> CheckResult:
+    """A start-up check that needs to know the engine, recorded as skipped (not failed) for a server whose
+    engine is not one the checks know."""
+    what = ENGINE_NAMES.get(engine or "", "an unrecognised engine")
+    return CheckResult(
+        "startup", name, None, f"skipped: OpenAI-compatible server ({what}); no check for it here"
+    )
+
+
 def _complete_lines(path: Path) -> bytes:
     """The log up to its last newline: the server may be mid-line while we read."""
     data = path.read_bytes()

@@ -471,7 +471,8 @@ def render_table(d: dict) -> str:
     )
     if "max_concurrency_windows_freed" in d:
         out.append(
-            f"an engine that frees KV beyond each window ({_gib(d['kv_bytes_per_sequence_at_max_model_len'])} "
+            "an engine that frees KV beyond each window "
+            f"({_gib(d['kv_bytes_per_sequence_at_max_model_len'])} "
             f"per full-length request): max concurrency {d['max_concurrency_windows_freed']:.2f}"
         )
     blocks_per_req = math.ceil(d["max_model_len"] / d["block_size"])
@@ -508,12 +509,11 @@ def _kv_lines(d: dict, L: int) -> list[str]:
         formula = (
             f"2 (K,V) x {L} layers x {c['num_key_value_heads']} kv heads x {c['head_dim']} head_dim x {b}"
         )
-        saving = (
-            f"GQA saves {d['gqa_factor']:g}x ({c['num_attention_heads']} heads / {c['num_key_value_heads']} kv "
-            "heads)"
-        )
+        heads = f"{c['num_attention_heads']} heads / {c['num_key_value_heads']} kv heads"
+        saving = f"GQA saves {d['gqa_factor']:g}x ({heads})"
     out = [
-        f"KV bytes/token = {formula} = {_n(d['kv_bytes_per_token'])} B ({d['kv_bytes_per_token'] / 1024:,.1f} KiB)",
+        f"KV bytes/token = {formula} = {_n(d['kv_bytes_per_token'])} B "
+        f"({d['kv_bytes_per_token'] / 1024:,.1f} KiB)",
         f"full multi-head would need {_n(d['kv_bytes_per_token_mha'])} B/token; {saving}",
     ]
     if "layer_windows" in d:

@@ -280,6 +280,10 @@ class _Protocol:
         self.current_point: str | None = None
         self.points_done = 0
         self.checks_failed: list[str] = []
+        # the engine whose checks apply: the declared one, or what an "openai" server's /metrics names
+        self.checked_engine: str | None = (
+            plan.server.engine if plan.server.engine in ck.CHECKED_ENGINES else None
+        )
         self.failed_checks: list[CheckResult] = []
         self.rows: list[PointRow] = []
 
@@ -370,35 +374,44 @@ class _Protocol:
 
     def server_facts(self) -> str | None:
         """Verbatim answers of the server's info endpoints (into fingerprint/), then the start-up checks."""
-        sp, base = self.plan.server, self.plan.server.base_url
-        props = None
+        sp = self.plan.server
         paths = ["/v1/models", "/version"] + (["/props"] if sp.engine == "llamacpp" else [])
-        for p in paths:
-            status, body = _get_json(base + p, self.headers)
-            self.run.write_json(
-                f"fingerprint/server{p.replace('/', '-')}.json", {"status": status, "body": body}
-            )
-            if p == "/props" and isinstance(body, dict):
-                props = body
+        answers = {p: self._info_json(p) for p in paths}
         rec = self._boundary_scrape("startup", None) if self.plan.sampling.metrics else None
-        metrics_text = rec.text if rec else None
+        # only a 200's body is /metrics text: a gateway without /metrics answers 404 (its check says so, n/a)
+        metrics_text = rec.text if rec is not None and rec.ok else None
         if rec is not None:
             self.record_check(ck.check_metrics_format(metrics_text, rec.url or "/metrics"))
             busy = ck.requests_in_flight(metrics_text, sp.engine)
             if busy:  # before our first request: another client's, and every number would be shared
                 raise RunError(
-                    f"{base}: another client is using the server: {busy} request(s) in flight before the "
-                    "first point (its /metrics says so); stop it, or measure another server"
+                    f"{sp.base_url}: another client is using the server: {busy} request(s) in flight before "
+                    "the first point (its /metrics says so); stop it, or measure another server"
                 )
         log_path = None if sp.attach else self.run.path / "server.log"
-        if sp.engine == "vllm":
+        identity = ck.check_engine_identity(sp.engine, metrics_text)
+        self.record_check(identity)
+        facts = identity.facts or {}
+        engine = self.checked_engine = facts.get("checked_as")  # None: a server we have no checks for
+        if engine == "vllm":
             self.record_check(ck.check_pool_vllm(log_path, metrics_text))
+        elif engine == "llamacpp":  # an "openai" server whose /metrics say llama.cpp: ask its /props too
+            props = answers["/props"] if "/props" in answers else self._info_json("/props")
+            self.record_check(ck.check_pool_llamacpp(log_path, props if isinstance(props, dict) else None))
         else:
-            self.record_check(ck.check_pool_llamacpp(log_path, props))
+            self.record_check(ck.check_skipped("kv_pool", facts.get("metrics_engine")))
         self.record_check(ck.check_prefix_cache(sp, log_path))
         self.record_check(ck.check_greedy(self.plan.load.extra_body))
         self.record_check(ck.check_sampling_overrides(sp.engine, log_path))
         return metrics_text
+
+    def _info_json(self, path: str) -> Any:
+        """One info endpoint's JSON body (None when it did not answer), kept verbatim in fingerprint/."""
+        status, body = _get_json(self.plan.server.base_url + path, self.headers)
+        self.run.write_json(
+            f"fingerprint/server{path.replace('/', '-')}.json", {"status": status, "body": body}
+        )
+        return body
 
     def _boundary_scrape(self, tag: str, point: str | None) -> ScrapeRecord:
         """The start-up scrape, on the main thread before the load (a signal there unwinds it)."""
@@ -562,7 +575,7 @@ class _Protocol:
             pt,
             records,
             out.sent,
-            sp.engine,
+            self.checked_engine or sp.engine,
             before.text if before else None,
             after.text if after else None,
             prefix_cache=sp.prefix_cache,

@@ -120,7 +120,16 @@ class VllmAdapter(Adapter):
         return str(sp.python) if sp.python else None
 
 
-ADAPTERS: dict[str, Adapter] = {"llamacpp": LlamaCppAdapter("llamacpp"), "vllm": VllmAdapter("vllm")}
+class OpenAICompatibleAdapter(Adapter):
+    """Any OpenAI-compatible server, attached: the plain OpenAI request (no engine-specific fields), no
+    command (collector run never starts one)."""
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "llamacpp": LlamaCppAdapter("llamacpp"),
+    "vllm": VllmAdapter("vllm"),
+    "openai": OpenAICompatibleAdapter("openai"),
+}
 
 
 def adapter_for(engine: str) -> Adapter:

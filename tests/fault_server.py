@@ -50,6 +50,7 @@ class FaultServer:
         slow_s: float = 2.0,
         metrics_down_after: int | None = None,
         metrics_delay_s: float = 0.0,
+        metrics_names: str = "llamacpp",
         die_after: int | None = None,
         alias: str = "fault-model",
         vocab: int | None = None,
@@ -64,6 +65,9 @@ class FaultServer:
         self.slow_s = slow_s
         self.metrics_down_after = metrics_down_after
         self.metrics_delay_s = metrics_delay_s
+        # whose /metrics names to pose with: "llamacpp", "sglang" (sglang:*), "tgi" (tgi_*), or "none" (a
+        # gateway: 404, no /metrics); the names are the engines' own (their metrics reference pages)
+        self.metrics_names = metrics_names
         self.die_after = die_after
         self.alias = alias
         self.vocab = vocab
@@ -169,14 +173,9 @@ class FaultServer:
                 return await self._trickle(writer)
             if self.metrics_garbage:
                 return await self._plain(writer, 200, b"<html>{{ not metrics }}\n\x00\xff}", "text/plain")
-            text = (
-                "# HELP llamacpp:requests_processing Number of requests processing.\n"
-                "# TYPE llamacpp:requests_processing gauge\n"
-                f"llamacpp:requests_processing {self.running}\n"
-                "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
-                "# TYPE llamacpp:tokens_predicted_total counter\n"
-                f"llamacpp:tokens_predicted_total {self.tokens_total}\n"
-            )
+            if self.metrics_names == "none":
+                return await self._plain(writer, 404, b'{"error":"not found"}')
+            text = self._metrics_text()
             pad = max(0, self.metrics_bytes - len(text))
             text += ("# " + "x" * 98 + "\n") * (pad // 101) + "\n" * (pad % 101)
             return await self._plain(writer, 200, text.encode(), "text/plain; version=0.0.4")
@@ -191,6 +190,26 @@ class FaultServer:
         if path == "/v1/completions" and method == "POST":
             return await self._complete(json.loads(body), writer)
         return await self._plain(writer, 404, b'{"error":"not found"}')
+
+    def _metrics_text(self) -> str:
+        running, tokens = self.running, self.tokens_total
+        if self.metrics_names == "sglang":
+            return (
+                "# TYPE sglang:num_running_reqs gauge\n"
+                f'sglang:num_running_reqs{{model_name="{self.alias}"}} {running}\n'
+                "# TYPE sglang:generation_tokens_total counter\n"
+                f'sglang:generation_tokens_total{{model_name="{self.alias}"}} {tokens}\n'
+            )
+        if self.metrics_names == "tgi":
+            return f"# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size {running}\n"
+        return (
+            "# HELP llamacpp:requests_processing Number of requests processing.\n"
+            "# TYPE llamacpp:requests_processing gauge\n"
+            f"llamacpp:requests_processing {running}\n"
+            "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
+            "# TYPE llamacpp:tokens_predicted_total counter\n"
+            f"llamacpp:tokens_predicted_total {tokens}\n"
+        )
 
     def _fault(self, n: int) -> str | None:
         for kind, every in self.faults.items():

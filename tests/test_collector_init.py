@@ -20,7 +20,6 @@ from analysis import theory as th
 from analysis.gpus import CPU, GPUS, MIB, NVIDIA_SMI_NAMES, match_nvidia_smi
 from analysis.model_config import bundled_model_names, load_model_config
 from collector.cli import main
-from collector.plan import plan_data
 from collector.init import (
     Engine,
     Gpu,
@@ -33,6 +32,7 @@ from collector.init import (
     vocab_from_config,
     vocab_from_tokenizer_json,
 )
+from collector.plan import plan_data
 from collector.raw.errors import PlanError
 from collector.raw.plan import load_plan, parse_plan
 from tests import engine_cache

@@ -62,12 +62,15 @@ class PromSnapshot:
 
     @property
     def engine(self) -> str | None:
-        """ "vllm" / "llamacpp" from the metric prefixes; None when neither is present."""
+        """The engine whose metric names these are: "vllm" (``vllm:*``), "llamacpp" (``llamacpp:*``),
+        "sglang" (``sglang:*``, SGLang's docs/references/production_metrics.md), "tgi" (``tgi_*``, TGI's
+        reference/metrics page); None when no known prefix is present."""
         names = {s.name.split(":", 1)[0] for s in self.samples if ":" in s.name}
-        if "vllm" in names:
-            return "vllm"
-        if "llamacpp" in names:
-            return "llamacpp"
+        for engine in ("vllm", "llamacpp", "sglang"):
+            if engine in names:
+                return engine
+        if any(s.name.startswith("tgi_") for s in self.samples):
+            return "tgi"
         return None
 
     def find(self, name: str, **labels: str) -> list[PromSample]:

@@ -14,7 +14,9 @@ from typing import Any
 
 from collector.raw.errors import PlanError
 
-ENGINES = ("vllm", "llamacpp")
+# "openai": any OpenAI-compatible server (SGLang, TGI, TensorRT-LLM, a gateway), attached only; the checks
+# that need to know the engine are recorded as skipped unless its /metrics names it (collector.checks)
+ENGINES = ("vllm", "llamacpp", "openai")
 ENDPOINTS = ("completions", "chat")  # AIPerf's --endpoint-type names (vllm bench: openai, openai-chat)
 PREFIX_CACHE = ("off", "on", "any")
 PHASE_KINDS = ("warmup", "concurrency", "length", "overload", "rate")
@@ -278,6 +280,8 @@ def _server(t: _Table) -> ServerPlan:
     )
     t.done()
     if url is None:
+        if engine == "openai":
+            raise t._err("url", 'missing: engine = "openai" attaches to a running server (give url = ...)')
         if model is None:
             raise t._err("model", "missing: a started server needs a model (or give url = ... to attach)")
         if engine == "llamacpp" and binary is None:
