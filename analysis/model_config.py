@@ -111,7 +111,7 @@ _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_ex
 _GATED_SLIDING_WINDOW = ("qwen2", "qwen3", "qwen3_moe")
 # model types whose ``sliding_window`` applies to every other layer, starting with layer 0 (transformers
 # Gemma2DecoderLayer: ``is_sliding = not bool(layer_idx % 2)``) when the config has no ``layer_types``.
-_ALTERNATING_WINDOW = ("gemma2",)
+_ALTERNATING_WINDOW = ("gemma2", "gpt_oss")  # gpt-oss: transformers' default layer_types, the same rule
 _LAYER_KINDS = ("full_attention", "sliding_attention")
 _NOT_COVERED = (
     "the theory covers full, sliding-window and latent (MLA) attention with dense or mixture-of-experts MLPs"

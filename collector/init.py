@@ -78,6 +78,8 @@ GGUF_FILE_TYPES = {
     32: "bf16",
 }
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# llama.cpp architecture names whose transformers model_type is spelt otherwise (the rest are the same)
+GGUF_ARCH_TYPES = {"qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss"}
 
 
 # ----------------------------------------------------------------------------------------------- finding
@@ -387,7 +389,7 @@ def _gguf_shape(reader: gguf.GGUFReader, path: Path) -> dict:
     tensors = {t.name for t in reader.tensors}
     heads = int(key("attention.head_count"))
     data = {
-        "model_type": arch,
+        "model_type": GGUF_ARCH_TYPES.get(arch, arch),
         "hidden_size": int(key("embedding_length")),
         "intermediate_size": int(key("feed_forward_length")),
         "num_hidden_layers": int(key("block_count")),
@@ -404,6 +406,8 @@ def _gguf_shape(reader: gguf.GGUFReader, path: Path) -> dict:
         data["head_dim"] = int(head_dim)
     for gguf_key, hf_key in (
         ("expert_count", "num_local_experts"),
+        ("expert_used_count", "num_experts_per_tok"),
+        ("expert_feed_forward_length", "moe_intermediate_size"),
         ("attention.kv_lora_rank", "kv_lora_rank"),
         ("attention.sliding_window", "sliding_window"),
     ):
@@ -425,9 +429,12 @@ def _bundled_with_shape(shape: dict) -> str | None:
     for name in bundled_model_names():
         try:
             cfg = load_model_config(name)
-        except PlanError:  # a bundled config the theory refuses (Gemma 2) cannot match a planned model
+        except PlanError:  # a bundled config the theory refuses cannot match a planned model
             continue
         if cfg.model_type != shape["model_type"] or cfg.tie_word_embeddings != shape["tie_word_embeddings"]:
+            continue
+        experts = (cfg.moe.num_experts, cfg.moe.experts_per_token) if cfg.moe else (None, None)
+        if experts != (shape.get("num_local_experts"), shape.get("num_experts_per_tok")):
             continue
         if cfg.vocab_size != shape["vocab_size"] or any(getattr(cfg, k) != shape[k] for k in keys):
             continue

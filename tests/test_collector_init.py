@@ -13,6 +13,8 @@ import socket
 import stat
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -26,6 +28,7 @@ from collector.init import (
     ModelFacts,
     init_plan,
     model_from_folder,
+    model_from_gguf,
     render_plan,
     size_vllm,
     token_id_range,
@@ -431,6 +434,42 @@ def test_init_plans_a_moe_model_for_vllm_and_says_what_the_theory_leaves_out(tmp
     plan = parse_plan(text, tmp_path / "moe.toml")
     assert plan.model.config == str(folder / "config.json")
     assert "theory: MoE: 8 of 128 experts" in text and "routing skew" in text
+
+
+def _moe_gguf(path: Path, arch: str, experts: tuple[int, int, int]) -> Path:
+    """A GGUF carrying the metadata llama.cpp's converter writes for Qwen3-30B-A3B (keys by gguf.Keys), with
+    one small tensor: the reader needs nothing more to plan it (the weights are not read)."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_context_length(40960)
+    w.add_embedding_length(2048)
+    w.add_block_count(48)
+    w.add_feed_forward_length(6144)
+    w.add_head_count(32)
+    w.add_head_count_kv(4)
+    w.add_key_length(128)
+    w.add_vocab_size(151936)
+    w.add_expert_count(experts[0])
+    w.add_expert_used_count(experts[1])
+    w.add_expert_feed_forward_length(experts[2])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_token_list([f"t{i}" for i in range(300)])
+    w.add_tensor("output.weight", np.zeros((2, 2), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_init_reads_a_moe_gguf_as_its_bundled_config(tmp_path):
+    """llama.cpp users serve MoE models as GGUFs: qwen3moe metadata (expert_count 128, expert_used_count 8,
+    expert_feed_forward_length 768) is Qwen3-30B-A3B's bundled config; other expert counts get a config
+    written from the metadata, still a mixture of experts."""
+    facts = model_from_gguf(_moe_gguf(tmp_path / "Qwen3-30B-A3B-Q4_K_M.gguf", "qwen3moe", (128, 8, 768)))
+    assert facts.config_ref == "Qwen3-30B-A3B" and facts.weight_format == "q4_k_m"
+    assert th.params_total(facts.cfg) == th.params_total(load_model_config("Qwen3-30B-A3B"))
+    other = model_from_gguf(_moe_gguf(tmp_path / "other.gguf", "qwen3moe", (64, 4, 768)))
+    assert other.config_ref == "" and other.cfg.moe is not None and other.cfg.moe.num_experts == 64
 
 
 @pytest.mark.engines
