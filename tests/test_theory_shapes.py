@@ -22,11 +22,13 @@ Published figures (total; active per token; the convention each publisher uses f
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
 from analysis import theory as th
-from analysis.model_config import load_model_config
+from analysis.model_config import load_model_config, model_config_from_dict
+from collector.plan import plan_data
 
 # name -> (total, active, active counts the embedding table, relative tolerance = the published rounding)
 PUBLISHED = {
@@ -128,3 +130,17 @@ def test_windowed_causal_prefill_counts_each_querys_keys():
     full = s * s / 2
     windowed = w * w / 2 + (s - w) * w
     assert th.attention_flops_prefill_causal(cfg, s) == per_key * 13 * (full + windowed)
+
+
+@pytest.mark.parametrize("name", [*sorted(PUBLISHED), "gemma-2-9b-it"])
+def test_a_predictions_config_rebuilds_the_same_shape(name):
+    """analysis reads a run's model from prediction.json's "config" (theoryctx): the MoE, MLA and window keys
+    travel there by their config.json names, so the run is reconciled against the same theory."""
+    data = plan_data(name, "h200")
+    cfg = model_config_from_dict(
+        {**data["config"], "model_type": data["model_type"]}, name=name, source=Path("p")
+    )
+    assert th.params_total(cfg) == data["params_total"] and th.params_active(cfg) == data.get(
+        "params_active", th.params_total(cfg)
+    )
+    assert th.kv_bytes_per_sequence(cfg, 8192) == th.kv_bytes_per_sequence(load_model_config(name), 8192)
