@@ -82,9 +82,9 @@ class _Arch:
 
     qkv_bias: bool = False  # Qwen2 hard-codes bias=True on q/k/v and bias=False on o_proj
     o_bias: bool = False
-    qk_norm: bool = False  # Qwen3 / Gemma 3: per-head RMSNorm on q and k over head_dim
+    qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k over head_dim
     bias_from_config: bool = False  # Llama/Mistral: `attention_bias` (default False) sets q/k/v/o bias
-    sandwich_norms: bool = False  # Gemma 2/3: RMSNorm before and after the MLP as well (+2·h per layer)
+    sandwich_norms: bool = False  # Gemma 2: RMSNorm before and after the MLP as well (+2·h per layer)
     tied_default: bool = False  # Gemma configs omit tie_word_embeddings: tied
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head per layer
     router_bias: bool = False  # gpt-oss router bias; DeepSeek-V3 e_score_correction_bias (E per layer)
@@ -166,7 +166,8 @@ class MlaShape:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The shape of a dense decoder-only transformer, as the theory needs it."""
+    """The shape of a decoder-only transformer, as the theory needs it: the dense fields, and where the model
+    has them its experts (``moe``), latent attention (``mla``) and per-layer attention windows."""
 
     name: str
     source: str
