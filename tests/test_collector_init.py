@@ -414,23 +414,27 @@ def test_init_never_replaces_a_file(box, tmp_path):
     assert out.read_text() == "mine\n"
 
 
+def _vllm_plan_text(facts: ModelFacts, gpu: Gpu, sizing, config_ref: str) -> str:
+    """The plan text init writes for a vLLM server at /opt/vllm (none needed: the sizing is the theory's)."""
+    return render_plan(
+        engine=Engine("vllm", Path("/opt/vllm/bin/python"), "test"),
+        model=facts,
+        gpu=gpu,
+        sizing=sizing,
+        port=8000,
+        campaign="h200-test",
+        config_ref=config_ref,
+        token_range=(1000, 151643, "test"),
+    )
+
+
 def test_init_plans_a_moe_model_for_vllm_and_says_what_the_theory_leaves_out(tmp_path):
     """Refused on main (key 'num_experts'); now the vLLM sizing runs on the MoE theory and the plan's notes
     name what it does not model. No engine needed: the sizing and the text come from the config alone."""
     folder = _config_dir(tmp_path, "Qwen3-30B-A3B", QWEN3_30B_A3B)
     facts = model_from_folder(folder, Engine("vllm", Path("/opt/vllm/bin/python"), "test"))
     gpu = Gpu(GPUS["h200"], "NVIDIA H200", 143771, 1)
-    sizing = size_vllm(facts, gpu, None)
-    text = render_plan(
-        engine=Engine("vllm", Path("/opt/vllm/bin/python"), "test"),
-        model=facts,
-        gpu=gpu,
-        sizing=sizing,
-        port=8000,
-        campaign="h200-qwen3-moe",
-        config_ref=str(folder / "config.json"),
-        token_range=(1000, 151643, "test"),
-    )
+    text = _vllm_plan_text(facts, gpu, size_vllm(facts, gpu, None), str(folder / "config.json"))
     plan = parse_plan(text, tmp_path / "moe.toml")
     assert plan.model.config == str(folder / "config.json")
     assert "theory: MoE: 8 of 128 experts" in text and "routing skew" in text
@@ -500,16 +504,7 @@ def test_vllm_plan_on_an_h100_overloads_its_estimated_pool():
     assert sizing.sweep[-1] * (sizing.input_len + sizing.output_len) <= pool_tokens
     max_seqs = int(dict((a[0], a[1]) for a in sizing.args)["--max-num-seqs"])
     assert max_seqs >= c
-    text = render_plan(
-        engine=Engine("vllm", Path("/opt/vllm/bin/python"), "test"),
-        model=facts,
-        gpu=gpu,
-        sizing=sizing,
-        port=8000,
-        campaign="h100-sxm-qwen",
-        config_ref=cfg.name,
-        token_range=(1000, 151643, "test"),
-    )
+    text = _vllm_plan_text(facts, gpu, sizing, cfg.name)
     plan = parse_plan(text, Path("v.toml"))
     assert plan.model.kv_pool_gib is None  # a known card: the theory estimates the pool itself
     assert "--no-enable-prefix-caching" in plan.server.args and plan.model.max_model_len == 8192
