@@ -454,9 +454,10 @@ def shape_notes(cfg: ModelConfig) -> list[str]:
     if cfg.attention_sinks:
         notes.append("attention sinks: one parameter per head per layer, no FLOPs counted")
     if cfg.quant_method:
+        served = "mxfp4" if cfg.quant_method == "mxfp4" else "'<x>bpw' from the file size"
         notes.append(
             f"checkpoint: quantized ({cfg.quant_method}); weight bytes follow the weight format given "
-            "(default bf16, the unquantized model): pass the served format, e.g. '<x>bpw' from the file size"
+            f"(default bf16, the unquantized model): pass the served one, --weight-format {served}"
         )
     return notes
 

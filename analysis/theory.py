@@ -273,17 +273,6 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: i
     return e * (1.0 - (1.0 - k / e) ** tokens)
 
 
-def layer_params_read_per_step(cfg: ModelConfig, batch: int = 1) -> float:
-    """Layer weights a decode step of B sequences reads, parameters: all layer parameters − (E − experts
-    touched at B) × expert params × MoE layers (``expected_experts_touched``); a dense model reads them
-    all."""
-    layers = sum(per * n for per, n in layer_component_counts(cfg).values())
-    if cfg.moe is None:
-        return float(layers)
-    touched = expected_experts_touched(cfg.moe.num_experts, cfg.moe.experts_per_token, batch)
-    return layers - (cfg.moe.num_experts - touched) * expert_params(cfg) * cfg.moe.moe_layers
-
-
 def shares(counts: dict[str, int]) -> dict[str, float]:
     """Each entry's fraction of the sum (0–1)."""
     total = sum(counts.values())
@@ -857,13 +846,42 @@ def normalise_weight_format(weight_format: str) -> str:
     """Canonical weight-format name: bf16, fp16, fp32, a GGUF file type (q4_k_m, ...), or '<x>bpw'."""
     key = weight_format.strip().lower().replace("-", "_")
     key = _WEIGHT_ALIASES.get(key, key)
-    if key in UNIFORM_BYTES_PER_PARAM or key in GGUF_FTYPES:
+    if key in UNIFORM_BYTES_PER_PARAM or key in GGUF_FTYPES or key == MXFP4:
         return key
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*bpw", key)
     if m and float(m.group(1)) > 0:
         return f"{float(m.group(1)):g}bpw"
-    known = ", ".join([*UNIFORM_BYTES_PER_PARAM, *GGUF_FTYPES, "<x>bpw"])
+    known = ", ".join([*UNIFORM_BYTES_PER_PARAM, *GGUF_FTYPES, MXFP4, "<x>bpw"])
     raise PlanError(f"unknown weight format {weight_format!r}; known: {known}")
+
+
+# gpt-oss's checkpoint layout (its config's quantization_config: everything but attention, router, embedding
+# and lm_head converted): routed-expert matmul weights in MXFP4, the rest bf16. OCP Microscaling Formats (MX)
+# v1.0: MXFP4 blocks hold 32 FP4 (E2M1) values and one shared 8-bit (E8M0) scale, (32·4 + 8) / 32 bits each.
+MXFP4 = "mxfp4"
+MXFP4_BITS_PER_WEIGHT = (32 * 4 + 8) / 32
+
+
+def routed_expert_matmul_params(cfg: ModelConfig) -> int:
+    """The routed experts' matmul weights (biases left out), parameters: E × 3·h·I_e × MoE layers."""
+    if cfg.moe is None:
+        return 0
+    m = cfg.moe
+    return m.num_experts * 3 * cfg.hidden_size * m.expert_intermediate_size * m.moe_layers
+
+
+def mxfp4_weight_bytes_by_group(cfg: ModelConfig) -> dict[str, float]:
+    """Weight bytes by group for gpt-oss's MXFP4 checkpoint, bytes: every group at bf16 (2 B/param), except
+    the routed experts' matmul weights in the layers at 4.25 bits: layers = 2 × (layer params − W_e) +
+    W_e × 4.25 / 8 with W_e = ``routed_expert_matmul_params``."""
+    if cfg.moe is None:
+        raise PlanError(f"weight format {MXFP4}: MXFP4 expert weights, but {cfg.name} has no experts")
+    groups = weight_bytes_by_group(cfg, "bf16")
+    experts = routed_expert_matmul_params(cfg)
+    groups["layers"] += weight_bytes_from_bpw(experts, MXFP4_BITS_PER_WEIGHT) - weight_bytes_uniform(
+        experts, 2.0
+    )
+    return groups
 
 
 def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, float]:
@@ -872,7 +890,7 @@ def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, flo
     bf16/fp16/fp32: params × 2/2/4. GGUF file types: the per-tensor recipe (``gguf_tensor_type``).
     '<x>bpw': params × x / 8 for every group (an average, e.g. from a file size). A GGUF file type on a
     layout the per-tensor recipe does not cover (experts, latent attention) takes the type's typical
-    average (``GGUF_TYPICAL_BPW``).
+    average (``GGUF_TYPICAL_BPW``). 'mxfp4': gpt-oss's checkpoint (``mxfp4_weight_bytes_by_group``).
     """
     fmt = normalise_weight_format(weight_format)
     by = params_by_component(cfg)
@@ -885,18 +903,31 @@ def weight_bytes_by_group(cfg: ModelConfig, weight_format: str) -> dict[str, flo
     }
     if fmt in UNIFORM_BYTES_PER_PARAM:
         return {k: weight_bytes_uniform(v, UNIFORM_BYTES_PER_PARAM[fmt]) for k, v in counts.items()}
+    if fmt == MXFP4:
+        return mxfp4_weight_bytes_by_group(cfg)
     if fmt in GGUF_FTYPES and gguf_recipe_covers(cfg):
         return {k: float(v) for k, v in gguf_weight_bytes_by_group(cfg, fmt).items()}
-    if fmt in GGUF_FTYPES:  # MoE / MLA tensors: the file type's typical average stands in for the recipe
+    bpw = average_bits_per_param(cfg, fmt)
+    return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}
+
+
+def average_bits_per_param(cfg: ModelConfig, weight_format: str) -> float:
+    """Bits per parameter where one width stands for all, bits: 16/16/32 for bf16/fp16/fp32, x for '<x>bpw',
+    and for a GGUF file type on a layout the per-tensor recipe does not cover (experts, latent attention)
+    the type's typical average (``GGUF_TYPICAL_BPW``)."""
+    fmt = normalise_weight_format(weight_format)
+    if fmt in UNIFORM_BYTES_PER_PARAM:
+        return 8 * UNIFORM_BYTES_PER_PARAM[fmt]
+    if fmt in GGUF_FTYPES:
         if fmt not in GGUF_TYPICAL_BPW:
             raise PlanError(
                 f"weight format {fmt}: no per-tensor recipe for {cfg.name}'s experts or latent attention "
                 "and no typical average; pass the file's bits per weight as '<x>bpw'"
             )
-        bpw = GGUF_TYPICAL_BPW[fmt]
-        return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}
-    bpw = float(fmt.removesuffix("bpw"))
-    return {k: weight_bytes_from_bpw(v, bpw) for k, v in counts.items()}
+        return GGUF_TYPICAL_BPW[fmt]
+    if fmt == MXFP4:
+        raise PlanError(f"weight format {MXFP4} mixes widths: no single bits per parameter")
+    return float(fmt.removesuffix("bpw"))
 
 
 def weight_bytes(cfg: ModelConfig, weight_format: str = "bf16") -> float:
@@ -905,22 +936,36 @@ def weight_bytes(cfg: ModelConfig, weight_format: str = "bf16") -> float:
 
 
 def weight_bytes_read_per_decode_step(cfg: ModelConfig, weight_format: str = "bf16", batch: int = 1) -> float:
-    """Weight bytes one decode step of B sequences streams from memory, bytes: layer weights read
-    (``layer_params_read_per_step``: all of them for a dense model, the experts touched at B for a mixture
-    of experts) at the layers' bytes per parameter + final norm + lm_head.
+    """Weight bytes one decode step of B sequences streams from memory, bytes: every layer weight — less,
+    for a mixture of experts, the routed experts no sequence of the step touches: (1 − touched/E) × their
+    bytes (``expected_experts_touched``) — + final norm + lm_head.
 
     The embedding table is not read whole (a step gathers one row per sequence), so it is left out —
     unless tied: then the same matrix is read whole once, as the lm_head.
     """
     groups = weight_bytes_by_group(cfg, weight_format)
-    layers = groups["layers"]
+    read = groups["layers"] + groups["final_norm"] + groups["lm_head"]
     if cfg.moe is not None:
-        resident = sum(per * n for per, n in layer_component_counts(cfg).values())
-        layers *= layer_params_read_per_step(cfg, batch) / resident
-    read = layers + groups["final_norm"] + groups["lm_head"]
+        m = cfg.moe
+        untouched = 1.0 - expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
+        read -= untouched * routed_expert_bytes(cfg, weight_format)
     if cfg.tie_word_embeddings:
         read += groups["embedding"]
     return read
+
+
+def routed_expert_bytes(cfg: ModelConfig, weight_format: str) -> float:
+    """All routed experts as stored, bytes: E × expert params × MoE layers at the format's bits per
+    parameter (``average_bits_per_param``); with mxfp4 the matmul weights at 4.25 bits, biases at bf16."""
+    assert cfg.moe is not None
+    fmt = normalise_weight_format(weight_format)
+    params = cfg.moe.num_experts * expert_params(cfg) * cfg.moe.moe_layers
+    if fmt == MXFP4:
+        matmul = routed_expert_matmul_params(cfg)
+        return weight_bytes_from_bpw(matmul, MXFP4_BITS_PER_WEIGHT) + weight_bytes_uniform(
+            params - matmul, 2.0
+        )
+    return weight_bytes_from_bpw(params, average_bits_per_param(cfg, fmt))
 
 
 # ---------------------------------------------------------------------------------------------------------

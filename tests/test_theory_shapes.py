@@ -29,6 +29,7 @@ import pytest
 from analysis import theory as th
 from analysis.model_config import load_model_config, model_config_from_dict
 from collector.plan import plan_data
+from collector.raw.errors import PlanError
 
 # name -> (total, active, active counts the embedding table, relative tolerance = the published rounding)
 PUBLISHED = {
@@ -144,3 +145,18 @@ def test_a_predictions_config_rebuilds_the_same_shape(name):
         "params_active", th.params_total(cfg)
     )
     assert th.kv_bytes_per_sequence(cfg, 8192) == th.kv_bytes_per_sequence(load_model_config(name), 8192)
+
+
+def test_gpt_oss_mxfp4_checkpoint_bytes():
+    """gpt-oss ships its routed-expert weights in MXFP4 (4.25 bits: 32 FP4 values + one 8-bit scale), the
+    rest in bf16 (config quantization_config.modules_to_not_convert): 12.82 GiB, the checkpoint size the
+    model card's table 1 gives (12.8 GiB); a decode step at batch 1 reads 3.45 GiB of it, not bf16's 6.7."""
+    cfg = load_model_config("gpt-oss-20b")
+    assert th.weight_bytes(cfg, "mxfp4") / 2**30 == pytest.approx(12.8, abs=0.05)
+    one = th.weight_bytes_read_per_decode_step(cfg, "mxfp4", 1)
+    assert one < th.weight_bytes_read_per_decode_step(cfg, "bf16", 1) / 1.9
+    assert th.weight_bytes_read_per_decode_step(cfg, "mxfp4", 10_000) == pytest.approx(
+        th.weight_bytes(cfg, "mxfp4") - th.weight_bytes_by_group(cfg, "mxfp4")["embedding"]
+    )
+    with pytest.raises(PlanError, match="has no experts"):
+        th.weight_bytes(load_model_config("Qwen3-8B"), "mxfp4")
