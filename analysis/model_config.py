@@ -33,6 +33,9 @@ for the keys the theory reads:
 - ``Qwen3-30B-A3B``, ``Mixtral-8x7B-v0.1``, ``gpt-oss-20b``, ``DeepSeek-V3``: ai-dynamo/aiconfigurator
   ``aic-core/src/aiconfigurator_core/model_configs/{Qwen--Qwen3-30B-A3B, mistralai--Mixtral-8x7B-v0.1,
   openai--gpt-oss-20b, deepseek-ai--DeepSeek-V3}_config.json`` (095f58a), copies of the Hub files.
+- ``gemma-3-1b-it``: NVIDIA/TensorRT-LLM's test copy of the Hub file (``GEMMA3_1B_CONFIG`` in its Gemma 3
+  model test) with the two keys that test shrinks restored to the Hub's values, 26 layers and a 512-token
+  window, as several other public copies of ``google/gemma-3-1b-it``'s config give them.
 - ``DeepSeek-V2-Lite``: the Hub file's keys as public copies of ``deepseek-ai/DeepSeek-V2-Lite-Chat``'s
   config.json show them (the Lite base and Chat share the shape; TechxGenus/DeepSeek-V2-Lite-Chat-AWQ and
   nicoboss/DeepSeek-V2-Lite-Chat-Uncensored on the Hub, and a transformers 5.7 load log), less
@@ -49,7 +52,8 @@ the theory represents (``MoeShape``, ``MlaShape``, ``layer_windows``):
 - multi-head latent attention (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
   ``v_head_dim``): one compressed latent cached per token per layer;
 - sliding-window and mixed local/global attention (``layer_types``, ``sliding_window`` with Gemma 2's
-  alternation, Mistral v0.1's every-layer window, Qwen's ``use_sliding_window`` + ``max_window_layers``).
+  alternation, Gemma 3's ``sliding_window_pattern`` (5 local : 1 global), Mistral v0.1's every-layer window,
+  Qwen's ``use_sliding_window`` + ``max_window_layers``).
 
 What is still refused, with one line naming the key (``unsupported_reason``): layers that are neither full
 nor sliding-window attention (linear attention, chunked attention), and model types whose layer layout the
@@ -82,9 +86,9 @@ class _Arch:
 
     qkv_bias: bool = False  # Qwen2 hard-codes bias=True on q/k/v and bias=False on o_proj
     o_bias: bool = False
-    qk_norm: bool = False  # Qwen3: per-head RMSNorm on q and k over head_dim
+    qk_norm: bool = False  # Qwen3, Gemma 3: per-head RMSNorm on q and k over head_dim
     bias_from_config: bool = False  # Llama/Mistral: `attention_bias` (default False) sets q/k/v/o bias
-    sandwich_norms: bool = False  # Gemma 2: RMSNorm before and after the MLP as well (+2·h per layer)
+    sandwich_norms: bool = False  # Gemma 2/3: RMSNorm before and after the MLP as well (+2·h per layer)
     tied_default: bool = False  # Gemma configs omit tie_word_embeddings: tied
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head per layer
     router_bias: bool = False  # gpt-oss router bias; DeepSeek-V3 e_score_correction_bias (E per layer)
@@ -102,6 +106,7 @@ _ARCHS: dict[str, _Arch] = {
     "deepseek_v3": _Arch(router_bias=True),
     "gpt_oss": _Arch(qkv_bias=True, o_bias=True, attention_sinks=True, router_bias=True, expert_bias=True),
     "gemma2": _Arch(sandwich_norms=True, tied_default=True),
+    "gemma3_text": _Arch(qk_norm=True, sandwich_norms=True, tied_default=True),
 }
 
 # Keys naming the routed experts (a value above 1 means a mixture-of-experts MLP), per family.
@@ -316,6 +321,9 @@ def _layer_windows(source: Path, data: dict, model_type: str, layers: int) -> tu
         first = data.get("max_window_layers") or 0
         on = bool(data.get("use_sliding_window"))
         kinds = ["sliding_attention" if on and i >= first else "full_attention" for i in range(layers)]
+    elif _positive_int(data.get("sliding_window_pattern")):  # Gemma 3: every p-th layer is global
+        p = data["sliding_window_pattern"]
+        kinds = ["full_attention" if (i + 1) % p == 0 else "sliding_attention" for i in range(layers)]
     elif model_type in _ALTERNATING_WINDOW:
         kinds = ["full_attention" if i % 2 else "sliding_attention" for i in range(layers)]
     else:  # Mistral v0.1, Mixtral: every layer attends over the window
@@ -347,6 +355,7 @@ _EXTRA_KEYS = (
     "sliding_window",
     "use_sliding_window",
     "max_window_layers",
+    "sliding_window_pattern",
 )
 
 

@@ -16,7 +16,8 @@ Published figures (total; active per token; the convention each publisher uses f
 - DeepSeek-V3, technical report (arXiv 2412.19437): "671B total parameters with 37B activated for each
   token" (the multi-token-prediction module not counted; the embedding table left out, as for V2-Lite);
 - Gemma 2 technical report (arXiv 2408.00118) table 1: non-embedding parameters 2,024,517,888 (2B) and
-  8,324,201,984 (9B) — exact counts.
+  8,324,201,984 (9B) — exact counts; Gemma 3 technical report (arXiv 2503.19786) table 1: 1B, 302M
+  embedding and 698M non-embedding parameters.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def test_gemma2_non_embedding_parameters_are_exact(name, non_embedding):
     assert (
         th.params_total(cfg) - th.embed_tokens_params(cfg) == non_embedding
     )  # the 4 norms per layer counted
+
+
+def test_gemma3_counts_and_its_five_local_one_global_layers():
+    """Gemma 3 technical report (arXiv 2503.19786) table 1, 1B: 302M embedding, 698M non-embedding
+    parameters (to the million); layers 6, 12, 18, 24 (every sixth) global, the rest a 512-token window."""
+    cfg = load_model_config("gemma-3-1b-it")
+    assert th.embed_tokens_params(cfg) == pytest.approx(302e6, abs=0.5e6)
+    assert th.params_total(cfg) - th.embed_tokens_params(cfg) == pytest.approx(698e6, abs=0.5e6)
+    assert [i for i, w in enumerate(cfg.layer_windows) if w is None] == [5, 11, 17, 23]
+    per_layer = th.kv_bytes_per_layer_per_token(cfg)
+    assert th.kv_bytes_per_sequence(cfg, 32768) == (22 * 512 + 4 * 32768) * per_layer
 
 
 def test_expected_experts_touched_is_the_exact_occupancy_expectation():
