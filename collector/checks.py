@@ -55,6 +55,16 @@ CHECKED_ENGINES = ("vllm", "llamacpp")
 ENGINE_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp", "sglang": "SGLang", "tgi": "TGI"}
 
 
+def checked_engine(declared: str, metrics_text: str | None) -> str | None:
+    """The engine whose checks apply: the declared vLLM or llama.cpp, else (an ``openai`` server) the one
+    its /metrics names when it is one of those; None when no engine-specific check applies."""
+    if declared in CHECKED_ENGINES:
+        return declared
+    snap = _scrape(metrics_text)
+    seen = snap.engine if snap else None
+    return seen if seen in CHECKED_ENGINES else None
+
+
 def check_engine_identity(declared: str, metrics_text: str | None) -> CheckResult:
     """Which engine answers, from its /metrics names (``PromSnapshot.engine``), against the plan's
     ``[server] engine``. A declared vLLM or llama.cpp whose metrics name another engine fails; a declared
@@ -68,7 +78,7 @@ def check_engine_identity(declared: str, metrics_text: str | None) -> CheckResul
         detail = f"declared {ENGINE_NAMES[declared]}; /metrics names {seen_name}"
         facts = {"declared": declared, "metrics_engine": seen, "checked_as": declared}
         return CheckResult("startup", "engine_identity", ok, detail, facts=facts)
-    checked_as = seen if seen in CHECKED_ENGINES else None
+    checked_as = checked_engine(declared, metrics_text)
     then = (
         f"its {ENGINE_NAMES[seen]} checks apply"
         if checked_as
@@ -277,7 +287,9 @@ def point_checks(
 ) -> list[CheckResult]:
     """Did the point measure what it claims? Lengths are each request's own (``max_tokens``, and ``input_len``
     when ids were sent; a prompt sent as text has only the server's count: n/a). Prefix-cache hits must be
-    zero when the plan's ``prefix_cache`` is off; otherwise their count is recorded, unjudged (ok None)."""
+    zero when the plan's ``prefix_cache`` is off; otherwise their count is recorded, unjudged (ok None). An
+    ``openai`` server is checked as the engine its /metrics name (``checked_engine``) where they name one."""
+    engine = checked_engine(engine, metrics_after or metrics_before) or engine
     pid = point.point_id
     ok_recs = [r for r in records if r.error_kind is None]
     errors: dict[str, int] = {}

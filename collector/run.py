@@ -280,10 +280,6 @@ class _Protocol:
         self.current_point: str | None = None
         self.points_done = 0
         self.checks_failed: list[str] = []
-        # the engine whose checks apply: the declared one, or what an "openai" server's /metrics names
-        self.checked_engine: str | None = (
-            plan.server.engine if plan.server.engine in ck.CHECKED_ENGINES else None
-        )
         self.failed_checks: list[CheckResult] = []
         self.rows: list[PointRow] = []
 
@@ -392,7 +388,7 @@ class _Protocol:
         identity = ck.check_engine_identity(sp.engine, metrics_text)
         self.record_check(identity)
         facts = identity.facts or {}
-        engine = self.checked_engine = facts.get("checked_as")  # None: a server we have no checks for
+        engine = facts.get("checked_as")  # None: an OpenAI-compatible server we have no checks for
         if engine == "vllm":
             self.record_check(ck.check_pool_vllm(log_path, metrics_text))
         elif engine == "llamacpp":  # an "openai" server whose /metrics say llama.cpp: ask its /props too
@@ -575,7 +571,7 @@ class _Protocol:
             pt,
             records,
             out.sent,
-            self.checked_engine or sp.engine,
+            sp.engine,
             before.text if before else None,
             after.text if after else None,
             prefix_cache=sp.prefix_cache,
