@@ -160,6 +160,8 @@ TTFT_PARTS: dict[str, str] = {"queue": "排队", "prefill": "预填充", "remain
 # a series' other runs on a campaign figure (a repeat, the arms of a one-knob experiment): grey context
 OTHER_RUNS = "同系列的其他运行（重复、单变量实验）"
 OTHER_RUNS_OMITTED = "同系列的另外 {n} 个运行（重复、单变量实验）未画出"
+# two runs of one series (a repeat of one plan) told apart on a legend by their order
+RUN_ORDINAL = "第 {n} 次运行"
 
 # a figure panel per kind of test: points of different tests are never joined into one curve
 TEST_KINDS: dict[str, str] = {
@@ -172,7 +174,7 @@ TEST_KINDS: dict[str, str] = {
 
 # --- figures: title and axis titles (with units) ------------------------------------------------------
 FIGURES: dict[str, dict[str, str]] = {
-    "structure_params": {"title": "参数量按组件分布", "x": "参数量（十亿）", "y": "组件"},
+    "structure_params": {"title": "参数量按组件分布", "x": "参数量（十亿）", "y": "组件", "color": "矩阵"},
     "structure_attention_flops": {
         "title": "每 token 计算量随序列长度的变化",
         "x": "序列长度（token）",
@@ -502,6 +504,7 @@ FINDINGS.update(
         ("memory", "peak_activation_gib"): "激活峰值",
         ("memory", "cuda_graph_gib"): "CUDA 图占用（在预算之外）",
         ("memory", "model_buffer_gib"): "模型缓冲区（日志 vs 理论权重字节）",
+        ("memory", "gpu_memory_used_mib"): "服务器启动后的显存占用（nvidia-smi，整卡：权重 + KV + 计算缓冲）",
         ("memory", "kv_buffer_gib"): "KV 缓冲区",
         ("memory", "compute_buffer_gib"): "计算缓冲区",
         ("memory", "output_buffer_gib"): "输出缓冲区",
@@ -1127,3 +1130,17 @@ REASONS.update(
         "not_saturated": "每个提供的速率下，实际完成速率都跟上了（落后不超过阈值）：扫描没有到达饱和点",
     }
 )
+
+# The home page's 「没测的」: what each kind of missing data is, naming the file (the key is the n/a finding's
+# reason; the order is the list's).
+MISSING_DATA: dict[str, str] = {
+    "no_sampler_csv": "没有采样 CSV（`metrics_sweep.csv`）：KV 占用、排队、计数器都没有逐秒记录",
+    "no_flops_counter": "`/metrics` 没有 FLOPs / 读取字节计数器：算不出 MFU / MBU",
+    "no_kv_usage_gauge": "`/metrics` 没有 KV 占用量",
+    "no_preemption_counter": "`/metrics` 没有抢占与迭代计数器",
+    "no_memory_line": "服务器日志没有显存账目行（`buffer size` / `Free memory on device`）",
+    "no_request_records": "没有逐请求记录（`requests.jsonl`）：基准 JSON 只有分位数",
+    "no_per_iteration_records": "没有逐次迭代的调度记录：采样只有每秒的累计和",
+}
+# a series (round · engine) that has the data another lacks
+HAS_DATA = "有"

@@ -574,3 +574,49 @@ def test_rates_page_only_where_rate_points_exist(built):
         if has_rows:
             with_rates.add(c)
     assert with_rates and with_rates != set(built.campaigns)
+
+
+def _article_links(html: str) -> list[str]:
+    """The hrefs of the page's own text (its <article>), not the theme's navigation, which links every page
+    to itself, nor the headings' own permalink anchors."""
+    article = html[html.find("<article") : html.find("</article>")]
+    return [
+        h
+        for cls, h in re.findall(r'<a\b(?:[^>]*?class="([^"]*)")?[^>]*?href="([^"]*)"', article)
+        if "headerlink" not in (cls or "")
+    ]
+
+
+def test_every_link_in_page_text_leads_somewhere_else_that_exists(built):
+    """Each link written in a page's text (every page of every campaign) resolves: to another page that
+    exists, or to an anchor that exists on the page it names. A link back to the page itself without an anchor
+    (an overview's questions once pointed at the overview) is a dead end."""
+    import urllib.parse
+
+    problems, n = [], 0
+    ids: dict[Path, set[str]] = {}
+    site = built.site.resolve()
+    for page in sorted(site.rglob("index.html")):
+        html = page.read_text(encoding="utf-8")
+        for href in _article_links(html):
+            parts = urllib.parse.urlsplit(href)
+            if parts.scheme or href.startswith("mailto:"):
+                continue
+            n += 1
+            path = urllib.parse.unquote(parts.path)
+            target = (page.parent / path).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            rel = page.relative_to(site).as_posix()
+            if not target.is_file():
+                problems.append(f"{rel}: {href} leads to no file")
+                continue
+            if target == page and not parts.fragment:
+                problems.append(f"{rel}: {href} leads back to the page itself")
+            if parts.fragment and target.suffix == ".html":
+                if target not in ids:
+                    ids[target] = set(re.findall(r'\bid="([^"]+)"', target.read_text(encoding="utf-8")))
+                if urllib.parse.unquote(parts.fragment) not in ids[target]:
+                    problems.append(f"{rel}: {href} names no element of {target.relative_to(site)}")
+    assert n > 200, n
+    assert not problems, "\n".join(problems[:40])

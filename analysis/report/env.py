@@ -37,6 +37,7 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         label=zh.finding_label,
         status_zh=zh.status_text,
         reason_zh=zh.reason_text,
+        missing_zh=lambda r: zh.MISSING_DATA.get(r, r),
         # names
         round_zh=zh.round_label,
         engine_zh=lambda e: zh.ENGINES.get(e, e),
@@ -51,5 +52,6 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         file_anchor=file_anchor,
         series_label=zh.series_label,
         fmt_value=zh.fmt_value,
+        has_data=zh.HAS_DATA,
     )
     return env

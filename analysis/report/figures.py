@@ -46,16 +46,21 @@ class FigureError(AnatomyError):
     """A figure spec that cannot be published (no Chinese title, an axis without a title)."""
 
 
+def cjk_font_dir() -> Path | None:
+    """The first CJK font folder this machine has (None: figure text would be measured with a Latin font,
+    narrower than the reader's browser draws Chinese, and legends would be cut off)."""
+    return next((d for d in CJK_FONT_DIRS if d.is_dir() and any(d.iterdir())), None)
+
+
 @functools.cache
 def register_cjk_fonts() -> Path | None:
     """Register the first CJK font folder found with vl-convert; return it (None when there is none)."""
     import vl_convert as vlc
 
-    for d in CJK_FONT_DIRS:
-        if d.is_dir() and any(d.iterdir()):
-            vlc.register_font_directory(str(d))
-            return d
-    return None
+    d = cjk_font_dir()
+    if d is not None:
+        vlc.register_font_directory(str(d))
+    return d
 
 
 def load_spec(path: Path) -> dict[str, Any]:

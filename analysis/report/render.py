@@ -34,6 +34,7 @@ from analysis.report import (
 )
 from analysis.report.context import RenderReport, SiteState, resolve_finding_refs
 from analysis.report.env import make_env
+from analysis.report.figures import cjk_font_dir
 from analysis.report.markdown import Page
 from analysis.report.profile import build_profile
 from analysis.report.rawindex import runs_of
@@ -176,6 +177,7 @@ class SiteRenderer:
         }
         for c in campaigns:
             raw_index_page.link(site, c, is_repo_file=lambda rel: (REPO_ROOT / rel).is_file())
+            site.planned_pages.update([structure_page.path_of(c.name), *campaign_pages.paths_of(c)])
         structure = [self._write(structure_page.render(site, c, **common)) for c in campaigns]
         reports = [(c, [self._write(p) for p in campaign_pages.render(site, c, **common)]) for c in campaigns]
         compared = self._write(comparison_page.render(site, comparison, **common)) if comparison else None
@@ -196,6 +198,11 @@ class SiteRenderer:
         nav.append({nav_zh["data"]: [{p.title: p.path} for p in data]})
 
         self._flush()
+        if site.figures.pending and cjk_font_dir() is None:
+            self.report.notes.append(
+                "no CJK font found (Debian: apt-get install fonts-noto-cjk): figures are laid out with a Latin"
+                " font and their Chinese legends will be cut off in the browser"
+            )
         site.figures.convert(self.out)
         left_out = site.figures.left_out
         (self.out / FIGURES_FILE).write_text(
