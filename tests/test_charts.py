@@ -266,7 +266,7 @@ def test_specs_are_deterministic(out):
 
 def test_parameter_bars_stack_to_each_groups_total(out, figures):
     """The parameter figure's MLP bar is as long as gate + up + down together (5.7 B on Qwen2.5-7B), not one
-    matrix drawn over the others (1.9 B): the longest bar's right end, in px, over the axis' px per billion."""
+    matrix drawn over the others (1.9 B): the longest bar's right end, in px, read on the x axis' ticks."""
     for name, (_, svg) in figures.items():
         if not name.endswith("/structure_params"):
             continue

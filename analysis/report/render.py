@@ -200,8 +200,8 @@ class SiteRenderer:
         self._flush()
         if site.figures.pending and cjk_font_dir() is None:
             self.report.notes.append(
-                "no CJK font found (Debian: apt-get install fonts-noto-cjk): figures are laid out with a Latin"
-                " font and their Chinese legends will be cut off in the browser"
+                "no CJK font found (Debian: apt-get install fonts-noto-cjk): figures are laid out with a"
+                " Latin font and their Chinese legends will be cut off in the browser"
             )
         site.figures.convert(self.out)
         left_out = site.figures.left_out
