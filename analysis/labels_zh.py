@@ -782,6 +782,7 @@ NAV: dict[str, str] = {
     "method": "方法",
     "data": "原始数据",
     "comparison": "跨批次对比",
+    "differences": "与参考研究不同之处",
 }
 
 
@@ -1144,3 +1145,33 @@ MISSING_DATA: dict[str, str] = {
 }
 # a series (round · engine) that has the data another lacks
 HAS_DATA = "有"
+
+# The differences page (analysis/reconcile/differences.py)
+FINDINGS.update(
+    {
+        ("differences", "ttft_growth_queue_share_pct"): "首 token 延迟从最低到最高并发的增长中排队所占份额",
+        ("differences", "p99_itl_repeat_max_spread_pct"): "同一轮两次并发扫描的 p99 ITL 最大相差",
+    }
+)
+FINDINGS.update(
+    {
+        ("gates", "sweep_requests_per_point_min"): "并发扫描每个点最少的请求数",
+        ("gates", "sweep_requests_per_point_max"): "并发扫描每个点最多的请求数",
+        ("gates", "sweep_one_wave_concurrencies"): "只跑了一波的并发点（请求数 ≤ 并发数）",
+    }
+)
+
+# What a failed self-check found, said as a result (the gate's name says what passing means: "客户端未饱和"
+# read after "未通过" is a double negative).
+GATE_FAILED: dict[str, str] = {
+    "completed": "没有全部完成",
+    "no_failures": "有请求失败",
+    "output_tokens": "输出 token 少于请求值",
+    "input_tokens": "提示 token 数与计划不符",
+    "stream_token_counts": "流式计数与服务器用量不符",
+    "greedy": "没有强制贪心采样",
+    "prefix_caching_off": "前缀缓存开着",
+    "no_preemptions": "扫描中出现抢占",
+    "fingerprint": "没有环境指纹",
+    "client_not_saturated": "负载客户端跑满了（事件循环迟到，节奏由客户端决定）",
+}

@@ -367,11 +367,14 @@ class PageContext:
         return sep.join(parts) or labels_zh.MISSING
 
     # -- links -----------------------------------------------------------------------------------------------
+    def has_page(self, target: str) -> bool:
+        """Whether the site has (or will have) the page ``target`` (relative to docs_dir)."""
+        return target in self.site.planned_pages or target in self.site.report.pages
+
     def page_link(self, target: str, fallback: str) -> str:
         """A link to ``target`` if that page was rendered, else to ``fallback`` (a page without its data is
         not)."""
-        exists = target in self.site.planned_pages or target in self.site.report.pages
-        return self.link(target if exists else fallback)
+        return self.link(target if self.has_page(target) else fallback)
 
     def link(self, target: str) -> str:
         """A relative link from this page to another page or file (both relative to docs_dir)."""

@@ -38,6 +38,7 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         status_zh=zh.status_text,
         reason_zh=zh.reason_text,
         missing_zh=lambda r: zh.MISSING_DATA.get(r, r),
+        gate_failed_zh=lambda g: zh.GATE_FAILED.get(g, zh.cell_text("gate", g)),
         # names
         round_zh=zh.round_label,
         engine_zh=lambda e: zh.ENGINES.get(e, e),

@@ -28,6 +28,7 @@ from analysis import labels_zh
 from analysis.report import (
     campaign_pages,
     comparison_page,
+    differences_page,
     home_page,
     raw_index_page,
     structure_page,
@@ -179,6 +180,11 @@ class SiteRenderer:
             raw_index_page.link(site, c, is_repo_file=lambda rel: (REPO_ROOT / rel).is_file())
             site.planned_pages.update([structure_page.path_of(c.name), *campaign_pages.paths_of(c)])
         structure = [self._write(structure_page.render(site, c, **common)) for c in campaigns]
+        # before the campaign pages: its findings (topic differences) have their rows here, not on an overview
+        reference = next((c for c in campaigns if c.name == REFERENCE_CAMPAIGN), None)
+        if reference is not None:
+            site.planned_pages.add(differences_page.PATH)
+        differences = self._write(differences_page.render(site, reference, **common)) if reference else None
         reports = [(c, [self._write(p) for p in campaign_pages.render(site, c, **common)]) for c in campaigns]
         compared = self._write(comparison_page.render(site, comparison, **common)) if comparison else None
         home = self._write(home_page.render(site, **common))
@@ -193,6 +199,8 @@ class SiteRenderer:
             nav.append({str(short_name(site.profiles[c.name])).strip(): [{p.title: p.path} for p in pages]})
         if compared is not None:
             nav.append({nav_zh["comparison"]: compared.path})
+        if differences is not None:
+            nav.append({nav_zh["differences"]: differences.path})
         nav.append({nav_zh["structure"]: [{p.title: p.path} for p in structure]})
         nav.append({nav_zh["method"]: [{self._handwritten(rel).title: rel} for rel in HANDWRITTEN_PAGES]})
         nav.append({nav_zh["data"]: [{p.title: p.path} for p in data]})
