@@ -1175,3 +1175,11 @@ GATE_FAILED: dict[str, str] = {
     "fingerprint": "没有环境指纹",
     "client_not_saturated": "负载客户端跑满了（事件循环迟到，节奏由客户端决定）",
 }
+FINDINGS.update(
+    {
+        (
+            "operating_point",
+            "recommended_concurrency",
+        ): "推荐并发（每多一个请求仍换来至少半路单流吞吐的最高并发）",
+    }
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -620,3 +621,40 @@ def test_every_link_in_page_text_leads_somewhere_else_that_exists(built):
                     problems.append(f"{rel}: {href} names no element of {target.relative_to(site)}")
     assert n > 200, n
     assert not problems, "\n".join(problems[:40])
+
+
+def test_differences_page_argues_each_difference_from_its_finding(reference_site):
+    """「与参考研究不同之处」 has each difference under its stable anchor with the number of the finding that
+    decides it; the round-1 repeat spread is checked against the two bench JSONs read here by hand."""
+    import browser as br
+
+    from analysis.report.differences_page import ANCHORS
+
+    page = (reference_site.docs / "differences.md").read_text(encoding="utf-8")
+    findings = json.loads((reference_site.results / br.REFERENCE_CAMPAIGN / "findings.json").read_text())
+    for anchor, key in ANCHORS.items():
+        assert f"{{ #{anchor} }}" in page, anchor
+        assert key in findings and findings[key]["value"] is not None, key
+    src = br.reference_source() / "Round1"
+    p99 = [
+        json.loads((src / t / "c004.json").read_text())["p99_itl_ms"]
+        for t in ("01-perf-test", "02-perf-test")
+    ]
+    spread = (max(p99) - min(p99)) / (sum(p99) / 2) * 100
+    assert findings[ANCHORS["round1-c4-p99-itl"]]["value"] == pytest.approx(spread, rel=1e-9)
+    assert f"{spread:.1f}%" in page  # the page states it at the finding's precision
+    # the TTFT growth's queue share from the per-point table's own means (mean queue, mean TTFT)
+    pts = {
+        r["point"]: r
+        for r in csv.DictReader(
+            (reference_site.results / br.REFERENCE_CAMPAIGN / "tables" / "points.csv").open()
+        )
+        if r["round"] == "round2" and r["test"] == "01-02-perf-test"
+    }
+    lo, hi = pts["vllm_c001"], pts["vllm_c064"]
+    share = (float(hi["mean_queue_ms"]) - float(lo["mean_queue_ms"])) / (
+        float(hi["mean_ttft_ms"]) - float(lo["mean_ttft_ms"])
+    )
+    assert findings[ANCHORS["ttft-growth"]]["value"] == pytest.approx(share * 100, rel=1e-6)
+    home = (reference_site.docs / "index.md").read_text(encoding="utf-8")
+    assert "](differences.md)" in home

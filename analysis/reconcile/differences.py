@@ -8,6 +8,10 @@ this after them).
 - ``p99_itl_repeat_max_spread_pct``: two sweeps of one engine and format in one round of an imported
   campaign at the same concurrencies (a repeat): the largest relative spread of their p99 ITL, and where — one
   run's p99 does not stand for both.
+- ``recommended_concurrency`` (topic operating_point): the highest concurrency of a sweep up to which every
+  step up still bought at least half a single stream's throughput per added request
+  (``MARGINAL_SHARE_MIN_PCT``); beyond it, more concurrency mostly buys latency. The reference's C=16 is this
+  rule's answer on its round 2.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
+from analysis.keys import At
 from analysis.reconcile import Section, engine_at
 
 SWEEP = "concurrency_sweep"
+# a step up in concurrency is worth taking while each added request adds at least this share of one stream
+MARGINAL_SHARE_MIN_PCT = 50.0
 
 
 def growth_share_pct(part_lo_ms: float, part_hi_ms: float, total_lo_ms: float, total_hi_ms: float) -> float:
@@ -30,7 +37,8 @@ def spread_pct(values: list[float]) -> float:
     return (max(values) - min(values)) / (sum(values) / len(values)) * 100.0
 
 
-def _ttft_growth(anatomy: pd.DataFrame) -> list[fnd.Finding]:
+def _ttft_growth(anatomy: pd.DataFrame, files: dict[tuple[str, str, int], str]) -> list[fnd.Finding]:
+    """``files``: (round, test, concurrency) -> the point's result file, to cite the two points compared."""
     if anatomy.empty or "queue" not in set(anatomy["part"]):
         return []
     d = anatomy[
@@ -48,12 +56,13 @@ def _ttft_growth(anatomy: pd.DataFrame) -> list[fnd.Finding]:
         share = {p: growth_share_pct(parts.at[lo, p], parts.at[hi, p], ttft[lo], ttft[hi]) for p in parts}
         rnd_ = None if pd.isna(rnd) or rnd == "" else str(rnd)
         at = engine_at(rnd_, str(engine), topic="differences")
+        cite = [files[k] for k in ((rnd_ or "", str(test), int(c)) for c in (lo, hi)) if k in files]
         out.append(
             fnd.measured(
                 at("ttft_growth_queue_share_pct"),
                 share["queue"],
                 "%",
-                [],
+                cite,
                 detail=f"{test}: Δ mean queue time ÷ Δ mean TTFT between concurrency {lo} and {hi} "
                 "(ttft_anatomy: vLLM's queue and prefill histograms, the remainder by subtraction)",
                 sweep=str(test),
@@ -66,6 +75,58 @@ def _ttft_growth(anatomy: pd.DataFrame) -> list[fnd.Finding]:
                 prefill_high_ms=float(parts.at[hi, "prefill"]),
                 prefill_share_pct=share.get("prefill"),
                 remainder_share_pct=share.get("remainder"),
+            )
+        )
+    return out
+
+
+def marginal_share_pct(tok_s_lo: float, tok_s_hi: float, c_lo: int, c_hi: int, single_tok_s: float) -> float:
+    """Throughput each added request bought, as a share of one stream's, %:
+    (tok/s_hi − tok/s_lo) ÷ (c_hi − c_lo) ÷ single-stream tok/s × 100."""
+    return (tok_s_hi - tok_s_lo) / (c_hi - c_lo) / single_tok_s * 100.0
+
+
+def _operating_points(points: pd.DataFrame) -> list[fnd.Finding]:
+    d = points[
+        (points["test_kind"] == SWEEP) & ~points["warmup"].astype(bool) & points["gate_ok"].astype(bool)
+    ]
+    out = []
+    for (rnd, engine, fmt, test), g in d.groupby(["round", "engine", "weight_format", "test"], dropna=False):
+        g = g.dropna(subset=["output_throughput_tokens_per_s"]).sort_values("concurrency")
+        if len(g) < 3 or int(g["concurrency"].iloc[0]) != 1:
+            continue
+        c = [int(x) for x in g["concurrency"]]
+        tok = [float(x) for x in g["output_throughput_tokens_per_s"]]
+        shares = [marginal_share_pct(tok[i - 1], tok[i], c[i - 1], c[i], tok[0]) for i in range(1, len(c))]
+        k = 0
+        while k < len(shares) and shares[k] >= MARGINAL_SHARE_MIN_PCT:
+            k += 1
+        row = g.iloc[k]
+        rnd_ = None if pd.isna(rnd) or rnd == "" else str(rnd)
+        fmt_ = None if pd.isna(fmt) or fmt == "" else str(fmt)
+        at = At(
+            level="run",
+            round=rnd_,
+            run=str(test),
+            engine=str(engine),
+            weight_format=fmt_,
+            topic="operating_point",
+        )
+        out.append(
+            fnd.measured(
+                at("recommended_concurrency"),
+                c[k],
+                "requests",
+                [str(f) for f in g["file"].iloc[max(0, k - 1) : k + 2]] if "file" in g else [],
+                detail=f"{test}: the highest concurrency up to which every step up bought ≥ "
+                f"{MARGINAL_SHARE_MIN_PCT:g} % of a single stream's tok/s per added request",
+                sweep=str(test),
+                output_tokens_per_s=tok[k],
+                p99_ttft_ms=float(row["p99_ttft_ms"]),
+                p50_itl_ms=float(row["p50_itl_ms"]),
+                marginal_share_pct_to_here=shares[k - 1] if k > 0 else None,
+                marginal_share_pct_next=shares[k] if k < len(shares) else None,
+                next_concurrency=c[k + 1] if k + 1 < len(c) else None,
             )
         )
     return out
@@ -108,8 +169,19 @@ def _p99_itl_repeats(points: pd.DataFrame) -> list[fnd.Finding]:
 
 def run(tables: dict[str, pd.DataFrame]) -> Section:
     found = []
+    pts = tables.get("points", pd.DataFrame())
+    files = (
+        {
+            (str(t), int(c)): str(f)
+            for t, c, f in zip(pts["test"], pts["concurrency"], pts["file"], strict=True)
+            if c == c
+        }  # fmt: skip
+        if {"test", "concurrency", "file"} <= set(pts.columns)
+        else {}
+    )
     if "ttft_anatomy" in tables:
-        found += _ttft_growth(tables["ttft_anatomy"])
+        found += _ttft_growth(tables["ttft_anatomy"], files)
     if "points" in tables and "p99_itl_ms" in tables["points"]:
         found += _p99_itl_repeats(tables["points"])
+        found += _operating_points(tables["points"])
     return Section(name="differences", findings=found)

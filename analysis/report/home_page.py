@@ -49,6 +49,13 @@ def _series(f: Finding) -> tuple[str | None, str | None, str | None]:
     return (f.round, f.engine, getattr(f, "weight_format", None))
 
 
+def _engines_first(series: list) -> list:
+    """Drop a round's engine-less entry where the same round names engines ("第二轮 vLLM、第二轮" reads as
+    one thing said twice)."""
+    named = {s[0] for s in series if s[1]}
+    return [s for s in series if s[1] or s[0] not in named]
+
+
 def gaps(c: CampaignResults) -> list[Gap]:
     """The campaign's missing data, one entry per kind (labels_zh.MISSING_DATA order)."""
     out = []
@@ -62,7 +69,7 @@ def gaps(c: CampaignResults) -> list[Gap]:
         have = sorted(
             {_series(f) for f in c.findings if f.available and f.metric in metrics} - lacking_series, key=str
         )
-        out.append(Gap(reason, missing, lacking, have))
+        out.append(Gap(reason, _engines_first(missing), lacking, _engines_first(have)))
     return out
 
 
