@@ -627,7 +627,7 @@ PREDICTION_KINDS: dict[str, str] = {"bound": "界限", "point": "数值", "exact
 REASONS.update(
     {
         "exp_runs_missing": "该实验的对照组运行不全（少于两组），无法比较",
-        "exp_not_run_two_gpus": "实验 5 未运行：本次会话没有借到两块 GPU 的机器",
+        "exp_not_run_two_gpus": "需要同一台主机上的两块 H200，这个批次只有一块",
         "exp_random_weights_acceptance": "随机权重下草稿模型的接受率没有意义，测了也不能代表真实模型",
         "exp_vllm_gpu_out_of_reach": "分块预填充是 vLLM 的参数，而这里够不到 GPU 上的 vLLM",
     }

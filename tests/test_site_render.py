@@ -285,6 +285,7 @@ def _anchor(key: str) -> str:
 
 def _campaign_pages(docs: Path, campaign: str) -> str:
     pages = [*(docs / "campaigns" / campaign).glob("*.md"), docs / "structure" / f"{campaign}.md"]
+    pages += [p for p in (docs / "differences.md",) if p.exists()]  # the reference campaign's differences
     return "\n".join(p.read_text(encoding="utf-8") for p in pages)
 
 
@@ -498,8 +499,8 @@ def test_the_analysis_writes_each_campaign_profile_the_report_reads(built):
 
 def test_home_row_of_measured_ceilings_renders_the_findings(built):
     """The H200 campaign's ceilings.json (raw/): copy 4.256 TB/s against the datasheet's 4.8 (−11.3 %, inside
-    ±15 %), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %: the card did not reach its
-    rating)."""
+    ±15 %), bf16 matmul 669 TFLOP/s against 989.4 (−32.3 %, beyond ±25 %), said without a verdict on the
+    card."""
     h200 = "h200-qwen2.5-7b-random"
     if h200 not in built.campaigns:
         pytest.skip("the H200 campaign is not in raw/")
@@ -513,7 +514,8 @@ def test_home_row_of_measured_ceilings_renders_the_findings(built):
         "4.26 TB/s](" in line and "（数据手册 4.80 TB/s，误差 −11.3%）" in line
     )  # the number links to its row
     assert "669 TFLOP/s](" in line and "（数据手册 989 TFLOP/s，误差 −32.3%）" in line
-    assert "没有跑到标称能力" in line and f"campaigns/{h200}/concurrency.md" in line
+    # a GEMM at 669 TFLOP/s is what the card does, not a failure to "reach its rating" (issue #19 item 14)
+    assert "没有跑到标称能力" not in line and f"campaigns/{h200}/concurrency.md" in line
 
 
 def test_home_answers_first_every_number_from_a_finding(reference_site):

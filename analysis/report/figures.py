@@ -40,6 +40,8 @@ FONT_STACK = (
     'Micro Hei", sans-serif'
 )
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+# right padding of every figure, px (vega's default is 5)
+LEGEND_SLACK_PX = 24
 
 
 class FigureError(AnatomyError):
@@ -130,6 +132,9 @@ def prepare_spec(spec: dict[str, Any], title: str | None = None) -> dict[str, An
     config.setdefault("background", "white")
     # Chinese legend labels are long ("第二轮 · llama.cpp（Q4_K_M） · 带宽下限"): do not cut them off.
     config.setdefault("legend", {}).setdefault("labelLimit", 360)
+    # room on the right for a reader whose fonts draw the Latin parts of a legend label wider than the build
+    # machine's (the SVG is an image: text past its edge is cut, never wrapped)
+    spec.setdefault("padding", {"left": 5, "top": 5, "bottom": 5, "right": LEGEND_SLACK_PX})
     return spec
 
 
