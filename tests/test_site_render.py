@@ -540,7 +540,9 @@ def test_home_answers_first_every_number_from_a_finding(reference_site):
     for question in ("同时服务多少个请求", "开始付代价", "更快的卡", "装不下", "量化", "选哪个引擎"):
         assert question in answers, question
     production = home.split("## 在生产上跑它")[1].split("## 可信度与局限")[0]
-    assert production.count("\n- **") == 6 and "](" in production  # six lines, each number linked
+    # the recommended operating point (round 2 vLLM: 16, 681 tok/s, as the reference said), then six lines
+    assert production.count("\n- **") == 7 and "](" in production
+    assert "推荐的工作点（vLLM（bf16））**：并发 [16](" in production and "输出 681 token/s" in production
     trust = home.split("## 可信度与局限")[1].split("## ")[0]
     assert "vLLM（bf16）" in trust and "llama.cpp（Q4_K_M）" in trust  # reproducibility per engine
     assert "两个引擎中较大者" not in trust
