@@ -39,6 +39,8 @@ PANEL_WIDTH = 300
 PANEL_HEIGHT = 200
 # a bar of a per-point bar panel, px
 BAR_STEP = 30
+# between the panels of a small-multiples figure, px (room for each panel's own y-axis title)
+PANEL_SPACING = 28
 
 SWEEP_KINDS = ("concurrency_sweep", "engine_comparison")
 # panels of a figure split by test kind, in reading order
@@ -102,10 +104,22 @@ def _labelled(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _distinct(d: pd.DataFrame, label: str, key: str) -> list[str]:
-    """One legend label per series: the ``label`` column's value, with the ``key`` column's value added only
-    where two different series would otherwise share a name (two runs of one engine and format)."""
-    keys_per_label = d.groupby(label)[key].nunique()
-    return [f"{s} · {k}" if keys_per_label[s] > 1 else s for s, k in zip(d[label], d[key], strict=True)]
+    """One legend label per series: the ``label`` column's value, with the run's ordinal added only where two
+    different runs would otherwise share a name (a repeat of one plan: 「第 2 次运行」, never the run's folder
+    name, which reads the same in both)."""
+    ordinal = _run_ordinals(d, label, key)
+    return [ordinal.get((s, k), s) for s, k in zip(d[label], d[key], strict=True)]
+
+
+def _run_ordinals(d: pd.DataFrame, label: str, key: str) -> dict[tuple[str, str], str]:
+    """(label, run) -> 「label · 第 n 次运行」 for labels shared by several runs, n in the runs' name order
+    (the collector names a repeat ``<run>-2``)."""
+    out = {}
+    for s, g in d.groupby(label):
+        runs = sorted({str(k) for k in g[key]}, key=_round_order_key)
+        if len(runs) > 1:
+            out.update({(s, r): f"{s} · {zh.RUN_ORDINAL.format(n=i)}" for i, r in enumerate(runs, 1)})
+    return out
 
 
 def _fig(name: str) -> dict[str, str]:
@@ -282,21 +296,41 @@ def _no_rows(table: str) -> Missing:
 # --- structure -----------------------------------------------------------------------------------------
 
 
+# a matrix below this share of the model is invisible as a bar segment: it gets no legend entry of its own
+STRUCTURE_MIN_SHARE_PCT = 0.1
+
+
 def structure_params(df: pd.DataFrame) -> Drawn:
+    """A bar per component group (MLP, attention, …), its total the bar's length (MLP 5.7 B = gate + up +
+    down): a group of several visible matrices is stacked from them, coloured by matrix; a group of one (the
+    embedding, the output head) or of invisible ones (the norms) is one grey bar."""
     f = _fig("structure_params")
     d = df.assign(
         params_b=df["params"] / 1e9, component_zh=df["group"].map(lambda g: zh.COMPONENTS.get(g, g))
     )
-    return (
-        alt.Chart(d, title=f["title"])
-        .mark_bar()
+    groups = list(d.groupby("component_zh")["params_b"].sum().sort_values(ascending=False).index)
+    visible = d[d["share_pct"] >= STRUCTURE_MIN_SHARE_PCT]
+    parts = d["group"].isin([g for g, n in visible.groupby("group").size().items() if n > 1])
+    y = alt.Y("component_zh:N", title=f["y"], sort=groups)
+    x_title = f["x"]
+    order = {c: i for i, c in enumerate(d["component"])}  # the table's order: a layer's matrices in turn
+    stacked = (
+        alt.Chart(d[parts].assign(part_order=d["component"].map(order)))
+        .mark_bar(stroke="white", strokeWidth=1)
         .encode(
-            x=alt.X("sum(params_b):Q", title=f["x"]),
-            y=alt.Y("component_zh:N", title=f["y"], sort="-x"),
+            x=alt.X("params_b:Q", title=x_title, stack="zero"),
+            y=y,
+            color=alt.Color("component:N", title=f["color"], sort=list(d.loc[parts, "component"])),
+            order=alt.Order("part_order:Q"),
             tooltip=["component:N", "params:Q", "share_pct:Q"],
         )
-        .properties(width=WIDTH, height=HEIGHT)
     )
+    whole = (
+        alt.Chart(d[~parts])
+        .mark_bar(color=OTHER_COLOR)
+        .encode(x=alt.X("sum(params_b):Q", title=x_title), y=y, tooltip=["component_zh:N", "sum(params):Q"])
+    )
+    return alt.layer(stacked, whole).properties(width=WIDTH, height=HEIGHT, title=f["title"])
 
 
 def structure_attention_flops(df: pd.DataFrame) -> Drawn:
@@ -513,10 +547,9 @@ def ttft_anatomy(df: pd.DataFrame) -> Drawn:
         def panel(sub: pd.DataFrame, kind: str, run: str = run) -> alt.TopLevelMixin:
             length = kind == "length_sweep"
             field = "input_len_tokens" if length else "concurrency"
-            panel_title = zh.TEST_KINDS.get(kind, kind) + (f" · {run}" if len(runs) > 1 else "")
             n = sub[field].nunique()
             return (
-                alt.Chart(sub, title=panel_title)
+                alt.Chart(sub, title=zh.TEST_KINDS.get(kind, kind))
                 .mark_bar()
                 .encode(
                     **_enc(
@@ -532,8 +565,14 @@ def ttft_anatomy(df: pd.DataFrame) -> Drawn:
             )
 
         sub_run = sub_run.assign(part_order=sub_run["part"].map({"queue": 0, "prefill": 1, "remainder": 2}))
-        rows.append(alt.hconcat(*_kind_panels(sub_run, panel)).resolve_scale(y="independent"))
-    chart = rows[0] if len(rows) == 1 else alt.vconcat(*rows)
+        # the series names its row (a panel title holding both overran a narrow panel into its neighbour's)
+        row_title = alt.TitleParams(run, anchor="start", fontSize=12) if len(runs) > 1 else alt.Undefined
+        rows.append(
+            alt.hconcat(*_kind_panels(sub_run, panel), spacing=PANEL_SPACING, title=row_title).resolve_scale(
+                y="independent"
+            )
+        )
+    chart = rows[0] if len(rows) == 1 else alt.vconcat(*rows, spacing=PANEL_SPACING)
     # one series: its name under the title (the panels name only their test)
     note = " · ".join(x for x in (runs[0] if len(runs) == 1 else "", omitted) if x)
     return chart.properties(title=_titled(f["title"], note) if note else f["title"])
@@ -893,10 +932,10 @@ def _run_series_zh(d: pd.DataFrame) -> dict[str, str]:
     for run, g in d.groupby("run", sort=True):
         fmts = [x for x in g.get("weight_format", pd.Series(dtype=object)) if not _blank(x)]
         out[run] = engine_format_zh(g["engine"].iloc[0], fmts[0] if fmts else None)
-    names = list(out.values())
     if len(out) > MAX_SERIES:  # more runs than colours that read apart: a colour per engine and format
         return out
-    return {r: (n if names.count(n) == 1 else f"{n} · {r}") for r, n in out.items()}
+    runs = pd.DataFrame({"name": list(out.values()), "run": list(out)})
+    return dict(zip(out, _distinct(runs, "name", "run"), strict=True))
 
 
 def prediction_vs_measured(df: pd.DataFrame) -> Drawn:

@@ -160,6 +160,8 @@ TTFT_PARTS: dict[str, str] = {"queue": "排队", "prefill": "预填充", "remain
 # a series' other runs on a campaign figure (a repeat, the arms of a one-knob experiment): grey context
 OTHER_RUNS = "同系列的其他运行（重复、单变量实验）"
 OTHER_RUNS_OMITTED = "同系列的另外 {n} 个运行（重复、单变量实验）未画出"
+# two runs of one series (a repeat of one plan) told apart on a legend by their order
+RUN_ORDINAL = "第 {n} 次运行"
 
 # a figure panel per kind of test: points of different tests are never joined into one curve
 TEST_KINDS: dict[str, str] = {
@@ -172,7 +174,7 @@ TEST_KINDS: dict[str, str] = {
 
 # --- figures: title and axis titles (with units) ------------------------------------------------------
 FIGURES: dict[str, dict[str, str]] = {
-    "structure_params": {"title": "参数量按组件分布", "x": "参数量（十亿）", "y": "组件"},
+    "structure_params": {"title": "参数量按组件分布", "x": "参数量（十亿）", "y": "组件", "color": "矩阵"},
     "structure_attention_flops": {
         "title": "每 token 计算量随序列长度的变化",
         "x": "序列长度（token）",
@@ -502,6 +504,7 @@ FINDINGS.update(
         ("memory", "peak_activation_gib"): "激活峰值",
         ("memory", "cuda_graph_gib"): "CUDA 图占用（在预算之外）",
         ("memory", "model_buffer_gib"): "模型缓冲区（日志 vs 理论权重字节）",
+        ("memory", "gpu_memory_used_mib"): "服务器启动后的显存占用（nvidia-smi，整卡：权重 + KV + 计算缓冲）",
         ("memory", "kv_buffer_gib"): "KV 缓冲区",
         ("memory", "compute_buffer_gib"): "计算缓冲区",
         ("memory", "output_buffer_gib"): "输出缓冲区",
@@ -624,7 +627,7 @@ PREDICTION_KINDS: dict[str, str] = {"bound": "界限", "point": "数值", "exact
 REASONS.update(
     {
         "exp_runs_missing": "该实验的对照组运行不全（少于两组），无法比较",
-        "exp_not_run_two_gpus": "实验 5 未运行：本次会话没有借到两块 GPU 的机器",
+        "exp_not_run_two_gpus": "需要同一台主机上的两块 H200，这个批次只有一块",
         "exp_random_weights_acceptance": "随机权重下草稿模型的接受率没有意义，测了也不能代表真实模型",
         "exp_vllm_gpu_out_of_reach": "分块预填充是 vLLM 的参数，而这里够不到 GPU 上的 vLLM",
     }
@@ -779,6 +782,7 @@ NAV: dict[str, str] = {
     "method": "方法",
     "data": "原始数据",
     "comparison": "跨批次对比",
+    "differences": "与参考研究不同之处",
 }
 
 
@@ -1284,5 +1288,57 @@ FINDINGS.update(
             for r in (3, 6, 10, 15)
         },
         **{("speculative", f"predicted_{q}"): f"预测：{w}" for q, w in _PREDICTED_QUANTITIES.items()},
+    }
+)
+
+# The home page's 「没测的」: what each kind of missing data is, naming the file (the key is the n/a finding's
+# reason; the order is the list's).
+MISSING_DATA: dict[str, str] = {
+    "no_sampler_csv": "没有采样 CSV（`metrics_sweep.csv`）：KV 占用、排队、计数器都没有逐秒记录",
+    "no_flops_counter": "`/metrics` 没有 FLOPs / 读取字节计数器：算不出 MFU / MBU",
+    "no_kv_usage_gauge": "`/metrics` 没有 KV 占用量",
+    "no_preemption_counter": "`/metrics` 没有抢占与迭代计数器",
+    "no_memory_line": "服务器日志没有显存账目行（`buffer size` / `Free memory on device`）",
+    "no_request_records": "没有逐请求记录（`requests.jsonl`）：基准 JSON 只有分位数",
+    "no_per_iteration_records": "没有逐次迭代的调度记录：采样只有每秒的累计和",
+}
+# a series (round · engine) that has the data another lacks
+HAS_DATA = "有"
+
+# The differences page (analysis/reconcile/differences.py)
+FINDINGS.update(
+    {
+        ("differences", "ttft_growth_queue_share_pct"): "首 token 延迟从最低到最高并发的增长中排队所占份额",
+        ("differences", "p99_itl_repeat_max_spread_pct"): "同一轮两次并发扫描的 p99 ITL 最大相差",
+    }
+)
+FINDINGS.update(
+    {
+        ("gates", "sweep_requests_per_point_min"): "并发扫描每个点最少的请求数",
+        ("gates", "sweep_requests_per_point_max"): "并发扫描每个点最多的请求数",
+        ("gates", "sweep_one_wave_concurrencies"): "只跑了一波的并发点（请求数 ≤ 并发数）",
+    }
+)
+
+# What a failed self-check found, said as a result (the gate's name says what passing means: "客户端未饱和"
+# read after "未通过" is a double negative).
+GATE_FAILED: dict[str, str] = {
+    "completed": "没有全部完成",
+    "no_failures": "有请求失败",
+    "output_tokens": "输出 token 少于请求值",
+    "input_tokens": "提示 token 数与计划不符",
+    "stream_token_counts": "流式计数与服务器用量不符",
+    "greedy": "没有强制贪心采样",
+    "prefix_caching_off": "前缀缓存开着",
+    "no_preemptions": "扫描中出现抢占",
+    "fingerprint": "没有环境指纹",
+    "client_not_saturated": "负载客户端跑满了（事件循环迟到，节奏由客户端决定）",
+}
+FINDINGS.update(
+    {
+        (
+            "operating_point",
+            "recommended_concurrency",
+        ): "推荐并发（每多一个请求仍换来至少半路单流吞吐的最高并发）",
     }
 )

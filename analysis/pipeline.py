@@ -25,6 +25,7 @@ from analysis.reconcile import (
     comparison,
     concurrency,
     concurrency_depth,
+    differences,
     engines,
     engines_depth,
     experiments,
@@ -312,6 +313,8 @@ def _analyze_campaign(
             if name in tables:
                 raise ValueError(f"table {name} written twice")
             tables[name] = df
+    # the differences from a first reading of the files, from the tables the sections above wrote
+    found.extend(states.mark(f.with_campaign(campaign.name)) for f in differences.run(tables).findings)
     tables = {name: states.mark_table(df) for name, df in tables.items()}
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ renders it, must answer its question legibly:
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -261,3 +262,24 @@ def test_specs_are_deterministic(out):
     }
     a, b = charts.figure_specs(tables), charts.figure_specs(tables)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_parameter_bars_stack_to_each_groups_total(out, figures):
+    """The parameter figure's MLP bar is as long as gate + up + down together (5.7 B on Qwen2.5-7B), not one
+    matrix drawn over the others (1.9 B): the longest bar's right end, in px, read on the x axis' ticks."""
+    for name, (_, svg) in figures.items():
+        if not name.endswith("/structure_params"):
+            continue
+        table = out / name.split("/")[0] / "tables" / "structure_params.csv"
+        rows = list(csv.DictReader(table.open(encoding="utf-8")))
+        mlp_b = sum(float(r["params"]) for r in rows if r["group"] == "mlp") / 1e9
+        bars = "".join(re.findall(r'<g class="mark-rect role-mark[^"]*"[^>]*>(.*?)</g>', svg, flags=re.S))
+        ends = [float(x) + float(w) for x, w in re.findall(r' d="M([\d.]+),[\d.]+h([\d.]+)v', bars)]
+        x_labels = re.findall(r'transform="translate\(([\d.]+),15\)"[^>]*>([\d.,]+)</text>', svg)
+        ticks = {float(t.replace(",", "")): float(x) for x, t in x_labels}
+        assert len(ticks) >= 2 and ends, name
+        (t0, x0), (t1, x1) = sorted(ticks.items())[:2]
+        drawn_b = t0 + (max(ends) - x0) * (t1 - t0) / (x1 - x0)
+        assert drawn_b == pytest.approx(mlp_b, rel=0.03), (
+            f"{name}: longest bar {drawn_b:.2f} B, MLP {mlp_b:.2f} B"
+        )

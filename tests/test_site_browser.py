@@ -121,6 +121,46 @@ def test_every_page_loads_clean_and_every_figure_renders(site, chromium, base_ur
         )
 
 
+# Text the browser draws outside its SVG is cut off (the figure is an <img>): vl-convert laid the chart out
+# with its own font metrics, so a legend label it measured narrower than the browser draws it is clipped. And
+# two titles drawn over each other (a long panel title into its neighbour's) are unreadable.
+_SVG_TEXT_FITS = """() => {
+  const svg = document.querySelector('svg');
+  const W = svg.width.baseVal.value, H = svg.height.baseVal.value, out = [];
+  const boxes = [];
+  for (const t of svg.querySelectorAll('text')) {
+    const r = t.getBoundingClientRect(), s = t.textContent.trim();
+    if (!s) continue;
+    if (r.left < -0.5 || r.top < -0.5 || r.right > W + 0.5 || r.bottom > H + 0.5)
+      out.push(`${s}: drawn at x ${Math.round(r.left)}..${Math.round(r.right)}, y ${Math.round(r.top)}..` +
+               `${Math.round(r.bottom)} outside the ${W} x ${H} image`);
+    if (t.closest('.role-title-text')) boxes.push([s, r]);
+  }
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const [a, p] = boxes[i], [b, q] = boxes[j];
+    if (p.left < q.right - 2 && q.left < p.right - 2 && p.top < q.bottom - 2 && q.top < p.bottom - 2)
+      out.push(`${a} overlaps ${b}`);
+  }
+  return out;
+}"""
+
+
+def test_every_figure_text_fits_inside_its_svg(site, chromium, base_url):
+    """Every title, legend label and axis text of every figure of every campaign lies inside its SVG, as the
+    browser draws it with the page's font stack, and no two titles (the chart's, its panels', its rows')
+    overlap."""
+    ctx, page, _ = _new_page(chromium, base_url)
+    svgs = sorted(p for p in site.site.rglob("*.svg") if "figures" in p.parts)
+    assert len(svgs) >= 30, svgs
+    problems = []
+    for svg in svgs:
+        rel = svg.relative_to(site.site).as_posix()
+        page.goto(base_url + rel, wait_until="load")
+        problems += [f"{rel}: {p}" for p in page.evaluate(_SVG_TEXT_FITS)]
+    ctx.close()
+    assert not problems, "\n".join(problems[:30])
+
+
 def test_internal_links_resolve(site, chromium, base_url):
     ctx, page, _ = _new_page(chromium, base_url)
     links: set[str] = set()

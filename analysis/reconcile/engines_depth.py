@@ -96,6 +96,10 @@ def engine_findings(s: dict, ctx: Context) -> list[fnd.Finding]:
             "duration_s": r.duration_s,
             "p50_itl_ms": r.stat_ms("p50", "itl"),
             "lower_p50_itl_ms": lower.result.stat_ms("p50", "itl"),
+            # what the self-checks found, as results (completed 319 of 320, 1 failed), not only gate names
+            "completed": r.completed,
+            "requests": r.num_prompts,
+            "failed": r.failed,
             "gate_failures": ctx.gate_failures(p),
             "gate_flags": ctx.gate_flags(p),
             "output_shortfall_pct": shortfall_pct(

@@ -433,6 +433,34 @@ def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
     )
 
 
+SWEEP_KINDS = ("concurrency_sweep", "engine_comparison")
+
+
+def _sample_sizes(at: At, pts: list[BenchPoint]) -> list[fnd.Finding]:
+    """How many requests a concurrency-sweep point holds (fewest, most) and the concurrencies whose points
+    are one wave (requests ≤ concurrency: every request starts together, so the point's p99 is its slowest
+    request or two and its throughput includes the ramp-down)."""
+    sized = [p for p in pts if p.result.num_prompts]
+    if not sized:
+        return []
+    n = [int(p.result.num_prompts) for p in sized]
+    cite = [p.cite("completed") for p in sized][:1]
+    one_wave = sorted(
+        {int(p.concurrency) for p in sized if p.concurrency and p.result.num_prompts <= p.concurrency}
+    )
+    return [
+        fnd.measured(at("sweep_requests_per_point_min"), min(n), "requests", cite),
+        fnd.measured(at("sweep_requests_per_point_max"), max(n), "requests", cite),
+        fnd.measured(
+            at("sweep_one_wave_concurrencies"),
+            one_wave,
+            "list",
+            [p.cite("completed") for p in sized if p.concurrency in one_wave][:3],
+            detail="sweep concurrencies whose point sent no more requests than its concurrency",
+        ),
+    ]
+
+
 def run(campaign: Campaign, ctx: Context) -> Section:
     rows = []
     for p in iter_points(campaign, include_warmup=True):
@@ -510,6 +538,7 @@ def run(campaign: Campaign, ctx: Context) -> Section:
             )
         )
         findings.append(_output_shortfall(at, [p for p in pts if not p.warmup and p.test_kind != "overload"]))
+        findings += _sample_sizes(at, [p for p in pts if not p.warmup and p.test_kind in SWEEP_KINDS])
         by_gate = {}
         for gate in GATE_ORDER:
             res = [g for p in pts for g in ctx.gates[p.key] if g.gate == gate]

@@ -232,6 +232,18 @@ def _row(run: RunData, item: str, gib: float, theory_gib: float | None, source: 
     }
 
 
+def _gpu_memory_used(at: At, run: RunData) -> list[fnd.Finding]:
+    """What the fingerprint's ``nvidia-smi --query-gpu=memory.used`` read after the server started (MiB, the
+    whole device: weights, KV, compute buffers and the CUDA context together); none where it was not kept."""
+    frel, fp = run.fingerprint
+    used = getattr(fp, "gpu_memory_used_mib", None) if fp is not None else None
+    if not used:
+        return []
+    src = run.cite(frel, fp.lines.get("gpu_memory_used_mib"))
+    detail = "nvidia-smi memory.used after the server started: weights, KV, compute buffers and context"
+    return [fnd.measured(at("gpu_memory_used_mib"), max(used), "MiB", [src], detail=detail)]
+
+
 def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
     """llama.cpp's buffers by kind (summed over devices) from its log, the model buffers against the theory's
     tensor bytes of the served format."""
@@ -245,7 +257,8 @@ def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd
                 "no_memory_line",
                 f"{run.cite(rel) if rel else run.name}: no 'buffer size' lines (llama.cpp prints them only "
                 "at verbosity ≥ the default of the build that wrote this log)",
-            )
+            ),
+            *_gpu_memory_used(at, run),
         ]
     rows: list[dict] = []
     by_kind: dict[str, float] = {}

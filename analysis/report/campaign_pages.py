@@ -53,6 +53,11 @@ CAMPAIGN_PAGES: tuple[tuple[str, str, Callable[[CampaignResults], bool]], ...] =
 )
 
 
+def paths_of(c: CampaignResults) -> list[str]:
+    """The pages the campaign will have (those whose data it holds), in reading order."""
+    return [f"campaigns/{c.name}/{slug}.md" for slug, _t, has_data in CAMPAIGN_PAGES if has_data(c)]
+
+
 def render(site: SiteState, c: CampaignResults, **common: Any) -> list[Page]:
     """The campaign's pages in reading order. The overview is rendered last: it lists the findings and
     figures that no other page shows."""

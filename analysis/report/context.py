@@ -51,6 +51,8 @@ class SiteState:
     known_metrics: set[tuple[str | None, str]] = field(default_factory=set)  # (topic, metric), every campaign
     series_labels: dict[str, str] = field(default_factory=dict)  # comparison series id -> Chinese label
     campaign_names: set[str] = field(default_factory=set)
+    # every page the site will have, known before the first is rendered: a page links to one rendered later
+    planned_pages: set[str] = field(default_factory=set)
     _lookups: dict[str, FileLookup] = field(default_factory=dict)
 
     def lookup(self, campaign: str) -> FileLookup:
@@ -365,10 +367,14 @@ class PageContext:
         return sep.join(parts) or labels_zh.MISSING
 
     # -- links -----------------------------------------------------------------------------------------------
+    def has_page(self, target: str) -> bool:
+        """Whether the site has (or will have) the page ``target`` (relative to docs_dir)."""
+        return target in self.site.planned_pages or target in self.site.report.pages
+
     def page_link(self, target: str, fallback: str) -> str:
         """A link to ``target`` if that page was rendered, else to ``fallback`` (a page without its data is
         not)."""
-        return self.link(target if target in self.site.report.pages else fallback)
+        return self.link(target if self.has_page(target) else fallback)
 
     def link(self, target: str) -> str:
         """A relative link from this page to another page or file (both relative to docs_dir)."""

@@ -37,6 +37,8 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         label=zh.finding_label,
         status_zh=zh.status_text,
         reason_zh=zh.reason_text,
+        missing_zh=lambda r: zh.MISSING_DATA.get(r, r),
+        gate_failed_zh=lambda g: zh.GATE_FAILED.get(g, zh.cell_text("gate", g)),
         # names
         round_zh=zh.round_label,
         engine_zh=lambda e: zh.ENGINES.get(e, e),
@@ -54,5 +56,6 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         series_label=zh.series_label,
         fmt_value=zh.fmt_value,
         LADDER_ARMS=zh.LADDER_ARMS,
+        has_data=zh.HAS_DATA,
     )
     return env

@@ -40,10 +40,18 @@ FONT_STACK = (
     'Micro Hei", sans-serif'
 )
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+# right padding of every figure, px (vega's default is 5)
+LEGEND_SLACK_PX = 24
 
 
 class FigureError(AnatomyError):
     """A figure spec that cannot be published (no Chinese title, an axis without a title)."""
+
+
+def cjk_font_dir() -> Path | None:
+    """The first CJK font folder this machine has (None: figure text would be measured with a Latin font,
+    narrower than the reader's browser draws Chinese, and legends would be cut off)."""
+    return next((d for d in CJK_FONT_DIRS if d.is_dir() and any(d.iterdir())), None)
 
 
 @functools.cache
@@ -51,11 +59,10 @@ def register_cjk_fonts() -> Path | None:
     """Register the first CJK font folder found with vl-convert; return it (None when there is none)."""
     import vl_convert as vlc
 
-    for d in CJK_FONT_DIRS:
-        if d.is_dir() and any(d.iterdir()):
-            vlc.register_font_directory(str(d))
-            return d
-    return None
+    d = cjk_font_dir()
+    if d is not None:
+        vlc.register_font_directory(str(d))
+    return d
 
 
 def load_spec(path: Path) -> dict[str, Any]:
@@ -125,6 +132,9 @@ def prepare_spec(spec: dict[str, Any], title: str | None = None) -> dict[str, An
     config.setdefault("background", "white")
     # Chinese legend labels are long ("第二轮 · llama.cpp（Q4_K_M） · 带宽下限"): do not cut them off.
     config.setdefault("legend", {}).setdefault("labelLimit", 360)
+    # room on the right for a reader whose fonts draw the Latin parts of a legend label wider than the build
+    # machine's (the SVG is an image: text past its edge is cut, never wrapped)
+    spec.setdefault("padding", {"left": 5, "top": 5, "bottom": 5, "right": LEGEND_SLACK_PX})
     return spec
 
 

@@ -28,6 +28,7 @@ from analysis import labels_zh
 from analysis.report import (
     campaign_pages,
     comparison_page,
+    differences_page,
     home_page,
     raw_index_page,
     reference_block,
@@ -35,6 +36,7 @@ from analysis.report import (
 )
 from analysis.report.context import RenderReport, SiteState, resolve_finding_refs
 from analysis.report.env import make_env
+from analysis.report.figures import cjk_font_dir
 from analysis.report.markdown import Page
 from analysis.report.profile import build_profile
 from analysis.report.rawindex import runs_of
@@ -177,6 +179,7 @@ class SiteRenderer:
         }
         for c in campaigns:
             raw_index_page.link(site, c, is_repo_file=lambda rel: (REPO_ROOT / rel).is_file())
+            site.planned_pages.update([structure_page.path_of(c.name), *campaign_pages.paths_of(c)])
         structure = [
             self._write(
                 reference_block.extend(
@@ -185,6 +188,11 @@ class SiteRenderer:
             )
             for c in campaigns
         ]
+        # before the campaign pages: its findings (topic differences) have their rows here, not on an overview
+        reference = next((c for c in campaigns if c.name == REFERENCE_CAMPAIGN), None)
+        if reference is not None:
+            site.planned_pages.add(differences_page.PATH)
+        differences = self._write(differences_page.render(site, reference, **common)) if reference else None
         reports = [(c, [self._write(p) for p in campaign_pages.render(site, c, **common)]) for c in campaigns]
         compared = self._write(comparison_page.render(site, comparison, **common)) if comparison else None
         home = self._write(home_page.render(site, **common))
@@ -206,12 +214,19 @@ class SiteRenderer:
             nav.append({str(short_name(site.profiles[c.name])).strip(): [{p.title: p.path} for p in pages]})
         if compared is not None:
             nav.append({nav_zh["comparison"]: compared.path})
+        if differences is not None:
+            nav.append({nav_zh["differences"]: differences.path})
         nav.append({nav_zh["structure"]: [{p.title: p.path} for p in structure]})
         method = [{self._handwritten(rel).title: rel} for rel in HANDWRITTEN_PAGES]
         nav.append({nav_zh["method"]: method + ([{ledger.title: ledger.path}] if ledger else [])})
         nav.append({nav_zh["data"]: [{p.title: p.path} for p in data]})
 
         self._flush()
+        if site.figures.pending and cjk_font_dir() is None:
+            self.report.notes.append(
+                "no CJK font found (Debian: apt-get install fonts-noto-cjk): figures are laid out with a"
+                " Latin font and their Chinese legends will be cut off in the browser"
+            )
         site.figures.convert(self.out)
         left_out = site.figures.left_out
         (self.out / FIGURES_FILE).write_text(
