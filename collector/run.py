@@ -49,6 +49,7 @@ from collector.preflight import preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
+from collector.raw.secrets import scrub
 from collector.raw.store import RawStore, Run, Stream
 from collector.sampler import (
     Sampler,
@@ -264,7 +265,7 @@ class _Protocol:
         self.events = EventLog(
             self._stream("events.jsonl"),
             clock,
-            echo=lambda s: console.print(s, markup=False),
+            echo=lambda s: console.print(scrub(s, secrets), markup=False),
             on_error=lambda err: self.io_fault(err, "events.jsonl"),
         )
         self.requests = self._stream("requests.jsonl")
@@ -315,7 +316,7 @@ class _Protocol:
         style = {True: "green", False: "red", None: "dim"}[c.ok]
         mark = {True: "PASS", False: "FAIL", None: "n/a "}[c.ok]
         self.console.print(
-            f"[{style}]{mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}",
+            f"[{style}]{mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(scrub(c.detail, self.secrets))}",
             highlight=False,
             soft_wrap=True,
         )
@@ -592,6 +593,21 @@ class _Protocol:
                 self.events.emit("server_exit", code=code, expected=True)
 
 
+class _ScrubbedFile:
+    """The terminal a run prints to, with the run's secrets scrubbed from every write (the places that
+    print server text scrub it before rich wraps the line too: a key split by a line break is not found
+    here)."""
+
+    def __init__(self, file: Any, secrets: Sequence[str]):
+        self._file, self._secrets = file, secrets
+
+    def write(self, text: str) -> int:
+        return self._file.write(scrub(text, self._secrets))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
 def io_reason(err: OSError, path: Path | None = None) -> str:
     """A failed write as one line: ``disk full: <file>: No space left on device`` (the file from the error,
     else the stream being written)."""
@@ -661,7 +677,9 @@ def execute_run(
     api_key = workload.api_key(plan.load.api_key_env, os.environ)
     spec = workload.spec_from_plan(plan)
     workload.validate(spec, plan.model.token_id_low, plan.model.token_id_high)
-    secrets = fingerprint.plan_secrets(api_key, plan.load.headers)
+    secrets = fingerprint.plan_secrets(api_key, plan.load.headers, plan.server)
+    if secrets:  # a server's reply quoting the key reaches the screen too (abort reasons, log lines)
+        console.file = _ScrubbedFile(console.file, secrets)
     pf = preflight(plan, Path(raw_root))  # nothing is written before this passes
     for note in pf.notes:
         console.print(f"pre-flight: {note}", markup=False, highlight=False)
@@ -677,7 +695,7 @@ def execute_run(
         "description": plan.description,
     }
     try:
-        run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta)
+        run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta, secrets=tuple(secrets))
     except OSError as err:
         where = Path(raw_root) / plan.campaign / name
         raise RunError(f"{where}: cannot create the run folder ({io_reason(err)})") from err
@@ -687,12 +705,7 @@ def execute_run(
     interrupts = Interrupts(on_hangup=lambda: setattr(console, "quiet", True))  # its terminal went away
     interrupts.install()
     try:
-        if any(x in plan.raw_text for x in secrets):  # a literal secret header: the copy is scrubbed
-            run.write_text(
-                "plan.toml", fingerprint.scrub(plan.raw_text, secrets), source="collector.fingerprint"
-            )
-        else:
-            run.copy_file("plan.toml", plan_file)
+        run.copy_file("plan.toml", plan_file)  # a literal secret in it is scrubbed by the store
         proto = _Protocol(plan, run, console, clock, spec, api_key, secrets, interrupts)
         proto.events.emit(
             "run_start",
@@ -726,6 +739,7 @@ def execute_run(
         if proto is not None and proto.io_error and (reason is None or proto.io_error not in reason):
             reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
         status = "failed" if reason else "complete"
+        reason = scrub(reason, secrets) if reason else reason  # printed, raised and sealed below
         checks_failed = proto.checks_failed if proto else []
         if proto is not None:
             proto.events.emit("run_end", status=status, reason=reason, checks_failed=checks_failed)
@@ -734,8 +748,7 @@ def execute_run(
                 reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
                 status = "failed"
         try:
-            plan_obj = fingerprint.scrub_obj(_jsonable(plan), secrets)  # a literal secret header: scrubbed
-            run.seal(status, note=reason, extra={"plan": plan_obj, "checks_failed": checks_failed,
+            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": checks_failed,
                                                  "points_done": proto.points_done if proto else 0,
                                                  "points_planned": len(plan.points)})  # fmt: skip
         except (OSError, StoreError) as err:

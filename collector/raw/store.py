@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 from collector import __version__
 from collector.raw.errors import StoreError
 from collector.raw.jsonl import iter_json_lines
+from collector.raw.secrets import scrub_bytes, scrub_obj
 
 RUN_FILE = "run.json"
 JOURNAL = "journal.jsonl"
@@ -128,7 +129,7 @@ class Stream:
         self._fh = fh
 
     def write(self, data: bytes) -> None:
-        self._fh.write(data)
+        self._fh.write(scrub_bytes(data, self._run.secrets) if self._run.secrets else data)
         self._fh.flush()
 
     def write_line(self, line: str) -> None:
@@ -161,10 +162,12 @@ class Stream:
 class Run:
     """A run being written. Obtain it from ``RawStore.create_run``."""
 
-    def __init__(self, path: Path, campaign: str, name: str):
+    def __init__(self, path: Path, campaign: str, name: str, secrets: tuple[str, ...] = ()):
         self.path = path
         self.campaign = campaign
         self.name = name
+        # the run's secrets (collector.raw.secrets): scrubbed from every byte written through this run
+        self.secrets = tuple(secrets)
         self._streams: list[Stream] = []
         self._journal = open(path / JOURNAL, "ab")
 
@@ -184,7 +187,7 @@ class Run:
     def write_bytes(self, rel: str, data: bytes, source: str | None = None) -> Path:
         self._ensure_open()
         target = _check_rel(self.path, rel)
-        _create_exclusive(target, data)
+        _create_exclusive(target, scrub_bytes(data, self.secrets) if self.secrets else data)
         self._journal_file(rel, source)
         return target
 
@@ -192,14 +195,16 @@ class Run:
         return self.write_bytes(rel, text.encode("utf-8"), source)
 
     def write_json(self, rel: str, obj: Any, source: str | None = None) -> Path:
-        text = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+        text = json.dumps(scrub_obj(obj, self.secrets), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
         return self.write_text(rel, text, source)
 
     def copy_file(self, rel: str, src: Path, source: str | None = None) -> Path:
-        """Copy ``src`` byte for byte; the copy is hashed and compared with the source before it counts."""
+        """Copy ``src`` byte for byte (the run's secrets scrubbed); the copy is hashed and compared with what
+        was meant to be written before it counts."""
         data = Path(src).read_bytes()
         target = self.write_bytes(rel, data, source or str(src))
-        if sha256_file(target) != hashlib.sha256(data).hexdigest():  # pragma: no cover - disk corruption
+        want = scrub_bytes(data, self.secrets) if self.secrets else data
+        if sha256_file(target) != hashlib.sha256(want).hexdigest():  # pragma: no cover - disk corruption
             raise StoreError(f"{target}: copy does not match {src}")
         return target
 
@@ -224,6 +229,7 @@ class Run:
         for s in self._streams:
             s.close()
         self._journal.close()  # final from here on: the manifest hashes it
+        note, extra = scrub_obj(note, self.secrets), scrub_obj(extra, self.secrets)
         return _write_seal(self.path, self.campaign, self.name, status, note, extra)
 
     def close_unsealed(self) -> None:
@@ -364,12 +370,20 @@ class RawStore:
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def create_run(self, campaign: str, run: str, kind: str, meta: dict[str, Any] | None = None) -> Run:
-        """A new run folder with its run.json, appearing under its name all at once (see ``_stage_run``)."""
+    def create_run(
+        self,
+        campaign: str,
+        run: str,
+        kind: str,
+        meta: dict[str, Any] | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> Run:
+        """A new run folder with its run.json, appearing under its name all at once (see ``_stage_run``);
+        ``secrets`` are scrubbed from everything written into it (``collector.raw.secrets``)."""
         path = self.root / campaign / run
-        staged = self._stage_run(campaign, run, kind, meta)
+        staged = self._stage_run(campaign, run, kind, scrub_obj(meta, secrets))
         self._publish_run(staged, path)
-        return Run(path, campaign, run)
+        return Run(path, campaign, run, secrets)
 
     def _stage_run(self, campaign: str, run: str, kind: str, meta: dict[str, Any] | None) -> Path:
         """Step 1 of creating a run: a temp folder ``<campaign>/.tmp-<run>.<pid>-<n>`` holding the finished,
