@@ -5,13 +5,15 @@ campaign); the findings say n/a with the reason, the rest of the campaign and th
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from analysis.pipeline import analyze
 from analysis.report.render import render_site
-from collector.raw.errors import RunError
-from collector.raw.store import RawStore
+from collector.raw.errors import AnatomyError, RunError
+from collector.raw.store import RawStore, verify
 from collector.run import execute_run
 from tests.cli import collector_cli
 
@@ -82,3 +84,24 @@ def test_a_2_to_the_62_token_count_and_garbage_metrics_are_flagged_not_fatal(tmp
     assert len(flagged) == 1 and ",fail,token_counts_unreliable," in flagged[0]
     assert "claim more tokens than max_tokens" in flagged[0]
     assert json.loads((out / "cpu-tiny-qwen2" / "findings.json").read_text())
+
+
+def test_out_inside_a_raw_root_is_refused_and_nothing_is_written(tmp_path):
+    """Before: the results were written into the sealed run (``--out raw/<campaign>/<run>``) and verify
+    failed for ever after."""
+    raw = tmp_path / "raw"
+    run = raw / REF.parent.name / REF.name
+    shutil.copytree(REF, run)
+    before = sorted(p.relative_to(raw) for p in raw.rglob("*"))
+    r = collector_cli("analyze", "--raw", raw, "--out", run)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (
+        f"Error: --out {run}: inside the raw store {raw}; raw/ is append-only: write the results "
+        "elsewhere (e.g. build/results)"
+    )
+    (tmp_path / "alias").symlink_to(raw)  # another name for the raw root
+    for out in (raw, raw / "results", tmp_path / "alias" / "results"):
+        with pytest.raises(AnatomyError, match=r"inside the raw store .*; raw/ is append-only"):
+            list(analyze([raw], out, None))
+    assert sorted(p.relative_to(raw) for p in raw.rglob("*")) == before
+    assert verify(raw).ok
