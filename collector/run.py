@@ -45,7 +45,7 @@ from collector.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.interrupts import Interrupted, Interrupts
 from collector.loadgen import Abort, resolve_rate_point, run_load, shards_for
 from collector.plan import plan_data
-from collector.preflight import preflight
+from collector.preflight import check_values, preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
@@ -672,6 +672,7 @@ def execute_run(
     plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None
 ) -> RunResult:
     plan = load_plan(plan_file)
+    check_values(plan)  # numbers in range before the workload is built from them (a 2^70 token id)
     console = console or Console(stderr=True)
     # the API key and the workload's files (dataset, tokenizer) are checked before anything is written
     api_key = workload.api_key(plan.load.api_key_env, os.environ)
