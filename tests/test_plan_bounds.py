@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from click.testing import CliRunner
 
+from collector.cli import main
 from collector.raw.errors import AnatomyError
 from collector.run import execute_run
 from tests.cli import collector_cli
@@ -84,3 +86,29 @@ def test_out_of_range_values_are_refused_before_any_run_folder(tmp_path, make_pl
         r = collector_cli("run", plan, "--raw", tmp_path / "raw")
         assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
         assert re.search(pattern, r.stderr) and not (tmp_path / "raw").exists()
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["slo", "--ttft-p99-ms", "nan"], r"'--ttft-p99-ms': must be a finite number > 0, got 'nan'"),
+        (
+            ["slo", "--ttft-p99-ms", "10", "--itl-p99-ms", "-5"],
+            r"'--itl-p99-ms': must be a finite number > 0",
+        ),
+        (
+            ["plan", "--model", "Qwen2.5-7B-Instruct", "--gpu", "h200", "--kv-pool-gib", "nan"],
+            r"'--kv-pool-gib'",
+        ),
+        (
+            ["init", "--model", "m.gguf", "--port", "99999"],
+            r"'--port': 99999 is not in the range 1<=x<=65535",
+        ),
+    ],
+)
+def test_out_of_range_command_line_values_are_refused(args, pattern):
+    """Before: `slo --ttft-p99-ms nan` answered as if it were a budget, `plan --kv-pool-gib nan` a
+    ValueError traceback, `init --port 99999` wrote a plan pre-flight then refused."""
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit)  # click's usage error, no traceback
+    assert re.search(pattern, r.output), r.output
