@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ RUN_STATES = ("sealed-complete", "sealed-failed", "unsealed")
 _RUN_FIELDS: dict[str, type] = {"campaign": str, "run": str, "kind": str, "meta": dict, "created": dict}
 _TYPE_NAMES = {str: "string", dict: "object", int: "integer"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TMP_FILE = re.compile(
+    rf"^{re.escape(TMP_PREFIX)}.+\.\d+$"
+)  # _create_exclusive's temp name: .tmp-<name>.<pid>
 _CHUNK = 1 << 20
 
 
@@ -331,15 +335,39 @@ def open_run(path: Path) -> RunInfo:
     )
 
 
+def _entries(run_dir: Path) -> Iterator[Path]:
+    """Every entry under a run folder but folders, links never followed (a link to a folder is an entry, its
+    contents are not)."""
+    for dirpath, dirnames, filenames in os.walk(run_dir):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            yield Path(dirpath) / name
+
+
+def entry_kind(p: Path, folder: bool = False) -> str | None:
+    """None for a regular file (a real folder with ``folder``; or nothing there); else what the entry is
+    instead: a link (and its target), a FIFO, a socket, a device. Raw files are regular files: anything else
+    could change what a reader gets (a link swapped to another file) or block a reader (a FIFO)."""
+    try:
+        mode = p.lstat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(p)})"
+    if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
 def _data_files(run_dir: Path) -> list[str]:
+    """The run's data files: regular files but the bookkeeping and temp files of interrupted writes (links
+    and special files are not data: ``verify`` reports them)."""
     out = []
-    for p in sorted(run_dir.rglob("*")):
-        if not p.is_file():
-            continue
+    for p in sorted(_entries(run_dir)):
         rel = p.relative_to(run_dir).as_posix()
-        if rel in BOOKKEEPING or p.name.startswith(TMP_PREFIX):
-            continue
-        out.append(rel)
+        if entry_kind(p) is None and rel not in BOOKKEEPING and not p.name.startswith(TMP_PREFIX):
+            out.append(rel)
     return out
 
 
@@ -467,6 +495,9 @@ def _write_seal(
     if status not in SEAL_STATUSES:
         raise StoreError(f"{run_dir}: seal status must be 'complete' or 'failed', not {status!r}")
     journal = read_journal(run_dir)
+    for p in _entries(run_dir):
+        if (kind := entry_kind(p)) is not None:
+            raise StoreError(f"{p}: {kind}; a run holds regular files only: not sealed")
     files: dict[str, dict[str, Any]] = {}
     for rel in _data_files(run_dir):
         entry = journal.get(rel, {})
@@ -649,6 +680,11 @@ def verify(raw_root: Path) -> VerifyReport:
         raise StoreError(f"{root}: no raw store here (not a directory)")
     report = VerifyReport()
     for campaign_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if (kind := entry_kind(campaign_dir, folder=True)) is not None:
+            report.problem(
+                campaign_dir, f"{kind}: a campaign must be a folder of the store itself (not read)"
+            )
+            continue
         for run_dir in sorted(p for p in campaign_dir.iterdir() if p.is_dir()):
             _verify_run(run_dir, report)
     return report
@@ -667,6 +703,9 @@ def _holds_no_data(folder: Path) -> bool:
 
 
 def _verify_run(run_dir: Path, report: VerifyReport) -> None:
+    if (kind := entry_kind(run_dir, folder=True)) is not None:
+        report.problem(run_dir, f"{kind}: a run folder must be a folder of the store itself (not read)")
+        return
     if run_dir.name.startswith(TMP_PREFIX) or (not (run_dir / RUN_FILE).exists() and _holds_no_data(run_dir)):
         report.abandoned += 1
         report.add(
@@ -679,8 +718,8 @@ def _verify_run(run_dir: Path, report: VerifyReport) -> None:
         report.problem(run_dir, f"not a run: holds files but no {RUN_FILE}")
         return
     report.runs += 1
-    for tmp in sorted(run_dir.rglob(f"{TMP_PREFIX}*")):
-        report.note(tmp, "leftover of an interrupted write (kept, not part of the run)")
+    _check_entries(run_dir, report)
+    _check_leftovers(run_dir, report)
     got = _run_json_problem(run_dir)
     info: dict[str, Any] | None = None
     if isinstance(got, str):
@@ -700,6 +739,24 @@ def _verify_run(run_dir: Path, report: VerifyReport) -> None:
         _verify_sealed(run_dir, report, info)
     else:
         _verify_unsealed(run_dir, report)
+
+
+def _check_entries(run_dir: Path, report: VerifyReport) -> None:
+    """Every link and special file inside the run is a problem (``entry_kind``): never hashed through."""
+    for p in sorted(_entries(run_dir)):
+        if (kind := entry_kind(p)) is not None:
+            report.problem(p, f"{kind}: a run holds regular files only")
+
+
+def _check_leftovers(run_dir: Path, report: VerifyReport) -> None:
+    """Temp files of interrupted writes (``.tmp-<name>.<pid>``, the only temp names the store writes) are
+    kept and noted; any other ``.tmp-`` name was written by no write of the store: a problem, as an
+    unexpected file is."""
+    for tmp in sorted(p for p in _entries(run_dir) if p.name.startswith(TMP_PREFIX)):
+        if _TMP_FILE.match(tmp.name):
+            report.note(tmp, "leftover of an interrupted write (kept, not part of the run)")
+        else:
+            report.problem(tmp, "unexpected: not a temp name the store writes, not in the manifest")
 
 
 def _load_manifest(run_dir: Path, report: VerifyReport) -> dict[str, Any] | None:
@@ -722,6 +779,8 @@ def _check_file(report: VerifyReport, p: Path, entry: Any, against: str = "the m
     report.files += 1
     if not isinstance(entry, dict) or "size" not in entry or "sha256" not in entry:
         report.problem(p, f"{against} has no size/sha256 for it")
+    elif entry_kind(p) is not None:
+        pass  # a link or a special file: reported by _check_entries, never read through
     elif not p.exists():
         report.problem(p, "missing")
     elif p.stat().st_size != entry["size"]:
@@ -730,9 +789,18 @@ def _check_file(report: VerifyReport, p: Path, entry: Any, against: str = "the m
         report.problem(p, f"changed: sha256 differs from {against}")
 
 
+def _inside(rel: str) -> bool:
+    """A manifest's path names a file inside the run: relative, no ``..``."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts
+
+
 def _check_against_manifest(run_dir: Path, manifest: dict[str, Any], report: VerifyReport) -> None:
     files = manifest["files"]
     for rel, entry in sorted(files.items()):
+        if not _inside(rel):
+            report.problem(run_dir / MANIFEST, f"names {rel!r}, a path outside the run (not read)")
+            continue
         _check_file(report, run_dir / rel, entry)
     for rel in sorted(set(_data_files(run_dir)) - set(files)):
         report.problem(run_dir / rel, "unexpected: not in the manifest")
@@ -819,6 +887,8 @@ def _verify_unsealed(run_dir: Path, report: VerifyReport) -> None:
     for rel, entry in sorted(journal.items()):
         report.files += 1
         p = run_dir / rel
+        if entry_kind(p) is not None:
+            continue  # reported by _check_entries
         if not p.exists():
             report.problem(p, "missing (journaled as written)")
         elif sha256_file(p) != entry["sha256"]:
