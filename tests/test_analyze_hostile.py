@@ -5,6 +5,7 @@ campaign); the findings say n/a with the reason, the rest of the campaign and th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -72,13 +73,21 @@ def _hostile_copy(raw: Path) -> Path:
     return run.path
 
 
-def test_a_2_to_the_62_token_count_and_garbage_metrics_are_flagged_not_fatal(tmp_path):
-    """Before: MemoryError (the chunk-aware ITL list of 2^62 values) and, with that fixed, the garbage
-    /metrics refused the whole campaign ("not a Prometheus sample")."""
+def test_a_2_to_the_62_token_count_garbage_metrics_and_a_bad_file_name_are_not_fatal(tmp_path):
+    """Before: MemoryError (the chunk-aware ITL list of 2^62 values); with that fixed, the garbage /metrics
+    refused the whole campaign ("not a Prometheus sample"), and a run holding a file name that is not UTF-8
+    (an older import took it) crashed analyze (UnicodeEncodeError writing a table)."""
     _hostile_copy(tmp_path / "raw")
+    odd = RawStore(tmp_path / "raw").create_run("cpu-tiny-qwen2", "odd-name", kind="imported", meta={})
+    odd.write_bytes(os.fsdecode(b"\xff.json"), b"{}")
+    odd.seal("complete")
     out = tmp_path / "results"
     r = collector_cli("analyze", "--raw", tmp_path / "raw", "--out", out)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert (
+        f"odd-name: not analysed (sealed-complete): {odd.path}/\\xff.json: the file name is not UTF-8"
+        in r.stdout
+    )
     gates = (out / "cpu-tiny-qwen2" / "tables" / "gates.csv").read_text().splitlines()
     flagged = [g for g in gates if "p02-sweep-c002-i128-o64,False,stream_token_counts" in g]
     assert len(flagged) == 1 and ",fail,token_counts_unreliable," in flagged[0]

@@ -31,7 +31,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +70,15 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def text_name(name: str) -> str:
+    """A file name as UTF-8 text (to cite, print or store in a table): bytes that are not UTF-8 (held by
+    Python as surrogates) shown as ``\\xNN``; a UTF-8 name unchanged."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte (a JSON "\\ud800")
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _now() -> dict[str, Any]:
     return {"unix_ns": time.time_ns(), "wall": datetime.now(UTC).isoformat(timespec="milliseconds")}
 
@@ -96,8 +105,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _create_exclusive(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file ``path``: temp + fsync + link, so the name appears only when complete.
+def _create_exclusive(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or blocks of them) to a new file ``path``: temp + fsync + link, so the name
+    appears only when complete (an error while writing leaves only the temp file, which verify notes).
 
     ``os.link`` fails if the target exists, which makes the final step create-only even against a racing
     writer (``os.rename`` would silently replace).
@@ -106,10 +116,15 @@ def _create_exclusive(path: Path, data: bytes) -> None:
     if path.exists():
         raise StoreError(f"{path}: already exists; raw files are create-only")
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}"
-    with open(tmp, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "xb") as f:
+            for block in [data] if isinstance(data, bytes) else data:
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)  # our own temp file of a write that did not finish (its source failed)
+        raise
     try:
         os.link(tmp, path)
     except FileExistsError as err:
@@ -211,6 +226,25 @@ class Run:
         if sha256_file(target) != hashlib.sha256(want).hexdigest():  # pragma: no cover - disk corruption
             raise StoreError(f"{target}: copy does not match {src}")
         return target
+
+    def write_blocks(self, rel: str, blocks: Iterable[bytes], source: str | None = None) -> tuple[str, int]:
+        """A data file written from ``blocks`` (a large file in bounded memory), create-only and atomic as
+        ``write_bytes``, the run's secrets scrubbed per block; (sha256, size) of what was written."""
+        self._ensure_open()
+        target = _check_rel(self.path, rel)
+        h, size = hashlib.sha256(), 0
+
+        def scrubbed() -> Iterator[bytes]:
+            nonlocal size
+            for block in blocks:
+                out = scrub_bytes(block, self.secrets) if self.secrets else block
+                h.update(out)
+                size += len(out)
+                yield out
+
+        _create_exclusive(target, scrubbed())
+        self._journal_file(rel, source)
+        return h.hexdigest(), size
 
     def open_stream(self, rel: str) -> Stream:
         self._ensure_open()
