@@ -608,6 +608,22 @@ class _ScrubbedFile:
         return getattr(self._file, name)
 
 
+def _scrubbed(result: RunResult, secrets: Sequence[str]) -> RunResult:
+    """The result as the command line prints it (the reason, a point's first error, a failed check's detail
+    can quote a server's reply), the run's secrets scrubbed."""
+    if not secrets:
+        return result
+    return dataclasses.replace(
+        result,
+        reason=scrub(result.reason, secrets) if result.reason else result.reason,
+        failed_checks=[dataclasses.replace(c, detail=scrub(c.detail, secrets)) for c in result.failed_checks],
+        points=[
+            dataclasses.replace(r, first_error=scrub(r.first_error, secrets) if r.first_error else None)
+            for r in result.points
+        ],
+    )
+
+
 def io_reason(err: OSError, path: Path | None = None) -> str:
     """A failed write as one line: ``disk full: <file>: No space left on device`` (the file from the error,
     else the stream being written)."""
@@ -740,7 +756,6 @@ def execute_run(
         if proto is not None and proto.io_error and (reason is None or proto.io_error not in reason):
             reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
         status = "failed" if reason else "complete"
-        reason = scrub(reason, secrets) if reason else reason  # printed, raised and sealed below
         checks_failed = proto.checks_failed if proto else []
         if proto is not None:
             proto.events.emit("run_end", status=status, reason=reason, checks_failed=checks_failed)
@@ -760,9 +775,10 @@ def execute_run(
         console.print(summary_table(proto.rows))
     if crash is not None:
         raise crash
-    result = RunResult(run.path, "failed" if seal_error else status, reason,
-                       proto.points_done if proto else 0, len(plan.points), checks_failed,
-                       proto.failed_checks if proto else [], proto.rows if proto else [])  # fmt: skip
+    result = _scrubbed(RunResult(run.path, "failed" if seal_error else status, reason,
+                                 proto.points_done if proto else 0, len(plan.points), checks_failed,
+                                 proto.failed_checks if proto else [], proto.rows if proto else []),
+                       secrets)  # fmt: skip
     if seal_error:
         raise RunError(f"{result}; not sealed ({seal_error}): the run stays visibly interrupted")
     if status == "failed":
