@@ -30,7 +30,7 @@ from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.rundocs import RunDocs, read_run_docs
 from analysis.windows import naive_as_utc_epoch_s
 from collector.raw.errors import AnatomyError, ParseError, StoreError
-from collector.raw.store import RawStore, RunInfo, open_run, run_state, verify_run
+from collector.raw.store import RawStore, RunInfo, open_run, run_state, text_name, verify_run
 
 # Store bookkeeping that no parser covers: never measurement data.
 _STORE_FILES = {"run.json", "journal.jsonl", "manifest.json", "SEALED"}
@@ -345,7 +345,16 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
     return records
 
 
+def _check_file_names(info: RunInfo) -> None:
+    """Every file name of the run is UTF-8 text (names are cited on pages and in JSON); one that is not makes
+    the run unreadable, in one line that shows its bytes."""
+    for rel in info.data_files():
+        if text_name(rel) != rel:
+            raise StoreError(f"{info.path / text_name(rel)}: the file name is not UTF-8 text; rename it")
+
+
 def load_run(info: RunInfo) -> RunData:
+    _check_file_names(info)
     meta = info.meta or {}
     run = RunData(
         info=info,

@@ -63,13 +63,26 @@ def e2el_ms(r: RequestRecord) -> float:
     return (r.end_mono_ns - r.send_mono_ns) / NS_PER_MS
 
 
+def token_counts_plausible(r: RequestRecord) -> bool:
+    """The request's token counts fit what it asked for: the tokens its chunks carried and the server's
+    ``usage.completion_tokens`` each ≤ ``max_tokens`` (an engine stops there), no chunk negative. A server
+    that claims 2^62 tokens fails this; its request gives no ITL and fails the stream-count gate."""
+    streamed = sum(r.chunk_tokens)
+    return (
+        all(n >= 0 for n in r.chunk_tokens)
+        and streamed <= r.max_tokens
+        and (r.completion_tokens is None or 0 <= r.completion_tokens <= r.max_tokens)
+    )
+
+
 def itls_ms(r: RequestRecord) -> list[float]:
     """Inter-token latencies, ms, chunk-aware: a chunk carrying n tokens after a gap g [ns] from the
     previous token-carrying chunk gives n intervals of g / n / 1e6 each; the first chunk's extra tokens
     arrived with the first token and give n − 1 intervals of 0. One value per token after the first
-    (output tokens − 1 of them when the stream and the server agree on the count)."""
+    (output tokens − 1 of them when the stream and the server agree on the count); none for a request whose
+    counts are not plausible (``token_counts_plausible``: a list of 2^62 values would not fit in memory)."""
     toks = _token_chunks(r)
-    if not toks:
+    if not toks or not token_counts_plausible(r):
         return []
     out = [0.0] * (toks[0][1] - 1)
     for (t0, _), (t1, n) in zip(toks, toks[1:], strict=False):

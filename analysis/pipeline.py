@@ -620,6 +620,19 @@ class RunStates:
         return df.assign(run_state=col)
 
 
+def check_out_outside(out: Path, roots: list[Path]) -> None:
+    """Refuse (one line) an output folder that is a raw root or inside one: results written there would
+    overwrite sealed files or sit in the append-only store (links resolved, so an alias is caught too)."""
+    where = out.resolve()
+    for root in roots:
+        r = root.resolve()
+        if where == r or r in where.parents:
+            raise AnatomyError(
+                f"--out {out}: inside the raw store {root}; raw/ is append-only: write the results elsewhere "
+                "(e.g. build/results)"
+            )
+
+
 def analyze(
     raw_roots: list[Path],
     out: Path,
@@ -632,6 +645,7 @@ def analyze(
     campaigns is first checked as `collector verify` checks it, and a changed run stops the analysis with
     verify's line before anything is written; without, the results say ``verified: false``."""
     roots = [Path(r) for r in raw_roots]
+    check_out_outside(Path(out), roots)
     names = campaigns or campaign_names(roots)
     if not names:
         raise AnatomyError(f"{', '.join(map(str, roots))}: no campaigns in the raw store")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, metric_samples
+from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, parsed_samples
 from analysis.windows import (
     PointWindowData,
     Window,
@@ -72,8 +72,9 @@ def scrape_time_s(start_mono_ns: int, end_mono_ns: int) -> float:
 def series(
     records: Sequence[ScrapeRecord], path: str = "scrapes.jsonl"
 ) -> tuple[list[float], dict[str, list[float]], list[int]]:
-    """(ts_s, {column: values}, scrapes.jsonl line per sample) from the successful /metrics scrapes, in time
-    order. A column absent from a scrape is NaN there; a column absent from every scrape is left out."""
+    """(ts_s, {column: values}, scrapes.jsonl line per sample) from the successful /metrics scrapes whose body
+    parses, in time order. A column absent from a scrape is NaN there; a column absent from every scrape is
+    left out."""
     ok = sorted(
         (r for r in records if r.source == "metrics" and r.ok),
         key=lambda r: (scrape_time_s(r.start_mono_ns, r.end_mono_ns), r.line),
@@ -88,7 +89,9 @@ def series(
     ts: list[float] = []
     lines: list[int] = []
     for r in ok:
-        samples = metric_samples(r, path)
+        samples = parsed_samples(r, path)
+        if samples is None:  # garbage for a body: a failed scrape
+            continue
         ts.append(scrape_time_s(r.start_mono_ns, r.end_mono_ns))
         lines.append(r.line)
         for col, name in names.items():

@@ -8,6 +8,7 @@ cannot be written) become a one-line message and exit status 1.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from pathlib import Path
 
@@ -45,6 +46,25 @@ def _one_line_errors(fn):
     return wrapper
 
 
+class _PositiveFinite(click.ParamType):
+    """A number > 0 and finite (click's FloatRange lets ``nan`` through: every comparison with it is
+    false)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (0 < v < math.inf):
+            self.fail(f"must be a finite number > 0, got {value!r}", param, ctx)
+        return v
+
+
+POSITIVE = _PositiveFinite()
+PORT = click.IntRange(1, 65_535)
+
 raw_option = click.option(
     "--raw",
     "raw",
@@ -78,7 +98,7 @@ _raw_roots = click.option(
     "--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path."
 )
 @click.option("--gpu", required=True, help="GPU name from the bundled datasheet table (e.g. rtx4090, h200).")
-@click.option("--kv-pool-gib", type=float, default=None, help="KV pool size in GiB (default: estimated).")
+@click.option("--kv-pool-gib", type=POSITIVE, default=None, help="KV pool size in GiB (default: estimated).")
 @click.option("--max-model-len", type=int, default=None, help="Context length per request.")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8, q8_0.")
 @click.option(
@@ -123,7 +143,7 @@ def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_
     "--vllm-python", type=click.Path(path_type=Path), default=None, help="A python that imports vllm."
 )
 @click.option("--campaign", default=None, help="Campaign name (default: <gpu>-<model>).")
-@click.option("--port", type=int, default=None, help="Server port (default: a free one).")
+@click.option("--port", type=PORT, default=None, help="Server port (default: a free one).")
 @click.option("--max-model-len", type=int, default=None, help="Context per request (default: from the box).")
 @_one_line_errors
 def init_(model, out, engine_path, vllm_python, campaign, port, max_model_len) -> None:
@@ -227,8 +247,8 @@ def analyze(
 
 @main.command()
 @_raw_roots
-@click.option("--ttft-p99-ms", "ttft", type=float, required=True, help="p99 TTFT budget, ms.")
-@click.option("--itl-p99-ms", "itl", type=float, default=None, help="p99 ITL budget, ms (optional).")
+@click.option("--ttft-p99-ms", "ttft", type=POSITIVE, required=True, help="p99 TTFT budget, ms.")
+@click.option("--itl-p99-ms", "itl", type=POSITIVE, default=None, help="p99 ITL budget, ms (optional).")
 @click.option("--engine", type=click.Choice(slo_lib.ENGINES), default=None, help="One engine only.")
 @click.option("--campaign", "campaigns", multiple=True, help="One campaign (repeatable); default: all.")
 @_one_line_errors

@@ -1,7 +1,8 @@
 """What the measurement ran on: one function per source, each returning verbatim text for ``fingerprint/``.
 
 Sources: OS, CPU, memory, GPUs (nvidia-smi, when present), Python, the engine's version/build, the engine
-environment's ``pip freeze``, the exact server command line, and the environment with secrets redacted.
+environment's ``pip freeze``, the exact server command line (secret arguments redacted), and the environment
+variables that change how an engine runs (an allow-list, values scrubbed: ``perf_env``).
 ``summary.json`` repeats the few facts a reader looks for first.
 """
 
@@ -19,16 +20,28 @@ from typing import Any
 
 from collector import __version__
 from collector.raw.plan import ServerPlan
+from collector.raw.secrets import REDACTED, scrub
 from collector.server import Adapter, run_capture
 
-REDACTED = "<redacted>"
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASS|AUTH|CREDENTIAL", re.IGNORECASE)
 _SECRET_VALUE = (
     re.compile(r"^\s*bearer\s+\S+", re.IGNORECASE),
     re.compile(r"^(hf_|sk-|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abprs]-|AKIA|ASIA)[A-Za-z0-9_\-]{8,}"),
     re.compile(r"^eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*$"),  # JWT
 )
+# user:password@ in a URL (postgres://admin:pw@host/db, http://u:p@proxy): the part before the @
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s@]+)@")
 _SECRET_ARGS = ("--api-key", "--hf-token", "--api-key-file")
+# The environment variables that change how an engine runs (recorded in environment.json; nothing else is):
+# CUDA/NVIDIA/ROCm devices and libraries, NCCL, vLLM, llama.cpp/ggml, the OpenMP and BLAS thread pools,
+# PyTorch/Triton, tokenizers' threads, the allocator, the Hugging Face offline switches.
+PERF_ENV_PREFIXES = (
+    "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "NCCL_", "HIP_", "ROCM_", "ROCR_", "HSA_",
+    "VLLM_", "GGML_", "LLAMA_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "BLIS_",
+    "PYTORCH_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "TOKENIZERS_", "MALLOC_",
+)  # fmt: skip
+PERF_ENV_NAMES = frozenset({"HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
+                            "HF_HUB_ENABLE_HF_TRANSFER", "LD_PRELOAD", "LD_LIBRARY_PATH"})  # fmt: skip
 NVIDIA_SMI_GPU_QUERY = (
     "index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm,clocks.max.mem,clocks.sm,"
     "clocks.mem,power.limit,persistence_mode,compute_mode"
@@ -49,10 +62,21 @@ def looks_like_secret(value: str) -> bool:
     )
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {
-        k: (REDACTED if _SECRET_NAME.search(k) or looks_like_secret(v) else v) for k, v in sorted(env.items())
-    }
+def scrub_value(value: str) -> str:
+    """An environment value as recorded: ``<redacted>`` when it looks like a secret, a URL's ``user:pw@``
+    replaced by ``<redacted>@``, else as is."""
+    if looks_like_secret(value):
+        return REDACTED
+    return _URL_USERINFO.sub(rf"\1{REDACTED}@", value)
+
+
+def perf_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment as ``environment.json`` records it: only the variables that change how an engine runs
+    (``PERF_ENV_PREFIXES``, ``PERF_ENV_NAMES``: an allow-list, so ``DATABASE_URL`` or ``MY_PASS`` never
+    reach raw/), secret-named ones (``VLLM_API_KEY``) as ``<redacted>``, the values scrubbed
+    (``scrub_value``)."""
+    kept = {k: v for k, v in env.items() if k in PERF_ENV_NAMES or k.startswith(PERF_ENV_PREFIXES)}
+    return {k: REDACTED if _SECRET_NAME.search(k) else scrub_value(v) for k, v in sorted(kept.items())}
 
 
 def redact_args(argv: list[str]) -> list[str]:
@@ -78,34 +102,36 @@ def redact_args(argv: list[str]) -> list[str]:
 _SECRET_HEADER = re.compile(rf"AUTHORIZATION|COOKIE|{_SECRET_NAME.pattern}", re.IGNORECASE)
 
 
-def plan_secrets(api_key: str | None, headers: dict[str, str]) -> list[str]:
-    """Every value of a run that must never reach raw/: the API key (read from the environment variable the
-    plan names) and each extra header whose name or value looks secret (``Authorization``, ``X-Api-Key``, a
-    bearer token ...). Longest first, so a value inside another is scrubbed after it."""
+def plan_secrets(api_key: str | None, headers: dict[str, str], server: ServerPlan | None = None) -> list[str]:
+    """Every value of a run that must never reach raw/ nor the terminal: the API key (read from the
+    environment variable the plan names), each extra header whose name or value looks secret
+    (``Authorization``, ``X-Api-Key``, a bearer token ...), and the literal secrets of ``[server]``: an
+    ``env`` value whose name or value looks secret, a password in a URL, the value after ``--api-key`` in
+    ``args``. Longest first, so a value inside another is scrubbed after it."""
     found = [api_key] if api_key else []
     for name, value in headers.items():
         if _SECRET_HEADER.search(name) or looks_like_secret(value):
             found.append(value)
             found += value.split()[1:]  # "Bearer <token>": the token alone too
+    if server is not None:
+        found += _server_secrets(server)
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
-def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with every occurrence of each secret replaced by ``<redacted>``."""
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    return text
-
-
-def scrub_obj(obj: Any, secrets: list[str]) -> Any:
-    """A JSON-like value with every string scrubbed (the plan as the seal records it)."""
-    if isinstance(obj, str):
-        return scrub(obj, secrets)
-    if isinstance(obj, dict):
-        return {k: scrub_obj(v, secrets) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [scrub_obj(v, secrets) for v in obj]
-    return obj
+def _server_secrets(sp: ServerPlan) -> list[str]:
+    """The literal secrets a ``[server]`` table holds: secret-named or secret-looking ``env`` values, the
+    password of a URL (in ``env`` or ``url``), the value of a secret argument (``--api-key X``)."""
+    found = [v for k, v in sp.env.items() if _SECRET_NAME.search(k) or looks_like_secret(v)]
+    for value in [*sp.env.values(), sp.url or ""]:
+        for m in _URL_USERINFO.finditer(value):
+            found += [m.group(2), m.group(2).partition(":")[2]]
+    args = [str(a) for a in sp.args]
+    for i, a in enumerate(args):
+        if a in _SECRET_ARGS and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif a.startswith(tuple(f"{s}=" for s in _SECRET_ARGS)):
+            found.append(a.partition("=")[2])
+    return found
 
 
 def _read(path: str) -> str:
@@ -196,7 +222,7 @@ def collect(
         "pip-freeze-collector.txt": pip_freeze(sys.executable),
         "engine-version.txt": engine_version(adapter, sp, env),
         "command.json": json.dumps(command_info(command, sp), indent=2) + "\n",
-        "environment.json": json.dumps(redact_env(env), indent=2) + "\n",
+        "environment.json": json.dumps(perf_env(env), indent=2) + "\n",
     }
     py = adapter.python(sp)
     if py is not None:

@@ -4,7 +4,8 @@ A plan that cannot work must fail here, in a second, with the field to fix — n
 sealed as failed (a typo'd path), nor as a "complete" run whose every request got HTTP 400 (token ids past
 the vocabulary). Checked, in this order, the first problem raised as a ``PreflightError``:
 
-1. plan values in range: the port, finite timeouts and intervals (TOML allows ``inf`` and ``nan``);
+1. plan values in range (``_ranges``: counts, lengths, token ids, rates, the sampling interval ≥ 0.1 s, drain,
+   timeouts; finite: TOML allows ``inf`` and ``nan``) and an attached server's URL well-formed;
 2. the raw store's root can be written;
 3. the engine's executable (``llama-server`` / the vLLM python) and the model path exist;
 4. the port is free (after stopping a server an earlier, dead collector left on it: ``collector.server``),
@@ -34,12 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import urlsplit
 
 from analysis.model_config import load_model_config
 from collector import workload
 from collector.checks import flag_value
 from collector.raw.errors import AnatomyError, RunError
-from collector.raw.plan import Plan
+from collector.raw.plan import Plan, PointPlan
 from collector.server import describe_pid, port_free, port_owner_pids, stop_recorded_orphan
 
 HELP_TIMEOUT_S = 60.0
@@ -87,23 +89,110 @@ def preflight(plan: Plan, raw_root: Path) -> Preflight:
 # -- 1. values ---------------------------------------------------------------------------------------------
 
 
+# The ranges a plan's numbers must lie in (inclusive). Upper bounds are far above any real measurement and
+# below what would exhaust this machine before the first request (a list of 10^9 requests, a 2^70 token id
+# numpy cannot draw, a sampler polling every microsecond, a drain of 30 years).
+MAX_REQUESTS = 1_000_000  # per point (a rate point: request_rate × duration_s when max_requests is not set)
+MAX_CONCURRENCY = 65_536
+MAX_TOKENS = 10_000_000  # any length in tokens (input, output, prefix, stddev, max_model_len)
+MAX_TOKEN_ID = 2**31  # no vocabulary is larger; numpy draws ids as int64
+MAX_SEED = 2**63 - 1
+MAX_RATE_REQ_S = 100_000.0
+MIN_INTERVAL_S = 0.1  # the sampler's scrape interval: a /metrics scrape itself takes milliseconds
+DAY_S = 86_400.0
+
+
+def _ranges(plan: Plan) -> list[tuple[str, float | None, float, float]]:
+    """(field, value, lowest, highest) of every bounded number of the plan but the points'."""
+    sp, m, ld, wl = plan.server, plan.model, plan.load, plan.workload
+    return [
+        ("[server].port", None if sp.attach else sp.port, 1, 65_535),
+        ("[server].startup_timeout_s", sp.startup_timeout_s, 1.0, DAY_S),
+        ("[server].stop_timeout_s", sp.stop_timeout_s, 0.1, 3_600.0),
+        ("[sampling].interval_s", plan.sampling.interval_s, MIN_INTERVAL_S, 3_600.0),
+        ("[load].drain_s", ld.drain_s, 0.0, 3_600.0),
+        ("[load].request_timeout_s", ld.request_timeout_s, 0.1, DAY_S),
+        ("[load].read_timeout_s", ld.read_timeout_s, 0.1, DAY_S),
+        ("[load].shards", ld.shards, 0, 1_024),
+        ("[model].token_id_range high", m.token_id_high, 1, MAX_TOKEN_ID),
+        ("[model].kv_pool_gib", m.kv_pool_gib, 0.0, 1e6),
+        ("[model].max_model_len", m.max_model_len, 1, MAX_TOKENS),
+        ("[model].block_size", m.block_size, 1, 65_536),
+        ("[workload].prefix_len", wl.prefix_len, 0, MAX_TOKENS),
+        ("[workload].num_prefixes", wl.num_prefixes, 1, MAX_REQUESTS),
+        ("[workload].turns", wl.turns, 1, 1_000),
+        ("[workload].turn_delay_ms", wl.turn_delay_ms, 0.0, DAY_S * 1e3),
+        ("[workload].input_stddev", wl.input_stddev, 0.0, MAX_TOKENS),
+        ("[workload].output_stddev", wl.output_stddev, 0.0, MAX_TOKENS),
+    ]
+
+
+def _point_ranges(pt: PointPlan) -> list[tuple[str, float | None, float, float]]:
+    """(field, value, lowest, highest) of one point's bounded numbers."""
+    out: list[tuple[str, float | None, float, float]] = [
+        ("input_len", pt.input_len, 1, MAX_TOKENS),
+        ("output_len", pt.output_len, 1, MAX_TOKENS),
+        ("seed", pt.seed, 0, MAX_SEED),
+    ]
+    r = pt.rate
+    if r is None:
+        return [
+            ("concurrency", pt.concurrency, 1, MAX_CONCURRENCY),
+            ("requests", pt.requests, 1, MAX_REQUESTS),
+            *out,
+        ]
+    sends = r.max_requests or (r.request_rate * r.duration_s if r.duration_s else None)
+    return [
+        *out,
+        ("request_rate", r.request_rate, 1e-6, MAX_RATE_REQ_S),
+        ("max_concurrency", r.max_concurrency, 1, MAX_CONCURRENCY),
+        ("burstiness", r.burstiness, 1e-3, 1e3),
+        ("ramp_up_start_rps", r.ramp_up_start_rps, 0.0, MAX_RATE_REQ_S),
+        ("ramp_up_duration_s", r.ramp_up_duration_s, 0.0, DAY_S),
+        ("duration_s", r.duration_s, 0.001, DAY_S),
+        ("requests it sends (max_requests, else request_rate × duration_s)", sends, 1, MAX_REQUESTS),
+    ]
+
+
+def _in_range(where: str, v: float | None, lo: float, hi: float) -> None:
+    if v is None:
+        return
+    if isinstance(v, float) and not math.isfinite(v):
+        raise PreflightError(f"{where}: must be a finite number, got {v!r}")
+    if not lo <= v <= hi:
+        raise PreflightError(f"{where}: must be in {_num(lo)}..{_num(hi)}, got {_num(v)}")
+
+
+def _num(v: float) -> str:
+    """A bound or value as a reader checks it: integers in full with thousands separators, floats short."""
+    return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+
 def check_values(plan: Plan) -> None:
+    """Every number of the plan within its range (``_ranges``, ``_point_ranges``), and an attached
+    server's ``url`` a well-formed http(s) URL with a host and a valid port (``check_url``)."""
     f = plan.path
-    sp = plan.server
-    if not sp.attach and not 1 <= sp.port <= 65535:
-        raise PreflightError(f"{f}: [server].port: must be 1..65535, got {sp.port}")
-    floats = {
-        "[server].startup_timeout_s": sp.startup_timeout_s,
-        "[server].stop_timeout_s": sp.stop_timeout_s,
-        "[sampling].interval_s": plan.sampling.interval_s,
-        "[load].drain_s": plan.load.drain_s,
-        "[load].request_timeout_s": plan.load.request_timeout_s,
-        "[load].read_timeout_s": plan.load.read_timeout_s,
-        "[model].kv_pool_gib": plan.model.kv_pool_gib,
-    }
-    for name, v in floats.items():
-        if v is not None and not math.isfinite(v):
-            raise PreflightError(f"{f}: {name}: must be a finite number, got {v!r}")
+    for name, v, lo, hi in _ranges(plan):
+        _in_range(f"{f}: {name}", v, lo, hi)
+    for pt in plan.points:
+        for name, v, lo, hi in _point_ranges(pt):
+            _in_range(f"{f}: [[phase]] {pt.phase!r}, point {pt.point_id}: {name}", v, lo, hi)
+    if plan.server.url is not None:
+        check_url(f, plan.server.url)
+
+
+def check_url(f: Path, url: str) -> None:
+    """An attached server's URL: http(s), a host, a port in 1..65535 (an impossible port would make the
+    collector wait its whole start-up timeout for a server that cannot be there)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        raise PreflightError(f"{f}: [server].url: {url!r} is not a URL ({err})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PreflightError(f"{f}: [server].url: expected http://host:port, got {url!r}")
+    if port == 0:
+        raise PreflightError(f"{f}: [server].url: port must be 1..65535, got 0")
 
 
 # -- 2. raw root ---------------------------------------------------------------------------------------------

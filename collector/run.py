@@ -45,10 +45,11 @@ from collector.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.interrupts import Interrupted, Interrupts
 from collector.loadgen import Abort, resolve_rate_point, run_load, shards_for
 from collector.plan import plan_data
-from collector.preflight import preflight
+from collector.preflight import check_values, preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
+from collector.raw.secrets import scrub
 from collector.raw.store import RawStore, Run, Stream
 from collector.sampler import (
     Sampler,
@@ -264,7 +265,7 @@ class _Protocol:
         self.events = EventLog(
             self._stream("events.jsonl"),
             clock,
-            echo=lambda s: console.print(s, markup=False),
+            echo=lambda s: console.print(scrub(s, secrets), markup=False),
             on_error=lambda err: self.io_fault(err, "events.jsonl"),
         )
         self.requests = self._stream("requests.jsonl")
@@ -315,7 +316,7 @@ class _Protocol:
         style = {True: "green", False: "red", None: "dim"}[c.ok]
         mark = {True: "PASS", False: "FAIL", None: "n/a "}[c.ok]
         self.console.print(
-            f"[{style}]{mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(c.detail)}",
+            f"[{style}]{mark}[/] {c.scope} {c.point or ''} {c.name}: {escape(scrub(c.detail, self.secrets))}",
             highlight=False,
             soft_wrap=True,
         )
@@ -592,6 +593,37 @@ class _Protocol:
                 self.events.emit("server_exit", code=code, expected=True)
 
 
+class _ScrubbedFile:
+    """The terminal a run prints to, with the run's secrets scrubbed from every write (the places that
+    print server text scrub it before rich wraps the line too: a key split by a line break is not found
+    here)."""
+
+    def __init__(self, file: Any, secrets: Sequence[str]):
+        self._file, self._secrets = file, secrets
+
+    def write(self, text: str) -> int:
+        return self._file.write(scrub(text, self._secrets))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+def _scrubbed(result: RunResult, secrets: Sequence[str]) -> RunResult:
+    """The result as the command line prints it (the reason, a point's first error, a failed check's detail
+    can quote a server's reply), the run's secrets scrubbed."""
+    if not secrets:
+        return result
+    return dataclasses.replace(
+        result,
+        reason=scrub(result.reason, secrets) if result.reason else result.reason,
+        failed_checks=[dataclasses.replace(c, detail=scrub(c.detail, secrets)) for c in result.failed_checks],
+        points=[
+            dataclasses.replace(r, first_error=scrub(r.first_error, secrets) if r.first_error else None)
+            for r in result.points
+        ],
+    )
+
+
 def io_reason(err: OSError, path: Path | None = None) -> str:
     """A failed write as one line: ``disk full: <file>: No space left on device`` (the file from the error,
     else the stream being written)."""
@@ -656,12 +688,15 @@ def execute_run(
     plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None
 ) -> RunResult:
     plan = load_plan(plan_file)
+    check_values(plan)  # numbers in range before the workload is built from them (a 2^70 token id)
     console = console or Console(stderr=True)
     # the API key and the workload's files (dataset, tokenizer) are checked before anything is written
     api_key = workload.api_key(plan.load.api_key_env, os.environ)
     spec = workload.spec_from_plan(plan)
     workload.validate(spec, plan.model.token_id_low, plan.model.token_id_high)
-    secrets = fingerprint.plan_secrets(api_key, plan.load.headers)
+    secrets = fingerprint.plan_secrets(api_key, plan.load.headers, plan.server)
+    if secrets:  # a server's reply quoting the key reaches the screen too (abort reasons, log lines)
+        console.file = _ScrubbedFile(console.file, secrets)
     pf = preflight(plan, Path(raw_root))  # nothing is written before this passes
     for note in pf.notes:
         console.print(f"pre-flight: {note}", markup=False, highlight=False)
@@ -677,7 +712,7 @@ def execute_run(
         "description": plan.description,
     }
     try:
-        run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta)
+        run = store.create_run(plan.campaign, name, kind=RUN_KIND, meta=meta, secrets=tuple(secrets))
     except OSError as err:
         where = Path(raw_root) / plan.campaign / name
         raise RunError(f"{where}: cannot create the run folder ({io_reason(err)})") from err
@@ -687,12 +722,7 @@ def execute_run(
     interrupts = Interrupts(on_hangup=lambda: setattr(console, "quiet", True))  # its terminal went away
     interrupts.install()
     try:
-        if any(x in plan.raw_text for x in secrets):  # a literal secret header: the copy is scrubbed
-            run.write_text(
-                "plan.toml", fingerprint.scrub(plan.raw_text, secrets), source="collector.fingerprint"
-            )
-        else:
-            run.copy_file("plan.toml", plan_file)
+        run.copy_file("plan.toml", plan_file)  # a literal secret in it is scrubbed by the store
         proto = _Protocol(plan, run, console, clock, spec, api_key, secrets, interrupts)
         proto.events.emit(
             "run_start",
@@ -734,8 +764,7 @@ def execute_run(
                 reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
                 status = "failed"
         try:
-            plan_obj = fingerprint.scrub_obj(_jsonable(plan), secrets)  # a literal secret header: scrubbed
-            run.seal(status, note=reason, extra={"plan": plan_obj, "checks_failed": checks_failed,
+            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": checks_failed,
                                                  "points_done": proto.points_done if proto else 0,
                                                  "points_planned": len(plan.points)})  # fmt: skip
         except (OSError, StoreError) as err:
@@ -746,9 +775,10 @@ def execute_run(
         console.print(summary_table(proto.rows))
     if crash is not None:
         raise crash
-    result = RunResult(run.path, "failed" if seal_error else status, reason,
-                       proto.points_done if proto else 0, len(plan.points), checks_failed,
-                       proto.failed_checks if proto else [], proto.rows if proto else [])  # fmt: skip
+    result = _scrubbed(RunResult(run.path, "failed" if seal_error else status, reason,
+                                 proto.points_done if proto else 0, len(plan.points), checks_failed,
+                                 proto.failed_checks if proto else [], proto.rows if proto else []),
+                       secrets)  # fmt: skip
     if seal_error:
         raise RunError(f"{result}; not sealed ({seal_error}): the run stays visibly interrupted")
     if status == "failed":

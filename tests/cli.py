@@ -10,12 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def collector_cli(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m collector.cli ARGS`` from the repository root; stdout and stderr captured as text."""
+def collector_cli(
+    *args: str | Path, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m collector.cli ARGS`` from the repository root (in ``env`` when given); stdout and stderr
+    captured as text."""
     return subprocess.run(
         [sys.executable, "-m", "collector.cli", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )

@@ -24,6 +24,8 @@ Chunk faults (as ``--fault`` kinds): ``choices_null`` / ``choices_str`` (a chunk
 token 4; the sum stays right), ``huge`` (a cumulative count of 2^62 at token 2), ``usage_lie`` (the
 final usage claims 256 completion tokens), ``blank_lines`` (128 KiB of blank lines before the first
 event).
+``--reject-key``: every request but /health gets HTTP 401 whose body quotes the Authorization header it
+sent (as servers that echo the rejected key do).
 ``--spawn-child``: start a child process in the server's process group first (like vLLM's engine core) and
 print its pid (``fault_server child pid N``).
 """
@@ -58,6 +60,7 @@ class FaultServer:
         trickle_health: bool = False,
         metrics_bytes: int = 0,
         metrics_garbage: bool = False,
+        reject_key: bool = False,
     ):
         self.port = port
         self.token_s = token_ms / 1000.0
@@ -75,6 +78,7 @@ class FaultServer:
         self.trickle_health = trickle_health
         self.metrics_bytes = metrics_bytes
         self.metrics_garbage = metrics_garbage
+        self.reject_key = reject_key
         self.n_completions = 0
         self.n_scrapes = 0
         self.tokens_total = 0
@@ -123,6 +127,10 @@ class FaultServer:
                     k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if self.reject_key and path != "/health":
+                    msg = f"Incorrect API key provided: {headers.get('authorization', '')}"
+                    await self._plain(writer, 401, json.dumps({"error": {"message": msg}}).encode())
+                    continue
                 keep = await self._route(method, path, body, writer)
                 if not keep:
                     break
@@ -135,6 +143,7 @@ class FaultServer:
         reason = {
             200: "OK",
             400: "Bad Request",
+            401: "Unauthorized",
             404: "Not Found",
             429: "Too Many Requests",
             500: "Internal Server Error",
@@ -328,6 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vocab", type=int, default=None)
     ap.add_argument("--exit-at-start", default=None)
     ap.add_argument("--spawn-child", action="store_true")
+    ap.add_argument("--reject-key", action="store_true")
     ap.add_argument("--slow-start-s", type=float, default=0.0)
     ap.add_argument("--trickle-after", type=int, default=None)
     ap.add_argument("--trickle-health", action="store_true")
@@ -337,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     # llama-server flags the test plans pass, accepted and ignored (and listed by --help, which the
     # collector's
     # pre-flight reads to refuse flags the server does not know)
-    for flag in ("--cache-ram", "--slot-prompt-similarity", "-np", "-c", "-t", "-lv"):
+    for flag in ("--cache-ram", "--slot-prompt-similarity", "-np", "-c", "-t", "-lv", "--api-key"):
         ap.add_argument(flag, default=None)
     args, _unknown = ap.parse_known_args(argv)
     if args.version:
@@ -348,7 +358,8 @@ def main(argv: list[str] | None = None) -> None:
                       metrics_down_after=args.metrics_down_after, metrics_delay_s=args.metrics_delay_s,
                       die_after=args.die_after, alias=args.alias, vocab=args.vocab,
                       trickle_after=args.trickle_after, trickle_health=args.trickle_health,
-                      metrics_bytes=args.metrics_bytes, metrics_garbage=args.metrics_garbage)  # fmt: skip
+                      metrics_bytes=args.metrics_bytes, metrics_garbage=args.metrics_garbage,
+                      reject_key=args.reject_key)  # fmt: skip
     if args.exit_at_start:
         print("fault_server: starting", flush=True)
         print(args.exit_at_start, flush=True)

@@ -5,43 +5,60 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collector.fingerprint import REDACTED, collect, looks_like_secret, redact_args, redact_env
+from collector.fingerprint import collect, looks_like_secret, perf_env, plan_secrets, redact_args
 from collector.raw.plan import ServerPlan
+from collector.raw.secrets import REDACTED
 from collector.server import adapter_for
 
 
-def test_secret_names_and_values_are_redacted():
+def test_environment_is_an_allow_list_with_values_scrubbed():
     env = {
+        "DATABASE_URL": "postgres://admin:pw@h/db",
+        "MY_PASS": "hunter2",
+        "HF_AUTH": "abc",
         "HF_TOKEN": "abc",
         "OPENAI_API_KEY": "x",
-        "MY_SECRET": "y",
-        "DB_PASSWORD": "z",
-        "aws_secret_access_key": "w",
-        "AUTH": "Bearer abc.def",
-        "GH": "ghp_0123456789abcdefghij",
-        "JWT": "eyJhbGciOi.eyJzdWIiOiIx.sig-nature",
-        "OPAQUE": "aZ3kQ9vX2mP7tL1wR8yN4bC6dF0gH5jK",
+        "ANATOMY_SERVICE": "short",  # another run's key under a name that looks like nothing
         "PATH": "/usr/local/bin:/usr/bin",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
         "HOME": "/root",
-        "SHA": "0c1e57098",
-        "MODEL": "Qwen/Qwen2.5-7B-Instruct",
+        "VLLM_API_KEY": "k",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "OMP_NUM_THREADS": "2",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "HF_HUB_OFFLINE": "1",
+        "NCCL_DEBUG_FILE": "https://u:secretpw@example.org/x",
+        "TORCH_OPAQUE": "aZ3kQ9vX2mP7tL1wR8yN4bC6dF0gH5jK",
+        "GGML_GH": "ghp_0123456789abcdefghij",
     }
-    out = redact_env(env)
-    hidden = {k for k, v in out.items() if v == REDACTED}
-    assert hidden == {
-        "HF_TOKEN",
-        "OPENAI_API_KEY",
-        "MY_SECRET",
-        "DB_PASSWORD",
-        "aws_secret_access_key",
-        "AUTH",
-        "GH",
-        "JWT",
-        "OPAQUE",
+    assert perf_env(env) == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "GGML_GH": REDACTED,
+        "HF_HUB_OFFLINE": "1",
+        "NCCL_DEBUG_FILE": f"https://{REDACTED}@example.org/x",
+        "OMP_NUM_THREADS": "2",
+        "TORCH_OPAQUE": REDACTED,
+        "VLLM_API_KEY": REDACTED,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
     }
-    assert out["PATH"] == env["PATH"] and out["MODEL"] == env["MODEL"]
+    assert looks_like_secret("Bearer abc.def") and looks_like_secret("eyJhbGciOi.eyJzdWIiOiIx.sig-nature")
     assert not looks_like_secret("/work/main/.engines/models/tiny-qwen2-f16.gguf")
+
+
+def test_literal_secrets_of_the_server_table_are_plan_secrets():
+    env = {"HF_TOKEN": "hf-literal", "PROXY": "http://bob:pw99@proxy:3128", "OMP_NUM_THREADS": "2"}
+    args = ("--api-key", "literal-arg-key", "-c", "512")
+    sp = ServerPlan(
+        engine="llamacpp",
+        port=1,
+        binary=Path("/bin/echo"),
+        model="m.gguf",
+        served_model_name="m",
+        args=args,
+        env=env,
+    )
+    found = plan_secrets("the-api-key", {"X-Trace": "on"}, sp)
+    assert {"the-api-key", "literal-arg-key", "hf-literal", "bob:pw99", "pw99"} <= set(found)
+    assert "2" not in found and "on" not in found and "512" not in found
 
 
 def test_secret_arguments_are_redacted():
@@ -60,7 +77,7 @@ def test_collect_writes_every_source(monkeypatch):
     assert {"os.txt", "cpu.txt", "memory.txt", "python.txt", "pip-freeze-collector.txt", "engine-version.txt",
             "command.json", "environment.json", "summary.json"} <= set(files)  # fmt: skip
     assert "do-not-record-me" not in "".join(files.values())
-    assert json.loads(files["environment.json"])["COLLECTOR_TEST_TOKEN"] == REDACTED
+    assert "COLLECTOR_TEST_TOKEN" not in json.loads(files["environment.json"])
     assert "click==" in files["pip-freeze-collector.txt"].lower()
     summary = json.loads(files["summary.json"])
     meminfo = Path("/proc/meminfo").read_text().split("\n")[0].split()

@@ -74,7 +74,7 @@ def test_lengths_past_a_llama_cpp_slot(tmp_path, make_plan):
             r"32 a request may hold \(\[model\].max_model_len\)",
             id="lengths_past_max_model_len",
         ),
-        ("port = ", "port = 70000\n#", r"\[server\].port: must be 1..65535, got 70000"),
+        ("port = ", "port = 70000\n#", r"\[server\].port: must be in 1..65,535, got 70,000"),
         (
             "startup_timeout_s = 30",
             "startup_timeout_s = nan",

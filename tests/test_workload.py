@@ -14,6 +14,7 @@ from collector import workload as wl
 from collector.raw.errors import PlanError
 from collector.raw.plan import parse_plan
 from collector.raw.records import RequestRecord
+from collector.raw.secrets import scrub, scrub_obj
 from tests import engine_cache
 
 TOK_DIR = engine_cache.paths().tiny_hf_dir
@@ -233,6 +234,6 @@ def test_secret_scrub() -> None:
     secrets = fingerprint.plan_secrets("k3y-value", {"Authorization": "Bearer tok-abcdef", "X-Trace": "on"})
     assert "k3y-value" in secrets and "tok-abcdef" in secrets and "on" not in secrets
     text = 'api = "k3y-value"\nAuthorization = "Bearer tok-abcdef"\nX-Trace = "on"'
-    out = fingerprint.scrub(text, secrets)
+    out = scrub(text, secrets)
     assert "k3y-value" not in out and "tok-abcdef" not in out and 'X-Trace = "on"' in out
-    assert fingerprint.scrub_obj({"a": ["Bearer tok-abcdef", 3]}, secrets) == {"a": ["<redacted>", 3]}
+    assert scrub_obj({"a": ["Bearer tok-abcdef", 3]}, secrets) == {"a": ["<redacted>", 3]}

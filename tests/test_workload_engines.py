@@ -133,7 +133,7 @@ def test_chat_run_on_llamacpp_sends_the_key_and_never_writes_it(tmp_path, llama,
     assert len(files) > 10
     assert [f for f in files if KEY.encode() in f.read_bytes()] == []
     env = json.loads((res.path / "fingerprint" / "environment.json").read_text())
-    assert env[KEY_ENV] == "<redacted>"
+    assert KEY_ENV not in env  # an allow-list: only what changes how the engine runs is recorded
 
 
 def test_literal_secret_header_is_scrubbed_from_the_plan_copy(tmp_path, llama) -> None:

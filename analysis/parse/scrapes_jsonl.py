@@ -26,6 +26,18 @@ def metric_samples(rec: ScrapeRecord, path: str | Path = "scrapes.jsonl") -> dic
     return {(s.name, tuple(sorted(s.labels.items()))): float(s.value) for s in snap.samples}
 
 
+def parsed_samples(
+    rec: ScrapeRecord, path: str | Path = "scrapes.jsonl"
+) -> dict[tuple[str, tuple], float] | None:
+    """``metric_samples``, or None for a scrape whose body is not Prometheus text (a server that answered
+    /metrics with garbage): counted as a failed scrape, so its counters are n/a there and the run is still
+    read."""
+    try:
+        return metric_samples(rec, path)
+    except ParseError:
+        return None
+
+
 def counter_total(samples: dict[tuple[str, tuple], float], name: str) -> float | None:
     """Sum over label sets of one sample name (e.g. ``vllm:num_preemptions_total``); None when absent."""
     vals = [v for (n, _), v in samples.items() if n == name]

@@ -19,7 +19,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import Campaign, RunData
-from analysis.parse.scrapes_jsonl import metric_samples
+from analysis.parse.scrapes_jsonl import parsed_samples
 from analysis.reconcile import Context, Section, run_at
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -178,7 +178,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
             info = next(
                 (
                     dict(lbl)
-                    for (name, lbl) in metric_samples(r, str(run.info.path / srel))
+                    for (name, lbl) in parsed_samples(r, str(run.info.path / srel)) or {}
                     if name == "vllm:cache_config_info"
                 ),
                 None,

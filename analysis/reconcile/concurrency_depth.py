@@ -88,6 +88,10 @@ def _row(s: dict, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryC
         "floor_ms": None,
         "mfu_pct": None,
         "mbu_pct": None,
+        # every column on every row: a series whose points all lack them (no request completed) keeps them
+        "p99_over_p50_itl": None,
+        "decode_share_pct": None,
+        "waiting_peak_source": None,
     }
     if row["p50_itl_ms"] and row["p99_itl_ms"]:
         row["p99_over_p50_itl"] = row["p99_itl_ms"] / row["p50_itl_ms"]

@@ -295,9 +295,10 @@ def _steps(s: dict, pts: list[BenchPoint], th: TheoryCtx) -> list[fnd.Finding]:
 
 
 def _sampler_cite(ctx: Context, p: BenchPoint) -> list[str]:
-    """The sampler rows of a point's window (the file and its first and last line)."""
+    """The sampler rows of a point's window (the file and its first and last line); the point itself when
+    the window holds no sample (a point cut short before the next scrape)."""
     w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]
-    if w is None or not p.run.counter_source:
+    if w is None or not p.run.counter_source or w.last_row < w.first_row:
         return [p.cite()]
     return [ctx.sample_cite(p.run, w.first_row), ctx.sample_cite(p.run, w.last_row)]
 

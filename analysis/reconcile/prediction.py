@@ -107,8 +107,18 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
                 concurrency=c1.concurrency,
             )
         )
+    elif (itl := c1.result.stat_ms("p50", "itl")) is None:
+        out.append(
+            fnd.not_available(
+                pre("decode_step_ms"),
+                "ms",
+                "point_cut",
+                f"{c1.key}: no request completed with a second token, so no ITL to set against the floor",
+                [c1.cite("p50_itl_ms")],
+                concurrency=c1.concurrency,
+            )
+        )
     else:
-        itl = c1.result.stat_ms("p50", "itl")
         row(
             "decode_step_ms",
             "ms",

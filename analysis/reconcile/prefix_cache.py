@@ -22,9 +22,8 @@ from typing import Any
 from analysis.campaign import Campaign, RunData
 from analysis.findings import Finding
 from analysis.keys import At
-from analysis.parse.scrapes_jsonl import counter_total, metric_samples
+from analysis.parse.scrapes_jsonl import counter_total, parsed_samples
 from analysis.reconcile import Section, run_at
-from collector.raw.errors import ParseError
 
 TOPIC = "prefix_cache"
 VLLM_HITS, VLLM_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
@@ -82,10 +81,9 @@ def point_findings(run: RunData) -> list[Finding]:
         if scr is not None:
             a, b = _boundary(scr.records, point, "point_start"), _boundary(scr.records, point, "point_end")
             if a is not None and b is not None:
-                try:
-                    ca, cb = counters(run.engine, metric_samples(a)), counters(run.engine, metric_samples(b))
-                except ParseError:
-                    ca = cb = None
+                sa, sb = parsed_samples(a), parsed_samples(b)
+                ca = counters(run.engine, sa) if sa is not None else None
+                cb = counters(run.engine, sb) if sb is not None else None
                 if ca is not None and cb is not None:
                     counts = (cb[0] - ca[0], cb[1] - ca[1])
                     sources = [run.cite(srel, a.line), run.cite(srel, b.line)]

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.reconcile import Section
-from collector.raw.store import RawStore, read_journal
+from collector.raw.store import RawStore, read_journal, text_name
 
 RUN_COLUMNS = (
     "run",
@@ -94,10 +94,10 @@ def run(campaign_name: str, raw_roots: Iterable[Path]) -> Section:
                 files.append(
                     {
                         "run": info.name,
-                        "rel": rel,
+                        "rel": text_name(rel),
                         "size": e.get("size"),
                         "sha256": e.get("sha256"),
-                        "source": e.get("source"),
+                        "source": text_name(e["source"]) if isinstance(e.get("source"), str) else None,
                     }
                 )
     tables = {

@@ -205,19 +205,7 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
     c1 = next((p for p in pts if p.concurrency == 1), None)
     out.append(throughput_gain_finding(pre, c1, [p for p in pts if ctx.gate_ok(p)], {}))
     first = min(s_rows, key=lambda r: r["concurrency"])
-    out.append(
-        fnd.measured(
-            pre("single_stream_p50_itl_ms"),
-            first["p50_itl_ms"],
-            "ms",
-            [first["source"]],
-            concurrency=first["concurrency"],
-            floor_datasheet_ms=first.get("floor_datasheet_ms"),
-            floor_measured_ms=first.get("floor_measured_ms"),
-            server_token_ms=first.get("server_token_ms"),
-            output_throughput_tokens_per_s=first["output_throughput_tokens_per_s"],
-        )
-    )
+    out.append(_single_stream_finding(pre, s_rows))
     for tag, reason, why in (
         ("datasheet", "no_gpu_datasheet", th.gpu_reason or "no GPU datasheet for this campaign"),
         ("measured", "no_measured_ceiling", "no ceilings.json in the campaign"),
@@ -253,6 +241,28 @@ def _own_series_findings(run, s: dict, s_rows: list[dict], ctx: Context, th: The
                 )
             )
     return out
+
+
+def _single_stream_finding(pre, s_rows: list[dict]) -> fnd.Finding:
+    """p50 ITL at the series' lowest concurrency with one; n/a when no point completed a request with an ITL
+    (the server died, the run was stopped)."""
+    timed = [r for r in s_rows if r["p50_itl_ms"] is not None]
+    if not timed:
+        first = min(s_rows, key=lambda r: r["concurrency"])
+        why = "no point completed a request with a second token: no ITL"
+        return fnd.not_available(pre("single_stream_p50_itl_ms"), "ms", "point_cut", why, [first["source"]])
+    first = min(timed, key=lambda r: r["concurrency"])
+    return fnd.measured(
+        pre("single_stream_p50_itl_ms"),
+        first["p50_itl_ms"],
+        "ms",
+        [first["source"]],
+        concurrency=first["concurrency"],
+        floor_datasheet_ms=first.get("floor_datasheet_ms"),
+        floor_measured_ms=first.get("floor_measured_ms"),
+        server_token_ms=first.get("server_token_ms"),
+        output_throughput_tokens_per_s=first["output_throughput_tokens_per_s"],
+    )
 
 
 def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[fnd.Finding]:

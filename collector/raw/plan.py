@@ -542,6 +542,8 @@ def parse_plan(text: str, path: Path) -> Plan:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise PlanError(f"{path}: not valid TOML: {err}") from err
+    except RecursionError:  # tomllib recurses per nesting level: 100,000 nested arrays exhaust the stack
+        raise PlanError(f"{path}: not a plan: arrays or tables nested too deep") from None
     top = _Table(data, path, "plan")
     description = top.get("description", str, "")
     campaign = top.get("campaign", str)

@@ -29,8 +29,9 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any, BinaryIO
 from collector import __version__
 from collector.raw.errors import StoreError
 from collector.raw.jsonl import iter_json_lines
+from collector.raw.secrets import scrub_bytes, scrub_obj
 
 RUN_FILE = "run.json"
 JOURNAL = "journal.jsonl"
@@ -54,6 +56,9 @@ RUN_STATES = ("sealed-complete", "sealed-failed", "unsealed")
 _RUN_FIELDS: dict[str, type] = {"campaign": str, "run": str, "kind": str, "meta": dict, "created": dict}
 _TYPE_NAMES = {str: "string", dict: "object", int: "integer"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TMP_FILE = re.compile(
+    rf"^{re.escape(TMP_PREFIX)}.+\.\d+$"
+)  # _create_exclusive's temp name: .tmp-<name>.<pid>
 _CHUNK = 1 << 20
 
 
@@ -63,6 +68,15 @@ def sha256_file(path: Path) -> str:
         while block := f.read(_CHUNK):
             h.update(block)
     return h.hexdigest()
+
+
+def text_name(name: str) -> str:
+    """A file name as UTF-8 text (to cite, print or store in a table): bytes that are not UTF-8 (held by
+    Python as surrogates) shown as ``\\xNN``; a UTF-8 name unchanged."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte (a JSON "\\ud800")
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _now() -> dict[str, Any]:
@@ -91,8 +105,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _create_exclusive(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file ``path``: temp + fsync + link, so the name appears only when complete.
+def _create_exclusive(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or blocks of them) to a new file ``path``: temp + fsync + link, so the name
+    appears only when complete (an error while writing leaves only the temp file, which verify notes).
 
     ``os.link`` fails if the target exists, which makes the final step create-only even against a racing
     writer (``os.rename`` would silently replace).
@@ -101,10 +116,15 @@ def _create_exclusive(path: Path, data: bytes) -> None:
     if path.exists():
         raise StoreError(f"{path}: already exists; raw files are create-only")
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}"
-    with open(tmp, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "xb") as f:
+            for block in [data] if isinstance(data, bytes) else data:
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)  # our own temp file of a write that did not finish (its source failed)
+        raise
     try:
         os.link(tmp, path)
     except FileExistsError as err:
@@ -128,7 +148,7 @@ class Stream:
         self._fh = fh
 
     def write(self, data: bytes) -> None:
-        self._fh.write(data)
+        self._fh.write(scrub_bytes(data, self._run.secrets) if self._run.secrets else data)
         self._fh.flush()
 
     def write_line(self, line: str) -> None:
@@ -161,10 +181,12 @@ class Stream:
 class Run:
     """A run being written. Obtain it from ``RawStore.create_run``."""
 
-    def __init__(self, path: Path, campaign: str, name: str):
+    def __init__(self, path: Path, campaign: str, name: str, secrets: tuple[str, ...] = ()):
         self.path = path
         self.campaign = campaign
         self.name = name
+        # the run's secrets (collector.raw.secrets): scrubbed from every byte written through this run
+        self.secrets = tuple(secrets)
         self._streams: list[Stream] = []
         self._journal = open(path / JOURNAL, "ab")
 
@@ -184,7 +206,7 @@ class Run:
     def write_bytes(self, rel: str, data: bytes, source: str | None = None) -> Path:
         self._ensure_open()
         target = _check_rel(self.path, rel)
-        _create_exclusive(target, data)
+        _create_exclusive(target, scrub_bytes(data, self.secrets) if self.secrets else data)
         self._journal_file(rel, source)
         return target
 
@@ -192,16 +214,37 @@ class Run:
         return self.write_bytes(rel, text.encode("utf-8"), source)
 
     def write_json(self, rel: str, obj: Any, source: str | None = None) -> Path:
-        text = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+        text = json.dumps(scrub_obj(obj, self.secrets), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
         return self.write_text(rel, text, source)
 
     def copy_file(self, rel: str, src: Path, source: str | None = None) -> Path:
-        """Copy ``src`` byte for byte; the copy is hashed and compared with the source before it counts."""
+        """Copy ``src`` byte for byte (the run's secrets scrubbed); the copy is hashed and compared with what
+        was meant to be written before it counts."""
         data = Path(src).read_bytes()
         target = self.write_bytes(rel, data, source or str(src))
-        if sha256_file(target) != hashlib.sha256(data).hexdigest():  # pragma: no cover - disk corruption
+        want = scrub_bytes(data, self.secrets) if self.secrets else data
+        if sha256_file(target) != hashlib.sha256(want).hexdigest():  # pragma: no cover - disk corruption
             raise StoreError(f"{target}: copy does not match {src}")
         return target
+
+    def write_blocks(self, rel: str, blocks: Iterable[bytes], source: str | None = None) -> tuple[str, int]:
+        """A data file written from ``blocks`` (a large file in bounded memory), create-only and atomic as
+        ``write_bytes``, the run's secrets scrubbed per block; (sha256, size) of what was written."""
+        self._ensure_open()
+        target = _check_rel(self.path, rel)
+        h, size = hashlib.sha256(), 0
+
+        def scrubbed() -> Iterator[bytes]:
+            nonlocal size
+            for block in blocks:
+                out = scrub_bytes(block, self.secrets) if self.secrets else block
+                h.update(out)
+                size += len(out)
+                yield out
+
+        _create_exclusive(target, scrubbed())
+        self._journal_file(rel, source)
+        return h.hexdigest(), size
 
     def open_stream(self, rel: str) -> Stream:
         self._ensure_open()
@@ -224,6 +267,7 @@ class Run:
         for s in self._streams:
             s.close()
         self._journal.close()  # final from here on: the manifest hashes it
+        note, extra = scrub_obj(note, self.secrets), scrub_obj(extra, self.secrets)
         return _write_seal(self.path, self.campaign, self.name, status, note, extra)
 
     def close_unsealed(self) -> None:
@@ -325,15 +369,39 @@ def open_run(path: Path) -> RunInfo:
     )
 
 
+def _entries(run_dir: Path) -> Iterator[Path]:
+    """Every entry under a run folder but folders, links never followed (a link to a folder is an entry, its
+    contents are not)."""
+    for dirpath, dirnames, filenames in os.walk(run_dir):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            yield Path(dirpath) / name
+
+
+def entry_kind(p: Path, folder: bool = False) -> str | None:
+    """None for a regular file (a real folder with ``folder``; or nothing there); else what the entry is
+    instead: a link (and its target), a FIFO, a socket, a device. Raw files are regular files: anything else
+    could change what a reader gets (a link swapped to another file) or block a reader (a FIFO)."""
+    try:
+        mode = p.lstat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(p)})"
+    if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
 def _data_files(run_dir: Path) -> list[str]:
+    """The run's data files: regular files but the bookkeeping and temp files of interrupted writes (links
+    and special files are not data: ``verify`` reports them)."""
     out = []
-    for p in sorted(run_dir.rglob("*")):
-        if not p.is_file():
-            continue
+    for p in sorted(_entries(run_dir)):
         rel = p.relative_to(run_dir).as_posix()
-        if rel in BOOKKEEPING or p.name.startswith(TMP_PREFIX):
-            continue
-        out.append(rel)
+        if entry_kind(p) is None and rel not in BOOKKEEPING and not p.name.startswith(TMP_PREFIX):
+            out.append(rel)
     return out
 
 
@@ -364,12 +432,20 @@ class RawStore:
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def create_run(self, campaign: str, run: str, kind: str, meta: dict[str, Any] | None = None) -> Run:
-        """A new run folder with its run.json, appearing under its name all at once (see ``_stage_run``)."""
+    def create_run(
+        self,
+        campaign: str,
+        run: str,
+        kind: str,
+        meta: dict[str, Any] | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> Run:
+        """A new run folder with its run.json, appearing under its name all at once (see ``_stage_run``);
+        ``secrets`` are scrubbed from everything written into it (``collector.raw.secrets``)."""
         path = self.root / campaign / run
-        staged = self._stage_run(campaign, run, kind, meta)
+        staged = self._stage_run(campaign, run, kind, scrub_obj(meta, secrets))
         self._publish_run(staged, path)
-        return Run(path, campaign, run)
+        return Run(path, campaign, run, secrets)
 
     def _stage_run(self, campaign: str, run: str, kind: str, meta: dict[str, Any] | None) -> Path:
         """Step 1 of creating a run: a temp folder ``<campaign>/.tmp-<run>.<pid>-<n>`` holding the finished,
@@ -453,6 +529,9 @@ def _write_seal(
     if status not in SEAL_STATUSES:
         raise StoreError(f"{run_dir}: seal status must be 'complete' or 'failed', not {status!r}")
     journal = read_journal(run_dir)
+    for p in _entries(run_dir):
+        if (kind := entry_kind(p)) is not None:
+            raise StoreError(f"{p}: {kind}; a run holds regular files only: not sealed")
     files: dict[str, dict[str, Any]] = {}
     for rel in _data_files(run_dir):
         entry = journal.get(rel, {})
@@ -635,6 +714,11 @@ def verify(raw_root: Path) -> VerifyReport:
         raise StoreError(f"{root}: no raw store here (not a directory)")
     report = VerifyReport()
     for campaign_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if (kind := entry_kind(campaign_dir, folder=True)) is not None:
+            report.problem(
+                campaign_dir, f"{kind}: a campaign must be a folder of the store itself (not read)"
+            )
+            continue
         for run_dir in sorted(p for p in campaign_dir.iterdir() if p.is_dir()):
             _verify_run(run_dir, report)
     return report
@@ -653,6 +737,9 @@ def _holds_no_data(folder: Path) -> bool:
 
 
 def _verify_run(run_dir: Path, report: VerifyReport) -> None:
+    if (kind := entry_kind(run_dir, folder=True)) is not None:
+        report.problem(run_dir, f"{kind}: a run folder must be a folder of the store itself (not read)")
+        return
     if run_dir.name.startswith(TMP_PREFIX) or (not (run_dir / RUN_FILE).exists() and _holds_no_data(run_dir)):
         report.abandoned += 1
         report.add(
@@ -665,8 +752,8 @@ def _verify_run(run_dir: Path, report: VerifyReport) -> None:
         report.problem(run_dir, f"not a run: holds files but no {RUN_FILE}")
         return
     report.runs += 1
-    for tmp in sorted(run_dir.rglob(f"{TMP_PREFIX}*")):
-        report.note(tmp, "leftover of an interrupted write (kept, not part of the run)")
+    _check_entries(run_dir, report)
+    _check_leftovers(run_dir, report)
     got = _run_json_problem(run_dir)
     info: dict[str, Any] | None = None
     if isinstance(got, str):
@@ -686,6 +773,24 @@ def _verify_run(run_dir: Path, report: VerifyReport) -> None:
         _verify_sealed(run_dir, report, info)
     else:
         _verify_unsealed(run_dir, report)
+
+
+def _check_entries(run_dir: Path, report: VerifyReport) -> None:
+    """Every link and special file inside the run is a problem (``entry_kind``): never hashed through."""
+    for p in sorted(_entries(run_dir)):
+        if (kind := entry_kind(p)) is not None:
+            report.problem(p, f"{kind}: a run holds regular files only")
+
+
+def _check_leftovers(run_dir: Path, report: VerifyReport) -> None:
+    """Temp files of interrupted writes (``.tmp-<name>.<pid>``, the only temp names the store writes) are
+    kept and noted; any other ``.tmp-`` name was written by no write of the store: a problem, as an
+    unexpected file is."""
+    for tmp in sorted(p for p in _entries(run_dir) if p.name.startswith(TMP_PREFIX)):
+        if _TMP_FILE.match(tmp.name):
+            report.note(tmp, "leftover of an interrupted write (kept, not part of the run)")
+        else:
+            report.problem(tmp, "unexpected: not a temp name the store writes, not in the manifest")
 
 
 def _load_manifest(run_dir: Path, report: VerifyReport) -> dict[str, Any] | None:
@@ -708,6 +813,8 @@ def _check_file(report: VerifyReport, p: Path, entry: Any, against: str = "the m
     report.files += 1
     if not isinstance(entry, dict) or "size" not in entry or "sha256" not in entry:
         report.problem(p, f"{against} has no size/sha256 for it")
+    elif entry_kind(p) is not None:
+        pass  # a link or a special file: reported by _check_entries, never read through
     elif not p.exists():
         report.problem(p, "missing")
     elif p.stat().st_size != entry["size"]:
@@ -716,9 +823,18 @@ def _check_file(report: VerifyReport, p: Path, entry: Any, against: str = "the m
         report.problem(p, f"changed: sha256 differs from {against}")
 
 
+def _inside(rel: str) -> bool:
+    """A manifest's path names a file inside the run: relative, no ``..``."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts
+
+
 def _check_against_manifest(run_dir: Path, manifest: dict[str, Any], report: VerifyReport) -> None:
     files = manifest["files"]
     for rel, entry in sorted(files.items()):
+        if not _inside(rel):
+            report.problem(run_dir / MANIFEST, f"names {rel!r}, a path outside the run (not read)")
+            continue
         _check_file(report, run_dir / rel, entry)
     for rel in sorted(set(_data_files(run_dir)) - set(files)):
         report.problem(run_dir / rel, "unexpected: not in the manifest")
@@ -805,6 +921,8 @@ def _verify_unsealed(run_dir: Path, report: VerifyReport) -> None:
     for rel, entry in sorted(journal.items()):
         report.files += 1
         p = run_dir / rel
+        if entry_kind(p) is not None:
+            continue  # reported by _check_entries
         if not p.exists():
             report.problem(p, "missing (journaled as written)")
         elif sha256_file(p) != entry["sha256"]:
