@@ -222,6 +222,15 @@ def _finding_shown(text: str, key: str) -> bool:
     return f'id="{a}"' in text or f"#{a})" in text
 
 
+def _has_anchor(page_text: str, anchor: str) -> bool:
+    """The page sets the anchor: a heading's attribute list in the generated Markdown (``{ #anchor }``) or an
+    HTML id."""
+    return (
+        f'id="{anchor}"' in page_text
+        or re.search(r"\{\s*#" + re.escape(anchor) + r"\s*\}", page_text) is not None
+    )
+
+
 def _unresolved(c: Claim, site: _Site) -> str | None:
     if c.status == "todo":
         return "todo"
@@ -235,7 +244,7 @@ def _unresolved(c: Claim, site: _Site) -> str | None:
         if key not in site.findings or site.findings[key].get("status") == "n/a":
             return f"finding {key} missing or n/a"
         if c.status == "corrected":
-            if site.differences is not None and f'id="{c.anchor}"' not in site.differences:
+            if site.differences is not None and not _has_anchor(site.differences, c.anchor):
                 return f"no #{c.anchor} on the differences page"
             return None if _finding_shown(site.all_text, key) else f"finding {key} on no page"
         return None if _finding_shown(text, key) else f"finding {key} not on page {c.page}"
