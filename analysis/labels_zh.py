@@ -1342,3 +1342,55 @@ FINDINGS.update(
         ): "推荐并发（每多一个请求仍换来至少半路单流吞吐的最高并发）",
     }
 )
+
+
+# --- sentences a finding's verdict selects (issue #19): analysis decides the code, the page fills the numbers
+# (each placeholder is a value the template has already formatted) -------------------------------------
+PHRASES: dict[str, str] = {
+    # the TTFT split of the overload point (analysis.reconcile.ttft: histogram_verdict, prompt_timing_verdict)
+    "ttft.queue": (
+        "其中排队 {wait}（{share}），预填充计算只有 {work}：慢在等，不在算——更快的卡只能缩短计算那一小段"
+    ),
+    "ttft.compute": "其中排队 {wait}（{share}），预填充计算 {work}：计算占了大头——更快的卡会直接缩短它",
+    "ttft.outside": (
+        "其中排队 {wait}（{share}）、预填充计算 {work}，其余 {rest}在引擎的排队与预填充直方图之外"
+        "（前端、网络、反分词）：既不是排队也不是预填充计算，更快的卡和限流都不直接缩短它"
+    ),
+    "ttft.batch_prefill": (
+        "其中 {wait}（{share}）不在请求自己的提示计算（{work}）里：并发 {conc}、槽数 {slots}，"
+        "没有请求等槽位，它等的是同一批里其他请求的预填充——这也是计算，更快的卡会缩短它"
+    ),
+    "ttft.slot_or_batch": (
+        "其中 {wait}（{share}）不在请求自己的提示计算（{work}）里：等槽位还是等同批里"
+        "其他请求的预填充，llama.cpp 没有排队直方图，分不开"
+    ),
+    # the same verdict as the TTFT figure's caption reads it
+    "ttft_caption.queue": "看排队部分何时开始主导：低并发时 TTFT 几乎全是预填充，过载时几乎全是排队。",
+    "ttft_caption.compute": "过载时最大的一段是预填充。",
+    "ttft_caption.outside": "过载时最大的一段是其余：排队与预填充直方图之外的时间。",
+    "ttft_caption.batch_prefill": (
+        "llama.cpp 只分预填充与其余；过载时其余的大部分是等同一批里其他请求的预填充。"
+    ),
+    "ttft_caption.slot_or_batch": "llama.cpp 只分预填充与其余。",
+    # the same verdict as advice (the overview's 「限流还是换更快的卡」)
+    "ttft_advice.queue": (
+        "排队占大头：在服务前面限流，把同时在途的请求压在容量附近；更快的卡只能缩短计算那一段"
+    ),
+    "ttft_advice.compute": "计算占大头：更快的卡（或更短的提示）才有用，限流帮不上",
+    "ttft_advice.outside": "排队和预填充都不是大头：先看前端与网络，换卡和限流都不直接缩短它",
+    "ttft_advice.batch_prefill": (
+        "等的是同批里其他请求的预填充：这是计算，更快的卡会缩短它；"
+        "想让单个请求的首 token 更早，就少让提示同时进来（限流）"
+    ),
+    "ttft_advice.slot_or_batch": "等槽位与等同批预填充分不开：先让并发不超过槽数，再看剩下的等待",
+}
+
+
+def phrase(code: str, **values: object) -> str:
+    """The sentence a verdict code selects, its placeholders filled with the page's formatted values."""
+    return PHRASES[code].format(**values)
+
+
+FINDINGS_FOR_ENGINE[("overload", "ttft_queue_share_pct", "llamacpp")] = (
+    "过载时等待（TTFT − 请求自己的提示计算）占平均 TTFT 的比例"
+)

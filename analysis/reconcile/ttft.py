@@ -37,6 +37,38 @@ def llamacpp_wait_ms(ttft_ms: float, prompt_ms: float) -> float:
     return ttft_ms - prompt_ms
 
 
+# What the waiting in TTFT is, decided from what measured it (the verdict codes labels_zh.PHRASES words):
+#   queue          vLLM's queue histogram holds most of TTFT: requests wait for the scheduler (admission
+#                  control helps; a faster card only shortens the compute part)
+#   compute        vLLM's prefill histogram is the largest part: a faster card shortens it directly
+#   outside        neither histogram holds most of TTFT: the time is in the frontend, network, detokenizing
+#   batch_prefill  llama.cpp (no queue histogram), every request had a slot at once: the wait beyond a
+#                  request's own prompt timing is the other requests' prompts in the same batches — compute
+#   slot_or_batch  llama.cpp with more requests than slots (or slots unknown): a slot wait and the batches'
+#                  prefill cannot be told apart
+MOST_PCT = 50.0  # "most of TTFT": more than half
+
+
+def histogram_verdict(queue_ms: float, prefill_ms: float | None, ttft_ms: float) -> str:
+    """The verdict of a TTFT split by vLLM's queue and prefill histograms: ``queue`` when the queue holds
+    more than half of TTFT, else ``compute`` when prefill is the larger of prefill and the remainder, else
+    ``outside``."""
+    if share_pct(queue_ms, ttft_ms) > MOST_PCT:
+        return "queue"
+    if prefill_ms is not None and prefill_ms >= remainder_ms(ttft_ms, queue_ms, prefill_ms):
+        return "compute"
+    return "outside"
+
+
+def prompt_timing_verdict(concurrency: int | None, slots: int | None) -> str:
+    """The verdict of llama.cpp's TTFT − timings.prompt_ms: ``batch_prefill`` when concurrency ≤ slots (no
+    request waited for a slot, so the wait is other requests' prompts in the same batches), else
+    ``slot_or_batch``."""
+    if concurrency is not None and slots and concurrency <= slots:
+        return "batch_prefill"
+    return "slot_or_batch"
+
+
 def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
     """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part
     of TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
@@ -52,15 +84,22 @@ def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
         return None
     mean_ttft = sum(t for t, _ in pairs) / len(pairs)
     mean_wait = sum(llamacpp_wait_ms(t, pm) for t, pm in pairs) / len(pairs)
+    lrel, slog = p.run.server_log
+    slots = getattr(slog, "n_slots", None) if slog is not None else None
     return fnd.measured(
         key,
         share_pct(mean_wait, mean_ttft),
         "%",
-        [p.run.cite(rel, "engine_timings.prompt_ms"), p.run.cite(rel, "chunk_mono_ns")],
+        [p.run.cite(rel, "engine_timings.prompt_ms"), p.run.cite(rel, "chunk_mono_ns")]
+        + ([p.run.cite(lrel, slog.lines.get("n_slots"))] if slots else []),
         mean_wait_ms=mean_wait,
         mean_ttft_ms=mean_ttft,
         mean_prompt_ms=mean_ttft - mean_wait,
         requests=len(pairs),
+        concurrency=p.concurrency,
+        slots=slots,
+        wait_source="prompt_timing",
+        verdict=prompt_timing_verdict(p.concurrency, slots),
         detail="mean over requests of (TTFT − llama.cpp's timings.prompt_ms) ÷ mean TTFT: waiting for a "
         "slot or for the prompt batches, plus the first decode step and transport (llama.cpp has no "
         "queue histogram)",
@@ -144,6 +183,7 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
             )
             continue
         srel = p.run.counter_source
+        pf_ms = _ms(w.mean_of("prefill_sum", "prefill_cnt"))
         findings.append(
             fnd.measured(
                 key,
@@ -151,8 +191,11 @@ def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
                 "%",
                 [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
                 mean_queue_ms=q * 1000,
-                mean_prefill_ms=_ms(w.mean_of("prefill_sum", "prefill_cnt")),
+                mean_prefill_ms=pf_ms,
                 mean_ttft_ms=p.result.mean_ttft_ms,
+                mean_remainder_ms=remainder_ms(p.result.mean_ttft_ms, q * 1000, pf_ms or 0.0),
+                wait_source="queue_histogram",
+                verdict=histogram_verdict(q * 1000, pf_ms, p.result.mean_ttft_ms),
             )
         )
     return Section(name="ttft", tables={"ttft_anatomy": table}, findings=findings)

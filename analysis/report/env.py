@@ -48,6 +48,8 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         unit_zh=zh.unit_zh,
         verdict_zh=lambda v: zh.VERDICTS.get(v, v),
         ladder_arm_zh=lambda a: zh.LADDER_ARMS.get(a, a),
+        # a verdict code -> its sentence (placeholders filled by keyword)
+        phrase=zh.phrase,
     )
     env.globals.update(
         markdown_table=markdown_table,
