@@ -1364,6 +1364,25 @@ PHRASES: dict[str, str] = {
         "其中 {wait}（{share}）不在请求自己的提示计算（{work}）里：等槽位还是等同批里"
         "其他请求的预填充，llama.cpp 没有排队直方图，分不开"
     ),
+    # the knee (analysis.reconcile.concurrency: p50_shape, tail_share, knee_cause)
+    "knee_p50.flat": "p50 几乎不变（{change}）",
+    "knee_p50.up": "p50 也涨了 {change}：多数间隔都在变慢，不只是尾巴",
+    "knee_p50.down": "p50 反而变了 {change}",
+    "knee_tail.few": "p90 是 p50 的 {r90}、p99 是 {r99}：超过 p50 两倍的间隔在百分之一到十分之一之间",
+    "knee_tail.many": "p90 已是 p50 的 {r90}、p99 是 {r99}：至少十分之一的间隔超过 p50 的两倍",
+    "knee_cause.chunked_prefill": (
+        "vLLM 开着分块预填充（日志 enable_chunked_prefill=True）：新请求的提示被切成块，"
+        "和正在解码的请求放进同一次迭代，带着预填充块的那几次迭代变长，其余照旧"
+    ),
+    "knee_cause.prefill_steps": "新请求的预填充和正在解码的请求挤进同一次迭代：带着预填充的那几次迭代变长",
+    "knee_cause.llamacpp_bimodal": (
+        "llama.cpp 的 ITL 分成两群：只做解码的步很短；有槽位在处理新提示的那一步，"
+        "要把提示{batch}和其他槽的解码一起算，间隔长出一截——p99 是 p90 的两倍以上"
+    ),
+    "knee_cause.llamacpp_batch": (
+        "llama.cpp 把新请求的提示{batch}和其他槽的解码放进同一步：这些步的间隔更长"
+    ),
+    "knee_batch": "（每步最多 {n} 个 token，日志的 n_batch）",
     # the same verdict as the TTFT figure's caption reads it
     "ttft_caption.queue": "看排队部分何时开始主导：低并发时 TTFT 几乎全是预填充，过载时几乎全是排队。",
     "ttft_caption.compute": "过载时最大的一段是预填充。",

@@ -712,3 +712,28 @@ def test_ttft_wait_is_called_queue_only_where_a_queue_histogram_measured_it(out,
     assert "计算占了大头" not in said and "更快的卡只能缩短" not in said and "直方图之外" in said, said
     # the reference's round 2 vLLM: the queue histogram holds 99 % — the queue sentence stays
     assert "慢在等，不在算" in _sentence(_cpage(site, REF, "ttft"), "过载时平均首 token 延迟")
+
+
+def test_knee_sentence_reads_the_tail_from_the_data(site):
+    """Item 9: the knee sentence says how p50 moved and how many intervals stretched, from p50/p90/p99 —
+    checked on the H200 F16 run's own intervals — and why, per engine."""
+    from tests.by_hand import itls_ms, request_lines
+
+    run = RAW / H200 / "llamacpp-f16"
+    gaps = {c: [] for c in (8, 16)}
+    for r in request_lines(run):
+        if r["phase_kind"] == "concurrency" and r["concurrency"] in gaps and r["error"] is None:
+            gaps[r["concurrency"]] += itls_ms(r)
+    p50 = {c: sorted(g)[len(g) // 2] for c, g in gaps.items()}
+    stretched = sum(g > 2 * p50[16] for g in gaps[16]) / len(gaps[16])
+    assert p50[16] / p50[8] > 1.5 and 0.01 < stretched < 0.10  # p50 +58 %; 1 in 100 … 1 in 10 stretched
+    said = _sentence(_cpage(site, H200, "index"), "- **并发到多少开始付代价？**")
+    f16 = said[said.index("llama.cpp（F16）") : said.index("llama.cpp（Q4_K_M）")]
+    assert "几乎不变" not in f16 and "p50 也涨了 +58" in f16, f16
+    assert "每一百个里有一个" not in said and "百分之一到十分之一之间" in f16, f16
+    assert "llama.cpp 的 ITL 分成两群" in said and "2,048 个 token" in said, said
+    # the reference's vLLM: p50 +1.9 % (flat), and its log says chunked prefill is on
+    log = (SEED / "Round2/01-02-perf-test/vllm-server.head.log").read_text()
+    assert "enable_chunked_prefill=True" in log
+    ref = _sentence(_cpage(site, REF, "index"), "- **并发到多少开始付代价？**")
+    assert "p50 几乎不变（+1.9%）" in ref and "vLLM 开着分块预填充" in ref, ref

@@ -373,9 +373,57 @@ def percentile_table(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.Data
     return pd.DataFrame(rows, columns=cols)
 
 
+# How the knee reads (the codes labels_zh.PHRASES words; decided here, not on the page):
+P50_FLAT_PCT = 10.0  # p50 "barely moved" across the knee: within ±10 % of the point below
+TAIL_FACTOR = 2.0  # an interval "stretched": over 2 × p50 (the knee's own definition)
+
+
+def p50_shape(below_p50_ms: float | None, p50_ms: float) -> str | None:
+    """``flat`` when p50 ITL at the knee is within ±P50_FLAT_PCT % of the point below, ``up`` above it,
+    ``down`` below; None without a point below."""
+    if below_p50_ms is None or not below_p50_ms:
+        return None
+    change = (p50_ms / below_p50_ms - 1.0) * 100.0
+    return "flat" if abs(change) <= P50_FLAT_PCT else ("up" if change > 0 else "down")
+
+
+def tail_share(p50_ms: float, p90_ms: float | None) -> str | None:
+    """How many intervals are stretched past TAIL_FACTOR × p50 at the knee (where p99 already is): ``few``
+    when p90 is still under it (between 1 in 100 and 1 in 10), ``many`` when p90 is past it too (at least
+    1 in 10); None without a p90."""
+    if p90_ms is None:
+        return None
+    return "few" if p90_ms <= TAIL_FACTOR * p50_ms else "many"
+
+
+def knee_cause(p: BenchPoint, bimodal: bool) -> tuple[str, str | None]:
+    """Why some decode steps are long, from the run's own log: ``chunked_prefill`` (vLLM with
+    enable_chunked_prefill=True: new prompts are cut into chunks that share iterations with the decoding
+    requests), ``prefill_steps`` (vLLM, the setting not logged), ``llamacpp_bimodal`` / ``llamacpp_batch``
+    (llama.cpp puts a new prompt, up to n_batch tokens a step, into the same batch as the other slots' decode
+    tokens; bimodal when p99 > TAIL_FACTOR × p90: the slow steps are a group of their own); and the citation
+    of the log line that says so."""
+    rel, log = p.run.server_log
+    if p.run.engine == "llamacpp":
+        line = log.lines.get("ctx:n_batch") if log is not None else None
+        return ("llamacpp_bimodal" if bimodal else "llamacpp_batch"), p.run.cite(rel, line) if line else None
+    ec = getattr(log, "engine_config", None)
+    if ec is not None and ec.enable_chunked_prefill:
+        return "chunked_prefill", p.run.cite(rel, ec.line)
+    return "prefill_steps", None
+
+
+def _n_batch(p: BenchPoint) -> int | None:
+    """llama.cpp's logged n_batch (the most prompt tokens one step takes); None for vLLM or unlogged."""
+    _, log = p.run.server_log
+    v = (getattr(log, "context_params", None) or {}).get("n_batch")
+    return int(v) if v is not None and str(v).isdigit() else None
+
+
 def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:
-    """The sweep's knee (fits.knee: the first concurrency whose p99 ITL exceeds 2 × its p50) with the tail
-    just below it; n/a when no point breaks. ``extra`` fields ride along (which run, which points)."""
+    """The sweep's knee (fits.knee: the first concurrency whose p99 ITL exceeds 2 × its p50) with p50, p90
+    and p99 there and just below it, how p50 moved (p50_shape), how many intervals stretched (tail_share)
+    and why (knee_cause); n/a when no point breaks. ``extra`` fields ride along (which run, which points)."""
     xs = [p.concurrency for p in pts]
     p50 = [p.result.stat_ms("p50", "itl") for p in pts]
     p99 = [p.result.stat_ms("p99", "itl") for p in pts]
@@ -388,16 +436,30 @@ def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -
     kp = next(p for p in pts if p.concurrency == k)
     # the sweep point just below the knee: what the tail looked like before it broke
     below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
+    k50, k90 = kp.result.stat_ms("p50", "itl"), kp.result.stat_ms("p90", "itl")
+    b50 = below.result.stat_ms("p50", "itl") if below else None
+    k99 = kp.result.stat_ms("p99", "itl")
+    cause, cause_src = knee_cause(kp, k90 is not None and k99 > TAIL_FACTOR * k90)
     return fnd.measured(
         at("knee_concurrency"),
         int(k),
         "requests",
-        [kp.cite("p50_itl_ms"), kp.cite("p99_itl_ms")],
-        p50_itl_ms=kp.result.stat_ms("p50", "itl"),
-        p99_itl_ms=kp.result.stat_ms("p99", "itl"),
+        [kp.cite("p50_itl_ms"), kp.cite("p90_itl_ms"), kp.cite("p99_itl_ms")]
+        + ([cause_src] if cause_src else []),
+        p50_itl_ms=k50,
+        p90_itl_ms=k90,
+        p99_itl_ms=k99,
+        p90_over_p50=k90 / k50 if k90 is not None and k50 else None,
+        p99_over_p50=k99 / k50 if k50 else None,
         below_concurrency=below.concurrency if below else None,
-        below_p50_itl_ms=below.result.stat_ms("p50", "itl") if below else None,
+        below_p50_itl_ms=b50,
+        below_p90_itl_ms=below.result.stat_ms("p90", "itl") if below else None,
         below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
+        p50_change_pct=(k50 / b50 - 1.0) * 100.0 if b50 else None,
+        p50_shape=p50_shape(b50, k50),
+        tail_share=tail_share(k50, k90),
+        cause=cause,
+        n_batch=_n_batch(kp),
         gated_out=[p.key for p in pts if not ctx.gate_ok(p)],
         **extra,
     )
