@@ -737,3 +737,22 @@ def test_knee_sentence_reads_the_tail_from_the_data(site):
     assert "enable_chunked_prefill=True" in log
     ref = _sentence(_cpage(site, REF, "index"), "- **并发到多少开始付代价？**")
     assert "p50 几乎不变（+1.9%）" in ref and "vLLM 开着分块预填充" in ref, ref
+
+
+def test_slo_budget_is_kept_in_front_of_the_server_with_one_n_on_every_page(out, site):
+    """Item 2: a server-side cap does not enforce a TTFT budget; admission control in front of the server
+    does (≤ N in flight, 429 beyond), with --max-num-seqs at the KV capacity — the same two numbers on the
+    SLO page and the home page."""
+    log = (SEED / "Round2/01-02-perf-test/vllm-server.head.log").read_text()
+    kv_cap = math.floor(float(re.search(r"per request: ([\d.]+)x", log).group(1)))  # 14.66x -> 14
+    n = math.floor(_f(out)["round2.slo.vllm.slo_concurrency"]["value"])  # 7.94 -> 7
+    slo_page, home = _cpage(site, REF, "slo"), (site / "index.md").read_text(encoding="utf-8")
+    assert f"--max-num-seqs {n}`" not in slo_page and "可设 `-np" not in slo_page
+    vllm = _sentence(slo_page, "- vLLM（bf16）：最高并发约")
+    assert f"同时在途不超过 {n} 个，多出来的返回 429" in vllm and f"KV 容量 {kv_cap}（" in vllm, vllm
+    assert "不是参考研究的生产预算" in slo_page
+    said = _sentence(home, "- **`--max-num-seqs` 设多少**")
+    assert f"KV 容量 {kv_cap}（" in said and f"压在 {n} 个以内" in said, said
+    for campaign in (H200, CPU):  # llama.cpp: slots are at least N, the cap is still in front
+        page = _cpage(site, campaign, "slo")
+        assert "可设 `-np" not in page and "返回 429" in page, campaign

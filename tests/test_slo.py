@@ -144,11 +144,14 @@ def test_planner_reference_730ms(ref):
         assert a.non_monotone == [c for c, p99, _, _ in files[: upper - 1] if p99 > BUDGET_MS]
     r2 = next(a for a in answers if (a.round, a.engine) == ("round2", "vllm"))
     assert (r2.lower.concurrency, r2.upper.concurrency) == (4, 8)
-    assert r2.settings["max_num_seqs"] == math.floor(r2.concurrency)
+    assert r2.settings["admission_limit"] == math.floor(r2.concurrency)
     # the KV pool line of the server log the sweep ran against, and 1,024 + 256 tokens a request
     log = (SEED / "Round2" / "01-02-perf-test" / "vllm-server.head.log").read_text()
     pool = int(re.search(r"KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
     assert r2.settings["residents_pool"] == pool // 16 // math.ceil((1024 + 256) / 16)
+    # --max-num-seqs at the KV capacity: the log's max concurrency (full 8,192-token requests), rounded down
+    line = float(re.search(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", log).group(1))
+    assert r2.settings["max_num_seqs"] == math.floor(line) == 14
     assert r2.settings["half_residents_pool"] == r2.settings["residents_pool"]  # memory sizes the pool
 
 

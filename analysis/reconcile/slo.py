@@ -35,7 +35,8 @@ from collector.raw.errors import AnatomyError
 
 ENGINES = ("vllm", "llamacpp")
 RATE_TEST_KIND = PHASE_TEST_KIND["rate"]  # an open-loop point's test kind
-# the reference study's production budget (its "先定延迟目标" advice): p99 TTFT 730 ms
+# the reference campaign's budget: p99 TTFT 730 ms, where its two engines' p99 TTFT curves cross (the
+# engine-selection boundary), borrowed as a demonstration budget — not a production target
 REFERENCE_TTFT_P99_MS = 730.0
 # our own campaigns, when no budget lies between every sweep's lowest and highest p99 TTFT: twice the
 # slowest sweep's lowest (default_budget_ms; the page says which it is)
@@ -194,14 +195,30 @@ def plan_stanza(concurrency: int, ref: BenchPoint) -> str:
     )
 
 
+def admission_limit(concurrency: float) -> int:
+    """The requests to keep in flight for the budget, requests: floor(the interpolated concurrency). A
+    proxy or gateway in front of the server enforces it (at most this many in flight, 429 beyond); a
+    server-side cap (--max-num-seqs, -np) does not, since the requests over it wait inside the server, on
+    the clock of their TTFT."""
+    return math.floor(concurrency)
+
+
+def kv_max_num_seqs(max_concurrency_log: float) -> int:
+    """vLLM's --max-num-seqs at the KV capacity, requests: floor(the log's maximum concurrency), the
+    full-length requests (max_model_len tokens each) the pool holds at once — no request is ever preempted
+    for want of blocks below it, whatever its length."""
+    return math.floor(max_concurrency_log)
+
+
 def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
-    """What the interpolated concurrency means for the engine's flags, from the sweep run's server log and
-    the capacity theory. vLLM: --max-num-seqs = floor(concurrency), against the residents the KV pool holds
-    for these requests (blocks ÷ ceil(request tokens ÷ block)) and the log's max_model_len line (blocks ÷
-    ceil(max_model_len ÷ block)); halving --max-model-len doubles that line but leaves the pool (sized by
-    memory) and so these requests' residents unchanged, as long as a request still fits. llama.cpp: -np =
-    floor(concurrency) slots, each needing the request's tokens of context (-c ≥ slots × request
-    tokens)."""
+    """What the interpolated concurrency means for the deployment, from the sweep run's server log and the
+    capacity theory. Both engines: admit at most admission_limit(concurrency) requests in flight in front
+    of the server. vLLM: --max-num-seqs at the KV capacity (kv_max_num_seqs), against the residents the KV
+    pool holds for these requests (blocks ÷ ceil(request tokens ÷ block)) and the log's max_model_len line
+    (blocks ÷ ceil(max_model_len ÷ block)); halving --max-model-len doubles that line but leaves the pool
+    (sized by memory) and so these requests' residents unchanged, as long as a request still fits.
+    llama.cpp: at least that many slots (-np), each needing the request's tokens of context (-c ≥ slots ×
+    request tokens)."""
     c = ans.concurrency
     run = pt.run
     req_tokens = (
@@ -212,12 +229,12 @@ def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
     out: dict = {"request_tokens": req_tokens}
     if c is None:
         return out
-    seqs = math.floor(c)
+    limit = admission_limit(c)
+    out["admission_limit"] = limit
     rel, log = run.server_log
     if ans.engine == "llamacpp":
-        out.update(np_slots=seqs, ctx_tokens_min=seqs * req_tokens if req_tokens else None)
+        out.update(np_slots=limit, ctx_tokens_min=limit * req_tokens if req_tokens else None)
         return out
-    out["max_num_seqs"] = seqs
     if log is None or log.kv_cache_tokens is None or not log.max_model_len:
         out["kv_reason"] = "no KV pool line in the server log"
         return out
@@ -233,6 +250,8 @@ def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
         max_concurrency_log=log.max_concurrency_x,
         source=run.cite(rel, log.lines.get("kv_cache_tokens")) if rel else None,
     )
+    if log.max_concurrency_x:
+        out["max_num_seqs"] = kv_max_num_seqs(log.max_concurrency_x)
     if blocks is None or not req_tokens:
         return out
     residents = blocks // math.ceil(req_tokens / block)
@@ -240,7 +259,7 @@ def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
     out.update(
         kv_blocks=blocks,
         residents_pool=residents,
-        max_num_seqs_fits_pool=seqs <= residents,
+        admission_fits_pool=limit <= residents,
         half_max_model_len=half,
         half_max_concurrency_line=theory.vllm_max_concurrency(blocks, block, half),
         half_residents_pool=residents if req_tokens <= half else 0,
@@ -739,8 +758,17 @@ def describe(ans: SloAnswer) -> list[str]:
             f"  note: p99 not monotone in concurrency: lower concurrencies {ans.non_monotone} miss the budget"
         )
     s = ans.settings
-    if "max_num_seqs" in s:
-        line = f"  vLLM --max-num-seqs {s['max_num_seqs']}"
+    if "admission_limit" in s:
+        out.append(
+            f"  admit at most {s['admission_limit']} requests in flight in front of the server (429 beyond)"
+        )
+    if "max_num_seqs" in s or "residents_pool" in s:
+        line = (
+            f"  vLLM --max-num-seqs {s['max_num_seqs']} (the KV capacity: the log's max concurrency, "
+            "rounded down)"
+            if "max_num_seqs" in s
+            else "  vLLM"
+        )
         if "residents_pool" in s:
             line += (
                 f"; the KV pool ({s['kv_pool_tokens']:,} tokens, "
@@ -764,7 +792,7 @@ def describe(ans: SloAnswer) -> list[str]:
             )
     elif "np_slots" in s:
         out.append(
-            f"  llama.cpp -np {s['np_slots']} with -c ≥ {s['ctx_tokens_min']} "
+            f"  llama.cpp -np ≥ {s['np_slots']} with -c ≥ {s['ctx_tokens_min']} "
             f"({s['request_tokens']} tokens a slot)"
         )
     return out
