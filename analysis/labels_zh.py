@@ -899,11 +899,12 @@ def fmt_int(x: object) -> str:
     return f"{round(float(x)):,}"
 
 
-def fmt_ms_as_s(ms: object) -> str:
-    """A duration given in ms, printed in seconds with its unit: ``168_900`` → ``169 秒``."""
+def fmt_ms_as_s(ms: object, sig: int = 3) -> str:
+    """A duration given in ms, printed in seconds with its unit: ``168_900`` → ``169 秒``; ``sig``
+    significant digits (a headline's boundary reads ``0.73 秒`` at ``sig=2``)."""
     if _is_missing(ms) or not isinstance(ms, Real) or isinstance(ms, bool):
         return MISSING
-    return f"{fmt_num(float(ms) / 1000)} 秒"
+    return f"{fmt_num(float(ms) / 1000, sig=sig)} 秒"
 
 
 def fmt_pct(x: object, decimals: int | None = None) -> str:
@@ -1413,3 +1414,4 @@ def phrase(code: str, **values: object) -> str:
 FINDINGS_FOR_ENGINE[("overload", "ttft_queue_share_pct", "llamacpp")] = (
     "过载时等待（TTFT − 请求自己的提示计算）占平均 TTFT 的比例"
 )
+FINDINGS[("selection", "best_at_every_budget_min_lead_pct")] = "每个预算下都是同一个系列最好：它最少领先多少"

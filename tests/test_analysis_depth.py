@@ -756,3 +756,42 @@ def test_slo_budget_is_kept_in_front_of_the_server_with_one_n_on_every_page(out,
     for campaign in (H200, CPU):  # llama.cpp: slots are at least N, the cap is still in front
         page = _cpage(site, campaign, "slo")
         assert "可设 `-np" not in page and "返回 429" in page, campaign
+
+
+def _budget_rows(page: str) -> list[list[str]]:
+    """The best-per-budget table's rows (budget, best, concurrency, tokens/s, …), cells stripped."""
+    return [
+        [c.strip() for c in re.sub(r"<span[^>]*></span>", "", line).split("|")[1:-1]]
+        for line in page.splitlines()
+        if "best-within-budget-tokens-per-s" in line and line.startswith("| <span")
+    ]
+
+
+def test_selection_leads_with_one_boundary_that_the_budget_table_agrees_with(site):
+    """Item 4: one boundary (≈ 0.73 s, both ≈ 409 tok/s) and its direction, as the budget table reads."""
+    page = _cpage(site, REF, "selection")
+    head = _sentence(page, "    - p99 首 token 延迟预算")
+    assert "0.73 秒" in head and "409 token/s" in head and "选哪个都行" not in head, head
+    assert "1.41 秒" not in head and "0.734" not in head, head
+    below, above = head.index("llama.cpp（Q4_K_M）"), head.index("vLLM（bf16）")
+    assert below < above  # llama.cpp below the boundary, vLLM above
+    rows = {r[0].split("（")[0]: r[1] for r in _budget_rows(page)}
+    assert rows["500 毫秒"].startswith("llama.cpp") and rows["1,000 毫秒"].startswith("vLLM"), rows
+
+
+def test_best_per_budget_is_monotone_and_names_only_the_series_measured(site):
+    """Item 5: a looser budget never buys less; the H200 campaign has two llama.cpp formats and no vLLM."""
+    for campaign in (H200, REF):
+        tps = [
+            float(r[3].lstrip("≥ ").replace(",", ""))
+            for r in _budget_rows(_cpage(site, campaign, "selection"))
+        ]
+        assert len(tps) > 5 and tps == sorted(tps), (campaign, tps)
+    page = _cpage(site, H200, "selection")
+    assert "| vLLM |" not in page
+    guide = [ln for ln in page.splitlines() if ln.startswith("| llama.cpp |")]
+    assert guide and all(ln.split("|")[2].strip() in ("F16", "Q4_K_M") for ln in guide), guide
+    head = _sentence(page, "    - llama.cpp（F16） 在每个预算下都最好")
+    assert "比 llama.cpp（Q4_K_M） 多" in head, head
+    slo_page = _cpage(site, H200, "slo")
+    assert "- llama.cpp（F16）：最高并发约" in slo_page and "- llama.cpp（Q4_K_M）：最高并发约" in slo_page

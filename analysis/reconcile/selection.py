@@ -33,6 +33,9 @@ BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
 ENGINES = ("vllm", "llamacpp")
 # the best-per-budget ladder: round budgets, three per decade
 LADDER_STEPS = (1.0, 2.0, 5.0)
+# a lead under this is within the interpolation's error (the curve between two measured points need not be
+# a straight line): the page says either series will do
+TIE_PCT = 5.0
 
 
 def _fmt(value: object) -> str | None:
@@ -176,6 +179,41 @@ def _within_budget(s: dict, ans: slo.SloAnswer | None) -> dict:
     }
 
 
+def _measured_within(s: dict, budget_ms: float, gate_ok) -> dict | None:
+    """One series' measured gated point with the most output tokens/s among those with p99 TTFT ≤ the
+    budget, as a ``_within_budget`` row; None when no point is within it."""
+    pts = [
+        p
+        for p in s["points"]
+        if gate_ok(p)
+        and p.result.p99_ttft_ms is not None
+        and p.result.p99_ttft_ms <= budget_ms
+        and p.result.output_throughput_tok_s is not None
+    ]
+    if not pts:
+        return None
+    p = max(pts, key=lambda q: (q.result.output_throughput_tok_s, -q.concurrency))
+    return _ident(s) | {
+        "status": "measured",
+        "at_least": False,
+        "concurrency": p.concurrency,
+        "output_tokens_per_s": p.result.output_throughput_tok_s,
+        "lower_concurrency": p.concurrency,
+        "lower_p99_ttft_ms": p.result.p99_ttft_ms,
+        "lower_output_tokens_per_s": p.result.output_throughput_tok_s,
+        "sources": [p.cite("p99_ttft_ms"), p.cite("output_throughput")],
+    }
+
+
+def most_within(*rows: dict | None) -> dict:
+    """Of one series' candidate operating points within a budget (the planner's interpolated answer, its
+    best measured point, its best at a tighter budget), the one with the most output tokens/s: what a looser
+    budget buys is never less than a tighter one's (the same operating point stays within it). The first
+    row when none has a throughput."""
+    rated = [r for r in rows if r is not None and r.get("output_tokens_per_s") is not None]
+    return max(rated, key=lambda r: r["output_tokens_per_s"]) if rated else next(r for r in rows if r)
+
+
 def best_per_budget(
     campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[dict]
 ) -> tuple[list[fnd.Finding], list[dict]]:
@@ -206,22 +244,28 @@ def best_per_budget(
     page_budget, _ = slo.default_budget_ms(campaign)
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
+    tighter: list[dict | None] = [None] * len(series)  # each series' best at the budgets so far
     for b in budget_ladder_ms(p99, (page_budget,)):
         per = [
-            _within_budget(
-                s,
-                slo.plan_sweep(
-                    campaign.name,
-                    rnd,
-                    s["engine"],
-                    s["points"],
-                    b,
-                    gate_ok=ctx.gate_ok,
-                    weight_format_of=th.weight_format_for,
+            most_within(
+                _within_budget(
+                    s,
+                    slo.plan_sweep(
+                        campaign.name,
+                        rnd,
+                        s["engine"],
+                        s["points"],
+                        b,
+                        gate_ok=ctx.gate_ok,
+                        weight_format_of=th.weight_format_for,
+                    ),
                 ),
+                _measured_within(s, b, ctx.gate_ok),
+                tighter[i],
             )
-            for s in series
+            for i, s in enumerate(series)
         ]
+        tighter = list(per)
         rated = sorted(
             (r for r in per if r["output_tokens_per_s"] is not None),
             key=lambda r: -r["output_tokens_per_s"],
@@ -263,6 +307,7 @@ def best_per_budget(
                 runner_up_weight_format=runner["weight_format"] if runner else None,
                 runner_up_tokens_per_s=runner["output_tokens_per_s"] if runner else None,
                 lead_pct=lead,
+                tie=lead is not None and lead < TIE_PCT,
                 certain=certain,
                 same_engine=_same_engine(series),
                 by_series=[{k: v for k, v in r.items() if k != "sources"} for r in per],
@@ -272,7 +317,37 @@ def best_per_budget(
                 "within the budget",
             )
         )
+    findings += _same_best(at, findings)
     return findings, rows
+
+
+def _same_best(at: At, per_budget: list[fnd.Finding]) -> list[fnd.Finding]:
+    """When one series is best at every budget of the ladder: a finding saying so, its value the smallest
+    lead (%) over the runner-up where there is one, with the largest; none otherwise."""
+    ok = [f for f in per_budget if f.available and f.extra.get("lead_pct") is not None]
+    best = {(f.extra.get("best_engine"), f.extra.get("best_weight_format")) for f in per_budget}
+    if len(ok) < 2 or len(best) != 1:  # a budget only one series reaches still names the same best
+        return []
+    (engine, fmt), lo = best.pop(), min(ok, key=lambda f: f.extra["lead_pct"])
+    hi = max(ok, key=lambda f: f.extra["lead_pct"])
+    return [
+        fnd.measured(
+            at("best_at_every_budget_min_lead_pct"),
+            lo.extra["lead_pct"],
+            "%",
+            [src for f in ok for src in f.sources],
+            best_engine=engine,
+            best_weight_format=fmt,
+            runner_up_engine=lo.extra["runner_up_engine"],
+            runner_up_weight_format=lo.extra["runner_up_weight_format"],
+            min_lead_budget_ms=lo.extra["budget_ms"],
+            max_lead_pct=hi.extra["lead_pct"],
+            max_lead_budget_ms=hi.extra["budget_ms"],
+            budgets=len(ok),
+            detail="the same series delivers the most output tokens/s within every budget of the ladder; "
+            "value: its smallest lead over the runner-up",
+        )
+    ]
 
 
 def _lead(
@@ -370,6 +445,30 @@ def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Fi
     return out
 
 
+def guide(series: list[dict], ctx: Context, rnd: str | None) -> list[dict]:
+    """The budget table on measured points only: per series the campaign has (engine and weight format)
+    and budget of BUDGETS_MS, the gated point with the most output tokens/s and p99 TTFT under the budget."""
+    rows = []
+    for s in series:
+        pts = [p for p in s["points"] if ctx.gate_ok(p)]
+        cost = [p.result.p99_ttft_ms for p in pts]
+        gain = [p.result.output_throughput_tok_s for p in pts]
+        for b in BUDGETS_MS:
+            pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
+            rows.append(
+                {
+                    "round": rnd or "",
+                    "engine": s["engine"],
+                    "weight_format": s["weight_format"],
+                    "p99_ttft_budget_ms": "none" if math.isinf(b) else int(b),
+                    "concurrency": pts[pick.index].concurrency if pick.index is not None else None,
+                    "output_throughput_tokens_per_s": pick.gain,
+                    "p99_ttft_ms": pick.cost,
+                }
+            )
+    return rows
+
+
 def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
     findings: list[fnd.Finding] = []
     curve_rows: list[dict] = []
@@ -413,19 +512,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [
                     pts[i].cite("output_throughput") for i in front
                 ]
-            for b in BUDGETS_MS:
-                pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
-                guide_rows.append(
-                    {
-                        "round": rnd or "",
-                        "engine": engine,
-                        "weight_format": fmt_of.get(allpts[0].key) if allpts else None,
-                        "p99_ttft_budget_ms": "none" if math.isinf(b) else int(b),
-                        "concurrency": pts[pick.index].concurrency if pick.index is not None else None,
-                        "output_throughput_tokens_per_s": pick.gain,
-                        "p99_ttft_ms": pick.cost,
-                    }
-                )
+        guide_rows += guide(round_series(campaign, th, rnd), ctx, rnd)
         findings.append(_measured_boundary(at("boundary_measured_p99_ttft_ms"), measured, srcs, rnd))
         key = at("boundary_p99_ttft_ms")
         if len(fronts) < 2:
@@ -460,6 +547,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                         "engine": "vllm" if ac[0] < bc[0] else "llamacpp",
                         "ms": max(ac[0], bc[0]),
                     },
+                    # what each engine delivers at the crossing (equal there, up to the interpolation)
+                    tokens_per_s_at_boundary={e: fits.envelope_gain(x, *fronts[e]) for e in ENGINES},
                 )
             )
         for engine in ENGINES:
@@ -486,6 +575,7 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                                 concurrency=row["concurrency"],
                             )
                         )
+                    break  # the engine's first series (a second weight format is a run of our own)
     budget_rows: list[dict] = []
     for rnd in campaign.rounds:
         series = round_series(campaign, th, rnd)

@@ -29,7 +29,7 @@ from analysis import metrics, theory
 from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign, RunData
 from analysis.keys import At
 from analysis.reconcile import Context, Section, engine_at, run_at
-from analysis.reconcile.concurrency import sweep_points
+from analysis.reconcile.concurrency import run_sweep_points, sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
 from collector.raw.errors import AnatomyError
 
@@ -151,6 +151,9 @@ class SloAnswer:
     stanza: str | None = None
     load: str = "closed-loop only"
     method: str = METHOD
+    # "engine": the round's engine (its first sweep run); "run": a further sweep of our own with another
+    # weight format (its findings are addressed by the run)
+    level: str = "engine"
 
 
 def _meets(p: Measured, attr: str, budget: float) -> bool:
@@ -277,23 +280,45 @@ def plan(
     window_max_running: Callable[[BenchPoint], float | None] | None = None,
     weight_format_of: Callable | None = None,
 ) -> list[SloAnswer]:
-    """The planner's answer per round and engine of a campaign (see the module docstring)."""
+    """The planner's answer per round and engine of a campaign (see the module docstring), and for each
+    further sweep run of our own with a weight format the engine's first run does not have (level
+    ``run``): every series the campaign measured is planned."""
     answers = []
     for rnd in campaign.rounds:
         for eng in ENGINES if engine is None else (engine,):
+            first = sweep_points(campaign, rnd, eng)
             ans = plan_sweep(
                 campaign.name,
                 rnd,
                 eng,
-                sweep_points(campaign, rnd, eng),
+                first,
                 ttft_p99_ms,
                 itl_p99_ms,
                 gate_ok,
                 window_max_running,
                 weight_format_of,
             )
-            if ans is not None:
-                answers.append(ans)
+            if ans is None:
+                continue
+            answers.append(ans)
+            formats = {ans.weight_format}
+            for run in campaign.select(round=rnd, engine=eng):
+                pts = run_sweep_points(run) if run.own and run.name != ans.run else []
+                more = plan_sweep(
+                    campaign.name,
+                    rnd,
+                    eng,
+                    pts,
+                    ttft_p99_ms,
+                    itl_p99_ms,
+                    gate_ok,
+                    window_max_running,
+                    weight_format_of,
+                )
+                if more is not None and more.weight_format not in formats:
+                    formats.add(more.weight_format)
+                    more.level = "run"
+                    answers.append(more)
     return answers
 
 
@@ -800,7 +825,11 @@ def describe(ans: SloAnswer) -> list[str]:
 
 def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
     """The answer as findings under topic ``slo`` (engine level)."""
-    at = engine_at(ans.round, ans.engine, ans.weight_format, topic="slo")
+    at = (
+        At(level="run", run=ans.run, engine=ans.engine, weight_format=ans.weight_format, topic="slo")
+        if ans.level == "run"
+        else engine_at(ans.round, ans.engine, ans.weight_format, topic="slo")
+    )
     budget = {"ttft_p99_budget_ms": ans.ttft_p99_ms, "itl_p99_budget_ms": ans.itl_p99_ms, "load": ans.load}
     if ans.status != "bracketed":
         detail = {
@@ -996,6 +1025,7 @@ def run(
                 {
                     "round": a.round or "",
                     "engine": a.engine,
+                    "weight_format": a.weight_format,
                     "concurrency": m.concurrency,
                     "p99_ttft_ms": m.p99_ttft_ms,
                     "p99_itl_ms": m.p99_itl_ms,
