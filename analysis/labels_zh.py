@@ -72,7 +72,7 @@ REASONS: dict[str, str] = {
     "counter_not_enclosed": "采样没有覆盖该测量点的时间窗",
     "completed_below_requested": "完成的请求少于请求总数",
     "failed_requests": "有失败的请求",
-    "output_tokens_short": "输出 token 少于请求值（未遵守 ignore-eos）",
+    "output_tokens_short": "输出 token 少于请求值（提前停止，或槽位上下文写满被截断）",
     "temperature_not_zero": "请求未强制温度 0（贪心解码）",
     "prefix_caching_on": "前缀缓存未关闭",
     "preemptions_outside_overload": "非过载测试中出现了抢占",
@@ -1384,6 +1384,16 @@ PHRASES: dict[str, str] = {
         "llama.cpp 把新请求的提示{batch}和其他槽的解码放进同一步：这些步的间隔更长"
     ),
     "knee_batch": "（每步最多 {n} 个 token，日志的 n_batch）",
+    # why an engine's sweep outputs came back short (analysis.reconcile.gates.shortfall_cause)
+    "shortfall.early_stop": (
+        "{engine} 的输出比所请求的少 {pct}（缺 {n} token）：请求写满之前就停了（没有按 ignore-eos 继续）"
+    ),
+    "shortfall.slot_full": (
+        "{engine} 的输出比所请求的少 {pct}（缺 {n} token）：请求超过每槽上下文，槽写满即被截断"
+    ),
+    "shortfall_effect": (
+        "输出吞吐只数实际输出的 token：少输出意味着少几步解码，每步的速度不变，吞吐不会因此被高估"
+    ),
     # the same verdict as the TTFT figure's caption reads it
     "ttft_caption.queue": "看排队部分何时开始主导：低并发时 TTFT 几乎全是预填充，过载时几乎全是排队。",
     "ttft_caption.compute": "过载时最大的一段是预填充。",

@@ -395,10 +395,21 @@ def shortfall_total_pct(expected_tokens: int, delivered_tokens: int) -> float:
     return (expected_tokens - delivered_tokens) / expected_tokens * 100.0
 
 
+def shortfall_cause(p: BenchPoint) -> str:
+    """Why a point's requests came back short: ``slot_full`` when a request (prompt + requested output) does
+    not fit llama.cpp's per-slot context (truncated by design), else ``early_stop`` (the engine stopped before
+    the requested length, e.g. at EOS despite ignore-eos)."""
+    _, log = p.run.server_log
+    n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
+    need = (p.input_len_tokens or 0) + (p.requested_output_len_tokens or 0)
+    return "slot_full" if n_ctx and need > n_ctx else "early_stop"
+
+
 def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
     """What the output-token gate caught, in total: of all the tokens the sweeps asked for (completed requests
-    × requested output), the share not delivered — an engine that stops at EOS despite ignore-eos does less
-    work, and its throughput reads too high. Overload points are left out: truncation there is by design."""
+    × requested output), the share not delivered, per engine (with its cause, shortfall_cause) and in
+    total. Output tokens/s counts only the tokens delivered: a short request means fewer decode steps at the
+    same rate, not a higher rate. Overload points are left out: truncation there is by design."""
     key = at("output_shortfall_total_pct")
     known = [
         p
@@ -409,10 +420,13 @@ def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
         return fnd.not_available(key, "%", "no_sweep_log", "no point with a known requested output length")
     expected: dict[str, int] = {}
     short: dict[str, int] = {}
+    cause: dict[str, str] = {}
     for p in known:
         want = p.result.completed * p.requested_output_len_tokens
         expected[p.run.engine] = expected.get(p.run.engine, 0) + want
         short[p.run.engine] = short.get(p.run.engine, 0) + max(0, want - p.result.total_output_tokens)
+        if p.result.total_output_tokens < want:
+            cause[p.run.engine] = max(cause.get(p.run.engine, ""), shortfall_cause(p))
     total_expected, total_short = sum(expected.values()), sum(short.values())
     return fnd.measured(
         key,
@@ -426,6 +440,8 @@ def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
         expected_tokens=total_expected,
         missing_tokens=total_short,
         by_engine_pct={e: shortfall_total_pct(expected[e], expected[e] - short[e]) for e in sorted(expected)},
+        by_engine_missing_tokens={e: short[e] for e in sorted(expected)},
+        by_engine_cause=cause,
         points_short=sum(
             1
             for p in known
