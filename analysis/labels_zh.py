@@ -1394,6 +1394,9 @@ PHRASES: dict[str, str] = {
     "shortfall_effect": (
         "输出吞吐只数实际输出的 token：少输出意味着少几步解码，每步的速度不变，吞吐不会因此被高估"
     ),
+    # a measured step ratio against the byte ratio: the gap is the two sides' roofline achievements' ratio
+    "step_gap.below": "实测比字节之比小，差距正是两边达到带宽下限的比例之比（{a} {pa}，{b} {pb}）",
+    "step_gap.above": "实测比字节之比大，差距正是两边达到带宽下限的比例之比（{a} {pa}，{b} {pb}）",
     # the same verdict as the TTFT figure's caption reads it
     "ttft_caption.queue": "看排队部分何时开始主导：低并发时 TTFT 几乎全是预填充，过载时几乎全是排队。",
     "ttft_caption.compute": "过载时最大的一段是预填充。",

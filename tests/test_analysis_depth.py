@@ -811,3 +811,19 @@ def test_output_shortfall_is_per_engine_and_not_called_an_overestimate(site):
     said = _sentence((site / "index.md").read_text(encoding="utf-8"), "- **自检抓到了什么**")
     assert f"{missing / expected * 100:.1f}%" == "1.3%" and "1.3%" in said and f"缺 {missing:,} token" in said
     assert "0.52%" not in said and "略被高估" not in said and "请求写满之前就停了" in said, said
+
+
+def test_step_ratio_gap_has_its_reason_and_one_byte_ratio_everywhere(site):
+    """Item 8: measured ÷ byte-predicted step ratio is the two sides' roofline achievements' ratio (floor ÷
+    ITL each: the floors' ratio is the prediction), said beside it; the same byte ratio on every page."""
+    home = (site / "index.md").read_text(encoding="utf-8")
+    said = _sentence(home, "- **量化省下了什么，省不下什么？**")
+    meas, theo = (float(x) for x in re.findall(r"([\d.]+) 倍", said)[:2])
+    pa, pb = (float(x) for x in re.search(r"llama.cpp ([\d.]+)%，vLLM ([\d.]+)%", said).groups())
+    assert abs(meas / theo - pa / pb) < 0.005, said  # 2.710 / 3.202 = 0.846 = 75.4 / 89.0
+    comparison = (site / "comparison.md").read_text(encoding="utf-8")
+    ref = _sentence(comparison, "    - RTX 4090 · 参考批次 的量化加速")
+    assert "无法比较" not in ref and f"{theo:.3f} 倍" in ref and f"{pa}%" in ref, ref
+    for campaign in (REF, H200):
+        sel = _cpage(site, campaign, "selection")
+        assert "3.24 倍" not in sel and f"是领先者的 {theo:.2f} 倍" in sel, campaign

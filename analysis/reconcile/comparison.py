@@ -159,6 +159,28 @@ def _quant_rows(c: CampaignSummary) -> list[dict]:
                     "reason": f.reason or "",
                 }
             )
+    if rows:
+        return rows
+    # one format per engine (the reference: vLLM bf16, llama.cpp Q4_K_M): the quantization's byte saving
+    # shows across the two engines, in the latest round's single-stream step ratio (engines page, home)
+    cross = [f for f in c.findings.select(metric="single_stream_step_ratio") if f.available and f.theory]
+    if cross:
+        f = max(cross, key=lambda x: x.round or "")
+        rows.append(
+            {
+                "campaign": c.name,
+                "key": f.key,
+                "engine": "vllm ÷ llamacpp",
+                "heavier_format": "bf16",
+                "lighter_format": "q4_k_m",
+                "value": f.value,
+                "theory": f.theory,
+                "error_pct": f.error_pct,
+                "status": f.status,
+                "reason": "",
+                "cross_engine": True,
+            }
+        )
     return rows
 
 
@@ -319,7 +341,11 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
             )
         for q in (q for q in quant if q["campaign"] == c.name):
             f = c.findings[q["key"]]
-            qkey = f.at.with_(cross=True, campaign=c.name)
+            qkey = (
+                At(cross=True, campaign=c.name, topic="quantization")("step_ratio")
+                if q.get("cross_engine")
+                else f.at.with_(cross=True, campaign=c.name)
+            )
             if f.value is None:
                 found.add(fnd.not_available(qkey, "ratio", f.reason or "unknown", f.detail or "", f.sources))
             else:
@@ -332,6 +358,9 @@ def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], Fi
                         theory=f.theory,
                         tolerance_pct=f.tolerance_pct,
                         detail=f.detail,
+                        cross_engine=bool(q.get("cross_engine")),
+                        achievement_pct=f.extra.get("achievement_pct"),
+                        gap_direction=f.extra.get("gap_direction"),
                     )
                 )
     roof = []

@@ -237,6 +237,17 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                 if fl and len(fl["vllm"]) and len(fl["llamacpp"])
                 else None
             )
+            # measured ÷ predicted ratio = llama.cpp's achievement ÷ vLLM's: the gap's one-line reason
+            achieved = (
+                {
+                    "vllm": achievement_pct(float(fl["vllm"].iloc[0]), v.result.stat_ms("p50", "itl")),
+                    "llamacpp": achievement_pct(
+                        float(fl["llamacpp"].iloc[0]), ll.result.stat_ms("p50", "itl")
+                    ),
+                }
+                if pred is not None
+                else None
+            )
             findings.append(
                 fnd.measured(
                     key,
@@ -247,6 +258,8 @@ def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -
                     tolerance_pct=STEP_RATIO_TOLERANCE_PCT if pred is not None else None,
                     detail="vLLM p50 ITL ÷ llama.cpp p50 ITL at concurrency 1; theory: ratio of "
                     "the roofline floors (bytes read per step)",
+                    achievement_pct=achieved,
+                    gap_direction=None if pred is None else ("below" if meas < pred else "above"),
                     weight_bytes_ratio=(
                         th.weight_bytes_per_step("vllm") / th.weight_bytes_per_step("llamacpp")
                     )

@@ -48,6 +48,26 @@ def roofline_floor_ms(
     return theory.decode_step_floor_s(weight_bytes_per_step, kv, bandwidth_bytes_per_s) * 1000.0
 
 
+def kv_bytes_per_request(s: dict, p) -> float | None:
+    """One request's mean KV bytes over its decode at a point, bytes: mean context (prompt + half the mean
+    output) × the series' KV bytes per token; None without the lengths or the KV size."""
+    r = p.result
+    mean_out = r.total_output_tokens / r.completed if r.completed and r.total_output_tokens else None
+    kvb = s["kv_bytes_per_token"]
+    if kvb is None or not p.input_len_tokens or not mean_out:
+        return None
+    return mean_context_tokens(p.input_len_tokens, mean_out) * kvb
+
+
+def step_bytes(s: dict, p) -> float | None:
+    """The bytes one decode step reads at a point, bytes: the series' weight bytes per step + concurrency ×
+    kv_bytes_per_request — the roofline floor's numerator, and the one byte count every page's "bytes per
+    step" ratio divides."""
+    kv = kv_bytes_per_request(s, p)
+    wb = s["weight_bytes_per_step"]
+    return None if kv is None or wb is None else wb + p.concurrency * kv
+
+
 def achievement_pct(floor_ms: float, measured_ms: float) -> float:
     """How close a measured step is to its floor, %: floor ÷ measured × 100 (100 = at the roofline)."""
     return floor_ms / measured_ms * 100.0
@@ -144,10 +164,10 @@ def _point_row(s: dict, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         "output_throughput_tokens_per_s": r.output_throughput_tok_s,
         "source": p.cite("p50_itl_ms"),
     }
-    wb, kvb = s["weight_bytes_per_step"], s["kv_bytes_per_token"]
-    if wb is not None and kvb is not None and p.input_len_tokens and mean_out:
-        kv_req = mean_context_tokens(p.input_len_tokens, mean_out) * kvb
-        row["bytes_per_step"] = wb + p.concurrency * kv_req
+    wb = s["weight_bytes_per_step"]
+    kv_req = kv_bytes_per_request(s, p)
+    if wb is not None and kv_req is not None:
+        row["bytes_per_step"] = step_bytes(s, p)
         for tag, bw in (
             ("datasheet", th.gpu.bandwidth_bytes_per_s if th.gpu else None),
             ("measured", th.ceilings.copy_bytes_per_s if th.ceilings else None),
@@ -336,6 +356,12 @@ def _quantization(series: list[dict], rows: list[dict], th: TheoryCtx) -> list[f
                         )
                         for x in common
                         if hr[x]["output_throughput_tokens_per_s"]
+                    },
+                    gap_direction=None if theo is None else ("below" if meas < theo else "above"),
+                    # measured ÷ predicted ratio = the lighter format's achievement ÷ the heavier's
+                    achievement_pct={
+                        heavy["weight_format"]: h.get("achievement_datasheet_pct"),
+                        lightest["weight_format"]: lo.get("achievement_datasheet_pct"),
                     },
                     itl_ratio_by_concurrency={
                         str(int(x)): step_ratio(hr[x]["p50_itl_ms"], lr[x]["p50_itl_ms"]) for x in common

@@ -26,7 +26,7 @@ from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At, slug
 from analysis.reconcile import Context, Section, engine_at, slo
 from analysis.reconcile.concurrency import peak_throughput_finding, sweep_points
-from analysis.reconcile.roofline import step_ratio, sweep_series, throughput_ratio
+from analysis.reconcile.roofline import step_bytes, step_ratio, sweep_series, throughput_ratio
 from analysis.reconcile.theoryctx import TheoryCtx
 
 BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
@@ -350,6 +350,13 @@ def _same_best(at: At, per_budget: list[fnd.Finding]) -> list[fnd.Finding]:
     ]
 
 
+def _step_bytes_at(s: dict, concurrency: int) -> float | None:
+    """The bytes one decode step of the series reads at its point of that concurrency (roofline.step_bytes:
+    the same count as the engines page's and the quantization finding's byte ratio)."""
+    p = next((q for q in s["points"] if q.concurrency == concurrency), None)
+    return step_bytes(s, p) if p is not None else None
+
+
 def _lead(
     key: At,
     a: tuple[dict, float, list[str], int],
@@ -360,7 +367,7 @@ def _lead(
     """The leader's advantage over the other series, ≥ 1 (``ratio(x, y)``: how many times better x is than
     y), with both series' values and how many times more weight bytes the other reads per decode step."""
     lead, other = (a, b) if ratio(a[1], b[1]) >= 1 else (b, a)
-    wl, wo = lead[0]["weight_bytes_per_step"], other[0]["weight_bytes_per_step"]
+    wl, wo = (_step_bytes_at(x[0], x[3]) for x in (lead, other))
     return fnd.measured(
         key,
         ratio(lead[1], other[1]),
@@ -375,7 +382,7 @@ def _lead(
         other_engine=other[0]["engine"],
         other_weight_format=other[0]["weight_format"],
         same_engine=lead[0]["engine"] == other[0]["engine"],
-        other_over_leader_weight_bytes=wo / wl if wl and wo else None,
+        other_over_leader_step_bytes=wo / wl if wl and wo else None,
         **extra,
     )
 
