@@ -899,6 +899,15 @@ def fmt_int(x: object) -> str:
     return f"{round(float(x)):,}"
 
 
+def fmt_approx(x: object, sig: int = 2) -> str:
+    """A large count a sentence gives as 约: rounded to ``sig`` significant digits, ``262_999`` →
+    ``260,000``."""
+    if _is_missing(x) or not isinstance(x, Real) or isinstance(x, bool) or not x:
+        return fmt_num(x)
+    v = float(x)
+    return fmt_num(int(round(v, sig - 1 - math.floor(math.log10(abs(v))))))
+
+
 def fmt_ms_as_s(ms: object, sig: int = 3) -> str:
     """A duration given in ms, printed in seconds with its unit: ``168_900`` → ``169 秒``; ``sig``
     significant digits (a headline's boundary reads ``0.73 秒`` at ``sig=2``)."""

@@ -23,7 +23,7 @@ from analysis.keys import At
 from analysis.reconcile import Context, Section, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
 from analysis.reconcile.concurrency_depth import pool_ceiling_requests
-from analysis.reconcile.lengths import pool_tokens
+from analysis.reconcile.lengths import budget_tokens, pool_tokens
 from analysis.reconcile.overload import headline, overload_points, point_cut, tokens_freed
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
@@ -49,11 +49,49 @@ def excess_pct(measured: float, expected: float) -> float:
     return (measured - expected) / expected * 100.0
 
 
-def recompute_tokens_from_flops(extra_flops: float, cfg, tokens_per_recompute: int) -> float:
+def chunked_attention_flops(cfg, prompt_tokens: int, chunk_tokens: int | None) -> int:
+    """Attention FLOPs vLLM's counter books for a prompt prefilled in chunks, FLOPs: 4·L·H·d × Σ_k c_k × T_k
+    (chunk k schedules c_k = min(C, what is left) tokens against T_k = the tokens computed so far including
+    it — "scheduled tokens × context" per chunk). One chunk (C ≥ S, or C None) is the full square S × S of
+    ``theory.attention_flops_prefill``; three chunks of 2,048 for 6,144 tokens book 2/3 of it."""
+    s = prompt_tokens
+    c = chunk_tokens if chunk_tokens and chunk_tokens < s else s
+    done = booked = 0
+    while done < s:
+        step = min(c, s - done)
+        done += step
+        booked += step * done
+    return 4 * booked * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+
+
+def chunked_prefill_flops(cfg, prompt_tokens: int, chunk_tokens: int | None) -> float:
+    """Prefill FLOPs as the counter books a chunked prefill, FLOPs: ``theory.flops_prefill`` with its full
+    square attention replaced by ``chunked_attention_flops``."""
+    return float(
+        theory.flops_prefill(cfg, prompt_tokens)
+        - theory.attention_flops_prefill(cfg, prompt_tokens)
+        + chunked_attention_flops(cfg, prompt_tokens, chunk_tokens)
+    )
+
+
+def chunked_request_flops(cfg, input_tokens: int, output_tokens: int, chunk_tokens: int | None) -> float:
+    """One request's FLOPs without recompute as the counter books it, FLOPs: ``theory.request_flops`` with
+    the prompt prefilled in chunks of ``chunk_tokens`` (the iteration token budget)."""
+    return float(
+        theory.request_flops(cfg, input_tokens, output_tokens)
+        - theory.attention_flops_prefill(cfg, input_tokens)
+        + chunked_attention_flops(cfg, input_tokens, chunk_tokens)
+    )
+
+
+def recompute_tokens_from_flops(
+    extra_flops: float, cfg, tokens_per_recompute: int, chunk_tokens: int | None = None
+) -> float:
     """Tokens re-prefilled that the FLOPs counter's excess implies, tokens: extra FLOPs ÷ the prefill FLOPs
-    per token of a recompute of ``tokens_per_recompute`` tokens (full square, as the counter counts:
-    ``theory.flops_prefill(n) ÷ n``)."""
-    return extra_flops / (theory.flops_prefill(cfg, tokens_per_recompute) / tokens_per_recompute)
+    per token of a recompute of ``tokens_per_recompute`` tokens, chunked as the budget chunks it
+    (``chunked_prefill_flops(n, C) ÷ n``; C None: one chunk, the full square)."""
+    per_token = chunked_prefill_flops(cfg, tokens_per_recompute, chunk_tokens) / tokens_per_recompute
+    return extra_flops / per_token
 
 
 def _gentlest(p: BenchPoint, campaign: Campaign, rnd: str | None) -> BenchPoint | None:
@@ -293,7 +331,10 @@ def _counter_conflict(
     inp, outp = round(p.input_len_tokens), p.requested_output_len_tokens
     expected_tokens = r.completed * (inp + outp)  # each request's prompt and output once (c=1 points: exact)
     it = w.delta("iter_tok_sum")
-    theo = th.request_flops(inp, outp) * r.completed
+    # the prompt is prefilled in chunks of the iteration budget, and the counter books each chunk's tokens ×
+    # its context: less attention than one full square
+    chunk, chunk_src, _ = budget_tokens(p.run, campaign)
+    theo = chunked_request_flops(th.cfg, inp, outp, chunk) * r.completed
     flops = w.delta("flops")
     out = [
         fnd.measured(
@@ -309,12 +350,14 @@ def _counter_conflict(
             pre("flops_counter_excess_pct"),
             excess_pct(flops, theo),
             "%",
-            [p.run.cite(srel, "flops"), p.cite("completed")],
+            [p.run.cite(srel, "flops"), p.cite("completed")] + ([chunk_src] if chunk_src else []),
             observed_flops=flops,
             expected_flops=theo,
+            chunk_tokens=chunk,
             detail=(
-                "Δestimated_flops_per_gpu_total vs theory.request_flops × completed: the work "
-                "without recompute"
+                "Δestimated_flops_per_gpu_total vs chunked_request_flops × completed: the work without "
+                "recompute, the prompt prefilled in chunks of the iteration budget (chunk_tokens; none: one "
+                "chunk)"
             ),
         ),
     ]
@@ -341,7 +384,7 @@ def _counter_conflict(
             )
         )
         return out
-    implied = recompute_tokens_from_flops(extra, th.cfg, round(per))
+    implied = recompute_tokens_from_flops(extra, th.cfg, round(per), chunk)
     out.append(
         fnd.measured(
             pre("recompute_tokens_implied_by_flops"),
@@ -353,8 +396,10 @@ def _counter_conflict(
             preemptions=n_pre,
             tokens_freed_per_preemption=per,
             extra_flops=extra,
-            detail="the FLOPs counter's excess over theory ÷ the prefill FLOPs per token of a recompute of "
-            "the mean tokens freed; theory: preemptions × mean tokens freed per preemption",
+            chunk_tokens=chunk,
+            detail="the FLOPs counter's excess over the chunked no-recompute model ÷ the prefill FLOPs per "
+            "token of a recompute of the mean tokens freed, chunked the same way; theory: preemptions × mean "
+            "tokens freed per preemption",
         )
     )
     return out

@@ -23,6 +23,7 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
     env.filters.update(
         # numbers
         num=zh.fmt_num,
+        approx=zh.fmt_approx,  # a large count after 约
         int=zh.fmt_int,
         pct=zh.fmt_pct,
         spct=zh.fmt_signed_pct,
