@@ -56,7 +56,10 @@ STATUS: dict[str, str] = {"ok": "吻合", "mismatch": "不吻合", "n/a": "无�
 
 # reason codes of n/a findings and failed gates -> prose
 REASONS: dict[str, str] = {
-    "no_sampler_csv": "该轮次此项测试没有采样 CSV（metrics_sweep.csv），无法计算时间窗内的计数器差值",
+    "no_sampler_csv": (
+        "这次运行没有可用的计数器采样（没有采样文件，或采样里没有这项计数器），无法计算时间窗内的计数器差值"
+    ),
+    "no_queue_histogram": "llama.cpp 没有排队时间直方图（只有 vLLM 的 /metrics 有）",
     "no_server_log": "缺少服务器启动日志，无法读取 KV 池大小",
     "no_kv_pool_line": "服务器日志中没有 KV 池容量行",
     "no_sweep_log": "缺少 sweep 日志，无法核对请求参数（温度、ignore-eos）",
@@ -1374,6 +1377,10 @@ PHRASES: dict[str, str] = {
         "其中 {wait}（{share}）不在请求自己的提示计算（{work}）里：等槽位还是等同批里"
         "其他请求的预填充，llama.cpp 没有排队直方图，分不开"
     ),
+    # a change's verb from its sign (analysis.reconcile.concurrency.change_direction)
+    "change.up": "涨到",
+    "change.down": "反而降到",
+    "change.same": "仍是",
     # the knee (analysis.reconcile.concurrency: p50_shape, tail_share, knee_cause)
     "knee_p50.flat": "p50 几乎不变（{change}）",
     "knee_p50.up": "p50 也涨了 {change}：多数间隔都在变慢，不只是尾巴",

@@ -844,3 +844,19 @@ def test_flops_excess_sentence_uses_the_chunked_model_and_says_about(site):
     said += _sentence(_cpage(site, REF, "overload"), "  而抢占次数 × 每次释放的 token")
     assert "正好" not in said and "多约 24%" in said and "每块 2,048 token" in said, said
     assert "约 260,000 token" in said and "约 240,000 token" in said and "量级相符" in said, said
+
+
+def test_words_follow_the_data_and_summaries_replace_repeats(site):
+    """Item "Also": the verb of a change comes from its sign (no 「从 1,538 涨到 1,335」), headline ratios
+    at reader precision, 120 identical 0 % prefix-cache rows summarised one per run, no reference file
+    named on our own campaigns' pages."""
+    cpu = _sentence(_cpage(site, CPU, "index"), "    - vLLM（bf16）从 1 路到")
+    assert "从 1,538 涨到 1,335" not in cpu and "从 1,538 反而降到 1,335" in cpu, cpu
+    ref = _sentence(_cpage(site, REF, "index"), "    - vLLM（bf16）从 1 路到")
+    assert "22.44 倍" not in ref and "22 倍" in ref, ref
+    h200 = _cpage(site, H200, "index")
+    assert "全部为 0" in h200 and h200.count("| 0.0% |") < 40  # one row per run, not 120
+    assert len(re.findall(r'id="f-runs-[^"]*prefix-cache-hit-rate"', h200)) >= 100  # every finding anchored
+    for campaign in (H200, CPU):
+        for page in (site / "campaigns" / campaign).glob("*.md"):
+            assert "metrics_sweep.csv" not in page.read_text(encoding="utf-8"), page

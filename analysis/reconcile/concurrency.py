@@ -420,6 +420,11 @@ def _n_batch(p: BenchPoint) -> int | None:
     return int(v) if v is not None and str(v).isdigit() else None
 
 
+def change_direction(before: float, after: float) -> str:
+    """``up`` when after > before, ``down`` when after < before, ``same`` when equal."""
+    return "up" if after > before else "down" if after < before else "same"
+
+
 def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:
     """The sweep's knee (fits.knee: the first concurrency whose p99 ITL exceeds 2 × its p50) with p50, p90
     and p99 there and just below it, how p50 moved (p50_shape), how many intervals stretched (tail_share)
@@ -515,6 +520,8 @@ def throughput_gain_finding(
         single_tokens_per_s=c1.result.output_throughput_tok_s,
         top_tokens_per_s=top.result.output_throughput_tok_s,
         top_concurrency=top.concurrency,
+        # the word the page uses: more, less or the same output tokens/s at the top than at one stream
+        direction=change_direction(c1.result.output_throughput_tok_s, top.result.output_throughput_tok_s),
         detail="output tokens/s at the highest gated-in sweep concurrency ÷ at concurrency 1",
         **which,
     )

@@ -166,7 +166,7 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
             fnd.not_available(
                 at("queue_share_of_prefill_pct"),
                 "%",
-                "no_sampler_csv",
+                "no_queue_histogram" if run.engine == "llamacpp" else "no_sampler_csv",
                 f"{run.cite_root}: no queue-time histogram (vLLM's /metrics only)",
                 [top.cite()],
             )
