@@ -1377,6 +1377,9 @@ PHRASES: dict[str, str] = {
         "其中 {wait}（{share}）不在请求自己的提示计算（{work}）里：等槽位还是等同批里"
         "其他请求的预填充，llama.cpp 没有排队直方图，分不开"
     ),
+    # the overload point's decoding against the sweep's (analysis.reconcile.overload.decode_verdict)
+    "decode.unchanged": "解码没有变慢，多出来的首 token 延迟是在等",
+    "decode.slower": "解码也变慢了",
     # a change's verb from its sign (analysis.reconcile.concurrency.change_direction)
     "change.up": "涨到",
     "change.down": "反而降到",

@@ -79,6 +79,19 @@ def change_pct(value: float, base: float) -> float:
     return (value - base) / base * 100.0
 
 
+# decoding "got slower" under overload: its p50 ITL more than twice the same-concurrency sweep's
+DECODE_SLOWER_FACTOR = 2.0
+
+
+def decode_verdict(overload_p50_itl_ms: float | None, sweep_p50_itl_ms: float | None) -> str | None:
+    """``unchanged`` when the overload point's p50 ITL stays under DECODE_SLOWER_FACTOR × the sweep's at the
+    same concurrency (a longer TTFT is then waiting, not decoding), ``slower`` otherwise; None without
+    both."""
+    if overload_p50_itl_ms is None or sweep_p50_itl_ms is None:
+        return None
+    return "unchanged" if overload_p50_itl_ms < DECODE_SLOWER_FACTOR * sweep_p50_itl_ms else "slower"
+
+
 def point_cut(p: BenchPoint) -> bool:
     """The point did not get all its requests back (aborted, failed): it cannot carry conclusions."""
     r = p.result
@@ -619,6 +632,7 @@ def _versus_sweep(
         "sweep_output_len_tokens": twin.requested_output_len_tokens,
         "overload_p50_itl_ms": r.stat_ms("p50", "itl"),
         "sweep_p50_itl_ms": t.stat_ms("p50", "itl"),
+        "decode": decode_verdict(r.stat_ms("p50", "itl"), t.stat_ms("p50", "itl")),
     }
     out = []
     ov_ttft, sw_ttft = r.stat_ms("p50", "ttft"), t.stat_ms("p50", "ttft")
