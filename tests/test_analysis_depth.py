@@ -757,7 +757,7 @@ def test_slo_budget_is_kept_in_front_of_the_server_with_one_n_on_every_page(out,
     assert f"--max-num-seqs {n}`" not in slo_page and "可设 `-np" not in slo_page
     vllm = _sentence(slo_page, "- vLLM（bf16）：最高并发约")
     assert f"同时在途不超过 {n} 个，多出来的返回 429" in vllm and f"KV 容量 {kv_cap}（" in vllm, vllm
-    assert "不是参考研究的生产预算" in slo_page
+    assert "不是参考研究的生产预算" in slo_page and "选型分界约 0.73 秒" in slo_page
     said = _sentence(home, "- **`--max-num-seqs` 设多少**")
     assert f"KV 容量 {kv_cap}（" in said and f"压在 {n} 个以内" in said, said
     for campaign in (H200, CPU):  # llama.cpp: slots are at least N, the cap is still in front
