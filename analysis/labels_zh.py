@@ -57,7 +57,8 @@ STATUS: dict[str, str] = {"ok": "吻合", "mismatch": "不吻合", "n/a": "无�
 # reason codes of n/a findings and failed gates -> prose
 REASONS: dict[str, str] = {
     "no_sampler_csv": (
-        "这次运行没有可用的计数器采样（没有采样文件，或采样里没有这项计数器），无法计算时间窗内的计数器差值"
+        "这次运行没有可用的计数器采样（没有采样 CSV 或 /metrics 抓取，或其中没有这项计数器），"
+        "无法计算时间窗内的计数器差值"
     ),
     "no_queue_histogram": "llama.cpp 没有排队时间直方图（只有 vLLM 的 /metrics 有）",
     "no_server_log": "缺少服务器启动日志，无法读取 KV 池大小",
