@@ -95,10 +95,6 @@ KEY_QUANTITIES = [
         re.compile(
             r"(?:读取的字节之比(?:是|预测)?|字节之比预测|读取的字节预测|字节是领先者的)\s*([\d.]+)\s*倍"
         ),
-        marks=pytest.mark.xfail(
-            reason="issue #19 item 8 (selection page gives the ratio without KV, 3.24×): fixed with h19a",
-            strict=False,
-        ),
         id="byte-ratio",
     ),
     pytest.param(
