@@ -273,6 +273,10 @@ class ServerProcess:
                         self.check_identity()
                         return time.monotonic() - t0
                     last = f"HTTP {status}"
+                except httpx.ConnectError as err:
+                    if self.proc is None:  # attached: nobody is starting a server that could still come up
+                        raise RunError(f"{url}: connection refused — is the server running? ({err})") from err
+                    last = type(err).__name__
                 except httpx.HTTPError as err:
                     last = (
                         f"{type(err).__name__}: {err}"
