@@ -1,5 +1,6 @@
-"""The quick path as a user types it: `collector run --base-url URL --model NAME` with vllm bench serve's flags,
-`collector init --url`, a fast `--help`, and the end-of-run verdict on the points analysis will leave out."""
+"""The quick path as a user types it: `collector run --base-url URL --model NAME` with vllm bench serve's
+flags, `collector init --url`, a fast `--help`, and the end-of-run verdict on the points analysis will leave
+out."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from collector.raw.plan import load_plan
 from collector.run import PointRow, RunResult
 from tests.cli import ROOT, collector_cli
 
-# vllm bench serve's default --save-result name: {label}-{rate}qps[-concurrency{N}]-{model}-{%Y%m%d-%H%M%S}.json
+# vllm bench serve's default --save-result name:
+# {label}-{rate}qps[-concurrency{N}]-{model}-{%Y%m%d-%H%M%S}.json
 VLLM_NAME = re.compile(r"openai-infqps-concurrency(\d+)-fault-model-\d{8}-\d{6}\.json")
 
 
