@@ -23,8 +23,9 @@ from typing import Any
 
 from analysis import metrics, rundocs
 from analysis.parse import parser_for
-from analysis.parse.bench_json import BenchResult, parse_bench_json
+from analysis.parse.bench_json import BenchResult
 from analysis.parse.events_jsonl import parse_events_jsonl
+from analysis.parse.peers import parse_result_json
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.rundocs import RunDocs, read_run_docs
@@ -337,7 +338,7 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
         parser = parser_for(info.path / rel)
         if parser is None:
             continue
-        if has_requests and parser is parse_bench_json:
+        if has_requests and parser is parse_result_json:
             # the collector's per-point convenience copies (bench/<point>.json): frozen at collection time,
             # never read; the points are recomputed from requests.jsonl (_points_from_requests)
             continue
@@ -374,6 +375,18 @@ def _is_warmup(label: str) -> bool:
     return "warmup" in label.lower()
 
 
+def _bench_results(run: RunData) -> Iterator[tuple[str, str, BenchResult]]:
+    """(file, point label, result) of every result file in the run; a file holding several results
+    (GuideLLM: one per benchmark) gives one point each, labelled ``<stem>-<index>``."""
+    for rel in sorted(run.records):
+        rec = run.records[rel]
+        if isinstance(rec, BenchResult):
+            yield rel, Path(rel).stem, rec
+        elif isinstance(rec, list):
+            for i, r in enumerate(x for x in rec if isinstance(x, BenchResult)):
+                yield rel, f"{Path(rel).stem}-{i:02d}", r
+
+
 def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_PERCENTILES) -> None:
     if run.requests[1] is not None:
         run.points = sorted(_points_from_requests(run, percentiles), key=lambda p: p.order)
@@ -385,11 +398,7 @@ def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_P
             if sp.result_filename:
                 by_file[Path(sp.result_filename).name] = sp
     pts: list[BenchPoint] = []
-    for rel in sorted(run.records):
-        rec = run.records[rel]
-        if not isinstance(rec, BenchResult):
-            continue
-        label = Path(rel).stem
+    for rel, label, rec in _bench_results(run):
         sp = by_file.get(Path(rel).name)
         inp = rec.total_input_tokens / rec.completed if rec.total_input_tokens and rec.completed else None
         out_len = None

@@ -186,13 +186,20 @@ def init_(
 @main.command(name="import")
 @click.argument("src", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--campaign", required=True, help="Campaign name under raw/.")
+@click.option(
+    "--engine",
+    type=click.Choice([*ENGINES, "unknown"]),
+    default=None,
+    help="The server the peer's results measured (vllm bench serve, AIPerf and GuideLLM do not record it).",
+)
 @raw_option
 @_one_line_errors
-def import_(src: Path, campaign: str, raw: Path) -> None:
-    """Import an existing results folder into the raw store (byte-identical, with provenance)."""
+def import_(src: Path, campaign: str, engine: str | None, raw: Path) -> None:
+    """Import an existing results folder into the raw store (byte-identical, with provenance): hand-run
+    campaigns, vllm bench serve --save-result files (any name), AIPerf artifact folders, GuideLLM reports."""
     from collector.importer import import_results  # local import: heavy (the parsers)
 
-    for line in import_results(src, campaign=campaign, raw_root=raw):
+    for line in import_results(src, campaign=campaign, raw_root=raw, engine=engine):
         click.echo(line)
 
 
