@@ -1,5 +1,5 @@
-"""`collector import` of what people have: files vllm bench serve, AIPerf and GuideLLM really wrote (tests/data/
-peers, see its README), recognised by content, imported byte for byte, read back into points with the numbers
+"""`collector import` of what people have: files vllm bench serve, AIPerf and GuideLLM really wrote
+(tests/data/peers, see its README), recognised by content, imported byte for byte, read back into points with the numbers
 the files hold."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def test_aiperf_artifact_folder_becomes_a_point_with_its_numbers(tmp_path):
     assert pt.result.output_throughput_tok_s == doc["output_token_throughput"]["avg"]
     run = open_run(raw / "peers" / "my-aiperf-run")
     assert run.meta["engine"] == "llamacpp"
-    assert (raw / "peers" / "my-aiperf-run" / "inputs.json").read_bytes() == (src / "inputs.json").read_bytes()
+    copied = raw / "peers" / "my-aiperf-run" / "inputs.json"
+    assert copied.read_bytes() == (src / "inputs.json").read_bytes()
 
 
 @pytest.mark.skipif(not SEED.is_dir(), reason="the reference campaign is not beside the checkout")
