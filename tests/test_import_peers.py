@@ -1,6 +1,6 @@
 """`collector import` of what people have: files vllm bench serve, AIPerf and GuideLLM really wrote
-(tests/data/peers, see its README), recognised by content, imported byte for byte, read back into points with the numbers
-the files hold."""
+(tests/data/peers, see its README), recognised by content, imported byte for byte, read back into points
+with the numbers the files hold."""
 
 from __future__ import annotations
 
