@@ -44,6 +44,25 @@ def test_aiperf_artifact_folder_becomes_a_point_with_its_numbers(tmp_path):
     assert copied.read_bytes() == (src / "inputs.json").read_bytes()
 
 
+def test_guidellm_report_gives_a_point_per_benchmark(tmp_path):
+    src = tmp_path / "gl"
+    shutil.copytree(PEERS / "guidellm-0.8.1", src)
+    raw = tmp_path / "raw"
+    p = collector_cli("import", src, "--campaign", "peers", "--engine", "vllm", "--raw", raw)
+    assert p.returncode == 0 and "peers/gl  vllm concurrency_sweep" in p.stdout, p.stdout + p.stderr
+    doc = json.loads((src / "benchmarks.json").read_text())
+    pts = sorted(_points(raw, "peers"), key=lambda pt: pt.concurrency)
+    assert [(pt.concurrency, pt.result.completed, pt.label) for pt in pts] == [
+        (1, 6, "benchmarks-00"),
+        (2, 6, "benchmarks-01"),
+    ]
+    for pt, b in zip(pts, doc["benchmarks"], strict=True):
+        ttft = b["metrics"]["time_to_first_token_ms"]["successful"]
+        assert pt.result.latency["ttft"].percentiles_ms[99.0] == ttft["percentiles"]["p99"]
+        assert pt.result.latency["ttft"].percentiles_ms[99.9] == ttft["percentiles"]["p999"]
+        assert pt.result.duration_s == b["duration"]
+
+
 @pytest.mark.skipif(not SEED.is_dir(), reason="the reference campaign is not beside the checkout")
 def test_vllm_bench_serve_default_names_are_points_not_documents(tmp_path):
     """--save-result files under vllm bench serve's own default names, loose in a folder (no bash names):

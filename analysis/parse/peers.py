@@ -5,10 +5,10 @@
 - **AIPerf** ``profile_export_aiperf.json`` (schema 1.x): one run's aggregate per metric, ``{"unit", "avg",
   "p50", "p90", "p99", "std", ...}``. Its ``inter_token_latency`` is the per-request mean gap after the first
   token, vllm bench's TPOT; its ``inter_chunk_latency`` the per-chunk gaps, vllm bench's ITL.
-- **GuideLLM** ``benchmarks.json`` (``guidellm benchmark --output-path``/``--outputs json``): one entry per
-  benchmark (a concurrency level or a rate), each with ``metrics`` of per-status distributions
-  (``successful``: ``mean``, ``median``, ``std_dev``, ``percentiles.p50``...). One file holds several points:
-  ``parse_guidellm_json`` returns one record per benchmark.
+- **GuideLLM** ``benchmarks.json`` (``guidellm run``'s default output, 0.8): one entry per benchmark (a
+  concurrency level or a rate), each with ``metrics`` of per-status distributions (``successful``: ``mean``,
+  ``median``, ``std_dev``, ``percentiles.p50``...). One file holds several points: ``parse_guidellm_json``
+  returns one record per benchmark.
 
 ``sniff(obj)`` tells them apart by their keys, never by the file name.
 """
@@ -36,13 +36,12 @@ _AIPERF_LATENCY = {
     "inter_chunk_latency": "itl",
     "request_latency": "e2el",
 }
-# GuideLLM metric -> our latency key; its inter_token_latency_ms is per request, vllm bench's TPOT
-_GUIDELLM_LATENCY = {
-    "time_to_first_token_ms": "ttft",
-    "inter_token_latency_ms": "tpot",
-    "time_per_output_token_ms": "itl",
-    "request_latency": "e2el",
-}
+# GuideLLM metric -> our latency key: its inter_token_latency_ms is per request ((last - first token) /
+# (tokens - 1)), vllm bench's TPOT; it keeps no per-chunk gaps (no ITL); request_latency is in seconds
+_GUIDELLM_LATENCY = {"time_to_first_token_ms": "ttft", "inter_token_latency_ms": "tpot"}
+# GuideLLM's percentile keys: p001 is the 0.1th, p01 the 1st, p999 the 99.9th
+_GUIDELLM_PCT = {"p001": 0.1, "p01": 1.0, "p05": 5.0, "p10": 10.0, "p25": 25.0, "p50": 50.0, "p75": 75.0,
+                 "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}  # fmt: skip
 
 
 def sniff(obj: Any) -> str | None:
@@ -161,7 +160,7 @@ def _gl_stats(metric: Any, scale: float = 1.0) -> LatencyStats:
         x = _num(v)
         return None if x is None else x * scale
 
-    pcts = {float(k[1:]): x for k, v in pct.items() if k.startswith("p") and (x := s(v)) is not None}
+    pcts = {_GUIDELLM_PCT[k]: x for k, v in pct.items() if k in _GUIDELLM_PCT and (x := s(v)) is not None}
     return LatencyStats(mean_ms=s(d.get("mean")), median_ms=s(d.get("median")), std_ms=s(d.get("std_dev")),
                         percentiles_ms=pcts)  # fmt: skip
 
@@ -219,7 +218,7 @@ def parse_guidellm_json(path: str | Path) -> list[BenchResult]:
         if dur is None:
             raise ParseError(str(path), 1, f"benchmark {i}: no duration (start_time/end_time)")
         latency = {ours: _gl_stats(m.get(theirs)) for theirs, ours in _GUIDELLM_LATENCY.items()}
-        latency["e2el"] = _gl_stats(m.get("request_latency"), scale=1000.0)  # GuideLLM: seconds
+        latency["e2el"] = _gl_stats(m.get("request_latency"), scale=1000.0)
         out.append(
             BenchResult(
                 path=f"{path}#{i}",
