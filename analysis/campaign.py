@@ -30,6 +30,7 @@ from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.rundocs import RunDocs, read_run_docs
 from analysis.windows import naive_as_utc_epoch_s
+from collector.raw.decisions import excluded_runs
 from collector.raw.errors import AnatomyError, ParseError, StoreError
 from collector.raw.store import RawStore, RunInfo, open_run, run_state, text_name, verify_run
 
@@ -244,6 +245,8 @@ class Campaign:
     # the percentiles the per-point tables report (`analyze --metric-percentiles`; default
     # metrics.DEFAULT_PERCENTILES)
     percentiles: tuple[float, ...] = metrics.DEFAULT_PERCENTILES
+    # runs a `collector exclude` decision leaves out of every conclusion: run name -> the reason given
+    excluded: dict[str, str] = field(default_factory=dict)
 
     @property
     def all_runs(self) -> list[RunData]:
@@ -566,9 +569,14 @@ def load_campaign(
     ``percentiles``, the analysis-time set our runs' points are summarised at (a bench file has its own)."""
     runs: list[RunData] = []
     broken: list[BrokenRun] = []
+    excluded: dict[str, str] = {}
     for root in raw_roots:
         store = RawStore(root)
+        left_out = excluded_runs(Path(root) / name)
+        excluded.update(left_out)
         for run_dir in store.run_dirs(name):
+            if run_dir.name in left_out:
+                continue
             info = None
             try:
                 info = open_run(run_dir)
@@ -588,6 +596,7 @@ def load_campaign(
         broken=sorted(broken, key=lambda b: b.name),
         verified=verified,
         percentiles=tuple(percentiles),
+        excluded=excluded,
     )
     _borrow_protocol(campaign)
     return campaign

@@ -315,6 +315,51 @@ def slo(
 
 
 @main.command()
+@_raw_roots
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("site"),
+    show_default=True,
+    help="Where the static site is written.",
+)
+@click.option(
+    "--work",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Keep the analysis results and rendered pages here (default: a temporary folder).",
+)
+@click.argument("campaigns", nargs=-1)
+@_one_line_errors
+def report(raws: tuple[Path, ...], out: Path, work: Path | None, campaigns: tuple[str, ...]) -> None:
+    """Build the report site from raw stores, from any folder: analyze the campaigns (default: every one in
+    the --raw roots, and only those), render their pages, `mkdocs build --strict` into --out. Needs the
+    site extra (pip install 'inference-anatomy[site]')."""
+    import tempfile  # local import: only this command needs it
+
+    from analysis.report.build import report_site  # local import: heavy (pandas, altair, mkdocs)
+
+    with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
+        work_dir = Path(work) if work is not None else Path(tmp)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        report_site(list(raws), Path(out), work_dir, list(campaigns) or None, on_line=click.echo)
+
+
+@main.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--reason", required=True, help="Why the run is left out (printed wherever it is).")
+@click.option("--include", is_flag=True, help="Take an earlier exclusion back (the last decision wins).")
+@_one_line_errors
+def exclude(run_dir: Path, reason: str, include: bool) -> None:
+    """Leave a run (RAW/CAMPAIGN/RUN) out of its campaign's conclusions: a decision appended to
+    RAW/CAMPAIGN/decisions.jsonl beside the sealed run, which is never edited; `collector analyze` then reads
+    the campaign without it and lists it under excluded_runs."""
+    from collector.raw.decisions import record_decision  # local import: kept with the store's siblings
+
+    click.echo(record_decision(run_dir, "include" if include else "exclude", reason))
+
+
+@main.command()
 @click.option(
     "--recover",
     is_flag=True,
