@@ -284,7 +284,12 @@ class ServerProcess:
                         else type(err).__name__
                     )
                 if time.monotonic() - t0 > timeout_s:
-                    raise RunError(f"{url}: not healthy after {timeout_s:.0f} s (last: {last})")
+                    said = (
+                        f"; the server's last line: {_clip(self.last_log_line, 200)}"
+                        if self.last_log_line
+                        else ""
+                    )
+                    raise RunError(f"{url}: not healthy after {timeout_s:.0f} s (last: {last}){said}")
                 if on_poll is not None:
                     on_poll(time.monotonic() - t0)
                 time.sleep(0.5)

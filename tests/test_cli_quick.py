@@ -162,3 +162,19 @@ def test_quick_plan_text_is_the_plan_loader_s(tmp_path):
     assert (rate["arrival"], rate["burstiness"]) == ("gamma", 0.5)
     (tmp_path / "p.toml").write_text(text)
     assert [pt.rate.request_rate for pt in load_plan(tmp_path / "p.toml").points if pt.rate] == [2.0, 4.0]
+
+
+def test_a_hung_engine_binary_fails_in_seconds(tmp_path, make_plan):
+    """A llama-server that never answers (not --help, not --version, not /health): the probes are bounded
+    by seconds, so the start-up timeout decides (was 60 s + 180 s of probes before a 15 s timeout)."""
+    plan = make_plan(tmp_path)
+    (tmp_path / "fake-llama-server").write_text(
+        "#!/bin/sh\necho 'loading the model, slowly'\nexec sleep 600\n"
+    )
+    plan.write_text(plan.read_text().replace("startup_timeout_s = 30", "startup_timeout_s = 3"))
+    t0 = time.monotonic()
+    p = collector_cli("run", plan, "--raw", tmp_path / "raw", timeout=120)
+    took = time.monotonic() - t0
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "not healthy after 3 s" in p.stderr and "loading the model, slowly" in p.stderr
+    assert took < 90, f"{took:.0f} s"  # 35 s on the loaded 2-core box; 240 s of probes before
