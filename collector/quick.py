@@ -387,6 +387,14 @@ def _header_dict(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+# flags whose value is the spec's field of the same name, unchanged
+_SAME_NAME_FLAGS = (
+    *("model", "engine", "model_config", "tokenizer", "gpu", "endpoint", "backend", "num_prompts"),
+    *("burstiness", "random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len"),
+    *("seed", "num_warmups", "campaign", "label"),
+)
+
+
 def spec_from_flags(flags: dict) -> QuickSpec:
     """The spec from ``collector run``'s vllm-bench-serve flags (click's parameter names)."""
     rates = parse_numbers(flags["request_rate"], "--request-rate", float)
@@ -395,28 +403,12 @@ def spec_from_flags(flags: dict) -> QuickSpec:
     )
     return QuickSpec(
         base_url=_url(flags),
-        model=flags["model"],
-        engine=flags["engine"],
-        model_config=flags["model_config"],
-        tokenizer=flags["tokenizer"],
-        gpu=flags["gpu"],
-        endpoint=flags["endpoint"],
-        backend=flags["backend"],
-        num_prompts=flags["num_prompts"],
         request_rates=rates,
         max_concurrency=conc,
-        burstiness=flags["burstiness"],
-        random_input_len=flags["random_input_len"],
-        random_output_len=flags["random_output_len"],
-        random_range_ratio=flags["random_range_ratio"],
-        random_prefix_len=flags["random_prefix_len"],
-        seed=flags["seed"],
-        num_warmups=flags["num_warmups"],
         goodput=metrics.parse_goodput(flags["goodput"]),
         headers=_header_dict(flags["headers"]),
         api_key_env="OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None,
-        campaign=flags["campaign"],
-        label=flags["label"],
+        **{k: flags[k] for k in _SAME_NAME_FLAGS},
     )
 
 
