@@ -337,7 +337,13 @@ def report(raws: tuple[Path, ...], out: Path, work: Path | None, campaigns: tupl
     site extra (pip install 'inference-anatomy[site]')."""
     import tempfile  # local import: only this command needs it
 
-    from analysis.report.build import report_site  # local import: heavy (pandas, altair, mkdocs)
+    try:
+        from analysis.report.build import report_site  # local import: heavy (pandas, altair, jinja2)
+    except ImportError as err:  # the site extra is not installed
+        raise click.ClickException(
+            f"collector report needs the site extra ({err.name} is missing): "
+            "pip install 'inference-anatomy[site]'"
+        ) from err
 
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         work_dir = Path(work) if work is not None else Path(tmp)

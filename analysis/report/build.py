@@ -81,11 +81,13 @@ def report_site(
     """``collector report``: analyze only ``campaigns`` (default: every one in ``raw_roots``), render their
     pages and build the static site into ``out_site``, every intermediate file under ``work_dir``."""
     try:
-        import material  # noqa: F401  # local import: the site extra, checked before any work
+        import jinja2  # noqa: F401  # local import: the site extra, checked before any work
+        import material  # noqa: F401  # local import: same
         import mkdocs  # noqa: F401  # local import: same
+        import vl_convert  # noqa: F401  # local import: same
     except ImportError as err:
         raise ReportError(
-            f"collector report needs MkDocs and its theme ({err.name} is missing): "
+            f"collector report needs the site extra ({err.name} is missing): "
             "pip install 'inference-anatomy[site]'"
         ) from None
     say = on_line or (lambda _line: None)
