@@ -202,7 +202,7 @@ class SiteRenderer:
         reports = [(c, [self._write(p) for p in campaign_pages.render(site, c, **common)]) for c in campaigns]
         compared = self._write(comparison_page.render(site, comparison, **common)) if comparison else None
         home = self._write(home_page.render(site, **common))
-        data = [self._write(raw_index_page.render(site, c)) for c in campaigns]
+        data = [self._write(raw_index_page.render(site, c, self._downloads(c))) for c in campaigns]
         ledger = (
             self._write(reference_block.ledger_page(site, REFERENCE_CAMPAIGN, **common))
             if REFERENCE_CAMPAIGN in site.campaign_names
@@ -258,6 +258,20 @@ class SiteRenderer:
                 else reference_block.without_counts(text)
             )
             p.write_text(text, encoding="utf-8")
+
+    def _downloads(self, c: CampaignResults) -> list[str]:
+        """The campaign's analysis output as readers can take it away — findings.json and every table's CSV,
+        copied beside its raw-data page (``data/<campaign>/``); their paths relative to that page."""
+        dest = self.out / "data" / c.name
+        files = [(c.path / "findings.json", "findings.json")]
+        files += [(t.path, f"tables/{t.path.name}") for _, t in sorted(c.tables.items()) if t.path.is_file()]
+        out = []
+        for src, rel in files:
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest / rel)
+                out.append(f"{c.name}/{rel}")
+        return out
 
     def _handwritten(self, rel: str) -> Page:
         p = self.out / rel
