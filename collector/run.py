@@ -704,15 +704,19 @@ def summary_table(rows: Sequence[PointRow]) -> Table:
 
 
 def checks_line(point: str, checks: Sequence[CheckResult]) -> str:
-    """One line for a point's self-checks: how many passed, then each failure with its detail."""
+    """A point's self-checks: one line counting them, then one line per failure with its detail (the
+    start-up checks' format: ``FAIL point <id> <name>: <detail>``)."""
     passed = sum(1 for c in checks if c.ok)
     na = sum(1 for c in checks if c.ok is None)
     failed = [c for c in checks if c.ok is False]
-    head = f"checks {point}: {passed} pass" + (f", {na} n/a" if na else "")
-    style = "red" if failed else "green"
-    return f"[{style}]{escape(head)}[/]" + "".join(
-        f"; [red]FAIL[/] {c.name}: {escape(c.detail)}" for c in failed
+    head = (
+        f"checks {point}: {passed} pass"
+        + (f", {na} n/a" if na else "")
+        + (f", {len(failed)} FAIL" if failed else "")
     )
+    lines = [f"[{'red' if failed else 'green'}]{escape(head)}[/]"]
+    lines += [f"[red]FAIL[/] point {c.point or point} {c.name}: {escape(c.detail)}" for c in failed]
+    return "\n".join(lines)
 
 
 def _close_quietly(streams: Sequence[Stream], run: Run) -> None:

@@ -300,7 +300,8 @@ def test_end_of_run_summary_table_per_point(tmp_path, make_plan):
             f"{lat['itl'].median_ms:.2f}", "/", f"{lat['itl'].percentiles_ms[99.0]:.2f}",
         ]  # fmt: skip
         (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith(f"checks {point}:")]
-        assert (" pass" in line) and (("FAIL failures:" in line) == (b.failed > 0))
+        assert " pass" in line and ("FAIL" in line) == (b.failed > 0)
+        assert (f"FAIL point {point} failures:" in out.getvalue()) == (b.failed > 0)
     assert sum(int(ln.replace("│", " ").split()[2]) for ln in table.splitlines() if "-c0" in ln) == 3
 
 
