@@ -33,6 +33,9 @@ from collector.raw.errors import PlanError
 from collector.raw.plan import ENGINES, parse_plan
 
 PROBE_TIMEOUT_S = 5.0
+GENERIC_ENGINE = (
+    "openai"  # collector.raw.plan: attach to any OpenAI-compatible server (SGLang, TGI, a gateway)
+)
 INIT_SWEEP = (1, 2, 4, 8, 16, 32, 64)  # init --url: the concurrency sweep (the reference's 1..64)
 INIT_WAVES = 10  # init --url: about ten waves per point, as init plans a GPU box
 MIN_REQUESTS = 32  # fewer gave 591 vs 1,153 tok/s in two identical one-stream runs (3 requests)
@@ -269,12 +272,10 @@ def _q(v: object) -> str:
 
 def plan_text(spec: QuickSpec, facts: ServerFacts, theory: TheoryInputs, gpu: str, config_ref: str) -> str:
     """The plan TOML a hand-written plan would hold for these flags (validated by the plan loader)."""
-    engine = spec.engine or facts.engine
+    # a server that is neither vLLM nor llama.cpp by its /metrics and /props: any OpenAI-compatible one
+    engine = spec.engine or facts.engine or GENERIC_ENGINE
     if engine not in ENGINES:
-        raise PlanError(
-            f"{spec.base_url}: cannot tell which engine answers (neither vLLM's nor llama.cpp's /metrics or "
-            "/props): give --engine vllm or --engine llamacpp"
-        )
+        raise PlanError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
     served = _served_model(spec, facts)
     chat = spec.backend in CHAT_BACKENDS or spec.endpoint.rstrip("/").endswith("/chat/completions")
     lo, hi, why = theory.token_range
@@ -343,7 +344,7 @@ def build_plan(spec: QuickSpec, out: Path) -> list[str]:
     if theory.derived_config is not None:
         config_path.write_text(json.dumps(theory.derived_config, indent=2) + "\n", encoding="utf-8")
     out.write_text(text, encoding="utf-8")
-    engine = spec.engine or facts.engine
+    engine = spec.engine or facts.engine or GENERIC_ENGINE
     lo, hi, _ = theory.token_range
     return [
         f"server {spec.base_url}: {engine}"

@@ -162,6 +162,11 @@ def test_quick_plan_text_is_the_plan_loader_s(tmp_path):
     assert (rate["arrival"], rate["burstiness"]) == ("gamma", 0.5)
     (tmp_path / "p.toml").write_text(text)
     assert [pt.rate.request_rate for pt in load_plan(tmp_path / "p.toml").points if pt.rate] == [2.0, 4.0]
+    # neither vLLM nor llama.cpp by its /metrics and /props: any OpenAI-compatible server (SGLang, TGI, ...)
+    unknown = quick.ServerFacts(None, ["m"], None, None)
+    generic = quick.plan_text(quick.QuickSpec(base_url="http://h:1", model="m"), unknown, theory, "cpu", "x")
+    (tmp_path / "g.toml").write_text(generic)
+    assert load_plan(tmp_path / "g.toml").server.engine == "openai"
 
 
 def test_a_hung_engine_binary_fails_in_seconds(tmp_path, make_plan):
