@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import socket
 from pathlib import Path
 
 import nox
@@ -116,9 +117,15 @@ def site(session: nox.Session) -> None:
 
 @nox.session
 def serve(session: nox.Session) -> None:
-    """Build the site and serve it on http://127.0.0.1:8000 for a local preview."""
-    site(session)
-    session.run("python", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", str(PUBLIC))
+    """Serve the built site on a free port of 127.0.0.1 (file:// shows folder listings and has no search);
+    builds it first only when public/ is missing or with `nox -s serve -- --rebuild`."""
+    if "--rebuild" in session.posargs or not (PUBLIC / "index.html").is_file():
+        site(session)
+    with socket.socket() as s:  # the kernel's pick for port 0: free now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    session.log(f"serving {PUBLIC} on http://127.0.0.1:{port}/ (Ctrl-C stops)")
+    session.run("python", "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(PUBLIC))
 
 
 @nox.session

@@ -23,12 +23,14 @@ from typing import Any
 
 from analysis import metrics, rundocs
 from analysis.parse import parser_for
-from analysis.parse.bench_json import BenchResult, parse_bench_json
+from analysis.parse.bench_json import BenchResult
 from analysis.parse.events_jsonl import parse_events_jsonl
+from analysis.parse.peers import parse_result_json
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.rundocs import RunDocs, read_run_docs
 from analysis.windows import naive_as_utc_epoch_s
+from collector.raw.decisions import excluded_runs
 from collector.raw.errors import AnatomyError, ParseError, StoreError
 from collector.raw.store import RawStore, RunInfo, open_run, run_state, text_name, verify_run
 
@@ -243,6 +245,8 @@ class Campaign:
     # the percentiles the per-point tables report (`analyze --metric-percentiles`; default
     # metrics.DEFAULT_PERCENTILES)
     percentiles: tuple[float, ...] = metrics.DEFAULT_PERCENTILES
+    # runs a `collector exclude` decision leaves out of every conclusion: run name -> the reason given
+    excluded: dict[str, str] = field(default_factory=dict)
 
     @property
     def all_runs(self) -> list[RunData]:
@@ -337,7 +341,7 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
         parser = parser_for(info.path / rel)
         if parser is None:
             continue
-        if has_requests and parser is parse_bench_json:
+        if has_requests and parser is parse_result_json:
             # the collector's per-point convenience copies (bench/<point>.json): frozen at collection time,
             # never read; the points are recomputed from requests.jsonl (_points_from_requests)
             continue
@@ -374,6 +378,18 @@ def _is_warmup(label: str) -> bool:
     return "warmup" in label.lower()
 
 
+def _bench_results(run: RunData) -> Iterator[tuple[str, str, BenchResult]]:
+    """(file, point label, result) of every result file in the run; a file holding several results
+    (GuideLLM: one per benchmark) gives one point each, labelled ``<stem>-<index>``."""
+    for rel in sorted(run.records):
+        rec = run.records[rel]
+        if isinstance(rec, BenchResult):
+            yield rel, Path(rel).stem, rec
+        elif isinstance(rec, list):
+            for i, r in enumerate(x for x in rec if isinstance(x, BenchResult)):
+                yield rel, f"{Path(rel).stem}-{i:02d}", r
+
+
 def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_PERCENTILES) -> None:
     if run.requests[1] is not None:
         run.points = sorted(_points_from_requests(run, percentiles), key=lambda p: p.order)
@@ -385,11 +401,7 @@ def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_P
             if sp.result_filename:
                 by_file[Path(sp.result_filename).name] = sp
     pts: list[BenchPoint] = []
-    for rel in sorted(run.records):
-        rec = run.records[rel]
-        if not isinstance(rec, BenchResult):
-            continue
-        label = Path(rel).stem
+    for rel, label, rec in _bench_results(run):
         sp = by_file.get(Path(rel).name)
         inp = rec.total_input_tokens / rec.completed if rec.total_input_tokens and rec.completed else None
         out_len = None
@@ -557,9 +569,14 @@ def load_campaign(
     ``percentiles``, the analysis-time set our runs' points are summarised at (a bench file has its own)."""
     runs: list[RunData] = []
     broken: list[BrokenRun] = []
+    excluded: dict[str, str] = {}
     for root in raw_roots:
         store = RawStore(root)
+        left_out = excluded_runs(Path(root) / name)
+        excluded.update(left_out)
         for run_dir in store.run_dirs(name):
+            if run_dir.name in left_out:
+                continue
             info = None
             try:
                 info = open_run(run_dir)
@@ -579,6 +596,7 @@ def load_campaign(
         broken=sorted(broken, key=lambda b: b.name),
         verified=verified,
         percentiles=tuple(percentiles),
+        excluded=excluded,
     )
     _borrow_protocol(campaign)
     return campaign

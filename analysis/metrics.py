@@ -253,6 +253,32 @@ def point_result(
 SLO_METRICS = plan_schema.SLO_METRICS
 
 
+# vllm bench serve's --goodput names -> ours (AIPerf's itl beside)
+GOODPUT_NAMES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}
+
+
+class GoodputError(AnatomyError, ValueError):
+    """A malformed ``--goodput`` pair (one line saying which and why)."""
+
+
+def parse_goodput(pairs: Sequence[str]) -> dict[str, float]:
+    """``["ttft:730", "tpot:50"]`` (``vllm bench serve --goodput KEY:VALUE``, ms; a pair may also hold several
+    space-separated ones) -> ``{"ttft_ms": 730.0, "tpot_ms": 50.0}`` in ``SLO_METRICS`` names."""
+    out: dict[str, float] = {}
+    for pair in (p for item in pairs for p in item.split()):
+        name, sep, value = pair.partition(":")
+        if not sep or name not in GOODPUT_NAMES:
+            raise GoodputError(f"--goodput {pair!r}: want KEY:MS with KEY one of {', '.join(GOODPUT_NAMES)}")
+        try:
+            ms = float(value)
+        except ValueError:
+            raise GoodputError(f"--goodput {pair!r}: {value!r} is not a number of ms") from None
+        if not 0 < ms < float("inf"):
+            raise GoodputError(f"--goodput {pair!r}: an SLO is a positive number of ms")
+        out[GOODPUT_NAMES[name]] = ms
+    return out
+
+
 def slo_values_ms(r: RequestRecord) -> dict[str, float | None]:
     """One request's values of every SLO metric, ms: ``ttft_ms`` (``ttft_ms``), ``tpot_ms`` and ``itl_ms``
     (both ``tpot_ms``: AIPerf's per-request ITL is (last token − first token) ÷ (tokens − 1), the same mean

@@ -345,6 +345,8 @@ def _analyze_campaign(
             **{b.name: b.state for b in campaign.broken},
         },
         "unparsed_runs": {b.name: b.reason for b in campaign.broken},
+        # runs a `collector exclude` decision (raw/<campaign>/decisions.jsonl) leaves out, with the reason
+        "excluded_runs": campaign.excluded,
     }
     (out_dir / "index.json").write_text(dumps(index), encoding="utf-8")
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
@@ -352,6 +354,7 @@ def _analyze_campaign(
     lines = [
         f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
         f"{len(specs)} figures -> {out_dir}"
+        + (f" ({len(campaign.excluded)} run(s) left out by decision)" if campaign.excluded else "")
     ]
     if not campaign.verified:
         lines.append(

@@ -14,22 +14,17 @@ from pathlib import Path
 
 import click
 
-from analysis import metrics
-from analysis.pipeline import analyze as analyze_fn
-from analysis.pipeline import slo_plan
-from analysis.reconcile import slo as slo_lib
-from analysis.reconcile.gates import OWN_POINT_CHECKS, SEVERITY
 from collector import __version__
-from collector.importer import import_results
-from collector.init import init_plan
-from collector.inspect import inspect as inspect_fn
-from collector.plan import plan as plan_fn
 from collector.raw.errors import AnatomyError
-from collector.raw.store import recover_seal
-from collector.raw.store import verify as verify_fn
-from collector.run import RunResult, execute_run
+from collector.raw.plan import ENGINES
+
+# Only click and the raw contract load for every command: pandas, numpy, altair, httpx, rich and the
+# analysis are imported by the command that uses them (`collector --help` in 0.1 s instead of 2.4 s). Each
+# such import is marked "# local import: heavy", meaning exactly that.
 
 DEFAULT_RAW = Path("raw")
+SLO_ENGINES = ("vllm", "llamacpp")  # analysis.reconcile.slo.ENGINES, kept light (tests/test_cli_quick checks)
+DEFAULT_PERCENTILES = "50,90,95,99,99.9"  # analysis.metrics.DEFAULT_PERCENTILES (tests/test_cli_quick checks)
 
 
 def _one_line_errors(fn):
@@ -114,6 +109,8 @@ _raw_roots = click.option(
 @_one_line_errors
 def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> None:
     """Print the theory for a model on a GPU: params, KV bytes, FLOPs, decode floor, pool capacity."""
+    from collector.plan import plan as plan_fn  # local import: heavy
+
     click.echo(
         plan_fn(
             model=model,
@@ -131,9 +128,16 @@ def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_
 @main.command(name="init")
 @click.option(
     "--model",
-    required=True,
     type=click.Path(path_type=Path),
-    help="A .gguf file or a Hugging Face model folder (config.json, tokenizer.json).",
+    default=None,
+    help="A .gguf file or a Hugging Face model folder (config.json, tokenizer.json); with --url: the served "
+    "model name (default: the server's first).",
+)
+@click.option(
+    "--url",
+    default=None,
+    help="A running OpenAI-compatible server to attach to (http://host:port): the plan asks it for the "
+    "engine and the model instead of starting one.",
 )
 @click.option(
     "--out", type=click.Path(path_type=Path, dir_okay=False), default=Path("plan.toml"), show_default=True
@@ -142,12 +146,30 @@ def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_
 @click.option(
     "--vllm-python", type=click.Path(path_type=Path), default=None, help="A python that imports vllm."
 )
-@click.option("--campaign", default=None, help="Campaign name (default: <gpu>-<model>).")
+@click.option("--campaign", default=None, help="Campaign name (default: <gpu>-<model>; with --url: quick).")
 @click.option("--port", type=PORT, default=None, help="Server port (default: a free one).")
 @click.option("--max-model-len", type=int, default=None, help="Context per request (default: from the box).")
+@click.option("--model-config", default=None, help="With --url: the theory's config (see `run --help`).")
+@click.option(
+    "--gpu", default=None, help="With --url: the GPU's datasheet name (default: nvidia-smi, else cpu)."
+)
 @_one_line_errors
-def init_(model, out, engine_path, vllm_python, campaign, port, max_model_len) -> None:
-    """Write a commented plan for this box: engine, model, GPU, a free port. Never replaces a file."""
+def init_(
+    model, url, out, engine_path, vllm_python, campaign, port, max_model_len, model_config, gpu
+) -> None:
+    """Write a commented plan for this box: engine, model, GPU, a free port; or, with --url, for a running
+    server (a concurrency sweep and an open-loop rate phase). Never replaces a file."""
+    if url is not None:
+        from collector import quick  # local import: heavy (httpx, the GGUF reader)
+
+        spec = quick.init_spec(url, str(model) if model else None, campaign, model_config, gpu)
+        for line in quick.write_new_plan(spec, Path(out)):
+            click.echo(line)
+        return
+    if model is None:
+        raise click.UsageError("give --model (a .gguf or a model folder) or --url (a running server)")
+    from collector.init import init_plan  # local import: heavy (the GGUF reader)
+
     result = init_plan(
         out,
         model,
@@ -164,11 +186,20 @@ def init_(model, out, engine_path, vllm_python, campaign, port, max_model_len) -
 @main.command(name="import")
 @click.argument("src", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--campaign", required=True, help="Campaign name under raw/.")
+@click.option(
+    "--engine",
+    type=click.Choice([*ENGINES, "unknown"]),
+    default=None,
+    help="The server the peer's results measured (vllm bench serve, AIPerf and GuideLLM do not record it).",
+)
 @raw_option
 @_one_line_errors
-def import_(src: Path, campaign: str, raw: Path) -> None:
-    """Import an existing results folder into the raw store (byte-identical, with provenance)."""
-    for line in import_results(src, campaign=campaign, raw_root=raw):
+def import_(src: Path, campaign: str, engine: str | None, raw: Path) -> None:
+    """Import an existing results folder into the raw store (byte-identical, with provenance): hand-run
+    campaigns, vllm bench serve --save-result files (any name), AIPerf artifact folders, GuideLLM reports."""
+    from collector.importer import import_results  # local import: heavy (the parsers)
+
+    for line in import_results(src, campaign=campaign, raw_root=raw, engine=engine):
         click.echo(line)
 
 
@@ -177,6 +208,8 @@ def import_(src: Path, campaign: str, raw: Path) -> None:
 @_one_line_errors
 def verify(raw: Path) -> None:
     """Re-hash every run under the raw store; report changed, missing or unexpected files."""
+    from collector.raw.store import verify as verify_fn  # local import: heavy (kept with its siblings)
+
     report = verify_fn(raw)
     for line in report.lines():
         click.echo(line)
@@ -190,6 +223,8 @@ def verify(raw: Path) -> None:
 @_one_line_errors
 def inspect(raw: Path, campaign: str | None) -> None:
     """Print, per run, what the parsers found in it."""
+    from collector.inspect import inspect as inspect_fn  # local import: heavy (the parsers)
+
     for line in inspect_fn(raw, campaign):
         click.echo(line)
 
@@ -216,10 +251,17 @@ def inspect(raw: Path, campaign: str | None) -> None:
     help="A per-request SLO for goodput, NAME=MS with NAME ttft_ms, tpot_ms, itl_ms or e2e_ms; repeatable.",
 )
 @click.option(
+    "--goodput",
+    "goodput",
+    multiple=True,
+    help="The same SLOs as vllm bench serve spells them: KEY:MS with KEY ttft, tpot, itl or e2el "
+    "(--goodput ttft:730 --goodput tpot:50, or one quoted 'ttft:730 tpot:50').",
+)
+@click.option(
     "--metric-percentiles",
     "--percentiles",
     "percentiles",
-    default=",".join(f"{q:g}" for q in metrics.DEFAULT_PERCENTILES),
+    default=DEFAULT_PERCENTILES,
     show_default=True,
     help="The latency percentiles the per-point tables report, comma-separated (vllm bench serve's "
     "--metric-percentiles); p50/p90/p99 are always computed.",
@@ -232,12 +274,18 @@ def analyze(
     campaigns: tuple[str, ...],
     no_verify: bool,
     slos: tuple[str, ...],
+    goodput: tuple[str, ...],
     percentiles: str,
 ) -> None:
     """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign.
 
-    Every run read is verified first (as `collector verify` does); a changed run stops the analysis."""
-    slos_ms = slo_lib.parse_slos(list(slos))
+    Every run read is verified first (as `collector verify` does); a changed run stops the analysis; a run
+    `collector exclude` left out is read but kept out of the conclusions."""
+    from analysis import metrics  # local import: heavy (numpy)
+    from analysis.pipeline import analyze as analyze_fn  # local import: heavy (pandas, altair)
+    from analysis.reconcile import slo as slo_lib  # local import: heavy (pandas)
+
+    slos_ms = {**slo_lib.parse_slos(list(slos)), **metrics.parse_goodput(goodput)}
     qs = metrics.parse_percentiles(percentiles)
     for line in analyze_fn(
         list(raws), out, list(campaigns) or None, verify=not no_verify, slos_ms=slos_ms, percentiles=qs
@@ -249,7 +297,7 @@ def analyze(
 @_raw_roots
 @click.option("--ttft-p99-ms", "ttft", type=POSITIVE, required=True, help="p99 TTFT budget, ms.")
 @click.option("--itl-p99-ms", "itl", type=POSITIVE, default=None, help="p99 ITL budget, ms (optional).")
-@click.option("--engine", type=click.Choice(slo_lib.ENGINES), default=None, help="One engine only.")
+@click.option("--engine", type=click.Choice(SLO_ENGINES), default=None, help="One engine only.")
 @click.option("--campaign", "campaigns", multiple=True, help="One campaign (repeatable); default: all.")
 @_one_line_errors
 def slo(
@@ -258,9 +306,63 @@ def slo(
     """The SLO planner: per campaign, round and engine, the highest concurrency meeting the p99 budget(s),
     interpolated between measured points, the goodput there and the engine settings that follow; per
     open-loop rate sweep, the highest request rate meeting them."""
+    from analysis.pipeline import slo_plan  # local import: heavy (pandas, altair)
+    from analysis.reconcile import slo as slo_lib  # local import: heavy (pandas)
+
     for ans in slo_plan(list(raws), ttft, itl, engine, list(campaigns) or None):
         for line in slo_lib.describe_any(ans):
             click.echo(line)
+
+
+@main.command()
+@_raw_roots
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("site"),
+    show_default=True,
+    help="Where the static site is written.",
+)
+@click.option(
+    "--work",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Keep the analysis results and rendered pages here (default: a temporary folder).",
+)
+@click.argument("campaigns", nargs=-1)
+@_one_line_errors
+def report(raws: tuple[Path, ...], out: Path, work: Path | None, campaigns: tuple[str, ...]) -> None:
+    """Build the report site from raw stores, from any folder: analyze the campaigns (default: every one in
+    the --raw roots, and only those), render their pages, `mkdocs build --strict` into --out. Needs the
+    site extra (pip install 'inference-anatomy[site]')."""
+    import tempfile  # local import: only this command needs it
+
+    try:
+        from analysis.report.build import report_site  # local import: heavy (pandas, altair, jinja2)
+    except ImportError as err:  # the site extra is not installed
+        raise click.ClickException(
+            f"collector report needs the site extra ({err.name} is missing): "
+            "pip install 'inference-anatomy[site]'"
+        ) from err
+
+    with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
+        work_dir = Path(work) if work is not None else Path(tmp)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        report_site(list(raws), Path(out), work_dir, list(campaigns) or None, on_line=click.echo)
+
+
+@main.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--reason", required=True, help="Why the run is left out (printed wherever it is).")
+@click.option("--include", is_flag=True, help="Take an earlier exclusion back (the last decision wins).")
+@_one_line_errors
+def exclude(run_dir: Path, reason: str, include: bool) -> None:
+    """Leave a run (RAW/CAMPAIGN/RUN) out of its campaign's conclusions: a decision appended to
+    RAW/CAMPAIGN/decisions.jsonl beside the sealed run, which is never edited; `collector analyze` then reads
+    the campaign without it and lists it under excluded_runs."""
+    from collector.raw.decisions import record_decision  # local import: kept with the store's siblings
+
+    click.echo(record_decision(run_dir, "include" if include else "exclude", reason))
 
 
 @main.command()
@@ -275,51 +377,249 @@ def slo(
 def seal(recover: bool, run_dir: Path) -> None:
     """Seal an interrupted run whose measuring had ended; refuses (and says why) otherwise."""
     # `collector run` seals its own runs; --recover (required) is the only way to seal one afterwards
+    from collector.raw.store import recover_seal  # local import: heavy (kept with its siblings)
+
     click.echo(recover_seal(run_dir))
 
 
-@main.command()
-@click.argument("plan_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@raw_option
-@_one_line_errors
-def run(plan_file: Path, raw: Path) -> None:
-    """Run a measurement plan against a real server and write a sealed run into the raw store.
+def _quick_options(fn):
+    """vllm bench serve's flags, by its names and defaults (collector/quick.py says what each one means)."""
+    opts = [
+        click.option(
+            "--base-url", default=None, help="The server to attach to (vllm bench serve's --base-url)."
+        ),
+        click.option("--host", default=None, help="With --port instead of --base-url (default 127.0.0.1)."),
+        click.option(
+            "--port", type=int, default=None, help="With --host instead of --base-url (default 8000)."
+        ),
+        click.option("--model", default=None, help="The served model name (default: the server's first)."),
+        click.option(
+            "--engine",
+            type=click.Choice(ENGINES),
+            default=None,
+            help="The engine behind the URL (default: recognised from /metrics and /props).",
+        ),
+        click.option(
+            "--model-config",
+            default=None,
+            help="The theory's config: a bundled name, config.json, its folder or a .gguf (default: "
+            "the files the server names, else --model as a bundled name or Hub id).",
+        ),
+        click.option("--tokenizer", default=None, help="A tokenizer.json or its folder (prompt token ids)."),
+        click.option("--gpu", default=None, help="The GPU's datasheet name (default: nvidia-smi, else cpu)."),
+        click.option(
+            "--endpoint",
+            default="/v1/completions",
+            show_default=True,
+            help="/v1/completions or /v1/chat/completions.",
+        ),
+        click.option("--backend", default="openai", show_default=True, help="openai or openai-chat."),
+        click.option("--num-prompts", type=int, default=1000, show_default=True, help="Requests per point."),
+        click.option(
+            "--request-rate",
+            default="inf",
+            show_default=True,
+            help="Requests/s (Poisson); inf sends all at once; a comma list sweeps (one point each).",
+        ),
+        click.option(
+            "--max-concurrency",
+            default=None,
+            help="Requests in flight at most; with rate inf a closed loop; a comma list sweeps.",
+        ),
+        click.option(
+            "--burstiness",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Gamma shape of the arrivals (1 = Poisson).",
+        ),
+        click.option("--random-input-len", type=int, default=1024, show_default=True),
+        click.option("--random-output-len", type=int, default=128, show_default=True),
+        click.option("--random-range-ratio", type=float, default=0.0, show_default=True),
+        click.option("--random-prefix-len", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--num-warmups",
+            type=int,
+            default=None,
+            help="Warm-up requests before the points (default: twice the first concurrency, <= 16).",
+        ),
+        click.option("--goodput", multiple=True, help="SLOs as KEY:MS (ttft, tpot, itl, e2el); repeatable."),
+        click.option("--header", "headers", multiple=True, help="KEY=VALUE sent with every request."),
+        click.option(
+            "--ignore-eos", is_flag=True, help="Always on: every request asks for exactly its length."
+        ),
+        click.option(
+            "--percentile-metrics",
+            default="ttft,tpot,itl",
+            show_default=True,
+            help="Accepted for vllm bench serve's command lines; the summary shows ttft, tpot, itl.",
+        ),
+        click.option(
+            "--metric-percentiles",
+            default="50,99",
+            show_default=True,
+            help="Accepted; the summary shows p50 and p99, `collector analyze` takes any.",
+        ),
+        click.option(
+            "--save-result",
+            is_flag=True,
+            help="Also write each point's result in vllm bench serve's schema and default file name.",
+        ),
+        click.option("--result-dir", type=click.Path(path_type=Path, file_okay=False), default=None),
+        click.option("--result-filename", default=None, help="One point: this name; several: a -pNN suffix."),
+        click.option(
+            "--label", default=None, help="The run's name under the campaign (and the results' label)."
+        ),
+        click.option("--campaign", default="quick", show_default=True, help="The campaign under --raw."),
+        click.option(
+            "--save-plan",
+            type=click.Path(path_type=Path, dir_okay=False),
+            default=None,
+            help="Keep the plan the flags made here (run it again with `collector run FILE`).",
+        ),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
 
-    Exit status 1 when the run failed (the reason is printed), and when it completed but the analysis' gates
-    would exclude every measured point (the first failed check is printed)."""
-    result = execute_run(plan_file, raw_root=raw)
+
+@main.command(context_settings={"max_content_width": 110})
+@click.argument("plan_file", required=False, type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "--plan",
+    "plan_opt",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="The measurement plan (the full protocol); the same as giving it as the argument.",
+)
+@raw_option
+@_quick_options
+@_one_line_errors
+def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags) -> None:
+    """Measure a real server into a sealed run of the raw store: from a plan (PLAN_FILE or --plan), or from
+    vllm bench serve's flags against a running server (--base-url URL --model NAME ...).
+
+    Exit status: 0 when every measured point is usable; 1 when the run failed, or completed but analysis would
+    exclude every point; 3 when it completed but analysis will leave some points out (each is named, with
+    what to change)."""
+    from collector.run import execute_run  # local import: heavy (httpx, rich, numpy)
+
+    plan_path = plan_file or plan_opt
+    attach = quick_flags["base_url"] or quick_flags["host"] or quick_flags["port"]
+    if plan_path is not None and attach:
+        raise click.UsageError("give a plan or --base-url (vllm bench serve's flags), not both")
+    if plan_path is None and not attach:
+        raise click.UsageError(
+            "give a plan (collector run PLAN.toml) or a server: --base-url URL [--model NAME]"
+        )
+    tmp = None
+    if plan_path is None:
+        plan_path, tmp = _quick_plan(quick_flags)
+    try:
+        result = execute_run(plan_path, raw_root=raw, console=_console())
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
     click.echo(str(result))
+    if quick_flags["save_result"]:
+        from collector import quick  # local import: heavy (httpx)
+
+        for line in quick.save_results(
+            result.path, quick_flags["result_dir"], quick_flags["result_filename"]
+        ):
+            click.echo(line)
     why = unusable(result)
     if why:
         raise click.ClickException(f"{result.path}: complete, but unusable: {why}")
+    left_out = excluded_points(result)
+    if left_out:
+        click.echo(
+            f"{result.path}: analysis will leave out {len(left_out)} of {_measured(result)} points:", err=True
+        )
+        for point, reason in left_out.items():
+            click.echo(f"  {point}: {reason}", err=True)
+        sys.exit(3)
+
+
+def _console():
+    """rich's console on stderr; in a log (not a terminal) wide enough that no point id is cut."""
+    from rich.console import Console  # local import: heavy
+
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def _quick_plan(flags: dict):
+    """The plan vllm bench serve's flags make (collector.quick): written to --save-plan, else to a temporary
+    folder (the sealed run keeps its copy as plan.toml either way)."""
+    import tempfile  # local import: only this path needs it
+
+    from collector import quick  # local import: heavy (httpx, the GGUF reader)
+
+    spec = quick.spec_from_flags(flags)
+    tmp = None
+    out = flags["save_plan"]
+    if out is None:
+        tmp = tempfile.TemporaryDirectory(prefix="collector-quick-")
+        out = Path(tmp.name) / f"{spec.campaign}-{spec.label or 'run'}.toml"
+    for line in quick.write_new_plan(spec, Path(out)):
+        click.echo(line, err=True)
+    return Path(out), tmp
 
 
 # The collector's checks that stand for an analysis gate (analysis.reconcile.gates reads them from
 # events.jsonl).
-_CHECK_GATES = {**OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}
 _STARTUP_GATES = {"prefix_caching_off": "prefix_caching_off"}
+CLIENT_FIX = (
+    "the load client, not the server, set the pace: give it more processes ([load] shards) on more cores, or "
+    "run it on another machine"
+)
 
 
-def unusable(result: RunResult) -> str | None:
-    """Why the gates (``analysis.reconcile.gates.SEVERITY``) would exclude every measured point of a complete
-    run — a start-up check that excludes them all, or each non-warmup point failing a check that excludes
-    it — with the first such check; None when some point is usable."""
+def _measured(result) -> int:
+    return sum(1 for r in result.points if r.kind != "warmup")
+
+
+def _gates():
+    from analysis.reconcile.gates import OWN_POINT_CHECKS, SEVERITY  # local import: heavy (pandas)
+
+    return {**OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}, SEVERITY
+
+
+def excluded_points(result) -> dict[str, str]:
+    """The measured points the analysis' gates (``analysis.reconcile.gates.SEVERITY``) will exclude, each
+    with why and what to change: a check whose gate excludes its point, or the client's own saturation
+    (``analysis.metrics.client_saturated``, the ``client_not_saturated`` gate)."""
+    check_gates, severity = _gates()
+    out: dict[str, str] = {}
     for c in result.failed_checks:
-        if c.point is None and SEVERITY.get(_STARTUP_GATES.get(c.name, ""), "") == "exclude":
+        if c.point is not None and severity.get(check_gates.get(c.name, ""), "") == "exclude":
+            out.setdefault(c.point, f"{c.name}: {c.detail}")
+    for r in result.points:
+        if r.kind != "warmup" and r.client_saturated and severity.get("client_not_saturated") == "exclude":
+            lag = (
+                f"event-loop lag p99 {r.client_lag_p99_ms:.1f} ms" if r.client_lag_p99_ms is not None else ""
+            )
+            why = f"client saturated ({lag}): {CLIENT_FIX}"
+            out[r.point] = f"{out[r.point]}; {why}" if r.point in out else why
+    return {p: out[p] for p in (r.point for r in result.points) if p in out}
+
+
+def unusable(result) -> str | None:
+    """Why the gates would exclude every measured point of a complete run — a start-up check that excludes
+    them all, or each non-warmup point excluded (``excluded_points``) — with the first such reason; None
+    when some point is usable."""
+    _, severity = _gates()
+    for c in result.failed_checks:
+        if c.point is None and severity.get(_STARTUP_GATES.get(c.name, ""), "") == "exclude":
             return f"start-up check {c.name} failed: {c.detail}"
-    measured = [r.point for r in result.points if r.kind != "warmup"]
-    excluding = {}
-    for c in result.failed_checks:
-        if c.point is not None and SEVERITY.get(_CHECK_GATES.get(c.name, ""), "") == "exclude":
-            excluding.setdefault(c.point, c)
-    if measured and all(p in excluding for p in measured):
-        c = excluding[measured[0]]
-        row = next(r for r in result.points if r.point == measured[0])
+    measured = [r for r in result.points if r.kind != "warmup"]
+    left_out = excluded_points(result)
+    if measured and all(r.point in left_out for r in measured):
+        row = measured[0]
         cause = f"; first failed request: {row.first_error}" if row.first_error else ""
-        return (
-            f"every measured point fails a gate that excludes it (first: {c.point}: {c.name}: "
-            f"{c.detail}{cause})"
-        )
+        first = f"{row.point}: {left_out[row.point]}{cause}"
+        return f"every measured point fails a gate that excludes it (first: {first})"
     return None
 
 

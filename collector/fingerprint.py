@@ -175,11 +175,16 @@ def python_info() -> str:
     return f"python: {sys.version}\nexecutable: {sys.executable}\ncollector: {__version__}\n"
 
 
+# how long the engine may take to say its version: `llama-server --version` answers at once (a binary silent
+# for 10 s hangs); vLLM's is an `import vllm`, tens of seconds on a CPU box
+VERSION_TIMEOUT_S = {"llamacpp": 10.0}
+
+
 def engine_version(adapter: Adapter, sp: ServerPlan, env: dict[str, str]) -> str:
     cmd = adapter.version_command(sp)
     if cmd is None:
         return "unknown: attached server, no local binary to ask\n"
-    rc, text = run_capture(cmd, 180, env)
+    rc, text = run_capture(cmd, VERSION_TIMEOUT_S.get(adapter.engine, 180.0), env)
     return f"$ {shlex.join(cmd)}\nexit: {rc}\n{text}"
 
 

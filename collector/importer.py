@@ -1,4 +1,7 @@
-"""Import an existing results folder (hand-run bash campaigns) into the raw store.
+"""Import an existing results folder into the raw store: hand-run bash campaigns (told by their file names),
+and what the peers write (told by content, ``analysis.parse.peers.sniff``): ``vllm bench serve --save-result``
+files under any name (its default ``openai-infqps-concurrency8-<model>-<date>.json`` included), AIPerf's
+artifact folder (``profile_export_aiperf.json`` and companions), GuideLLM's benchmarks JSON.
 
 Every folder of SRC that holds files becomes one run (``run_name_for``: distinct and stable names, a
 collision refused up front); files are copied byte for byte under their original names, in blocks (bounded
@@ -12,6 +15,7 @@ store is never altered).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -19,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.parse.peers import VLLM_BENCH, sniff_file
 from collector.raw.errors import ImportSourceError, StoreError
 from collector.raw.store import RawStore, open_run, text_name
 
@@ -49,11 +54,51 @@ def classify(rel_dir: str, names: list[str]) -> Classification:
     raise ImportSourceError(f"{rel_dir}: cannot tell what this test folder holds (files: {', '.join(names)})")
 
 
-def run_name_for(rel_dir: str) -> str:
+def peer_classification(rel_dir: str, files: list[Path], engine: str | None) -> Classification | None:
+    """A folder holding results a peer wrote (by content), or None. Open-loop results (a finite request rate)
+    make a rate sweep, closed-loop ones a concurrency sweep; the engine is the one given (the tools do not
+    record which server answered), else vLLM when vllm bench serve says its backend was vllm, else
+    "unknown"."""
+    rnd = next((p for p in Path(rel_dir).parts if re.fullmatch(r"(?i)round\d+", p)), None)
+    kinds = {f: k for f in files if f.suffix == ".json" and (k := sniff_file(f))}
+    if not kinds:
+        return None
+    docs = [json.loads(f.read_bytes()) for f, k in kinds.items() if k == VLLM_BENCH]
+    open_loop = any(
+        str(d.get("request_rate", "inf")).lower() not in ("inf", "infinity", "none") for d in docs
+    )
+    backends = {str(d.get("backend")) for d in docs}
+    guess = "vllm" if backends == {"vllm"} else "unknown"
+    return Classification(engine or guess, "rate_sweep" if open_loop else "concurrency_sweep", rnd)
+
+
+def _classify_group(
+    rel_dir: str, files: list[Path], engine: str | None
+) -> tuple[Classification, bool] | None:
+    """(classification, whether a peer's results told it) of one folder: the hand-run campaigns' file
+    names first (their folders hold vllm bench files too, named by the bash scripts), then the content; None
+    when neither tells."""
+    top = not rel_dir or rel_dir == "."
+    try:
+        legacy = classify(rel_dir, [f.name for f in files])
+    except ImportSourceError:
+        legacy = None
+    if legacy is not None and not (top and legacy.test_kind == "documents"):
+        return legacy, False
+    peer = peer_classification(rel_dir, files, engine)
+    if peer is not None:
+        return peer, True
+    return (legacy, False) if legacy is not None else None
+
+
+def run_name_for(rel_dir: str, src: Path | None = None, peer: bool = False) -> str:
     """The run a source folder becomes: its path lower-cased, ``/`` and anything outside ``[a-z0-9._-]``
     turned into ``-`` (``Round1/01-perf-test`` → ``round1-01-perf-test``); a path that held other characters
     (``Round1/中文``, ``a b``) also gets 8 hex digits of its sha256, so no two such folders share a name and
-    the same folder always gets the same one."""
+    the same folder always gets the same one. The top folder holding a peer's results is named after the
+    source folder itself (it would otherwise be the campaign's documents)."""
+    if (not rel_dir or rel_dir == ".") and peer and src is not None:
+        rel_dir = src.name
     if not rel_dir or rel_dir == ".":
         return DOCS_RUN
     slug = re.sub(r"[^a-z0-9._-]+", "-", rel_dir.lower().replace("/", "-")).strip("-._")
@@ -107,13 +152,13 @@ def _groups(src: Path) -> dict[str, list[SourceFile]]:
     return groups
 
 
-def _run_names(groups: dict[str, list[SourceFile]]) -> dict[str, str]:
+def _run_names(groups: dict[str, list[SourceFile]], src: Path, peer_runs: set[str]) -> dict[str, str]:
     """Source folder → run name, every name distinct; two folders that would share a run are refused up
     front, naming both."""
     names: dict[str, str] = {}
     taken: dict[str, str] = {}
     for rel_dir in sorted(groups):
-        name = run_name_for(rel_dir)
+        name = run_name_for(rel_dir, src, peer=rel_dir in peer_runs)
         if name in taken:
             raise ImportSourceError(
                 f"{taken[name]!r} and {rel_dir!r} would both become run {name!r}; rename one of the folders"
@@ -123,15 +168,25 @@ def _run_names(groups: dict[str, list[SourceFile]]) -> dict[str, str]:
     return names
 
 
-def import_results(src: Path, campaign: str, raw_root: Path) -> Iterator[str]:
+def import_results(src: Path, campaign: str, raw_root: Path, engine: str | None = None) -> Iterator[str]:
+    """Import ``src`` into ``campaign``; ``engine``: the server a peer tool measured (it does not say)."""
     src = Path(src).resolve()
     if not src.is_dir():
         raise ImportSourceError(f"{src}: not a folder")
     groups = _groups(src)
     if not groups:
         raise ImportSourceError(f"{src}: holds no files to import")
-    names = _run_names(groups)
-    classes = {rel_dir: classify(rel_dir, [f.path.name for f in files]) for rel_dir, files in groups.items()}
+    found = {rel: _classify_group(rel, [f.path for f in files], engine) for rel, files in groups.items()}
+    peer_runs = {rel for rel, c in found.items() if c is not None and c[1]}
+    classes: dict[str, Classification] = {}
+    for rel_dir, files in groups.items():
+        hit = found[rel_dir]
+        if hit is None and not peer_runs:
+            names = ", ".join(f.path.name for f in files)
+            raise ImportSourceError(f"{rel_dir}: cannot tell what this test folder holds (files: {names})")
+        # a folder beside a peer's results without any (AIPerf's logs/) is kept as documents
+        classes[rel_dir] = hit[0] if hit is not None else Classification("", "documents", None)
+    names = _run_names(groups, src, peer_runs)
     store = RawStore(raw_root)
     for rel_dir, files in sorted(groups.items()):
         yield _import_group(store, campaign, names[rel_dir], src, rel_dir, files, classes[rel_dir])
@@ -198,6 +253,8 @@ def _import_group(
         total += size
     run.seal("complete", extra={"provenance": {"imported_from": str(src), "relative_dir": rel_dir, **meta}})
     kind = f"{cls.engine or '-'} {cls.test_kind}"
+    if cls.engine == "unknown":
+        kind += " (the tool does not record the server: pass --engine vllm or llamacpp)"
     return f"imported   {campaign}/{name}  {kind}  ({len(files)} files, {total:,} bytes)"
 
 

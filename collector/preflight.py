@@ -44,7 +44,9 @@ from collector.raw.errors import AnatomyError, RunError
 from collector.raw.plan import Plan, PointPlan
 from collector.server import describe_pid, port_free, port_owner_pids, stop_recorded_orphan
 
-HELP_TIMEOUT_S = 60.0
+# `llama-server --help` answers in well under a second and finding vllm's folder imports nothing: a binary
+# silent for 10 s hangs (the start-up then fails at once instead of after a minute)
+HELP_TIMEOUT_S = 10.0
 # A hub id ("Qwen/Qwen2.5-7B-Instruct"): vLLM downloads it, so it need not exist on disk.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _FLAG = re.compile(r"^--?[A-Za-z]")

@@ -126,6 +126,14 @@ class PointRow:
     ttft_p50_ms: float | None
     itl_p50_ms: float | None
     first_error: str | None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    goodput_req_s: float | None = None  # against the plan's [slo]; None without one
+    # the load client's own self-check (analysis.metrics.client_saturated over every shard's loop lag)
+    client_lag_p99_ms: float | None = None
+    client_saturated: bool | None = None
 
 
 @dataclass
@@ -308,11 +316,13 @@ class _Protocol:
         self.fault(f"server exited with code {code}{where}", grace_s=5.0)
 
     # -- steps ---------------------------------------------------------------------------------------
-    def record_check(self, c: CheckResult) -> None:
+    def record_check(self, c: CheckResult, echo: bool = True) -> None:
         self.events.emit("check", **c.event_fields())
         if c.ok is False:
             self.checks_failed.append(f"{c.point or 'startup'}:{c.name}")
             self.failed_checks.append(c)
+        if not echo:
+            return
         style = {True: "green", False: "red", None: "dim"}[c.ok]
         mark = {True: "PASS", False: "FAIL", None: "n/a "}[c.ok]
         self.console.print(
@@ -567,17 +577,22 @@ class _Protocol:
                 )
             except OSError as err:
                 self.io_fault(err, f"bench/{pt.point_id}.json")
-            self.rows.append(point_row(pt, records))
-        for c in ck.point_checks(
-            pt,
-            records,
-            out.sent,
-            sp.engine,
-            before.text if before else None,
-            after.text if after else None,
-            prefix_cache=sp.prefix_cache,
-        ):
-            self.record_check(c)
+            lag = [x for probe in out.probes for x in (probe.get("lag_ns") or [])]
+            self.rows.append(point_row(pt, records, lag, p.slo))
+        checks = list(
+            ck.point_checks(
+                pt,
+                records,
+                out.sent,
+                sp.engine,
+                before.text if before else None,
+                after.text if after else None,
+                prefix_cache=sp.prefix_cache,
+            )
+        )
+        for c in checks:
+            self.record_check(c, echo=False)
+        self.console.print(checks_line(pt.point_id, checks), highlight=False, soft_wrap=True)
         if not out.aborted:
             self.points_done += 1
         self.current_point = None
@@ -641,27 +656,67 @@ def first_error(records: Sequence[RequestRecord]) -> str:
     return msg if len(msg) <= 200 else msg[:199] + "…"
 
 
-def point_row(pt: PointPlan, records: Sequence[RequestRecord]) -> PointRow:
+def point_row(
+    pt: PointPlan,
+    records: Sequence[RequestRecord],
+    lag_ns: Sequence[int] = (),
+    slos_ms: dict[str, float] | None = None,
+) -> PointRow:
+    """The summary line of one point: every number from analysis.metrics (canonical view)."""
     r = metrics.point_result(records, pt.point_id)
+    lat = r.latency
+    good = metrics.goodput_req_s(metrics.good_requests(records, slos_ms), r.duration_s) if slos_ms else None
     return PointRow(point=pt.point_id, kind=pt.kind, ok=r.completed, failed=r.failed or 0,
                     output_tok_s=r.output_throughput_tok_s if r.completed else None,
-                    ttft_p50_ms=r.latency["ttft"].median_ms, itl_p50_ms=r.latency["itl"].median_ms,
-                    first_error=first_error(records) if r.failed else None)  # fmt: skip
+                    ttft_p50_ms=lat["ttft"].median_ms, itl_p50_ms=lat["itl"].median_ms,
+                    first_error=first_error(records) if r.failed else None,
+                    ttft_p99_ms=lat["ttft"].percentiles_ms.get(99.0),
+                    tpot_p50_ms=lat["tpot"].median_ms, tpot_p99_ms=lat["tpot"].percentiles_ms.get(99.0),
+                    itl_p99_ms=lat["itl"].percentiles_ms.get(99.0), goodput_req_s=good,
+                    client_lag_p99_ms=metrics.client_loop_lag_p99_ms(lag_ns),
+                    client_saturated=metrics.client_saturated(lag_ns))  # fmt: skip
+
+
+SUMMARY_COLUMNS = ("point", "ok", "failed", "output tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+                   "ITL p50/p99 ms")  # fmt: skip
 
 
 def summary_table(rows: Sequence[PointRow]) -> Table:
-    """Per point: requests ok/failed, output tok/s, p50 TTFT, p50 ITL (analysis.metrics' canonical view)."""
+    """Per point: requests ok/failed, output tok/s, TTFT, TPOT and ITL at p50 and p99, goodput when the plan
+    states SLOs (analysis.metrics' canonical view); the point id is never cut."""
 
     def num(v: float | None, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
 
+    def pair(a: float | None, b: float | None, fmt: str) -> str:
+        return f"{num(a, fmt)} / {num(b, fmt)}"
+
     t = Table(title="points measured", title_justify="left")
-    for col in ("point", "ok", "failed", "output tok/s", "p50 TTFT ms", "p50 ITL ms"):
-        t.add_column(col, justify="left" if col == "point" else "right")
+    goodput = any(r.goodput_req_s is not None for r in rows)
+    for col in SUMMARY_COLUMNS + (("goodput req/s",) if goodput else ()):
+        t.add_column(col, justify="left" if col == "point" else "right", no_wrap=col == "point")
     for r in rows:
-        t.add_row(r.point, str(r.ok), f"[red]{r.failed}[/]" if r.failed else "0", num(r.output_tok_s, ".1f"),
-                  num(r.ttft_p50_ms, ".1f"), num(r.itl_p50_ms, ".2f"))  # fmt: skip
+        cells = [r.point, str(r.ok), f"[red]{r.failed}[/]" if r.failed else "0", num(r.output_tok_s, ".1f"),
+                 pair(r.ttft_p50_ms, r.ttft_p99_ms, ".1f"), pair(r.tpot_p50_ms, r.tpot_p99_ms, ".2f"),
+                 pair(r.itl_p50_ms, r.itl_p99_ms, ".2f")]  # fmt: skip
+        t.add_row(*cells, *((num(r.goodput_req_s, ".2f"),) if goodput else ()))
     return t
+
+
+def checks_line(point: str, checks: Sequence[CheckResult]) -> str:
+    """A point's self-checks: one line counting them, then one line per failure with its detail (the
+    start-up checks' format: ``FAIL point <id> <name>: <detail>``)."""
+    passed = sum(1 for c in checks if c.ok)
+    na = sum(1 for c in checks if c.ok is None)
+    failed = [c for c in checks if c.ok is False]
+    head = (
+        f"checks {point}: {passed} pass"
+        + (f", {na} n/a" if na else "")
+        + (f", {len(failed)} FAIL" if failed else "")
+    )
+    lines = [f"[{'red' if failed else 'green'}]{escape(head)}[/]"]
+    lines += [f"[red]FAIL[/] point {c.point or point} {c.name}: {escape(c.detail)}" for c in failed]
+    return "\n".join(lines)
 
 
 def _close_quietly(streams: Sequence[Stream], run: Run) -> None:

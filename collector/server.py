@@ -273,6 +273,10 @@ class ServerProcess:
                         self.check_identity()
                         return time.monotonic() - t0
                     last = f"HTTP {status}"
+                except httpx.ConnectError as err:
+                    if self.proc is None:  # attached: nobody is starting a server that could still come up
+                        raise RunError(f"{url}: connection refused — is the server running? ({err})") from err
+                    last = type(err).__name__
                 except httpx.HTTPError as err:
                     last = (
                         f"{type(err).__name__}: {err}"
@@ -280,7 +284,12 @@ class ServerProcess:
                         else type(err).__name__
                     )
                 if time.monotonic() - t0 > timeout_s:
-                    raise RunError(f"{url}: not healthy after {timeout_s:.0f} s (last: {last})")
+                    said = (
+                        f"; the server's last line: {_clip(self.last_log_line, 200)}"
+                        if self.last_log_line
+                        else ""
+                    )
+                    raise RunError(f"{url}: not healthy after {timeout_s:.0f} s (last: {last}){said}")
                 if on_poll is not None:
                     on_poll(time.monotonic() - t0)
                 time.sleep(0.5)

@@ -279,8 +279,8 @@ def test_startup_failure_names_the_log_and_its_error_line(tmp_path, make_plan):
 
 
 def test_end_of_run_summary_table_per_point(tmp_path, make_plan):
-    """The table at the end: per point, requests ok/failed, output tok/s, p50 TTFT and p50 ITL — the numbers
-    analysis.metrics computes from the run's requests.jsonl."""
+    """The table at the end: per point, requests ok/failed, output tok/s, TTFT, TPOT and ITL at p50 / p99 —
+    the numbers analysis.metrics computes from the run's requests.jsonl — and one line of checks per point."""
     out = io.StringIO()
     res = execute_run(make_plan(tmp_path, ["--fault", "http500:5"]), tmp_path / "raw",
                       console=Console(file=out, width=200))  # fmt: skip
@@ -288,15 +288,20 @@ def test_end_of_run_summary_table_per_point(tmp_path, make_plan):
     reqs = parse_requests_jsonl(res.path / "requests.jsonl")
     for point in ("p00-warmup-c002-i8-o4", "p01-sweep-c001-i24-o16", "p02-sweep-c004-i24-o16"):
         b = metrics.point_result([r for r in reqs if r.point == point], point)
+        lat = b.latency
         cells = next(ln for ln in table.splitlines() if point in ln).replace("│", " ").split()
         assert cells == [
             point,
             str(b.completed),
             str(b.failed),
             f"{b.output_throughput_tok_s:.1f}",
-            f"{b.latency['ttft'].median_ms:.1f}",
-            f"{b.latency['itl'].median_ms:.2f}",
-        ]
+            f"{lat['ttft'].median_ms:.1f}", "/", f"{lat['ttft'].percentiles_ms[99.0]:.1f}",
+            f"{lat['tpot'].median_ms:.2f}", "/", f"{lat['tpot'].percentiles_ms[99.0]:.2f}",
+            f"{lat['itl'].median_ms:.2f}", "/", f"{lat['itl'].percentiles_ms[99.0]:.2f}",
+        ]  # fmt: skip
+        (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith(f"checks {point}:")]
+        assert " pass" in line and ("FAIL" in line) == (b.failed > 0)
+        assert (f"FAIL point {point} failures:" in out.getvalue()) == (b.failed > 0)
     assert sum(int(ln.replace("│", " ").split()[2]) for ln in table.splitlines() if "-c0" in ln) == 3
 
 

@@ -5,8 +5,11 @@ committed CPU campaign and renders its pages from a folder that is not the check
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -55,3 +58,58 @@ def test_a_plain_install_renders_the_report(tmp_path):
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert (work / "docs" / "index.md").is_file() and (work / "docs" / "methodology.md").is_file()
     assert any((work / "docs").rglob(f"*{CAMPAIGN}*"))
+
+
+def _venv_with_wheel(tmp_path: Path) -> Path:
+    """A fresh venv holding the built wheel; the dependencies come from this interpreter's site-packages
+    (a .pth line after the venv's own, so nothing is downloaded and the wheel's copy is the one imported)."""
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # never the checkout
+
+    def pip(*args: str) -> None:
+        p = subprocess.run([sys.executable, "-m", "pip", *args], env=clean, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+
+    wheels = tmp_path / "wheels"
+    pip("wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO))
+    (wheel,) = wheels.glob("inference_anatomy-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "zz-parent-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip("--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", str(wheel))
+    return venv
+
+
+def test_a_wheel_reports_from_anywhere(tmp_path):
+    """`collector report` from an installed wheel, in a folder that is not the checkout, on a raw root made
+    there from files a peer tool wrote: the site is built (MkDocs config, nav hook, templates shipped), holds
+    only that campaign, titled by its own name; `collector exclude` leaves a run out without touching it."""
+    venv = _venv_with_wheel(tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    shutil.copytree(REPO / "tests" / "data" / "peers" / "guidellm-0.8.1", work / "results" / "gl")
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+
+    where = run("python", "-c", "import collector; print(collector.__file__)")
+    assert where.stdout.startswith(str(venv)), where.stdout + where.stderr
+    i = run("collector", "import", "results", "--campaign", "my-bench", "--engine", "vllm", "--raw", "raw")
+    assert i.returncode == 0, i.stderr
+    r = run("collector", "report", "--raw", "raw", "--out", "site")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    index = (work / "site" / "index.html").read_text(encoding="utf-8")
+    assert "my-bench" in index and "参考批次在本次构建中不可用" not in index  # no banner of our own site
+    assert sorted(p.name for p in (work / "site" / "campaigns").iterdir()) == ["my-bench"]
+    assert not any(venv.rglob("build/site"))  # nothing rendered into site-packages
+    run_dir = work / "raw" / "my-bench" / "gl"
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.iterdir())
+    e = run("collector", "exclude", "raw/my-bench/gl", "--reason", "client on a loaded box")
+    assert e.returncode == 0, e.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.iterdir()) == before
+    assert run("collector", "verify", "--raw", "raw").returncode == 0
+    a = run("collector", "analyze", "--raw", "raw", "--out", "res")
+    assert "1 run(s) left out by decision" in a.stdout, a.stdout + a.stderr
+    assert '"gl": "client on a loaded box"' in (work / "res" / "my-bench" / "index.json").read_text()

@@ -57,7 +57,7 @@ def test_registry_table():
     )
     assert parser_for("metrics.csv").__name__ == "parse_sampler_csv"
     assert parser_for("llamacpp-server.log").__name__ == "parse_llamacpp_log"
-    assert parser_for("stress.json").__name__ == "parse_bench_json"
+    assert parser_for("stress.json").__name__ == "parse_result_json"  # vllm bench/AIPerf/GuideLLM: content
 
 
 def test_server_log_engine_is_told_by_content(tmp_path):

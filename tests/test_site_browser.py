@@ -188,7 +188,13 @@ def test_internal_links_resolve(site, chromium, base_url):
 
 @pytest.mark.parametrize(
     ("query", "expected_page"),
-    [("并发", "/concurrency/"), ("抢占", "/overload/"), ("首 token 延迟", "/ttft/"), ("预填充", "/ttft/")],
+    [
+        ("并发", "/concurrency/"),
+        ("抢占", "/overload/"),
+        ("首 token 延迟", "/ttft/"),
+        ("首token", "/ttft/"),
+        ("预填充", "/ttft/"),
+    ],  # fmt: skip
 )
 def test_chinese_search_finds_the_right_page(site, chromium, base_url, query, expected_page):
     ctx, page, watch = _new_page(chromium, base_url)

@@ -26,21 +26,44 @@ def test_triggers_on_push_to_main(wf):
     assert on["push"]["branches"] == ["main"]
 
 
-def test_pages_permissions(wf):
-    assert wf["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+def test_pages_permissions_least_per_job(wf):
+    """Nothing by default; the build reads the code, only the deploy job writes Pages (and mints the OIDC
+    token deploy-pages needs)."""
+    assert wf["permissions"] == {}
+    assert wf["jobs"]["build"]["permissions"] == {"contents": "read"}
+    assert wf["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
 
 
-def test_every_action_pinned_to_a_version(wf):
-    uses = [s["uses"] for s in _steps(wf) if "uses" in s]
+PINNED = {  # full commit SHAs of the release tags named beside them in the workflows
+    "actions/checkout": "11bd71901bbe5b1630ceea73d27597364c9af683",  # v4.2.2
+    "actions/setup-python": "a26af69be951a213d495a4c3e4e4022e16d87065",  # v5.6.0
+    "actions/upload-pages-artifact": "56afc609e74202658d3ffba0e8f6dda462b719fa",  # v3.0.1
+    "actions/deploy-pages": "d6db90164ac5ed86f2b6aed7e0febac5b3c0c03e",  # v4.0.5
+}
+
+
+@pytest.mark.parametrize("name", ["pages.yml", "ci.yml"])
+def test_every_action_pinned_to_a_commit(name):
+    text = (WORKFLOW.parent / name).read_text(encoding="utf-8")
+    uses = re.findall(r"uses: (\S+)@(\S+)( # v[\d.]+)?", text)
     assert uses, "no actions used"
-    for u in uses:
-        assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+(\.\d+){0,2}", u), f"{u}: not pinned to a version"
-    assert set(uses) == {
-        "actions/checkout@v4",
-        "actions/setup-python@v5",
-        "actions/upload-pages-artifact@v3",
-        "actions/deploy-pages@v4",
-    }
+    for action, ref, version in uses:
+        assert PINNED.get(action) == ref and version, f"{action}@{ref}: not pinned to a known full SHA"
+    doc = yaml.safe_load(text)
+    for job in doc["jobs"].values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+
+
+def test_ci_runs_lint_and_tests_on_push_with_read_only_token():
+    doc = yaml.safe_load((WORKFLOW.parent / "ci.yml").read_text(encoding="utf-8"))
+    on = doc.get("on", doc.get(True))
+    assert "push" in on and "pull_request" in on
+    assert doc["permissions"] == {"contents": "read"}
+    (job,) = doc["jobs"].values()
+    assert job["steps"][-1]["run"] == ".ci/run"  # the README's `nox -s lint && nox -s tests`
+    assert "nox -s lint && nox -s tests" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
 def test_builds_with_the_nox_session_and_uploads_mkdocs_site_dir(wf):
@@ -59,7 +82,7 @@ def test_deploy_job_needs_build_and_uses_pages_environment(wf):
     assert deploy["needs"] == "build"
     assert deploy["environment"]["name"] == "github-pages"
     step = deploy["steps"][0]
-    assert step["uses"] == "actions/deploy-pages@v4"
+    assert step["uses"] == "actions/deploy-pages@" + PINNED["actions/deploy-pages"]
     assert deploy["environment"]["url"] == "${{ steps." + step["id"] + ".outputs.page_url }}"
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from analysis.parse import (
-    bench_json,
     events_jsonl,
     fingerprint_txt,
     llama_bench,
     llamacpp_log,
+    peers,
     prometheus,
     requests_jsonl,
     sampler_csv,
@@ -41,6 +41,12 @@ _NO_PARSER = (
     "ceilings.json",
     "*.md",
     "*.tsv",
+    # AIPerf's companions of profile_export_aiperf.json: inputs, per-record and CSV exports, readiness mark
+    "inputs.json",
+    ".aiperf_results_ready.json",
+    "profile_export*.jsonl",
+    "profile_export*.csv",
+    "profile_export*.txt",
 )
 
 
@@ -94,5 +100,5 @@ _TABLE: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("*llama-server*.log", llamacpp_log.parse_llamacpp_log),
     ("*vllm*server*.log", vllm_log.parse_vllm_log),
     ("*server*.log", parse_server_log),
-    ("*.json", bench_json.parse_bench_json),
+    ("*.json", peers.parse_result_json),  # vllm bench serve's, AIPerf's or GuideLLM's, told by content
 )

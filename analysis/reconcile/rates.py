@@ -34,7 +34,8 @@ from analysis.reconcile.theoryctx import TheoryCtx
 RATE_KIND = PHASE_TEST_KIND["rate"]
 # achieved more than this far below offered: the server no longer keeps up (the methodology page's method)
 SATURATION_SHORTFALL_PCT = 10.0
-LATENCIES = (("ttft", "ttft"), ("itl", "itl"), ("e2e", "e2el"))  # (our column name, BenchResult's metric)
+# (column name, BenchResult's metric): e2el as vllm bench serve and the points table name it (one name)
+LATENCIES = (("ttft", "ttft"), ("itl", "itl"), ("e2el", "e2el"))
 STATS = ("p50", "p90", "p99")  # always; beside them the campaign's analysis-time percentiles
 
 

@@ -12,10 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.pipeline import analyze as analyze_fn
-from analysis.report.render import REPO_ROOT, render_site
+from analysis.report.render import REPO_ROOT, SITE_DIR, render_site
 from collector.importer import import_results
+from collector.raw.errors import AnatomyError
 
 MKDOCS_YML = REPO_ROOT / "mkdocs.yml"
+# the same file shipped in a wheel: site/mkdocs.yml is a link to it, copied as package data
+SHIPPED_MKDOCS_YML = SITE_DIR / "mkdocs.yml"
+
+
+class ReportError(AnatomyError):
+    """`collector report` cannot build the site (one line: what is missing and how to get it)."""
 
 
 @dataclass
@@ -42,6 +49,65 @@ def mkdocs_build(docs_dir: Path, site_dir: Path, config_file: Path = MKDOCS_YML,
             build(cfg)
         finally:
             cfg.plugins.on_shutdown()
+
+
+def standalone_config(work_dir: Path, docs_dir: Path, site_dir: Path) -> Path:
+    """The project's MkDocs config (the checkout's mkdocs.yml, else the copy a wheel ships) written into
+    ``work_dir`` with every path it names made absolute — docs and site folders, the navigation hook, the
+    jieba dictionary — so the site builds from any folder, the checkout or an installed package alike."""
+    import yaml  # local import: a dependency of mkdocs, needed only here
+
+    src = MKDOCS_YML if MKDOCS_YML.is_file() else SHIPPED_MKDOCS_YML
+    cfg = yaml.safe_load(src.read_text(encoding="utf-8"))
+    cfg.update(docs_dir=str(docs_dir.resolve()), site_dir=str(site_dir.resolve()))
+    cfg.pop("watch", None)
+    cfg["hooks"] = [str((SITE_DIR / "hooks" / Path(h).name).resolve()) for h in cfg.get("hooks") or []]
+    for plugin in cfg.get("plugins") or []:
+        if isinstance(plugin, dict) and isinstance(plugin.get("search"), dict):
+            if "jieba_dict_user" in plugin["search"]:
+                plugin["search"]["jieba_dict_user"] = str((SITE_DIR / "jieba_user_dict.txt").resolve())
+    out = work_dir / "mkdocs.yml"
+    out.write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def report_site(
+    raw_roots: list[Path],
+    out_site: Path,
+    work_dir: Path,
+    campaigns: list[str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> BuildTimes:
+    """``collector report``: analyze only ``campaigns`` (default: every one in ``raw_roots``), render their
+    pages and build the static site into ``out_site``, every intermediate file under ``work_dir``."""
+    try:
+        import jinja2  # noqa: F401  # local import: the site extra, checked before any work
+        import material  # noqa: F401  # local import: same
+        import mkdocs  # noqa: F401  # local import: same
+        import vl_convert  # noqa: F401  # local import: same
+    except ImportError as err:
+        raise ReportError(
+            f"collector report needs the site extra ({err.name} is missing): "
+            "pip install 'inference-anatomy[site]'"
+        ) from None
+    say = on_line or (lambda _line: None)
+    times = BuildTimes()
+    out_site, work_dir = Path(out_site).resolve(), Path(work_dir).resolve()  # mkdocs runs from work_dir
+    results, docs = work_dir / "results", work_dir / "docs"
+    t = time.perf_counter()
+    for line in analyze_fn([Path(r) for r in raw_roots], results, campaigns):
+        say(line)
+    times.steps["analyze"] = time.perf_counter() - t
+    t = time.perf_counter()
+    report = render_site(results, docs, campaigns=campaigns, standalone=True)
+    for line in report.lines()[-1:]:
+        say(line)
+    times.steps["render"] = time.perf_counter() - t
+    t = time.perf_counter()
+    mkdocs_build(docs, out_site, config_file=standalone_config(work_dir, docs, out_site))
+    times.steps["mkdocs"] = time.perf_counter() - t
+    say(f"site: {out_site} ({times.total_s:.0f} s); view it with: python -m http.server -d {out_site}")
+    return times
 
 
 def build_site(

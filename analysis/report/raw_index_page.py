@@ -25,7 +25,11 @@ def link(site: SiteState, c: CampaignResults, is_repo_file: Callable[[str], bool
             site.report.notes.append(f"{c.name}: cited source {u!r} matches no raw file")
 
 
-def render(site: SiteState, c: CampaignResults) -> Page:
+def render(site: SiteState, c: CampaignResults, downloads: list[str] | None = None) -> Page:
+    """``downloads``: the analysis output copied beside the page (findings.json, tables/*.csv), relative
+    paths."""
     runs = site.runs.get(c.name, [])
     files = [f for r in runs for f in r.files]
-    return render_template(site, TEMPLATE, path_of(c.name), c, runs=runs, raw_files=files)
+    return render_template(
+        site, TEMPLATE, path_of(c.name), c, runs=runs, raw_files=files, downloads=downloads or []
+    )

@@ -85,7 +85,9 @@ class SiteRenderer:
         handwritten_dir: Path | None = HANDWRITTEN_DIR,
         assets_dir: Path | None = ASSETS_DIR,
         campaigns: list[str] | None = None,
+        standalone: bool = False,
     ):
+        self.standalone = standalone  # `collector report`: a user's campaigns, not this project's site
         self.results_dir = Path(results_dir)
         self.out = Path(out_docs_dir)
         self.handwritten_dir = handwritten_dir
@@ -176,10 +178,13 @@ class SiteRenderer:
             "profiles": site.profiles,
             "comparison": comparison,
             "reference_campaign": REFERENCE_CAMPAIGN,
+            "standalone": self.standalone,
         }
         for c in campaigns:
             raw_index_page.link(site, c, is_repo_file=lambda rel: (REPO_ROOT / rel).is_file())
-            site.planned_pages.update([structure_page.path_of(c.name), *campaign_pages.paths_of(c)])
+            # a campaign without a model (results a peer tool wrote, imported without a config) has no theory
+            theory = [structure_page.path_of(c.name)] if structure_page.model_config(c) is not None else []
+            site.planned_pages.update([*theory, *campaign_pages.paths_of(c)])
         structure = [
             self._write(
                 reference_block.extend(
@@ -187,6 +192,7 @@ class SiteRenderer:
                 )
             )
             for c in campaigns
+            if structure_page.model_config(c) is not None
         ]
         # before the campaign pages: its findings (topic differences) have their rows here, not on an overview
         reference = next((c for c in campaigns if c.name == REFERENCE_CAMPAIGN), None)
@@ -196,7 +202,7 @@ class SiteRenderer:
         reports = [(c, [self._write(p) for p in campaign_pages.render(site, c, **common)]) for c in campaigns]
         compared = self._write(comparison_page.render(site, comparison, **common)) if comparison else None
         home = self._write(home_page.render(site, **common))
-        data = [self._write(raw_index_page.render(site, c)) for c in campaigns]
+        data = [self._write(raw_index_page.render(site, c, self._downloads(c))) for c in campaigns]
         ledger = (
             self._write(reference_block.ledger_page(site, REFERENCE_CAMPAIGN, **common))
             if REFERENCE_CAMPAIGN in site.campaign_names
@@ -253,6 +259,20 @@ class SiteRenderer:
             )
             p.write_text(text, encoding="utf-8")
 
+    def _downloads(self, c: CampaignResults) -> list[str]:
+        """The campaign's analysis output as readers can take it away — findings.json and every table's CSV,
+        copied beside its raw-data page (``data/<campaign>/``); their paths relative to that page."""
+        dest = self.out / "data" / c.name
+        files = [(c.path / "findings.json", "findings.json")]
+        files += [(t.path, f"tables/{t.path.name}") for _, t in sorted(c.tables.items()) if t.path.is_file()]
+        out = []
+        for src, rel in files:
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest / rel)
+                out.append(f"{c.name}/{rel}")
+        return out
+
     def _handwritten(self, rel: str) -> Page:
         p = self.out / rel
         if not p.exists():
@@ -266,10 +286,13 @@ def render_site(
     campaigns: list[str] | None = None,
     templates_dir: Path = TEMPLATES_DIR,
     on_line: Callable[[str], None] | None = None,
+    standalone: bool = False,
 ) -> RenderReport:
-    """Render every page into ``out_docs_dir`` (emptied first; only a folder the renderer made is emptied)."""
+    """Render every page into ``out_docs_dir`` (emptied first; only a folder the renderer made is emptied);
+    ``standalone``: a site of someone's own campaigns (`collector report`), without this project's notes
+    about the reference campaign it publishes."""
     report = SiteRenderer(
-        results_dir, out_docs_dir, templates_dir=templates_dir, campaigns=campaigns
+        results_dir, out_docs_dir, templates_dir=templates_dir, campaigns=campaigns, standalone=standalone
     ).render()
     if on_line is not None:
         for line in report.lines():
