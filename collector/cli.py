@@ -382,104 +382,99 @@ def seal(recover: bool, run_dir: Path) -> None:
     click.echo(recover_seal(run_dir))
 
 
+# vllm bench serve's flags, by its names and defaults (collector/quick.py says what each one means)
+_QUICK_OPTIONS = [
+    click.option("--base-url", default=None, help="The server to attach to (vllm bench serve's --base-url)."),
+    click.option("--host", default=None, help="With --port instead of --base-url (default 127.0.0.1)."),
+    click.option("--port", type=int, default=None, help="With --host instead of --base-url (default 8000)."),
+    click.option("--model", default=None, help="The served model name (default: the server's first)."),
+    click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default=None,
+        help="The engine behind the URL (default: recognised from /metrics and /props).",
+    ),
+    click.option(
+        "--model-config",
+        default=None,
+        help="The theory's config: a bundled name, config.json, its folder or a .gguf (default: "
+        "the files the server names, else --model as a bundled name or Hub id).",
+    ),
+    click.option("--tokenizer", default=None, help="A tokenizer.json or its folder (prompt token ids)."),
+    click.option("--gpu", default=None, help="The GPU's datasheet name (default: nvidia-smi, else cpu)."),
+    click.option(
+        "--endpoint",
+        default="/v1/completions",
+        show_default=True,
+        help="/v1/completions or /v1/chat/completions.",
+    ),
+    click.option("--backend", default="openai", show_default=True, help="openai or openai-chat."),
+    click.option("--num-prompts", type=int, default=1000, show_default=True, help="Requests per point."),
+    click.option(
+        "--request-rate",
+        default="inf",
+        show_default=True,
+        help="Requests/s (Poisson); inf sends all at once; a comma list sweeps (one point each).",
+    ),
+    click.option(
+        "--max-concurrency",
+        default=None,
+        help="Requests in flight at most; with rate inf a closed loop; a comma list sweeps.",
+    ),
+    click.option(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Gamma shape of the arrivals (1 = Poisson).",
+    ),
+    click.option("--random-input-len", type=int, default=1024, show_default=True),
+    click.option("--random-output-len", type=int, default=128, show_default=True),
+    click.option("--random-range-ratio", type=float, default=0.0, show_default=True),
+    click.option("--random-prefix-len", type=int, default=0, show_default=True),
+    click.option("--seed", type=int, default=0, show_default=True),
+    click.option(
+        "--num-warmups",
+        type=int,
+        default=None,
+        help="Warm-up requests before the points (default: twice the first concurrency, <= 16).",
+    ),
+    click.option("--goodput", multiple=True, help="SLOs as KEY:MS (ttft, tpot, itl, e2el); repeatable."),
+    click.option("--header", "headers", multiple=True, help="KEY=VALUE sent with every request."),
+    click.option("--ignore-eos", is_flag=True, help="Always on: every request asks for exactly its length."),
+    click.option(
+        "--percentile-metrics",
+        default="ttft,tpot,itl",
+        show_default=True,
+        help="Accepted for vllm bench serve's command lines; the summary shows ttft, tpot, itl.",
+    ),
+    click.option(
+        "--metric-percentiles",
+        default="50,99",
+        show_default=True,
+        help="Accepted; the summary shows p50 and p99, `collector analyze` takes any.",
+    ),
+    click.option(
+        "--save-result",
+        is_flag=True,
+        help="Also write each point's result in vllm bench serve's schema and default file name.",
+    ),
+    click.option("--result-dir", type=click.Path(path_type=Path, file_okay=False), default=None),
+    click.option("--result-filename", default=None, help="One point: this name; several: a -pNN suffix."),
+    click.option("--label", default=None, help="The run's name under the campaign (and the results' label)."),
+    click.option("--campaign", default="quick", show_default=True, help="The campaign under --raw."),
+    click.option(
+        "--save-plan",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Keep the plan the flags made here (run it again with `collector run FILE`).",
+    ),
+]
+
+
 def _quick_options(fn):
-    """vllm bench serve's flags, by its names and defaults (collector/quick.py says what each one means)."""
-    opts = [
-        click.option(
-            "--base-url", default=None, help="The server to attach to (vllm bench serve's --base-url)."
-        ),
-        click.option("--host", default=None, help="With --port instead of --base-url (default 127.0.0.1)."),
-        click.option(
-            "--port", type=int, default=None, help="With --host instead of --base-url (default 8000)."
-        ),
-        click.option("--model", default=None, help="The served model name (default: the server's first)."),
-        click.option(
-            "--engine",
-            type=click.Choice(ENGINES),
-            default=None,
-            help="The engine behind the URL (default: recognised from /metrics and /props).",
-        ),
-        click.option(
-            "--model-config",
-            default=None,
-            help="The theory's config: a bundled name, config.json, its folder or a .gguf (default: "
-            "the files the server names, else --model as a bundled name or Hub id).",
-        ),
-        click.option("--tokenizer", default=None, help="A tokenizer.json or its folder (prompt token ids)."),
-        click.option("--gpu", default=None, help="The GPU's datasheet name (default: nvidia-smi, else cpu)."),
-        click.option(
-            "--endpoint",
-            default="/v1/completions",
-            show_default=True,
-            help="/v1/completions or /v1/chat/completions.",
-        ),
-        click.option("--backend", default="openai", show_default=True, help="openai or openai-chat."),
-        click.option("--num-prompts", type=int, default=1000, show_default=True, help="Requests per point."),
-        click.option(
-            "--request-rate",
-            default="inf",
-            show_default=True,
-            help="Requests/s (Poisson); inf sends all at once; a comma list sweeps (one point each).",
-        ),
-        click.option(
-            "--max-concurrency",
-            default=None,
-            help="Requests in flight at most; with rate inf a closed loop; a comma list sweeps.",
-        ),
-        click.option(
-            "--burstiness",
-            type=float,
-            default=1.0,
-            show_default=True,
-            help="Gamma shape of the arrivals (1 = Poisson).",
-        ),
-        click.option("--random-input-len", type=int, default=1024, show_default=True),
-        click.option("--random-output-len", type=int, default=128, show_default=True),
-        click.option("--random-range-ratio", type=float, default=0.0, show_default=True),
-        click.option("--random-prefix-len", type=int, default=0, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option(
-            "--num-warmups",
-            type=int,
-            default=None,
-            help="Warm-up requests before the points (default: twice the first concurrency, <= 16).",
-        ),
-        click.option("--goodput", multiple=True, help="SLOs as KEY:MS (ttft, tpot, itl, e2el); repeatable."),
-        click.option("--header", "headers", multiple=True, help="KEY=VALUE sent with every request."),
-        click.option(
-            "--ignore-eos", is_flag=True, help="Always on: every request asks for exactly its length."
-        ),
-        click.option(
-            "--percentile-metrics",
-            default="ttft,tpot,itl",
-            show_default=True,
-            help="Accepted for vllm bench serve's command lines; the summary shows ttft, tpot, itl.",
-        ),
-        click.option(
-            "--metric-percentiles",
-            default="50,99",
-            show_default=True,
-            help="Accepted; the summary shows p50 and p99, `collector analyze` takes any.",
-        ),
-        click.option(
-            "--save-result",
-            is_flag=True,
-            help="Also write each point's result in vllm bench serve's schema and default file name.",
-        ),
-        click.option("--result-dir", type=click.Path(path_type=Path, file_okay=False), default=None),
-        click.option("--result-filename", default=None, help="One point: this name; several: a -pNN suffix."),
-        click.option(
-            "--label", default=None, help="The run's name under the campaign (and the results' label)."
-        ),
-        click.option("--campaign", default="quick", show_default=True, help="The campaign under --raw."),
-        click.option(
-            "--save-plan",
-            type=click.Path(path_type=Path, dir_okay=False),
-            default=None,
-            help="Keep the plan the flags made here (run it again with `collector run FILE`).",
-        ),
-    ]
-    for opt in reversed(opts):
+    """vllm bench serve's flags (``_QUICK_OPTIONS``) on a command."""
+    for opt in reversed(_QUICK_OPTIONS):
         fn = opt(fn)
     return fn
 
