@@ -920,12 +920,20 @@ def fmt_ms_as_s(ms: object, sig: int = 3) -> str:
     return f"{fmt_num(float(ms) / 1000, sig=sig)} 秒"
 
 
+# Below this many percent a value is float rounding of an exact agreement (4.640 GiB against 4.640 GiB read as
+# "+0.000000000000038%"), never a measured share: the smallest real share the pages show, a norm's parameters
+# in a 0.5B model, is ~1e-4 %.
+PCT_NOISE = 1e-9
+
+
 def fmt_pct(x: object, decimals: int | None = None) -> str:
     """A value already in percent: ``12.345`` → ``12.3%``; below 1 % two significant digits
     (``0.0145`` → ``0.015%``: a small share must not read as 0)."""
     if _is_missing(x) or not isinstance(x, Real):
         return MISSING if _is_missing(x) else str(x)
     v = float(x)
+    if abs(v) < PCT_NOISE:
+        v = 0.0
     if decimals is None:
         decimals = 1 if abs(v) >= 1 or v == 0 else sig_decimals(v, 2)
     return f"{fmt_num(v, decimals)}%"

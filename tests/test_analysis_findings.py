@@ -11,6 +11,7 @@ import pytest
 from analysis import findings as fnd
 from analysis import labels_zh as zh
 from analysis.keys import At, series_id, slug
+from analysis.reconcile.selection import bytes_reason
 
 R2 = At(round="round2")
 
@@ -161,6 +162,8 @@ def test_percent_one_rule_everywhere():
     assert zh.fmt_pct(0.4567) == "0.46%"
     assert zh.fmt_pct(0.0145) == zh.fmt_value(0.0145, "%") == zh.cell_text("share_pct", 0.0145) == "0.015%"
     assert zh.fmt_signed_pct(-0.4) == "−0.40%" and zh.fmt_signed_pct(3.21) == "+3.2%"
+    # float noise of an exact agreement reads as 0, not as 0.000000000000038 % (issue #19's false precision)
+    assert zh.fmt_signed_pct(3.8e-14) == zh.fmt_pct(1.1e-14) == "0.0%" and zh.fmt_pct(1.2e-4) == "0.00012%"
     assert zh.fmt_fraction_pct(0.9123) == "91.2%"
 
 
@@ -217,3 +220,12 @@ def test_finding_labels_come_from_fields_never_from_keys():
     )
     assert "单个槽位" in zh.finding_label(slot)  # llama.cpp's overload is per slot, not a shared pool
     assert zh.value_text(f) == "8 个请求"
+
+
+def test_single_stream_why_is_decided_in_analysis():
+    """The selection page's "why" at one stream: the reference's pair (3.20× the bytes, 2.71× the speed) is
+    bytes with the leader farther from its floor; bytes within 5 % are overhead; no byte counts, no reason."""
+    assert bytes_reason(3.202, 2.710) == "bytes_farther"
+    assert bytes_reason(2.0, 2.4) == "bytes"
+    assert bytes_reason(1.03, 1.30) == "overhead"
+    assert bytes_reason(None, 2.0) is None

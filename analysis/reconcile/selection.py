@@ -357,6 +357,23 @@ def _step_bytes_at(s: dict, concurrency: int) -> float | None:
     return step_bytes(s, p) if p is not None else None
 
 
+# Two series whose decode steps read within this factor of each other's bytes read "the same": the speed gap
+# then comes from per-step overhead, not from bytes (the selection page's single-stream "why").
+SAME_BYTES_RATIO = 1.05
+
+
+def bytes_reason(byte_ratio: float | None, speed_ratio: float) -> str | None:
+    """Why the leader is faster at one stream, from how many times more bytes the other reads per step:
+    ``bytes`` (reads fewer bytes, and the speed gap matches), ``bytes_farther`` (reads fewer bytes but the
+    speed gap is smaller than the byte gap: the leader is farther from its own bandwidth floor),
+    ``overhead`` (the byte counts are within SAME_BYTES_RATIO), None without the byte counts."""
+    if byte_ratio is None:
+        return None
+    if byte_ratio <= SAME_BYTES_RATIO:
+        return "overhead"
+    return "bytes_farther" if speed_ratio < byte_ratio else "bytes"
+
+
 def _lead(
     key: At,
     a: tuple[dict, float, list[str], int],
@@ -368,9 +385,11 @@ def _lead(
     y), with both series' values and how many times more weight bytes the other reads per decode step."""
     lead, other = (a, b) if ratio(a[1], b[1]) >= 1 else (b, a)
     wl, wo = (_step_bytes_at(x[0], x[3]) for x in (lead, other))
+    value = ratio(lead[1], other[1])
+    byte_ratio = wo / wl if wl and wo else None
     return fnd.measured(
         key,
-        ratio(lead[1], other[1]),
+        value,
         "ratio",
         a[2] + b[2],
         leader_value=lead[1],
@@ -382,7 +401,8 @@ def _lead(
         other_engine=other[0]["engine"],
         other_weight_format=other[0]["weight_format"],
         same_engine=lead[0]["engine"] == other[0]["engine"],
-        other_over_leader_step_bytes=wo / wl if wl and wo else None,
+        other_over_leader_step_bytes=byte_ratio,
+        bytes_reason=bytes_reason(byte_ratio, value),
         **extra,
     )
 
