@@ -216,5 +216,7 @@ def test_figures_carry_chinese_titles(out):
 def test_unknown_campaign_is_a_one_line_error(tmp_path):
     from collector.raw.errors import AnatomyError
 
+    raw = tmp_path / "raw"  # --out beside the raw root, never inside it (refused since issue #20)
+    raw.mkdir()
     with pytest.raises(AnatomyError, match="nope"):
-        list(analyze([tmp_path], tmp_path / "o", ["nope"]))
+        list(analyze([raw], tmp_path / "o", ["nope"]))
