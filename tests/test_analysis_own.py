@@ -148,7 +148,13 @@ def test_comparison_with_reference(synth_raw, tmp_path):
     floor_4090 = _floor_ms(w_q4, ctx_ref, 1008e9)
     assert comp[key]["theory"] == pytest.approx(floor_4090 / floor_h200)
     assert comp[key]["theory_measured_ceilings"] is None  # the reference has no measured ceilings
-    assert comp["comparison.rtx4090_qwen2_5_7b.quantization.step_ratio"]["status"] == "n/a"
+    # the reference measured one format per engine: its quantization ratio is across engines (vLLM bf16 ÷
+    # llama.cpp Q4_K_M at one stream, issue #19 item 8), against the byte ratio as theory
+    cross = comp["comparison.rtx4090_qwen2_5_7b.quantization.step_ratio"]
+    vllm_c1 = json.loads((SEED / "Round2/01-02-perf-test/vllm_c001.json").read_text())
+    assert cross["cross_engine"] is True
+    assert cross["value"] == pytest.approx(vllm_c1["p50_itl_ms"] / ref_c1["p50_itl_ms"])
+    assert cross["theory"] > cross["value"]  # the measured gap is smaller than the byte gap
     assert comp["comparison.h200_synth.quantization.llamacpp.fp16_over_q4_k_m.step_ratio"][
         "value"
     ] == pytest.approx(2.5)
