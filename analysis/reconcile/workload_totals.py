@@ -11,12 +11,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis.keys import At
 from analysis.reconcile import Section, engine_at
-
-
-def shortfall_pct(produced: float, requested: float) -> float:
-    """Output tokens missing against the request, %: (1 − produced ÷ (completed × requested per request)) ×
-    100."""
-    return (1.0 - produced / requested) * 100.0
+from analysis.reconcile.gates import shortfall_total_pct
 
 
 def _shortfall(points: pd.DataFrame) -> list[fnd.Finding]:
@@ -31,7 +26,7 @@ def _shortfall(points: pd.DataFrame) -> list[fnd.Finding]:
         out.append(
             fnd.measured(
                 at("output_tokens_shortfall_total_pct"),
-                shortfall_pct(float(got), float(asked)),
+                shortfall_total_pct(int(asked), int(got)),  # the gates page's one definition
                 "%",
                 sorted(g["file"].astype(str))[:1],
                 output_tokens=int(got),
