@@ -912,6 +912,16 @@ def fmt_approx(x: object, sig: int = 2) -> str:
     return fmt_num(int(round(v, sig - 1 - math.floor(math.log10(abs(v))))))
 
 
+def fmt_times(x: object) -> str:
+    """A headline ratio at the precision a reader needs: from 10 up whole (``22.44`` → ``22``, ``214.9`` →
+    ``215``), below 10 one decimal (``6.62`` → ``6.6``, ``2.710`` → ``2.7``); evidence rows keep their
+    digits."""
+    if _is_missing(x) or not isinstance(x, Real) or isinstance(x, bool):
+        return fmt_num(x)
+    v = float(x)
+    return fmt_num(v, 0 if abs(v) >= 10 else 1)
+
+
 def fmt_ms_as_s(ms: object, sig: int = 3) -> str:
     """A duration given in ms, printed in seconds with its unit: ``168_900`` → ``169 秒``; ``sig``
     significant digits (a headline's boundary reads ``0.73 秒`` at ``sig=2``)."""

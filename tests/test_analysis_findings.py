@@ -164,6 +164,8 @@ def test_percent_one_rule_everywhere():
     assert zh.fmt_signed_pct(-0.4) == "−0.40%" and zh.fmt_signed_pct(3.21) == "+3.2%"
     # float noise of an exact agreement reads as 0, not as 0.000000000000038 % (issue #19's false precision)
     assert zh.fmt_signed_pct(3.8e-14) == zh.fmt_pct(1.1e-14) == "0.0%" and zh.fmt_pct(1.2e-4) == "0.00012%"
+    # headline ratios at reader precision: the reference's 22× / 215× / 4.4×, never 214.9×
+    assert [zh.fmt_times(x) for x in (22.44, 214.9, 4.41, 2.710)] == ["22", "215", "4.4", "2.7"]
     assert zh.fmt_fraction_pct(0.9123) == "91.2%"
 
 
