@@ -19,6 +19,7 @@ from analysis.parse.sampler_csv import COLUMNS
 from analysis.reconcile import (
     Context,
     Section,
+    SectionInput,
     capacity,
     capacity_arith,
     ceilings,
@@ -259,51 +260,55 @@ def slo_plan(
     return out
 
 
+# Every reconcile section in the order its findings and tables are gathered (the run states and the sampler
+# windows are the pipeline's own, gathered after the first two). Each is ``run(SectionInput) -> Section``.
+SECTIONS = (
+    structure,
+    memory,
+    gates,
+    concurrency,
+    concurrency_depth,
+    ttft,
+    kv,
+    lengths,
+    overload,
+    overload_depth,
+    engines,
+    engines_depth,
+    capacity,
+    ceilings,
+    prediction,
+    roofline,
+    selection,
+    slo,
+    rates,  # issue #14: open-loop rate sweeps
+    reproducibility,
+    prefix_cache,
+    experiments,
+    model_size,  # issue #15 experiment 4
+    ladder,  # issue #26: the deployment ladder
+    speculative,  # issue #26: speculative decoding by its mechanism
+    provenance,
+    point_details,  # issue #22: the reference study's claims in its own words
+    capacity_arith,
+    length_costs,
+    overload_cadence,
+    workload_totals,
+    flops_phases,
+    structure_totals,
+    repro_tails,
+)
+
+
 def _analyze_campaign(
     campaign: Campaign, out_dir: Path, raw_roots: list[Path], slos_ms: dict[str, float] | None = None
 ) -> tuple[list[str], comparison.CampaignSummary]:
     ctx = gated_context(campaign)
     th = theoryctx.build(campaign)
     points = concurrency.points_frame(campaign, ctx, th)
-    sections: list[Section] = [
-        runs_section(campaign),
-        structure.run(campaign, th),
-        memory.run(campaign, th),
-        window_section(campaign, ctx),
-        gates.run(campaign, ctx),
-        concurrency.run(campaign, ctx, th, points),
-        concurrency_depth.run(campaign, ctx, th, points),
-        ttft.run(campaign, ctx, points),
-        kv.run(campaign, ctx, th, points),
-        lengths.run(campaign, ctx, th, points),
-        overload.run(campaign, ctx, th, points),
-        overload_depth.run(campaign, ctx, th),
-        engines.run(campaign, ctx, th, points),
-        engines_depth.run(campaign, ctx, th),
-        capacity.run(campaign, ctx, th),
-        ceilings.run(campaign, th),
-        prediction.run(campaign, ctx, th),
-        roofline.run(campaign, ctx, th),
-        selection.run(campaign, ctx, th, points),
-        slo.run(campaign, ctx, th, slos_ms),
-        rates.run(campaign, ctx, th, slos_ms),  # issue #14: open-loop rate sweeps
-        reproducibility.run(campaign, ctx, points),
-        prefix_cache.run(campaign),
-        experiments.run(campaign, ctx, th),
-        model_size.run(campaign, ctx, th),  # issue #15 experiment 4
-        ladder.run(campaign, ctx),  # issue #26: the deployment ladder
-        speculative.run(campaign),  # issue #26: speculative decoding by its mechanism
-        provenance.run(campaign.name, raw_roots),
-        # issue #22: the reference study's claims in its own words
-        point_details.run(campaign, ctx, th, points),
-        capacity_arith.run(campaign, th),
-        length_costs.run(points, campaign.own),
-        overload_cadence.run(campaign, ctx),
-        workload_totals.run(points),
-        flops_phases.run(campaign, ctx, th),
-        structure_totals.run(th),
-        repro_tails.run(points, campaign.own),
-    ]
+    inp = SectionInput(campaign, ctx, th, points, slos_ms, list(raw_roots))
+    sections = [runs_section(campaign), *(m.run(inp) for m in SECTIONS[:2]), window_section(campaign, ctx)]
+    sections += [m.run(inp) for m in SECTIONS[2:]]
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}
     states = RunStates(campaign)

@@ -142,10 +142,13 @@ def _ceilings_ctx(copy_bytes_per_s: float, matmul_flops_per_s: float, gpu: str |
 
 
 def test_ceilings_against_the_h200_datasheet_by_hand():
-    from analysis.reconcile import ceilings
+    from analysis.reconcile import SectionInput, ceilings
 
     # the H200 datasheet: 4.8 TB/s, dense bf16 989.4 TFLOP/s
-    f = {x.key: x for x in ceilings.run(None, _ceilings_ctx(4.26e12, 6.69e14, "h200")).findings}
+    f = {
+        x.key: x
+        for x in ceilings.run(SectionInput(None, None, _ceilings_ctx(4.26e12, 6.69e14, "h200"))).findings
+    }
     copy = f["ceilings.copy_bytes_per_s"]
     assert copy.value == 4.26e12 and copy.theory == 4.8e12 and copy.unit == "bytes/s"
     # (4.26 − 4.8) ÷ 4.8 = −0.54 ÷ 4.8 = −11.25 %: inside ±15 %, a healthy card's copy
@@ -158,16 +161,22 @@ def test_ceilings_against_the_h200_datasheet_by_hand():
     )
     # a measured copy far below the datasheet (3.0 of 4.8 TB/s: −37.5 %) is a mismatch too, and so is one
     # above it
-    assert ceilings.run(None, _ceilings_ctx(3.0e12, 8e14, "h200")).findings[0].status == "mismatch"
-    assert ceilings.run(None, _ceilings_ctx(5.6e12, 8e14, "h200")).findings[0].status == "mismatch"  # +16.7 %
+    assert (
+        ceilings.run(SectionInput(None, None, _ceilings_ctx(3.0e12, 8e14, "h200"))).findings[0].status
+        == "mismatch"
+    )
+    assert (
+        ceilings.run(SectionInput(None, None, _ceilings_ctx(5.6e12, 8e14, "h200"))).findings[0].status
+        == "mismatch"
+    )  # +16.7 %
 
 
 def test_ceilings_without_datasheet_or_without_a_file():
-    from analysis.reconcile import ceilings
+    from analysis.reconcile import SectionInput, ceilings
 
-    f = ceilings.run(None, _ceilings_ctx(4.26e12, 6.69e14, "cpu")).findings
+    f = ceilings.run(SectionInput(None, None, _ceilings_ctx(4.26e12, 6.69e14, "cpu"))).findings
     assert [x.key for x in f] == ["ceilings.copy_bytes_per_s", "ceilings.bf16_matmul_flops_per_s"]
     assert all(x.theory is None and x.status == "ok" and "no datasheet" in (x.detail or "") for x in f)
     from analysis.reconcile.theoryctx import TheoryCtx
 
-    assert ceilings.run(None, TheoryCtx(cfg=None, gpu=None)).findings == []
+    assert ceilings.run(SectionInput(None, None, TheoryCtx(cfg=None, gpu=None))).findings == []

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis.campaign import load_campaign
-from analysis.reconcile import Context, ladder, speculative
+from analysis.reconcile import Context, SectionInput, ladder, speculative
 from collector import stepcost
 from collector.raw.store import open_run
 from tests.by_hand import request_lines, ttft_ms
@@ -49,12 +49,12 @@ def campaign(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lad(campaign):
-    return ladder.run(campaign, Context(campaign=campaign))
+    return ladder.run(SectionInput(campaign, Context(campaign=campaign), None))
 
 
 @pytest.fixture(scope="module")
 def spec(campaign):
-    return speculative.run(campaign)
+    return speculative.run(SectionInput(campaign, None, None))
 
 
 def _tpot_ms(line: dict) -> float | None:

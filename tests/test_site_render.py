@@ -204,7 +204,7 @@ def test_svg_uses_thousands_separators_and_keeps_chinese_text():
 
 def _provenance(raw: Path, results: Path, findings: dict) -> list:
     """The analysis' provenance tables for campaign "demo", written and read back as the report reads them."""
-    section = provenance.run("demo", [raw])
+    section = provenance.section("demo", [raw])
     (results / "demo" / "tables").mkdir(parents=True)
     for name, df in section.tables.items():
         write_table(results / "demo" / "tables" / f"{name}.csv", df)

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from analysis import metrics
 from analysis.campaign import load_campaign
 from analysis.pipeline import gated_context, slo_plan
-from analysis.reconcile import rates, slo
+from analysis.reconcile import SectionInput, rates, slo
 from analysis.reconcile.theoryctx import build as build_theory
 from collector.cli import main
 from collector.raw.errors import PlanError
@@ -326,12 +326,12 @@ def test_plan_slo_read_from_the_run_copy_and_the_flag_wins(tmp_path):
     campaign = load_campaign([root], CPU.name, verified=False)
     assert campaign.runs[0].docs.plan.slo == {"ttft_ms": limit}
     ctx, th = gated_context(campaign), build_theory(campaign)
-    table = rates.run(campaign, ctx, th).tables["rate_points"]
+    table = rates.run(SectionInput(campaign, ctx, th)).tables["rate_points"]
     assert set(table["slo_basis"]) == {"plan"}
     for rate, (_, recs) in by_hand.items():
         row = table[table["request_rate_req_s"] == rate].iloc[0]
         good = sum((t := ttft_ms(o)) is not None and t <= limit for o in recs)
         dur_s = (max(o["end_mono_ns"] for o in recs) - min(o["send_mono_ns"] for o in recs)) / 1e9
         assert row["good_requests"] == good and row["goodput_req_s"] == pytest.approx(good / dur_s, rel=1e-12)
-    flag = rates.run(campaign, ctx, th, {"ttft_ms": 1e9}).tables["rate_points"]
+    flag = rates.run(SectionInput(campaign, ctx, th, slos_ms={"ttft_ms": 1e9})).tables["rate_points"]
     assert set(flag["slo_basis"]) == {"given"} and list(flag["good_requests"]) == list(flag["completed"])

@@ -1,13 +1,17 @@
-"""One module per report section; each exposes ``run(campaign, ctx) -> Section`` (tables + findings)."""
+"""One module per report section; each exposes ``run(s: SectionInput) -> Section`` (tables + findings), and
+analysis.pipeline.SECTIONS calls them all the same way."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
+from analysis.campaign import Campaign
 from analysis.findings import Finding
 from analysis.keys import At
+from analysis.reconcile.theoryctx import TheoryCtx
 
 
 def run_at(run, weight_format: str | None, topic: str | None = None) -> At:
@@ -36,7 +40,7 @@ class Context:
     """Shared, computed-once state the sections read: the campaign, the aligned sampler windows per
     point (key → windows.PointWindowData), the clock offsets per run, and the gate results per point."""
 
-    campaign: object  # analysis.campaign.Campaign (kept loose to avoid an import cycle)
+    campaign: Campaign
     windows: dict = field(default_factory=dict)
     offsets: dict = field(default_factory=dict)  # run name -> (windows.ClockOffset, sampler citation)
     gates: dict = field(default_factory=dict)  # point key -> list[gates.GateResult]
@@ -66,3 +70,17 @@ class Context:
 
     def gate_flags(self, point) -> list[str]:
         return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and g.severity == "flag"]
+
+
+@dataclass
+class SectionInput:
+    """What every section's ``run`` reads, built once per campaign by the pipeline: the campaign, the shared
+    gated context, the theory, the per-point table (``points``), the SLOs given at analysis time and the raw
+    roots the campaign was read from."""
+
+    campaign: Campaign
+    ctx: Context
+    th: TheoryCtx
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
+    slos_ms: dict[str, float] | None = None
+    raw_roots: list[Path] = field(default_factory=list)

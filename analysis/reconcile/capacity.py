@@ -18,9 +18,9 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import theory
-from analysis.campaign import Campaign, RunData
+from analysis.campaign import RunData
 from analysis.parse.scrapes_jsonl import parsed_samples
-from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.theoryctx import TheoryCtx
 
 GIB = theory.GIB
@@ -323,7 +323,8 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
     return rows, out
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     rows: list[dict] = []
     findings: list[fnd.Finding] = []
     for r in campaign.runs:

@@ -19,7 +19,7 @@ from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
-from analysis.reconcile import Section, engine_at
+from analysis.reconcile import Section, SectionInput, engine_at
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -287,7 +287,8 @@ def _round(campaign: Campaign, rnd: str | None, th: TheoryCtx, prev_pool: int | 
     return out
 
 
-def run(campaign: Campaign, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, th = s.campaign, s.th
     findings: list[fnd.Finding] = []
     if campaign.own:
         return Section(name="capacity_arith")

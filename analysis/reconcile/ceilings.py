@@ -14,16 +14,15 @@ Campaigns without a ``ceilings.json`` (imported results, CPU smoke runs) get no 
 from __future__ import annotations
 
 from analysis import findings as fnd
-from analysis.campaign import Campaign
 from analysis.keys import At
-from analysis.reconcile import Section
-from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.reconcile import Section, SectionInput
 
 COPY_TOLERANCE_PCT = 15.0
 MATMUL_TOLERANCE_PCT = 25.0
 
 
-def run(campaign: Campaign, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    th = s.th
     c = th.ceilings
     if c is None:
         return Section(name="ceilings")

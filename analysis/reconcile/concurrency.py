@@ -11,7 +11,7 @@ from analysis import findings as fnd
 from analysis import fits, metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.theoryctx import TheoryCtx
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -202,7 +202,8 @@ def _point_ids(p: BenchPoint, th: TheoryCtx) -> dict[str, object]:
     }
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
     lat_rows = []
     for p in iter_points(campaign):

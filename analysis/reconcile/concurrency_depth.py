@@ -18,7 +18,7 @@ from analysis import findings as fnd
 from analysis import fits
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import throughput_gain
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
@@ -368,7 +368,8 @@ def _ceiling(at: At, s: dict, pts: list[BenchPoint], campaign: Campaign) -> fnd.
     )
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     for s in sweep_series(campaign, th):

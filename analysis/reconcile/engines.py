@@ -9,9 +9,8 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import fits
-from analysis.campaign import Campaign
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.concurrency import sweep_points
 from analysis.reconcile.roofline import (
     achievement_pct,
@@ -21,7 +20,6 @@ from analysis.reconcile.roofline import (
     sweep_series,
     throughput_ratio,
 )
-from analysis.reconcile.theoryctx import TheoryCtx
 
 ENGINES = ("vllm", "llamacpp")
 # The byte ledger predicts the single-stream ratio only if both engines reach the same share of their
@@ -92,7 +90,8 @@ def _throughput_ratio(at: At, by_engine: dict, ctx: Context) -> fnd.Finding:
     )
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None

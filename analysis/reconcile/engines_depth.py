@@ -22,11 +22,10 @@ import math
 from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.engines import shortfall_pct
 from analysis.reconcile.lengths import pool_tokens, prefill_ms
 from analysis.reconcile.roofline import sweep_series
-from analysis.reconcile.theoryctx import TheoryCtx
 
 BLOCK_SIZE_GPU = 16  # vLLM's default KV block on GPU (kv.py reconciles the pool with it)
 
@@ -231,7 +230,8 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
     return out
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     for s in sweep_series(campaign, th):
         findings += engine_findings(s, ctx)

@@ -49,7 +49,7 @@ from analysis import findings as fnd
 from analysis import fits, theory
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
-from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.roofline import mean_context_tokens
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -1690,7 +1690,8 @@ def _plan_check(e: _Exp, campaign: Campaign) -> fnd.Finding:
     )
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     tables: dict[str, list[dict]] = {
         "experiment_runs": [],
         "experiment_points": [],

@@ -14,10 +14,9 @@ import statistics
 from collections.abc import Sequence
 
 from analysis import findings as fnd
-from analysis.campaign import BenchPoint, Campaign
+from analysis.campaign import BenchPoint
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at
-from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.windows import PointWindowData, window_indices
 
 PREFILL_SHARE, DECODE_SHARE = 0.5, 0.25  # of the datasheet peak: the split between the two kinds of second
@@ -54,7 +53,8 @@ def _rates(ctx: Context, pts: list[BenchPoint]) -> list[float]:
     return rates
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     peak = th.gpu.bf16_flops_per_s if th.gpu else None
     runs = {p.run.name: p.run for p in campaign.points(engine="vllm", test_kind="length_sweep")}

@@ -16,7 +16,7 @@ from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
 from analysis.parse.requests_jsonl import RequestRecord
-from analysis.reconcile import Context, Section
+from analysis.reconcile import Context, Section, SectionInput
 
 GATE_ORDER = (
     "completed",
@@ -479,7 +479,8 @@ def _sample_sizes(at: At, pts: list[BenchPoint]) -> list[fnd.Finding]:
     ]
 
 
-def run(campaign: Campaign, ctx: Context) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx = s.campaign, s.ctx
     rows = []
     for p in iter_points(campaign, include_warmup=True):
         for g in ctx.gates[p.key]:

@@ -8,9 +8,9 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import fits, theory
-from analysis.campaign import Campaign, RunData, iter_points
+from analysis.campaign import RunData, iter_points
 from analysis.keys import At
-from analysis.reconcile import Context, Section
+from analysis.reconcile import Section, SectionInput
 from analysis.reconcile.capacity import pool_tokens_measured
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -93,7 +93,8 @@ def _half_range_pct(lo: float, hi: float, center: float) -> float:
     return (hi - lo) / 2 / center * 100.0
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     pools = [r for r in (pool_row(run, th) for run in campaign.runs) if r is not None]
     pool_df = pd.DataFrame(pools)

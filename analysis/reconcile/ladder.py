@@ -40,7 +40,7 @@ from analysis import findings as fnd
 from analysis import scrape_series
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
-from analysis.reconcile import Context, Section, rates
+from analysis.reconcile import Context, Section, SectionInput, rates
 from analysis.reconcile import experiments as ex
 
 NAME = "ladder"
@@ -454,7 +454,8 @@ def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
     return out
 
 
-def run(campaign: Campaign, ctx: Context) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx = s.campaign, s.ctx
     if campaign.name != H200:
         return Section(name=NAME)
     arms = _arms(campaign, ctx)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis.keys import At
-from analysis.reconcile import Section, engine_at
+from analysis.reconcile import Section, SectionInput, engine_at
 
 LENGTH = "length_sweep"
 
@@ -145,7 +145,8 @@ def _at(rnd: object, engine: str, run: str, own: bool) -> At:
     return engine_at(rnd if isinstance(rnd, str) and rnd else None, engine, topic="length")
 
 
-def run(points: pd.DataFrame, own: bool) -> Section:
+def run(s: SectionInput) -> Section:
+    points, own = s.points, s.campaign.own
     findings: list[fnd.Finding] = []
     if points.empty:
         return Section(name="length_costs")

@@ -29,7 +29,7 @@ from analysis import findings as fnd
 from analysis import fits, theory
 from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.capacity import flag, server_argv
 from analysis.reconcile.kv import MIN_SAMPLES_FOR_PEAK
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms
@@ -674,7 +674,8 @@ def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
     )
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     for s in series(campaign, th):

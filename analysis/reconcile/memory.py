@@ -21,9 +21,9 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import theory
-from analysis.campaign import Campaign, RunData
+from analysis.campaign import RunData
 from analysis.keys import At
-from analysis.reconcile import Section, run_at
+from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.theoryctx import TheoryCtx
 
 GIB = theory.GIB
@@ -308,7 +308,8 @@ def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd
     return rows, out
 
 
-def run(campaign: Campaign, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, th = s.campaign, s.th
     rows: list[dict] = []
     findings: list[fnd.Finding] = []
     if campaign.own:

@@ -39,7 +39,7 @@ from analysis import fits, theory
 from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign, RunData
 from analysis.keys import At, series_id
 from analysis.model_config import ModelConfig, load_model_config
-from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.experiments import (
     H200,
     INF,
@@ -875,7 +875,8 @@ def _context_finding(rows: list[dict], tag: str) -> fnd.Finding | None:
 # --- the section --------------------------------------------------------------------------------------------
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, th = s.campaign, s.th
     if campaign.name != H200:
         return Section(name=NAME)
     arms = _arms(campaign, th)

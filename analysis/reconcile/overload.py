@@ -23,9 +23,8 @@ from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, iter_points
 from analysis.keys import At
-from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
-from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
 
@@ -733,7 +732,8 @@ def _residents(pre: At, p: BenchPoint, w, log, log_rel, mean_run, max_conc, llam
     return out
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     timeline_rows: list[dict] = []
     event_rows: list[dict] = []

@@ -10,9 +10,9 @@ import math
 from collections.abc import Sequence
 
 from analysis import findings as fnd
-from analysis.campaign import BenchPoint, Campaign
+from analysis.campaign import BenchPoint
 from analysis.keys import At
-from analysis.reconcile import Context, Section
+from analysis.reconcile import Section, SectionInput
 from analysis.windows import PointWindowData, window_indices
 
 
@@ -64,7 +64,8 @@ def _stolen(at: At, p: BenchPoint, w: PointWindowData, src: list[str]) -> list[f
     ]
 
 
-def run(campaign: Campaign, ctx: Context) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx = s.campaign, s.ctx
     findings: list[fnd.Finding] = []
     for p in campaign.points(engine="vllm", test_kind="overload"):
         w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]

@@ -20,7 +20,7 @@ from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
-from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
 from analysis.reconcile.concurrency_depth import pool_ceiling_requests
 from analysis.reconcile.lengths import budget_tokens, pool_tokens
@@ -405,7 +405,8 @@ def _counter_conflict(
     return out
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     for rnd in campaign.rounds:
         ov = overload_points(campaign, rnd)

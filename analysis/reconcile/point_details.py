@@ -21,7 +21,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import POINT_ID_COLUMNS
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
@@ -317,7 +317,8 @@ def series_findings(
     return _telemetry(s, pts[-1], rows, th, src) + _queue(s, pts[-1], rows[-1], pool, src) + out
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     table = details_table(points, ctx)
     findings: list[fnd.Finding] = []
     for s in sweep_series(campaign, th):

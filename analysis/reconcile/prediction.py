@@ -12,8 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis.campaign import Campaign, RunData
-from analysis.reconcile import Context, Section, run_at
+from analysis.campaign import RunData
+from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.capacity import max_concurrency_measured, pool_tokens_measured
 from analysis.reconcile.concurrency import run_sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
@@ -259,7 +259,8 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
     return rows, out
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, th = s.campaign, s.th
     rows: list[dict] = []
     findings: list[fnd.Finding] = []
     for r in campaign.runs:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.campaign import Campaign, RunData
+from analysis.campaign import RunData
 from analysis.findings import Finding
 from analysis.keys import At
 from analysis.parse.scrapes_jsonl import counter_total, parsed_samples
-from analysis.reconcile import Section, run_at
+from analysis.reconcile import Section, SectionInput, run_at
 
 TOPIC = "prefix_cache"
 VLLM_HITS, VLLM_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
@@ -112,8 +112,9 @@ def _finding(
                    extra={"point": point, "hit_tokens": counts[0], "queried_tokens": counts[1]})  # fmt: skip
 
 
-def run(campaign: Campaign) -> Section:
+def run(s: SectionInput) -> Section:
     """Every own run's per-point hit rates (imported campaigns have no point-boundary scrapes)."""
+    campaign = s.campaign
     found: list[Finding] = []
     own = [r for r in campaign.all_runs if r.own]
     for r in own:

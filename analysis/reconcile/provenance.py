@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.reconcile import Section
+from analysis.reconcile import Section, SectionInput
 from collector.raw.store import RawStore, read_journal, text_name
 
 RUN_COLUMNS = (
@@ -57,7 +57,13 @@ def origin(meta: dict[str, Any], provenance: dict[str, Any]) -> str:
     return f"{name}/{rel}" if rel and rel != "." else name
 
 
-def run(campaign_name: str, raw_roots: Iterable[Path]) -> Section:
+def run(s: SectionInput) -> Section:
+    return section(s.campaign.name, s.raw_roots)
+
+
+def section(campaign_name: str, raw_roots: Iterable[Path]) -> Section:
+    """Every run folder of ``campaign_name`` under ``raw_roots``: its state, seal and files (the raw-data
+    page's tables)."""
     runs: list[dict[str, Any]] = []
     files: list[dict[str, Any]] = []
     for root in raw_roots:

@@ -17,7 +17,7 @@ the saturation finding is n/a, saying so; a run without request records has no r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -25,10 +25,9 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
-from analysis.reconcile import Context, Section, run_at
+from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import percentile_stats
 from analysis.reconcile.slo import default_budget_ms, slos_for
-from analysis.reconcile.theoryctx import TheoryCtx
 
 # a rate point's test kind (analysis.campaign.PHASE_TEST_KIND of its phase kind "rate")
 RATE_KIND = PHASE_TEST_KIND["rate"]
@@ -263,22 +262,17 @@ def _sweep_findings(
     return out
 
 
-def run(
-    campaign: Campaign,
-    ctx: Context,
-    th: TheoryCtx,
-    slos_ms: Mapping[str, float] | None = None,
-    weight_format_of: Callable | None = None,
-) -> Section:
+def run(s: SectionInput) -> Section:
     """The rate-sweep section: the table ``rate_points`` (one row per open-loop point) and, per run with rate
     points, its sweep's findings (topic ``rate``). Goodput is judged against ``slos_ms`` (analysis-time
     ``--slo``), else the run's plan's ``[slo]``, else the SLO page's default budget as a per-request TTFT SLO
     (``slo.slos_for``; ``slo_basis`` says which). A campaign without rate points: an empty section (its
     page is not rendered)."""
+    campaign, ctx, th, slos_ms = s.campaign, s.ctx, s.th, s.slos_ms
     pts = rate_points(campaign)
     if not pts:
         return Section(name="rates")
-    fmt = weight_format_of or th.weight_format_for
+    fmt = th.weight_format_for
     budget, _ = default_budget_ms(campaign)
     qs = percentile_stats(campaign)
     rows_all: list[dict[str, Any]] = []

@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis.keys import At
-from analysis.reconcile import Section
+from analysis.reconcile import Section, SectionInput
 
 SWEEP = "concurrency_sweep"
 
@@ -42,7 +42,8 @@ def _pair(at: At, prefix: str, pts: pd.DataFrame, a: str, b: str) -> list[fnd.Fi
     ]
 
 
-def run(points: pd.DataFrame, own: bool) -> Section:
+def run(s: SectionInput) -> Section:
+    points, own = s.points, s.campaign.own
     findings: list[fnd.Finding] = []
     if own or points.empty:
         return Section(name="repro_tails")

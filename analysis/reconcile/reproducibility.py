@@ -9,7 +9,7 @@ from analysis import findings as fnd
 from analysis import fits
 from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.concurrency import SWEEP_KINDS
 
 ENGINES = ("vllm", "llamacpp")
@@ -169,7 +169,8 @@ def _first_vllm(campaign: Campaign, rnd):
     return None, None, None
 
 
-def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, points = s.campaign, s.ctx, s.points
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     rounds = [r for r in campaign.rounds if r is not None]

@@ -19,7 +19,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import BenchPoint, Campaign
-from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import (
     knee_finding,
     peak_throughput_finding,
@@ -185,7 +185,8 @@ def _point_row(s: dict, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
     return row
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     series = sweep_series(campaign, th)

@@ -24,7 +24,7 @@ from analysis import findings as fnd
 from analysis import fits
 from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At, slug
-from analysis.reconcile import Context, Section, engine_at, slo
+from analysis.reconcile import Context, Section, SectionInput, engine_at, slo
 from analysis.reconcile.concurrency import peak_throughput_finding, sweep_points
 from analysis.reconcile.roofline import step_bytes, step_ratio, sweep_series, throughput_ratio
 from analysis.reconcile.theoryctx import TheoryCtx
@@ -496,7 +496,8 @@ def guide(series: list[dict], ctx: Context, rnd: str | None) -> list[dict]:
     return rows
 
 
-def run(campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
     curve_rows: list[dict] = []
     guide_rows: list[dict] = []

@@ -28,9 +28,8 @@ from analysis import findings as fnd
 from analysis import metrics, theory
 from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign, RunData
 from analysis.keys import At
-from analysis.reconcile import Context, Section, engine_at, run_at
+from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
-from analysis.reconcile.theoryctx import TheoryCtx
 from collector.raw.errors import AnatomyError
 
 ENGINES = ("vllm", "llamacpp")
@@ -983,13 +982,12 @@ def max_running(ctx: Context) -> Callable[[BenchPoint], float | None]:
     return of
 
 
-def run(
-    campaign: Campaign, ctx: Context, th: TheoryCtx, slos_ms: Mapping[str, float] | None = None
-) -> Section:
+def run(s: SectionInput) -> Section:
     """The SLO section: goodput per point and sweep (against the SLOs given at analysis time, else the plan's
     ``[slo]``, else the page's budget as a per-request TTFT SLO) and the planner's answers for the campaign's
     default budget (``default_budget_ms``): the highest concurrency per sweep (table ``slo_plan``) and the
     highest request rate per rate sweep (``plan_rates``; table ``slo_rate_plan`` where rate points exist)."""
+    campaign, ctx, th, slos_ms = s.campaign, s.ctx, s.th, s.slos_ms
     budget, basis = default_budget_ms(campaign)
     fmt = th.weight_format_for
     answers = plan(

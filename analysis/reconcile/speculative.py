@@ -27,11 +27,11 @@ from typing import Any
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis.campaign import Campaign, RunData
+from analysis.campaign import RunData
 from analysis.keys import At
 from analysis.parse.llama_bench import LlamaBenchLog
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples
-from analysis.reconcile import Section
+from analysis.reconcile import Section, SectionInput
 from analysis.reconcile import experiments as ex
 from analysis.reconcile.ladder import H200, gpu_busy_pct, plan_predictions
 
@@ -270,7 +270,8 @@ def _findings(run_rows, gain, pred_rows, costs: Costs, cost_src: list[str], over
     return out
 
 
-def run(campaign: Campaign) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign = s.campaign
     if campaign.name != H200:
         return Section(name=NAME)
     by_name = {r.name: r for r in campaign.all_runs}

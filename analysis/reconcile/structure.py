@@ -13,7 +13,7 @@ from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import Campaign
 from analysis.keys import At
-from analysis.reconcile import Section
+from analysis.reconcile import Section, SectionInput
 from analysis.reconcile.theoryctx import TheoryCtx
 
 # group of each HF module, for the share chart
@@ -61,7 +61,8 @@ def config_sources(config_path: str, found_in: list[str]) -> list[str]:
     return out
 
 
-def run(campaign: Campaign, th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, th = s.campaign, s.th
     cfg = th.cfg
     keys = (
         "params_total",

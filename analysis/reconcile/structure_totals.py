@@ -9,8 +9,7 @@ from __future__ import annotations
 from analysis import findings as fnd
 from analysis import theory
 from analysis.keys import At
-from analysis.reconcile import Section
-from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.reconcile import Section, SectionInput
 
 MODEL = At(topic="model")
 
@@ -20,7 +19,8 @@ def layers_share_pct(params_per_layer: int, layers: int, params_total: int) -> f
     return params_per_layer * layers / params_total * 100.0
 
 
-def run(th: TheoryCtx) -> Section:
+def run(s: SectionInput) -> Section:
+    th = s.th
     cfg = th.cfg
     if cfg is None:
         return Section(name="structure_totals")

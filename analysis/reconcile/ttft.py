@@ -8,9 +8,9 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import metrics
-from analysis.campaign import Campaign, iter_points
+from analysis.campaign import iter_points
 from analysis.keys import At
-from analysis.reconcile import Context, Section, overload
+from analysis.reconcile import Section, SectionInput, overload
 
 
 def remainder_ms(ttft_ms: float, queue_ms: float, prefill_ms: float) -> float:
@@ -110,7 +110,8 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def run(campaign: Campaign, ctx: Context, points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    campaign, ctx, points = s.campaign, s.ctx, s.points
     rows = []
     findings: list[fnd.Finding] = []
     # the weight format names the series in the figure (llama.cpp（F16）), not the run's folder name

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis.keys import At
-from analysis.reconcile import Section, engine_at
+from analysis.reconcile import Section, SectionInput, engine_at
 from analysis.reconcile.gates import shortfall_total_pct
 
 
@@ -36,7 +36,8 @@ def _shortfall(points: pd.DataFrame) -> list[fnd.Finding]:
     return out
 
 
-def run(points: pd.DataFrame) -> Section:
+def run(s: SectionInput) -> Section:
+    points = s.points
     if points.empty:
         return Section(name="workload_totals")
     measured = points[~points["warmup"].astype(bool)]
