@@ -155,7 +155,7 @@ def test_point_result_by_hand():
     assert res.total_token_throughput_tok_s == pytest.approx(40 / 0.28)
     assert res.mean_ttft_ms == pytest.approx((100 + 200 + 40) / 3) and res.median_ttft_ms == 100
     assert res.mean_tpot_ms == pytest.approx((30 / 3 + 20 / 3) / 2)
-    assert res.mean_itl_ms == pytest.approx(50 / 6) and res.stat_ms("median", "itl") == 10
+    assert res.mean_itl_ms == pytest.approx(50 / 6) and res.itl.median_ms == 10
     assert res.mean_e2el_ms == pytest.approx((140 + 230 + 50) / 3)
     assert res.date == "20231114-221320"  # 1,700,000,000.28 s → UTC, truncated to the second
     assert res.max_output_tokens_per_s is None and res.max_concurrent_requests is None  # vllm-bench only
@@ -166,7 +166,7 @@ def test_point_result_by_hand():
 def test_a_point_of_failures_only_has_no_latencies():
     res = metrics.point_result([C], "requests.jsonl")
     assert res.completed == 0 and res.failed == 1
-    assert res.mean_ttft_ms is None and res.stat_ms("p99", "itl") is None  # n/a, not 0
+    assert res.mean_ttft_ms is None and res.itl.p99_ms is None  # n/a, not 0
 
 
 # --- the vllm-bench-compatible view: differs exactly where vllm bench's quirks are -------------------------

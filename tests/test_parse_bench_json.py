@@ -22,8 +22,8 @@ def test_round1_c001_values_read_by_eye():
     assert r.max_concurrency == 1 and r.max_concurrent_requests == 2
     assert r.request_rate_req_s == math.inf  # "inf" in the file
     assert r.mean_ttft_ms == 104.89686718210578
-    assert r.stat_ms("p99", "ttft") == 111.30200022831559
-    assert r.stat_ms("p90", "e2el") == 4167.503839731216
+    assert r.ttft.p99_ms == 111.30200022831559
+    assert r.e2el.p90_ms == 4167.503839731216
     assert r.latency["tpot"].std_ms == 0.00870689970054096
     assert r.label is None and r.request_goodput_req_s is None
     assert r.model_id == "Qwen/Qwen2.5-7B-Instruct"
@@ -74,7 +74,7 @@ def test_unknown_keys_kept_and_other_versions_read(tmp_path):
     p = tmp_path / "bench.json"
     p.write_text(json.dumps(obj))
     r = parse_bench_json(p)
-    assert r.stat_ms("p95", "ttft") == 12.5 and r.latency["itl"].percentiles_ms[99.9] == 40.0
+    assert r.ttft.p95_ms == 12.5 and r.latency["itl"].percentiles_ms[99.9] == 40.0
     assert r.ttfts_s == [0.01, 0.012, 0.011] and r.itls_s == [[0.02, 0.021], [], [0.03]]
     assert r.extra == {"some_future_key": {"x": [1, 2]}, "completed_per_phase": None}
     assert r.request_rate_req_s == 4.0 and r.max_concurrency is None

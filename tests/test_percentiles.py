@@ -44,9 +44,9 @@ def test_configured_percentiles_by_hand_and_the_fixed_ones_unchanged():
     assert default.percentiles == metrics.DEFAULT_PERCENTILES
     p = next(p for p in mine.points(engine="llamacpp") if p.label == point)
     d = next(p for p in default.points(engine="llamacpp") if p.label == point)
-    assert p.result.stat_ms("p75", "ttft") == pytest.approx(float(np.percentile(ttfts, 75)), rel=1e-12)
-    assert p.result.stat_ms("p99.9", "ttft") == pytest.approx(float(np.percentile(ttfts, 99.9)), rel=1e-12)
-    assert p.result.stat_ms("p95", "ttft") is None and d.result.stat_ms("p95", "ttft") is not None
+    assert p.result.ttft.p75_ms == pytest.approx(float(np.percentile(ttfts, 75)), rel=1e-12)
+    assert p.result.ttft.p999_ms == pytest.approx(float(np.percentile(ttfts, 99.9)), rel=1e-12)
+    assert p.result.ttft.p95_ms is None and d.result.ttft.p95_ms is not None
     for s in ("p50", "p90", "p99"):
         for m in ("ttft", "tpot", "itl", "e2el"):
             assert p.result.stat_ms(s, m) == d.result.stat_ms(s, m)

@@ -72,6 +72,32 @@ class LatencyStats:
     std_ms: float | None = None
     percentiles_ms: dict[float, float] = field(default_factory=dict)  # {50.0: ..., 90.0: ..., 99.0: ...}
 
+    # The percentiles the pages read, by name: ``result.itl.p99_ms``. A name this class lacks is an
+    # AttributeError (and a mypy error), where a string key used to return None silently.
+    @property
+    def p50_ms(self) -> float | None:
+        return self.percentiles_ms.get(50.0)
+
+    @property
+    def p75_ms(self) -> float | None:
+        return self.percentiles_ms.get(75.0)
+
+    @property
+    def p90_ms(self) -> float | None:
+        return self.percentiles_ms.get(90.0)
+
+    @property
+    def p95_ms(self) -> float | None:
+        return self.percentiles_ms.get(95.0)
+
+    @property
+    def p99_ms(self) -> float | None:
+        return self.percentiles_ms.get(99.0)
+
+    @property
+    def p999_ms(self) -> float | None:
+        return self.percentiles_ms.get(99.9)
+
 
 @dataclass
 class BenchResult:
@@ -107,9 +133,27 @@ class BenchResult:
     errors: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # every key this parser does not know, verbatim
 
-    # Flat accessors in the JSON's own names, for the common summary statistics.
+    # Typed accessors: ``result.ttft.p99_ms``, ``result.itl.mean_ms`` (an empty LatencyStats, every value
+    # None, when the file lacks the metric).
+    @property
+    def ttft(self) -> LatencyStats:
+        return self.latency.get("ttft") or LatencyStats()
+
+    @property
+    def tpot(self) -> LatencyStats:
+        return self.latency.get("tpot") or LatencyStats()
+
+    @property
+    def itl(self) -> LatencyStats:
+        return self.latency.get("itl") or LatencyStats()
+
+    @property
+    def e2el(self) -> LatencyStats:
+        return self.latency.get("e2el") or LatencyStats()
+
     def stat_ms(self, stat: str, metric: str) -> float | None:
-        """``stat_ms("p99", "ttft")`` / ``stat_ms("mean", "itl")``; None when the file lacks it."""
+        """A statistic chosen at run time (a loop over percentiles or metrics): ``ttft.p99_ms``;
+        None when the file lacks it. A name known when writing the code reads better as ``ttft.p99_ms``."""
         s = self.latency.get(metric)
         if s is None:
             return None
@@ -125,31 +169,31 @@ class BenchResult:
 
     @property
     def mean_ttft_ms(self) -> float | None:
-        return self.stat_ms("mean", "ttft")
+        return self.ttft.mean_ms
 
     @property
     def median_ttft_ms(self) -> float | None:
-        return self.stat_ms("median", "ttft")
+        return self.ttft.median_ms
 
     @property
     def p99_ttft_ms(self) -> float | None:
-        return self.stat_ms("p99", "ttft")
+        return self.ttft.p99_ms
 
     @property
     def mean_tpot_ms(self) -> float | None:
-        return self.stat_ms("mean", "tpot")
+        return self.tpot.mean_ms
 
     @property
     def median_tpot_ms(self) -> float | None:
-        return self.stat_ms("median", "tpot")
+        return self.tpot.median_ms
 
     @property
     def mean_itl_ms(self) -> float | None:
-        return self.stat_ms("mean", "itl")
+        return self.itl.mean_ms
 
     @property
     def mean_e2el_ms(self) -> float | None:
-        return self.stat_ms("mean", "e2el")
+        return self.e2el.mean_ms
 
 
 def _key_line(text: str, key: str) -> int:

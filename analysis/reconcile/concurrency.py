@@ -431,8 +431,8 @@ def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -
     and p99 there and just below it, how p50 moved (p50_shape), how many intervals stretched (tail_share)
     and why (knee_cause); n/a when no point breaks. ``extra`` fields ride along (which run, which points)."""
     xs = [p.concurrency for p in pts]
-    p50 = [p.result.stat_ms("p50", "itl") for p in pts]
-    p99 = [p.result.stat_ms("p99", "itl") for p in pts]
+    p50 = [p.result.itl.p50_ms for p in pts]
+    p99 = [p.result.itl.p99_ms for p in pts]
     srcs = [p.cite("p50_itl_ms") for p in pts] + [p.cite("p99_itl_ms") for p in pts]
     k = fits.knee(xs, p50, p99) if all(v is not None for v in p50 + p99) else None
     if k is None:
@@ -442,9 +442,9 @@ def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -
     kp = next(p for p in pts if p.concurrency == k)
     # the sweep point just below the knee: what the tail looked like before it broke
     below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
-    k50, k90 = kp.result.stat_ms("p50", "itl"), kp.result.stat_ms("p90", "itl")
-    b50 = below.result.stat_ms("p50", "itl") if below else None
-    k99 = kp.result.stat_ms("p99", "itl")
+    k50, k90 = kp.result.itl.p50_ms, kp.result.itl.p90_ms
+    b50 = below.result.itl.p50_ms if below else None
+    k99 = kp.result.itl.p99_ms
     cause, cause_src = knee_cause(kp, k90 is not None and k99 > TAIL_FACTOR * k90)
     return fnd.measured(
         at("knee_concurrency"),
@@ -459,8 +459,8 @@ def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -
         p99_over_p50=k99 / k50 if k50 else None,
         below_concurrency=below.concurrency if below else None,
         below_p50_itl_ms=b50,
-        below_p90_itl_ms=below.result.stat_ms("p90", "itl") if below else None,
-        below_p99_itl_ms=below.result.stat_ms("p99", "itl") if below else None,
+        below_p90_itl_ms=below.result.itl.p90_ms if below else None,
+        below_p99_itl_ms=below.result.itl.p99_ms if below else None,
         p50_change_pct=(k50 / b50 - 1.0) * 100.0 if b50 else None,
         p50_shape=p50_shape(b50, k50),
         tail_share=tail_share(k50, k90),

@@ -121,8 +121,8 @@ def run(s: SectionInput) -> Section:
                     "concurrency": p.concurrency,
                     "gate_ok": ctx.gate_ok(p),
                     "output_throughput_tokens_per_s": r.output_throughput_tok_s,
-                    "p50_itl_ms": r.stat_ms("p50", "itl"),
-                    "p99_itl_ms": r.stat_ms("p99", "itl"),
+                    "p50_itl_ms": r.itl.p50_ms,
+                    "p99_itl_ms": r.itl.p99_ms,
                     "mean_output_tokens_per_request": mean_out,
                     "source": p.cite("p50_itl_ms"),
                 }
@@ -222,7 +222,7 @@ def run(s: SectionInput) -> Section:
             )
         else:
             v, ll = c1["vllm"], c1["llamacpp"]
-            meas = step_ratio(v.result.stat_ms("p50", "itl"), ll.result.stat_ms("p50", "itl"))
+            meas = step_ratio(v.result.itl.p50_ms, ll.result.itl.p50_ms)
             fl = (
                 {
                     e: frame[(frame["engine"] == e) & (frame["concurrency"] == 1)]["roofline_floor_ms"]
@@ -239,10 +239,8 @@ def run(s: SectionInput) -> Section:
             # measured ÷ predicted ratio = llama.cpp's achievement ÷ vLLM's: the gap's one-line reason
             achieved = (
                 {
-                    "vllm": achievement_pct(float(fl["vllm"].iloc[0]), v.result.stat_ms("p50", "itl")),
-                    "llamacpp": achievement_pct(
-                        float(fl["llamacpp"].iloc[0]), ll.result.stat_ms("p50", "itl")
-                    ),
+                    "vllm": achievement_pct(float(fl["vllm"].iloc[0]), v.result.itl.p50_ms),
+                    "llamacpp": achievement_pct(float(fl["llamacpp"].iloc[0]), ll.result.itl.p50_ms),
                 }
                 if pred is not None
                 else None

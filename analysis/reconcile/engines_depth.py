@@ -93,8 +93,8 @@ def engine_findings(s: dict, ctx: Context) -> list[fnd.Finding]:
             "lower_neighbour_tokens_per_s": lower.result.output_throughput_tok_s,
             "higher_neighbour_tokens_per_s": higher.result.output_throughput_tok_s if higher else None,
             "duration_s": r.duration_s,
-            "p50_itl_ms": r.stat_ms("p50", "itl"),
-            "lower_p50_itl_ms": lower.result.stat_ms("p50", "itl"),
+            "p50_itl_ms": r.itl.p50_ms,
+            "lower_p50_itl_ms": lower.result.itl.p50_ms,
             # what the self-checks found, as results (completed 319 of 320, 1 failed), not only gate names
             "completed": r.completed,
             "requests": r.num_prompts,

@@ -601,8 +601,8 @@ def point_metrics(p: BenchPoint) -> dict[str, float | None]:
     """The point's numbers, as analysis.metrics computed them (point_result over its requests)."""
     r = p.result
     return {
-        "p50_itl_ms": r.stat_ms("p50", "itl") if r.completed else None,
-        "p50_tpot_ms": r.stat_ms("p50", "tpot") if r.completed else None,
+        "p50_itl_ms": r.itl.p50_ms if r.completed else None,
+        "p50_tpot_ms": r.tpot.p50_ms if r.completed else None,
         "output_throughput_tokens_per_s": r.output_throughput_tok_s,
     }
 

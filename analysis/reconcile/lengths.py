@@ -191,7 +191,7 @@ def point_row(
         "input_len_tokens": p.input_len_tokens,
         "output_len_tokens": p.requested_output_len_tokens,
         "mean_context_tokens": mean_context_tokens(p.input_len_tokens, mean_out) if mean_out else None,
-        "p50_itl_ms": r.stat_ms("p50", "itl") if r.completed else None,
+        "p50_itl_ms": r.itl.p50_ms if r.completed else None,
         "mean_ttft_ms": r.mean_ttft_ms if r.completed else None,
         "gate_ok": ctx.gate_ok(p),
         "source": p.cite("p50_itl_ms"),

@@ -535,8 +535,8 @@ def _point_findings(
                 itl_share_touched_pct(n_pre, r.completed, out_len),
                 "%",
                 [p.run.cite(srel, "preemptions"), p.cite("completed")],
-                p99_itl_ms=r.stat_ms("p99", "itl"),
-                p50_itl_ms=r.stat_ms("p50", "itl"),
+                p99_itl_ms=r.itl.p99_ms,
+                p50_itl_ms=r.itl.p50_ms,
             )
         )
     else:
@@ -629,12 +629,12 @@ def _versus_sweep(
         "overload_output_len_tokens": p.requested_output_len_tokens,
         "sweep_input_len_tokens": twin.input_len_tokens,
         "sweep_output_len_tokens": twin.requested_output_len_tokens,
-        "overload_p50_itl_ms": r.stat_ms("p50", "itl"),
-        "sweep_p50_itl_ms": t.stat_ms("p50", "itl"),
-        "decode": decode_verdict(r.stat_ms("p50", "itl"), t.stat_ms("p50", "itl")),
+        "overload_p50_itl_ms": r.itl.p50_ms,
+        "sweep_p50_itl_ms": t.itl.p50_ms,
+        "decode": decode_verdict(r.itl.p50_ms, t.itl.p50_ms),
     }
     out = []
-    ov_ttft, sw_ttft = r.stat_ms("p50", "ttft"), t.stat_ms("p50", "ttft")
+    ov_ttft, sw_ttft = r.ttft.p50_ms, t.ttft.p50_ms
     if ov_ttft is None or not sw_ttft:
         out.append(
             fnd.not_available(pre("ttft_ratio_over_sweep"), "ratio", "unknown", "no p50 TTFT", [p.cite()])

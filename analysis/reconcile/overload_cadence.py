@@ -48,7 +48,7 @@ def stolen_share_pct(mean_decode_ms: float, steps: int, p50_step_ms: float) -> f
 
 def _stolen(at: At, p: BenchPoint, w: PointWindowData, src: list[str]) -> list[fnd.Finding]:
     dec = w.mean_of("decode_sum", "decode_cnt")
-    itl = p.result.stat_ms("p50", "itl")
+    itl = p.result.itl.p50_ms
     if not dec or not itl or not p.requested_output_len_tokens:
         return []
     steps = p.requested_output_len_tokens - 1

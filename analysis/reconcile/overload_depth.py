@@ -174,18 +174,18 @@ def point_findings(
                     concurrency=p.concurrency,
                 )
             )
-        if gentle is None or not gentle.result.stat_ms("p50", "ttft"):
+        if gentle is None or not gentle.result.ttft.p50_ms:
             out.append(
                 fnd.not_available(
                     pre("ttft_spread_vs_gentlest"), "ratio", "no_such_test", "no sweep point", [p.cite()]
                 )
             )
         else:
-            g = gentle.result.stat_ms("p50", "ttft")
+            g = gentle.result.ttft.p50_ms
             out.append(
                 fnd.measured(
                     pre("ttft_spread_vs_gentlest"),
-                    r.stat_ms("p50", "ttft") / g,
+                    r.ttft.p50_ms / g,
                     "ratio",
                     [p.cite("p50_ttft_ms"), gentle.cite("p50_ttft_ms")],
                     gentlest_concurrency=gentle.concurrency,

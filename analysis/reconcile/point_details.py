@@ -272,7 +272,7 @@ def _steps(s: dict, pts: list[BenchPoint], th: TheoryCtx) -> list[fnd.Finding]:
     if c1 is None or c1 is rated[-1]:
         return out
     top = rated[-1]
-    a, b = c1.result.stat_ms("p50", "itl"), top.result.stat_ms("p50", "itl")
+    a, b = c1.result.itl.p50_ms, top.result.itl.p50_ms
     if not a or not b:
         return out
     extra: dict = {"concurrency": top.concurrency}

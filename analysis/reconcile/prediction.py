@@ -103,11 +103,11 @@ def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
                 f"{run.cite(prel, 'prediction.decode_step_floor_ms')}: no floor predicted "
                 f"(device {pred.get('gpu')!r} has no datasheet bandwidth)",
                 [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
-                p50_itl_ms=c1.result.stat_ms("p50", "itl"),
+                p50_itl_ms=c1.result.itl.p50_ms,
                 concurrency=c1.concurrency,
             )
         )
-    elif (itl := c1.result.stat_ms("p50", "itl")) is None:
+    elif (itl := c1.result.itl.p50_ms) is None:
         out.append(
             fnd.not_available(
                 pre("decode_step_ms"),

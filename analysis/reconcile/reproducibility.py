@@ -59,11 +59,9 @@ def _pairs(a_run, b_run, label: str, ctx: Context) -> list[dict]:
                 "a_output_throughput_tokens_per_s": ta,
                 "b_output_throughput_tokens_per_s": tb,
                 "delta_pct": fits.error_pct(tb, ta),
-                "a_p50_itl_ms": pa.result.stat_ms("p50", "itl"),
-                "b_p50_itl_ms": pb.result.stat_ms("p50", "itl"),
-                "p50_itl_delta_pct": fits.error_pct(
-                    pb.result.stat_ms("p50", "itl"), pa.result.stat_ms("p50", "itl")
-                ),
+                "a_p50_itl_ms": pa.result.itl.p50_ms,
+                "b_p50_itl_ms": pb.result.itl.p50_ms,
+                "p50_itl_delta_pct": fits.error_pct(pb.result.itl.p50_ms, pa.result.itl.p50_ms),
                 "gate_ok": ctx.gate_ok(pa) and ctx.gate_ok(pb),
                 "source_a": pa.cite("output_throughput"),
                 "source_b": pb.cite("output_throughput"),

@@ -158,9 +158,9 @@ def _point_row(s: dict, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
         "gate_ok": ctx.gate_ok(p),
         "input_len_tokens": p.input_len_tokens,
         "mean_output_tokens_per_request": mean_out,
-        "p50_itl_ms": r.stat_ms("p50", "itl"),
-        "p99_itl_ms": r.stat_ms("p99", "itl"),
-        "mean_tpot_ms": r.stat_ms("mean", "tpot"),
+        "p50_itl_ms": r.itl.p50_ms,
+        "p99_itl_ms": r.itl.p99_ms,
+        "mean_tpot_ms": r.tpot.mean_ms,
         "output_throughput_tokens_per_s": r.output_throughput_tok_s,
         "source": p.cite("p50_itl_ms"),
     }

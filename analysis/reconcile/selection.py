@@ -423,7 +423,7 @@ def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Fi
     c1: list[BenchPoint | None] = [
         next((p for p in s["points"] if p.concurrency == 1 and ctx.gate_ok(p)), None) for s in pair
     ]
-    itl = [p.result.stat_ms("p50", "itl") if p is not None else None for p in c1]
+    itl = [p.result.itl.p50_ms if p is not None else None for p in c1]
     key = at("single_stream_advantage")
     if any(p is None for p in c1) or any(not v for v in itl):
         missing = [s["run"] for s, p, v in zip(pair, c1, itl, strict=True) if p is None or not v]

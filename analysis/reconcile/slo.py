@@ -354,7 +354,7 @@ def plan_sweep(
         m = Measured(
             concurrency=p.concurrency,
             p99_ttft_ms=p.result.p99_ttft_ms,
-            p99_itl_ms=p.result.stat_ms("p99", "itl"),
+            p99_itl_ms=p.result.itl.p99_ms,
             request_throughput_req_s=p.result.request_throughput_req_s,
             output_throughput_tok_s=p.result.output_throughput_tok_s,
             source=p.cite("p99_ttft_ms"),
@@ -522,7 +522,7 @@ def _rate_measured(p: BenchPoint) -> RateMeasured:
     return RateMeasured(
         request_rate_req_s=recs[0].request_rate if recs and recs[0].request_rate else 0.0,
         p99_ttft_ms=p.result.p99_ttft_ms if p.result.completed else None,
-        p99_itl_ms=p.result.stat_ms("p99", "itl") if p.result.completed else None,
+        p99_itl_ms=p.result.itl.p99_ms if p.result.completed else None,
         achieved_rate_req_s=metrics.achieved_rate_req_s(recs) if recs else None,
         source=p.cite("p99_ttft_ms"),
         run=p.run.name,

@@ -135,7 +135,7 @@ def _spec_run(run: RunData) -> SpecRun | None:
     c1 = next((p for p in run.points if p.concurrency == 1 and not p.warmup), None)
     if plan is None or c1 is None:
         return None
-    tpot = c1.result.stat_ms("median", "tpot")
+    tpot = c1.result.tpot.median_ms
     if tpot is None:
         return None
     args = list(plan.server.args)
