@@ -599,7 +599,7 @@ FINDINGS_CROSS: dict[tuple[str | None, str], str] = {
     (None, "capacity_tokens"): "KV 容量（实测 vs 理论）",
 }
 
-# --- issue #15: controlled experiments (analysis/reconcile/experiments.py) ---------------------------------
+# --- issue #15: controlled experiments (analysis/reconcile/experiments/) ------------------------------------
 EXPERIMENT_NAMES: dict[str, str] = {
     "slots": "槽位配置（-np 64 vs 256）",
     "sampling": "采样放到 GPU 上（--backend-sampling）",

@@ -1,4 +1,4 @@
-"""Issue #15's experiments (analysis/reconcile/experiments.py) on the committed H200 runs: the KV buffer
+"""Issue #15's experiments (analysis/reconcile/experiments/) on the committed H200 runs: the KV buffer
 predicted from the block formats equals the log's line; the repeat spread and an arm difference, computed here
 by hand from two runs' requests.jsonl, equal the findings; the slot ids behind the concurrency-32 anomaly,
 read here from server.log, equal the analysis'; every cited plan line says what the prediction says; the
@@ -16,25 +16,36 @@ from analysis.campaign import load_campaign
 from analysis.labels_zh import VERDICTS as X_VERDICT_ZH
 from analysis.parse.llamacpp_log import parse_llamacpp_log
 from analysis.pipeline import align, analyze
-from analysis.reconcile import Context, gates, theoryctx
+from analysis.reconcile import Context, SectionInput, gates, theoryctx
 from analysis.reconcile import experiments as X
+from analysis.reconcile.experiments import spec
 from analysis.report.markdown import anchor_of
 from analysis.report.render import render_site
 from tests.by_hand import p50_itl_ms
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
-H200 = RAW / X.H200
+H200_NAME, CPU_NAME = "h200-qwen2.5-7b-random", "cpu-tiny-qwen2"
+H200 = RAW / H200_NAME
 
 pytestmark = pytest.mark.skipif(not H200.is_dir(), reason="the H200 campaign is not committed in raw/")
 
 
 @pytest.fixture(scope="module")
-def section():
-    c = load_campaign([RAW], X.H200)
-    ctx = Context(campaign=c)
-    gates.evaluate(c, ctx)
-    return X.run(c, ctx, theoryctx.build(c))
+def campaign():
+    return load_campaign([RAW], H200_NAME)
+
+
+@pytest.fixture(scope="module")
+def section(campaign):
+    ctx = Context(campaign=campaign)
+    gates.evaluate(campaign, ctx)
+    return X.run(SectionInput(campaign, ctx, theoryctx.build(campaign)))
+
+
+@pytest.fixture(scope="module")
+def experiments(campaign):
+    return {e.name: e for e in X.load_experiments(campaign)}
 
 
 def _finding(section, metric: str, run: str | None = None, topic: str | None = None):
@@ -106,25 +117,43 @@ def test_capacity_at_fixed_budget(section):
         assert f.value == 84 * 2**30 // per_token
 
 
-def test_ledger_matches_the_plan(section):
+def test_ledger_matches_the_plan(section, experiments):
     """The ITL change the byte ledger predicts, recomputed from analysis.theory and the campaign's measured
-    copy bandwidth, is the number the plan wrote before the run."""
+    copy bandwidth, is the number the plan wrote before the run (each target's ``stated``)."""
+    stated_ms = {
+        (p.arm, t.concurrency, t.input_len): t.stated
+        for p in experiments["kv_quant"].predictions
+        if p.kind == "ledger"
+        for t in p.targets
+    }
     rows = section.tables["experiment_predictions"]
     ledger = rows[rows.prediction == "itl_change_from_ledger"]
-    assert len(ledger) == 6
+    assert len(ledger) == 6 == len(stated_ms)
     for _, r in ledger.iterrows():
-        kv = "q8_0" if "kvq8" in r["arm"] else "q4_0"
-        stated = X.KV_LEDGER_STATED_MS[(kv, r["concurrency"], r["input_len_tokens"])]
+        stated = stated_ms[(r["arm"], r["concurrency"], r["input_len_tokens"])]
         # the plan rounded to 0.01 ms (and took 8,192 rather than 8,256 tokens of mean context at 8k)
         assert r["predicted_value"] == pytest.approx(stated, abs=0.01)
         assert r["verdict"] == "refuted" and r["measured"] > 0  # quantized KV came out slower
 
 
-def test_every_prediction_cites_its_plan_line():
-    for pred in X.PREDICTIONS:
-        run, line, words = pred.plan
-        text = (H200 / run / "plan.toml").read_text().splitlines()[line - 1]
-        assert words in text, (pred.name, run, line, text)
+def _cited_line(cite: str) -> str:
+    """The text of the line ``<run>/plan.toml:<line>`` cites in the committed raw store."""
+    path, line = cite.rsplit(":", 1)
+    run = next(p for p in RAW.glob(f"*/{path}"))
+    return run.read_text().splitlines()[int(line) - 1]
+
+
+def test_every_prediction_cites_its_plan_line(campaign, section, experiments):
+    """Each prediction's words stand on the line its finding cites: a comment line of the sealed plan copy,
+    written before the run (the copies predate the [[experiment]] tables, read from plans/)."""
+    preds = [p for e in experiments.values() for p in e.predictions]
+    assert len(preds) == 22 + 10 + 12  # experiments 1-3; experiment 4: 10 table rows, 12 predictions
+    for pred in preds:
+        line = _cited_line(spec.plan_cite(campaign, pred.plan))
+        assert pred.plan[1] in line and line.startswith("#"), (pred.name, line)
+    for f in section.findings:
+        if "plan_source" in f.extra:
+            assert _cited_line(f.extra["plan_source"]).startswith("#"), f.key
 
 
 def _busy_slot_runs(run: str, concurrency: int) -> int:
@@ -253,25 +282,33 @@ def test_arm_rule():
 
 # --- experiment 6 (vLLM CPU, KV-pool size) ------------------------------------------------------------------
 
-CPU = RAW / X.CPU
+CPU = RAW / CPU_NAME
 
 
 @pytest.fixture(scope="module")
-def pool_section():
+def cpu_campaign():
     if not (CPU / "exp-kvpool-65blk").is_dir():
         pytest.skip("experiment 6's runs are not committed")
-    c = load_campaign([RAW], X.CPU)
-    ctx = Context(campaign=c)
-    align(c, ctx)
-    gates.evaluate(c, ctx)
-    return X.run(c, ctx, theoryctx.build(c))
+    return load_campaign([RAW], CPU_NAME)
 
 
-def test_lockstep_prediction_is_the_plans_table():
-    """The plan's table (rows at POOL_TABLE_LINES): residents at peak, preemptions and stop tokens per
-    pool."""
-    for n, line in X.POOL_TABLE_LINES.items():
-        row = (CPU / f"exp-kvpool-{n}blk" / "plan.toml").read_text().splitlines()[line - 1]
+@pytest.fixture(scope="module")
+def pool_section(cpu_campaign):
+    ctx = Context(campaign=cpu_campaign)
+    align(cpu_campaign, ctx)
+    gates.evaluate(cpu_campaign, ctx)
+    return X.run(SectionInput(cpu_campaign, ctx, theoryctx.build(cpu_campaign)))
+
+
+def test_lockstep_prediction_is_the_plans_table(cpu_campaign):
+    """The plan's table (the row each arm's ``quote`` finds): residents at peak, preemptions and stop tokens
+    per pool."""
+    (pool,) = [e for e in X.load_experiments(cpu_campaign) if e.name == "kv_pool"]
+    assert [a.run for a in pool.arms] == [f"exp-kvpool-{n}blk" for n in (32, 48, 64, 65)]
+    for arm in pool.arms:
+        n = int(arm.value)
+        run = next(r for r in cpu_campaign.all_runs if r.name == arm.run)
+        row = (CPU / arm.run / "plan.toml").read_text().splitlines()[spec.quote_line(run, arm.quote) - 1]
         cells = row.lstrip("#").split()
         stops, residents = X.lockstep_preemptions(n, 128, 8, 256, 768)
         assert int(cells[0]) == n and int(cells[5]) == residents and int(cells[6]) == len(stops), row
@@ -323,7 +360,7 @@ def test_pool_preemptions_on_the_real_runs(pool_section):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     res = tmp_path_factory.mktemp("results")
-    list(analyze([RAW], res, [X.H200, X.CPU]))
+    list(analyze([RAW], res, [H200_NAME, CPU_NAME]))
     docs = tmp_path_factory.mktemp("docs") / "docs"
     render_site(res, docs)
     return res, docs
@@ -336,8 +373,8 @@ def test_pages_render(site):
     home = (docs / "index.md").read_text(encoding="utf-8")
     assert "## 实验 { #experiments }" in home
     for campaign, sections in (
-        (X.H200, ("slots", "sampling", "graphs", "kv-quant", "model-size", "not-run")),
-        (X.CPU, ("kv-pool",)),
+        (H200_NAME, ("slots", "sampling", "graphs", "kv-quant", "model-size", "not-run")),
+        (CPU_NAME, ("kv-pool",)),
     ):
         page = docs / "campaigns" / campaign / "experiments.md"
         text = page.read_text(encoding="utf-8")

@@ -14,14 +14,16 @@ import pytest
 
 from analysis import fits
 from analysis.campaign import load_campaign
-from analysis.reconcile import Context, theoryctx
+from analysis.reconcile import Context, SectionInput, theoryctx
 from analysis.reconcile import experiments as X
 from analysis.reconcile import model_size as M
+from analysis.reconcile.experiments import spec
 from tests.by_hand import p50_itl_ms
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
-H200 = RAW / X.H200
+H200_NAME = "h200-qwen2.5-7b-random"
+H200 = RAW / H200_NAME
 MODELS = REPO / "analysis" / "models"
 
 pytestmark = pytest.mark.skipif(not H200.is_dir(), reason="the H200 campaign is not committed in raw/")
@@ -33,9 +35,26 @@ def _p50_itl_ms(run: str, concurrency: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def section():
-    c = load_campaign([RAW], X.H200)
-    return M.run(c, Context(campaign=c), theoryctx.build(c))
+def campaign():
+    return load_campaign([RAW], H200_NAME)
+
+
+@pytest.fixture(scope="module")
+def size_spec(campaign):
+    return M.size_spec(campaign)
+
+
+@pytest.fixture(scope="module")
+def section(campaign):
+    return M.run(SectionInput(campaign, Context(campaign=campaign), theoryctx.build(campaign)))
+
+
+def _table_row(campaign, size_spec, run: str) -> str:
+    """The line of the run's plan copy that predicts its arm's ITL (the arm's table row)."""
+    arm = run.rsplit("-r", 1)[0]
+    r = next(x for x in campaign.all_runs if x.name == run)
+    line = spec.quote_line(r, size_spec.predicted_itl[arm][0])
+    return (H200 / run / "plan.toml").read_text().splitlines()[line - 1]
 
 
 def _finding(section, metric: str, run: str | None = None, weight_format: str | None = None):
@@ -70,7 +89,7 @@ def _floor_ms(run: str) -> float:
     return _f16_bytes_per_step(_config(run)) / bw * 1000.0
 
 
-def test_tied_model_bytes_by_hand(section):
+def test_tied_model_bytes_by_hand(section, campaign, size_spec):
     """0.5B is tied: its embedding table is read once per step as the head; the run table and the plan's row
     agree with the count from config.json."""
     c = _config("exp-size-0.5b-f16")
@@ -81,12 +100,7 @@ def test_tied_model_bytes_by_hand(section):
     )
     assert row["weight_bytes_per_step"] == pytest.approx(want, rel=1e-12)
     assert row["tied_head"]
-    line = (
-        (H200 / "exp-size-0.5b-f16" / "plan.toml")
-        .read_text()
-        .splitlines()[M.PLAN_TABLE[("0.5b", "f16")][0] - 1]
-    )
-    assert f"{want / 1e9:.3f} GB/step" in line
+    assert f"{want / 1e9:.3f} GB/step" in _table_row(campaign, size_spec, "exp-size-0.5b-f16")
     # untied 14B: the same count with its own head
     c14 = _config("exp-size-14b-f16")
     assert c14["tie_word_embeddings"] is False
@@ -120,7 +134,7 @@ def test_achievement_by_hand(section):
 def _f16_points() -> tuple[list[float], list[float], list[float]]:
     """F16's five sizes: GB per step (config.json), mean p50 ITL (requests.jsonl) and spread."""
     xs, ys, runs = [], [], {}
-    for size in M.SIZES:
+    for size in ("0.5b", "1.5b", "3b", "7b", "14b"):
         names = [p.name for p in H200.iterdir() if X.repeat_of(p.name, f"exp-size-{size}-f16") is not None]
         runs[size] = [_p50_itl_ms(n, 1) for n in names]
         xs.append(_f16_bytes_per_step(_config(f"exp-size-{size}-f16")) / 1e9)
@@ -160,11 +174,12 @@ def test_f16_fit_by_hand(section):
     assert cross.value == pytest.approx(a / b, rel=1e-9)
 
 
-def test_verdicts_on_the_real_runs(section):
+def test_verdicts_on_the_real_runs(section, size_spec):
     """Every prediction's verdict is the interval rule applied to its interval and its plan bound; the fixed
     cost's bound is judged from the fit's own interval."""
     rows = section.tables["model_size_predictions"].to_dict("records")
-    assert {r["prediction"] for r in rows} == {p.name for p in M.PREDICTIONS}
+    assert {r["prediction"] for r in rows} == {p.name for p in size_spec.predictions}
+    assert len(size_spec.predictions) == 12
     for r in rows:
         lo = (
             -X.INF
@@ -192,15 +207,21 @@ def test_verdicts_on_the_real_runs(section):
     assert check.value is True and check.extra["arms"] == 10
 
 
-def test_every_prediction_cites_its_plan_line():
-    """The words each prediction quotes stand on the plan.toml line it cites, and every size's predicted ITL
-    on its row; every exp-size plan copy holds the same header."""
-    for p in M.PREDICTIONS:
-        run, line, words = p.plan
-        assert words in (H200 / run / "plan.toml").read_text().splitlines()[line - 1], p
-    for (size, tag), (line, itl) in M.PLAN_TABLE.items():
-        text = (H200 / M.arm_run(size, tag) / "plan.toml").read_text().splitlines()[line - 1]
-        assert f"predicted ITL   {itl:.2f} ms" in text and size.upper().rstrip() in text.upper(), text
+def test_every_size_row_is_cited_in_each_run(section, campaign, size_spec):
+    """Every run's table row (its own plan copy: the repeats' copies hold three more header lines) states
+    the arm's size, format and the predicted ITL the run table shows."""
+    rows = section.tables["model_size_runs"].to_dict("records")
+    assert len(rows) == 12
+    for r in rows:
+        text = _cited_line_of(r["plan_source"])
+        assert f"predicted ITL   {r['predicted_itl_ms']:.2f} ms" in text, text
+        assert f" {r['size'].upper()} " in text.upper() and text.startswith("#"), text
+        assert text == _table_row(campaign, size_spec, r["run"])
+
+
+def _cited_line_of(cite: str) -> str:
+    path, line = cite.rsplit(":", 1)
+    return (H200 / path).read_text().splitlines()[int(line) - 1]
 
 
 def test_plane_fit_exact():

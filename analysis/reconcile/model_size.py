@@ -2,16 +2,19 @@
 14B; random weights) in two weight formats (F16, Q4_K_M) on one H200 lease — the bandwidth floor against the
 measured step, and a fit of step time = a + bytes ÷ bw_eff per format.
 
-Runs and arms follow experiments.py's rule (an arm is a run name, ``-r<k>`` a repeat): the arms are
-``exp-size-<size>-<fmt>``; each run's plan.toml must state the arm's model config and weight format (checked,
-never assumed). The theory of a run comes from ITS plan's ``model.config`` (the campaign's TheoryCtx holds the
-7B); bytes per step from ``analysis.theory.weight_bytes_read_per_decode_step`` (a tied head read once, as the
-head); the floor at the run's own lease's measured copy bandwidth (its ceilings.json; the campaign's when a
-run has none).
+The experiment is data in its plans (``experiments.spec``): each arm's ``[[experiment]]`` entry names its
+size (``variant``), model config (the knob's ``value``) and weight format's tag (``series``: one fit per
+series), its plan's table row predicting its ITL (a ``p50_itl_ms`` point prediction, shown beside the
+measurement), and, in the 7B plans, the earlier 7B runs shown as context; the 7B F16 plan holds the verdict
+predictions. Runs and arms follow the experiments' rule (an arm is a run name, ``-r<k>`` a repeat); each run's
+plan.toml must state the arm's model config and weight format (checked, never assumed). The theory of a run
+comes from ITS plan's ``model.config`` (the campaign's TheoryCtx holds the 7B); bytes per step from
+``analysis.theory.weight_bytes_read_per_decode_step`` (a tied head read once, as the head); the floor at the
+run's own lease's measured copy bandwidth (its ceilings.json; the campaign's when a run has none).
 
 Numbers: each run has one point (concurrency 1, 512 in / 256 out); its p50 ITL is ``BenchPoint.result``'s.
 Per arm: the mean over repeats and the repeat spread (max − min); an arm with one run borrows the largest
-relative spread of the repeated arms (experiments.py's rule: every arm is at the same point).
+relative spread of the repeated arms (the experiments' rule: every arm is at the same point).
 Achievement = floor ÷ ITL (``roofline.achievement_pct``), its interval from the ITL's [m − s, m + s].
 
 The fit (per format, one point per size: the arm's mean): ordinary least squares ITL [ms] = a + slope ×
@@ -22,7 +25,8 @@ the size where streaming the weights takes as long as the fixed cost. The per-la
 residuals' signs at the sizes the plan names, and a fit with a layer term (``fits.least_squares_plane``:
 ITL = a0 + a_layer × layers + bytes ÷ bw_eff) — with five points and three parameters, two degrees of freedom.
 
-Verdicts: ``experiments.verdict`` / ``combine`` on the interval, each prediction citing its plan.toml line.
+Verdicts: ``experiments.verdict`` / ``combine`` on the interval, each prediction citing the plan.toml line
+that stated it before the run.
 """
 
 from __future__ import annotations
@@ -41,10 +45,7 @@ from analysis.keys import At, series_id
 from analysis.model_config import ModelConfig, load_model_config
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.experiments import (
-    H200,
     INF,
-    Prediction,
-    Target,
     combine,
     difference,
     distinguishable,
@@ -55,6 +56,16 @@ from analysis.reconcile.experiments import (
     spread_pct,
     verdict,
 )
+from analysis.reconcile.experiments.spec import (
+    Arm,
+    Experiment,
+    Prediction,
+    Target,
+    load_experiments,
+    plan_cite,
+    plan_name,
+    quote_line,
+)
 from analysis.reconcile.roofline import achievement_pct
 from analysis.reconcile.theoryctx import TheoryCtx
 from collector.raw.errors import AnatomyError
@@ -63,9 +74,44 @@ NAME = "model_size"
 TOPIC = f"exp_{NAME}"
 ENGINE = "llamacpp"
 GB = 1e9
-SIZES = ("0.5b", "1.5b", "3b", "7b", "14b")
-CONFIGS = {s: f"Qwen2.5-{s.upper()}-Instruct" for s in SIZES}
-FORMATS = {"f16": "fp16", "q4km": "q4_k_m"}  # run-name tag -> weight format (theory's name)
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """Experiment 4 as its plans define it (``experiments.load_experiments``): the arms (a size is the
+    arm's ``variant``, its model config the knob's ``value``, its weight format's run-name tag the
+    ``series``), the ITL each arm's plan predicted in its table, the verdict predictions and the plans of
+    the earlier 7B runs shown as context."""
+
+    exp: Experiment
+    sizes: tuple[str, ...]  # in the plans' order
+    formats: dict[str, str]  # series tag -> weight format (theory's name), in the plans' order
+    predicted_itl: dict[str, tuple[str, float]]  # arm run -> (words on its table row, predicted ITL ms)
+    predictions: tuple[Prediction, ...]
+    context: tuple[str, ...]
+
+    def arm(self, size: str, tag: str) -> Arm | None:
+        return next((a for a in self.exp.arms if a.variant == size and a.series == tag), None)
+
+
+def _is_table_row(p: Prediction) -> bool:
+    """An arm's own predicted p50 ITL: its plan's table row, shown beside the measurement, not judged."""
+    return p.quantity == "p50_itl_ms" and p.kind == "point"
+
+
+def size_spec(campaign: Campaign) -> SizeSpec | None:
+    exp = next((e for e in load_experiments(campaign) if e.name == NAME), None)
+    if exp is None:
+        return None
+    rows = {p.arm: (p.plan[1], p.targets[0].value or 0.0) for p in exp.predictions if _is_table_row(p)}
+    return SizeSpec(
+        exp=exp,
+        sizes=tuple(dict.fromkeys(a.variant for a in exp.arms)),
+        formats={a.series or "": a.weight_format for a in exp.arms},
+        predicted_itl=rows,
+        predictions=tuple(p for p in exp.predictions if not _is_table_row(p)),
+        context=tuple(c for a in exp.arms for c in a.context),
+    )
 
 
 def _format_at(weight_format: str) -> At:
@@ -79,132 +125,6 @@ def _format_at(weight_format: str) -> At:
     )
 
 
-def arm_run(size: str, tag: str) -> str:
-    """The arm's run name: ``exp-size-<size>-<fmt tag>``."""
-    return f"exp-size-{size}-{tag}"
-
-
-# The plan's table (every exp-size plan.toml holds the same header): the line of each size's row and the
-# ITL it predicted, ms (a = 2.4 ms, 4.26 TB/s for F16; a = 2.7 ms, 3.0 TB/s for Q4_K_M); tests check that the
-# cited line says so.
-PLAN_TABLE: dict[tuple[str, str], tuple[int, float]] = {
-    ("0.5b", "f16"): (12, 2.63),
-    ("0.5b", "q4km"): (13, 2.83),
-    ("1.5b", "f16"): (14, 3.12),
-    ("1.5b", "q4km"): (15, 3.03),
-    ("3b", "f16"): (16, 3.85),
-    ("3b", "q4km"): (17, 3.34),
-    ("7b", "f16"): (18, 5.72),
-    ("7b", "q4km"): (19, 4.16),
-    ("14b", "f16"): (20, 8.97),
-    ("14b", "q4km"): (21, 5.55),
-}
-# The alternative (plan line 26): "3B and 14B above the line, 7B below" — the residual's sign per size.
-LAYER_SIGNS = {"3b": Target(lo=0.0), "14b": Target(lo=0.0), "7b": Target(hi=0.0)}
-_PLAN_RUN = arm_run("7b", "f16")  # the plan copy the campaign-wide predictions are cited in
-
-
-def _fit_pred(
-    name: str, tag: str, quantity: str, t: Target, line: int, words: str, stated: str
-) -> Prediction:
-    # arm = the format's tag ("f16"/"q4km"); versus = the format compared against
-    versus = "f16" if quantity.startswith("q4_minus_f16") else None
-    return Prediction(name, NAME, tag, versus, quantity, "bound", (t,), (_PLAN_RUN, line, words), stated)
-
-
-PREDICTIONS: tuple[Prediction, ...] = (
-    *(
-        _fit_pred(
-            "linear_fit_r2",
-            tag,
-            "fit_r2",
-            Target(lo=0.98),
-            22,
-            "a straight line fits ITL vs bytes (R^2 >= 0.98)",
-            "Per format, a straight line fits ITL vs bytes (R^2 >= 0.98)",
-        )
-        for tag in FORMATS
-    ),
-    *(
-        _fit_pred(
-            "fixed_cost_in_range",
-            tag,
-            "fit_intercept_ms",
-            Target(lo=2.0, hi=3.5),
-            22,
-            "with a = 2-3.5 ms",
-            "Per format ... with a = 2-3.5 ms",
-        )
-        for tag in FORMATS
-    ),
-    _fit_pred(
-        "bw_eff_in_range",
-        "f16",
-        "fit_bw_eff_tb_per_s",
-        Target(lo=3.0, hi=4.8),
-        23,
-        "3.0-4.8 TB/s for F16",
-        "bw_eff within 3.0-4.8 TB/s for F16",
-    ),
-    *(
-        Prediction(
-            "achievement_below_15_at_0_5b",
-            NAME,
-            arm_run("0.5b", tag),
-            None,
-            "achievement_pct",
-            "bound",
-            (Target(hi=15.0),),
-            (_PLAN_RUN, 23, "< 15 % at 0.5B"),
-            "the floor's share (achievement) rises with size: < 15 % at 0.5B",
-        )
-        for tag in FORMATS
-    ),
-    Prediction(
-        "achievement_above_65_at_14b",
-        NAME,
-        arm_run("14b", "f16"),
-        None,
-        "achievement_pct",
-        "bound",
-        (Target(lo=65.0),),
-        (_PLAN_RUN, 23, "> 65 % at 14B F16"),
-        "the floor's share (achievement) rises with size: ... > 65 % at 14B F16",
-    ),
-    _fit_pred(
-        "q4_fixed_cost_not_lower",
-        "q4km",
-        "q4_minus_f16_intercept_ms",
-        Target(lo=0.0),
-        24,
-        "Q4_K_M's a and 1/bw_eff are both >= F16's",
-        "Q4_K_M's a and 1/bw_eff are both >= F16's (dequantization costs per byte and per kernel)",
-    ),
-    _fit_pred(
-        "q4_cost_per_byte_not_lower",
-        "q4km",
-        "q4_minus_f16_ms_per_gb",
-        Target(lo=0.0),
-        24,
-        "Q4_K_M's a and 1/bw_eff are both >= F16's",
-        "Q4_K_M's a and 1/bw_eff are both >= F16's (dequantization costs per byte and per kernel)",
-    ),
-    *(
-        Prediction(
-            "fixed_cost_per_layer",
-            NAME,
-            tag,
-            None,
-            "fit_residual_ms",
-            "bound",
-            tuple(LAYER_SIGNS.values()),
-            (_PLAN_RUN, 26, "3B and 14B above the line, 7B below"),
-            "Alternative: if the fixed cost is per layer, the residuals follow the layer count "
-            "(24/28/36/28/48 layers): 3B and 14B above the line, 7B below; then a = a0 + a_layer x L",
-        )
-        for tag in FORMATS
-    ),
-)
 QUANTITY_UNITS = {
     "fit_r2": "",
     "fit_intercept_ms": "ms",
@@ -214,17 +134,6 @@ QUANTITY_UNITS = {
     "q4_minus_f16_ms_per_gb": "ms/GB",
     "fit_residual_ms": "ms",
 }
-# 7B runs of this campaign's earlier leases with every setting at its default (CUDA graphs on, CPU sampling,
-# f16 KV) and a concurrency-1 sweep point (1,024 in / 256 out): the cross-lease context of the 7B arms.
-CROSS_LEASE_7B = (
-    "llamacpp-f16",
-    "llamacpp-q4km",
-    "exp-slots-np256-f16",
-    "exp-slots-np256-q4km",
-    "exp-slots-np64-f16",
-    "exp-slots-np64-q4km",
-)
-
 
 # --- pure formulas ------------------------------------------------------------------------------------------
 
@@ -289,8 +198,7 @@ def interval_verdict(lo_m: float, hi_m: float, t: Target) -> str:
 class SizeArm:
     """One size in one format: its runs by repeat, their point and theory."""
 
-    size: str
-    tag: str
+    arm: Arm
     runs: dict[int, RunData] = field(default_factory=dict)
     points: dict[int, BenchPoint] = field(default_factory=dict)
     cfg: ModelConfig | None = None
@@ -301,10 +209,28 @@ class SizeArm:
     plan_ok: dict[int, bool] = field(default_factory=dict)
     spread: float | None = None
     borrowed: bool = False
+    # the plan's table row for this arm: (words on the row, predicted p50 ITL ms)
+    predicted: tuple[str, float] | None = None
 
     @property
     def run(self) -> str:
-        return arm_run(self.size, self.tag)
+        return self.arm.run
+
+    @property
+    def predicted_itl_ms(self) -> float | None:
+        return self.predicted[1] if self.predicted else None
+
+    def table_cite(self, run: RunData) -> str:
+        """The run's plan.toml copy at the row predicting this arm's ITL."""
+        return run.cite("plan.toml", quote_line(run, self.predicted[0]) if self.predicted else None)
+
+    @property
+    def size(self) -> str:
+        return self.arm.variant
+
+    @property
+    def tag(self) -> str:
+        return self.arm.series or ""
 
     @property
     def first(self) -> RunData:
@@ -312,7 +238,7 @@ class SizeArm:
 
     @property
     def weight_format(self) -> str:
-        return FORMATS[self.tag]
+        return self.arm.weight_format
 
     @property
     def itls(self) -> list[float]:
@@ -341,47 +267,62 @@ class SizeArm:
         return [p.cite() for _, p in sorted(self.points.items())]
 
 
-def _arms(campaign: Campaign, th: TheoryCtx) -> dict[tuple[str, str], SizeArm]:
+def _plan_states_arm(run: RunData, arm: Arm) -> bool:
+    """The run's plan.toml copy states the arm's model config and weight format."""
+    plan = run.docs.plan
+    if plan is None or plan.model.config != arm.value:
+        return False
+    try:
+        return theory.normalise_weight_format(plan.model.weight_format) == arm.weight_format
+    except AnatomyError:
+        return False
+
+
+def _size_arm(campaign: Campaign, th: TheoryCtx, arm: Arm) -> SizeArm | None:
+    """One arm's runs (the repeat rule), their concurrency-1 point, the theory of its plan's model config and
+    the lease's copy bandwidth; None without runs."""
+    a = SizeArm(arm)
+    for run in campaign.all_runs:
+        k = repeat_of(run.name, arm.run)
+        if k is None:
+            continue
+        pts = [p for p in run.points if not p.warmup and p.concurrency == 1]
+        a.plan_ok[k] = _plan_states_arm(run, arm)
+        a.runs[k] = run
+        if pts:
+            a.points[k] = pts[0]
+    if not a.runs:
+        return None
+    first = a.first
+    plan = first.docs.plan
+    if plan is not None:
+        try:
+            a.cfg = load_model_config(plan.model.config)
+            a.cfg_source = first.cite("plan.toml", "model.config")
+        except AnatomyError:
+            a.cfg = None
+    if a.cfg is not None:
+        a.bytes_per_step = theory.weight_bytes_read_per_decode_step(a.cfg, arm.weight_format)
+    ceil: Any = first.docs.ceilings or th.ceilings  # analysis.rundocs.Ceilings
+    if ceil is not None:
+        a.bandwidth = float(ceil.copy_bytes_per_s)
+        a.bandwidth_source = (
+            first.cite(first.docs.files["ceilings"])
+            if first.docs.ceilings is not None
+            else (th.ceilings_source[0] if th.ceilings_source else "")
+        )
+    return a
+
+
+def _arms(campaign: Campaign, th: TheoryCtx, spec: SizeSpec) -> dict[tuple[str, str], SizeArm]:
     out: dict[tuple[str, str], SizeArm] = {}
-    for size in SIZES:
-        for tag, fmt in FORMATS.items():
-            arm = SizeArm(size, tag)
-            for run in campaign.all_runs:
-                k = repeat_of(run.name, arm.run)
-                if k is None:
-                    continue
-                pts = [p for p in run.points if not p.warmup and p.concurrency == 1]
-                plan = run.docs.plan
-                ok = plan is not None and plan.model.config == CONFIGS[size]
-                try:
-                    ok = ok and theory.normalise_weight_format(plan.model.weight_format) == fmt  # type: ignore[union-attr]
-                except AnatomyError:
-                    ok = False
-                arm.plan_ok[k] = ok
-                arm.runs[k] = run
-                if pts:
-                    arm.points[k] = pts[0]
-            if not arm.runs:
-                continue
-            first = arm.first
-            plan = first.docs.plan
-            if plan is not None:
-                try:
-                    arm.cfg = load_model_config(plan.model.config)
-                    arm.cfg_source = first.cite("plan.toml", "model.config")
-                except AnatomyError:
-                    arm.cfg = None
-            if arm.cfg is not None:
-                arm.bytes_per_step = theory.weight_bytes_read_per_decode_step(arm.cfg, fmt)
-            ceil: Any = first.docs.ceilings or th.ceilings  # analysis.rundocs.Ceilings
-            if ceil is not None:
-                arm.bandwidth = float(ceil.copy_bytes_per_s)
-                arm.bandwidth_source = (
-                    first.cite(first.docs.files["ceilings"])
-                    if first.docs.ceilings is not None
-                    else (th.ceilings_source[0] if th.ceilings_source else "")
-                )
-            out[(size, tag)] = arm
+    for size in spec.sizes:
+        for tag in spec.formats:
+            arm = spec.arm(size, tag)
+            a = _size_arm(campaign, th, arm) if arm is not None else None
+            if a is not None:
+                a.predicted = spec.predicted_itl.get(a.run)
+                out[(size, tag)] = a
     # the spread rule: own repeats, else the largest relative spread of the repeated arms
     rel = [spread_pct(a.own_spread, a.itl_ms) for a in out.values() if a.own_spread is not None and a.itl_ms]
     for a in out.values():
@@ -401,7 +342,7 @@ class FormatFit:
 
     @property
     def weight_format(self) -> str:
-        return FORMATS[self.tag]
+        return self.arms[0].weight_format
 
     def residual(self, a: SizeArm) -> float:
         assert a.itl_ms is not None and a.bytes_per_step is not None
@@ -410,12 +351,9 @@ class FormatFit:
 
 def _format_fit(arms: dict[tuple[str, str], SizeArm], tag: str) -> FormatFit | None:
     pts = [
-        arms[(s, tag)]
-        for s in SIZES
-        if (s, tag) in arms
-        and arms[(s, tag)].itl_ms is not None
-        and arms[(s, tag)].bytes_per_step is not None
-        and arms[(s, tag)].spread is not None
+        a
+        for (_size, t), a in arms.items()
+        if t == tag and a.itl_ms is not None and a.bytes_per_step is not None and a.spread is not None
     ]
     if len(pts) < 3:
         return None
@@ -434,8 +372,8 @@ def _format_fit(arms: dict[tuple[str, str], SizeArm], tag: str) -> FormatFit | N
 
 def _run_rows(arms: dict[tuple[str, str], SizeArm]) -> list[dict]:
     rows = []
-    for (size, tag), a in arms.items():
-        line, predicted = PLAN_TABLE[(size, tag)]
+    for (size, _tag), a in arms.items():
+        predicted = a.predicted_itl_ms
         for k, run in sorted(a.runs.items()):
             p = a.points.get(k)
             itl = point_metrics(p)["p50_itl_ms"] if p is not None else None
@@ -448,7 +386,7 @@ def _run_rows(arms: dict[tuple[str, str], SizeArm]) -> list[dict]:
                     "repeat": k,
                     "size": size,
                     "weight_format": a.weight_format,
-                    "model_config": CONFIGS[size],
+                    "model_config": a.arm.value,
                     "layers": a.layers,
                     "params": theory.params_total(a.cfg) if a.cfg else None,
                     "tied_head": a.cfg.tie_word_embeddings if a.cfg else None,
@@ -459,10 +397,12 @@ def _run_rows(arms: dict[tuple[str, str], SizeArm]) -> list[dict]:
                     "p50_itl_ms": itl,
                     "achievement_pct": achievement_pct(fl, itl) if fl and itl else None,
                     "predicted_itl_ms": predicted,
-                    "itl_minus_predicted_ms": difference(itl, predicted) if itl is not None else None,
+                    "itl_minus_predicted_ms": (
+                        difference(itl, predicted) if itl is not None and predicted is not None else None
+                    ),
                     "plan_ok": a.plan_ok.get(k),
                     "source": p.cite() if p is not None else run.cite("requests.jsonl"),
-                    "plan_source": run.cite("plan.toml", line),
+                    "plan_source": a.table_cite(run),
                 }
             )
     return rows
@@ -472,12 +412,11 @@ def _size_rows(arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]
     """Per format and size: the mean, its spread, the achievement and its interval, the fit and residual, and
     the step from the next smaller size with the larger of the two spreads beside it."""
     rows = []
-    for tag in FORMATS:
+    for tag in dict.fromkeys(t for _s, t in arms):
         prev: SizeArm | None = None
         ff = ffits.get(tag)
-        for size in SIZES:
-            a = arms.get((size, tag))
-            if a is None or a.itl_ms is None:
+        for (size, t), a in arms.items():
+            if t != tag or a.itl_ms is None:
                 continue
             fl, m, s = a.floor_ms, a.itl_ms, a.spread
             fit_ms = ff.box.fit.predict(a.bytes_per_step / GB) if ff and a.bytes_per_step else None
@@ -506,8 +445,10 @@ def _size_rows(arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]
                     "achievement_pct": achievement_pct(fl, m) if fl else None,
                     "achievement_lo_pct": achievement_pct(fl, m + s) if fl and s is not None else None,
                     "achievement_hi_pct": achievement_pct(fl, m - s) if fl and s is not None else None,
-                    "predicted_itl_ms": PLAN_TABLE[(size, tag)][1],
-                    "itl_minus_predicted_ms": difference(m, PLAN_TABLE[(size, tag)][1]),
+                    "predicted_itl_ms": a.predicted_itl_ms,
+                    "itl_minus_predicted_ms": (
+                        difference(m, a.predicted_itl_ms) if a.predicted_itl_ms is not None else None
+                    ),
                     "fit_itl_ms": fit_ms,
                     "residual_ms": res,
                     "residual_distinguishable": distinguishable(res, s) if res is not None else None,
@@ -555,12 +496,18 @@ def _fit_rows(ffits: dict[str, FormatFit]) -> list[dict]:
     return rows
 
 
-def _context_rows(campaign: Campaign, arms: dict[tuple[str, str], SizeArm]) -> list[dict]:
-    """The 7B runs at concurrency 1 over the campaign's leases: the earlier runs (``CROSS_LEASE_7B`` and their
-    repeats) beside this lease's 7B arms."""
+def _of_plans(run: RunData, plans: Sequence[str]) -> bool:
+    """The run was started from one of the plans, or from a repeat's copy of one (``<plan>-r<k>``)."""
+    name = plan_name(run)
+    return name is not None and any(repeat_of(name, p) is not None for p in plans)
+
+
+def _context_rows(campaign: Campaign, arms: dict[tuple[str, str], SizeArm], spec: SizeSpec) -> list[dict]:
+    """The 7B runs at concurrency 1 over the campaign's leases: the earlier runs (the plans the arms name as
+    ``context``, and their repeats) beside this lease's arms that name them."""
     rows = []
     for run in campaign.all_runs:
-        if not any(repeat_of(run.name, base) is not None for base in CROSS_LEASE_7B):
+        if not _of_plans(run, spec.context):
             continue
         plan = run.docs.plan
         if plan is None:
@@ -573,9 +520,8 @@ def _context_rows(campaign: Campaign, arms: dict[tuple[str, str], SizeArm]) -> l
             if p.warmup or p.concurrency != 1 or p.test_kind != "concurrency_sweep":
                 continue
             rows.append(_context_row(run.name, fmt, p, "earlier"))
-    for tag in FORMATS:
-        a = arms.get(("7b", tag))
-        if a is None:
+    for a in arms.values():
+        if not a.arm.context:
             continue
         for k in sorted(a.points):
             rows.append(_context_row(a.runs[k].name, a.weight_format, a.points[k], "this"))
@@ -628,22 +574,27 @@ def _measure(pred: Prediction, arms, ffits) -> list[tuple[str | None, float, flo
         # the difference's interval: the two intervals' ends against each other
         return [(None, m, t[0] - v[1], t[1] - v[0])]
     if pred.quantity == "fit_residual_ms":
-        out: list[tuple[str | None, float, float, float]] = []
-        for size in LAYER_SIGNS:
-            a = next((x for x in ff.arms if x.size == size), None)
-            if a is None or a.spread is None:
-                continue
-            r = ff.residual(a)
-            out.append((size, r, r - a.spread, r + a.spread))
-        return out
+        return _residuals(pred, ff)
     raise ValueError(f"unknown model-size quantity {pred.quantity!r}")
+
+
+def _residuals(pred: Prediction, ff: FormatFit) -> list[tuple[str | None, float, float, float]]:
+    """The fit's residual at each size a target names (its ``variant``), with the size's spread."""
+    out: list[tuple[str | None, float, float, float]] = []
+    for size in (t.variant for t in pred.targets):
+        a = next((x for x in ff.arms if x.size == size), None)
+        if a is None or a.spread is None:
+            continue
+        r = ff.residual(a)
+        out.append((size, r, r - a.spread, r + a.spread))
+    return out
 
 
 def _evaluate(pred: Prediction, arms, ffits) -> list[dict]:
     rows = []
     measured = _measure(pred, arms, ffits)
-    targets = list(LAYER_SIGNS.values()) if pred.quantity == "fit_residual_ms" else list(pred.targets)
-    sizes: list[str | None] = list(LAYER_SIGNS) if pred.quantity == "fit_residual_ms" else [None]
+    targets = list(pred.targets)
+    sizes = [t.variant for t in targets]
     for size_m, m, lo_m, hi_m in measured:
         t = targets[sizes.index(size_m)] if size_m in sizes else targets[0]
         rows.append(
@@ -665,16 +616,17 @@ def _evaluate(pred: Prediction, arms, ffits) -> list[dict]:
     return rows
 
 
-def _prediction_finding(pred: Prediction, rows: list[dict], arms, ffits, campaign: Campaign) -> fnd.Finding:
-    plan_run = next((r for r in campaign.all_runs if r.name == pred.plan[0]), None)
-    plan_cite = plan_run.cite("plan.toml", pred.plan[1]) if plan_run else f"{pred.plan[0]}/plan.toml"
+def _prediction_finding(
+    pred: Prediction, rows: list[dict], arms, ffits, campaign: Campaign, formats: dict[str, str]
+) -> fnd.Finding:
+    plan_src = plan_cite(campaign, pred.plan)
     if pred.quantity == "achievement_pct":
         a = next(x for x in arms.values() if x.run == pred.arm)
         at = run_at(a.first, a.weight_format, topic=TOPIC)
-        srcs = [plan_cite, *a.cites(), a.cfg_source, a.bandwidth_source]
+        srcs = [plan_src, *a.cites(), a.cfg_source, a.bandwidth_source]
     else:
-        at = _format_at(FORMATS[pred.arm])
-        srcs = [plan_cite]
+        at = _format_at(formats[pred.arm])
+        srcs = [plan_src]
         for tag in (pred.arm, pred.versus):
             if tag in ffits:
                 srcs += [c for a in ffits[tag].arms for c in a.cites()]
@@ -696,7 +648,7 @@ def _prediction_finding(pred: Prediction, rows: list[dict], arms, ffits, campaig
             "quantity": pred.quantity,
             "kind": "bound",
             "size": d["size"],
-            "baseline_format": FORMATS[pred.versus] if pred.versus else None,
+            "baseline_format": formats[pred.versus] if pred.versus else None,
             "predicted_lo": d["predicted_lo"],
             "predicted_hi": d["predicted_hi"],
             "predicted_value": None,
@@ -707,7 +659,7 @@ def _prediction_finding(pred: Prediction, rows: list[dict], arms, ffits, campaig
             "points": [
                 {k: r[k] for k in ("size", "measured", "interval_lo", "interval_hi", "verdict")} for r in rows
             ],
-            "plan_source": plan_cite,
+            "plan_source": plan_src,
         },
     )
 
@@ -715,8 +667,8 @@ def _prediction_finding(pred: Prediction, rows: list[dict], arms, ffits, campaig
 # --- other findings -----------------------------------------------------------------------------------------
 
 
-def _plan_check(arms: dict[tuple[str, str], SizeArm]) -> fnd.Finding:
-    bad = {a.runs[k].name: CONFIGS[a.size] for a in arms.values() for k, ok in a.plan_ok.items() if not ok}
+def _plan_check(arms: dict[tuple[str, str], SizeArm], item: str) -> fnd.Finding:
+    bad = {a.runs[k].name: a.arm.value for a in arms.values() for k, ok in a.plan_ok.items() if not ok}
     runs = [r for a in arms.values() for r in a.runs.values()]
     return fnd.checked(
         At(topic=TOPIC)("arms_match_plans"),
@@ -726,7 +678,7 @@ def _plan_check(arms: dict[tuple[str, str], SizeArm]) -> fnd.Finding:
         mismatched=bad,
         runs=sorted(r.name for r in runs),
         arms=len(arms),
-        item="4",
+        item=item,
     )
 
 
@@ -734,10 +686,10 @@ def _arm_findings(arms: dict[tuple[str, str], SizeArm]) -> list[fnd.Finding]:
     """Per size and format: achievement (floor ÷ mean p50 ITL) with its interval, and the mean p50 ITL beside
     the plan's predicted ITL."""
     out: list[fnd.Finding] = []
-    for (size, tag), a in arms.items():
+    for (size, _tag), a in arms.items():
         m, fl, s = a.itl_ms, a.floor_ms, a.spread
         at = run_at(a.first, a.weight_format, topic=TOPIC)
-        line, predicted = PLAN_TABLE[(size, tag)]
+        predicted = a.predicted_itl_ms
         if m is None or fl is None:
             out.append(
                 fnd.not_available(
@@ -777,10 +729,10 @@ def _arm_findings(arms: dict[tuple[str, str], SizeArm]) -> list[fnd.Finding]:
                 at("p50_itl_ms"),
                 m,
                 "ms",
-                [*a.cites(), a.first.cite("plan.toml", line)],
+                [*a.cites(), a.table_cite(a.first)],
                 detail="mean p50 ITL at concurrency 1 over the arm's runs, beside the plan's predicted ITL",
                 predicted_itl_ms=predicted,
-                itl_minus_predicted_ms=difference(m, predicted),
+                itl_minus_predicted_ms=difference(m, predicted) if predicted is not None else None,
                 **{k: v for k, v in common.items() if k != "p50_itl_ms"},
             )
         )
@@ -853,8 +805,7 @@ def _fit_findings(ffits: dict[str, FormatFit]) -> list[fnd.Finding]:
     return out
 
 
-def _context_finding(rows: list[dict], tag: str) -> fnd.Finding | None:
-    fmt = FORMATS[tag]
+def _context_finding(rows: list[dict], fmt: str) -> fnd.Finding | None:
     vals = [r["p50_itl_ms"] for r in rows if r["weight_format"] == fmt and r["p50_itl_ms"] is not None]
     if len(vals) < 2:
         return None
@@ -875,34 +826,40 @@ def _context_finding(rows: list[dict], tag: str) -> fnd.Finding | None:
 # --- the section --------------------------------------------------------------------------------------------
 
 
+def _not_run(spec: SizeSpec) -> Section:
+    arms = ", ".join([a.run for a in spec.exp.arms] + list(spec.exp.missing))
+    return Section(
+        name=NAME,
+        findings=[
+            fnd.not_available(
+                At(topic=TOPIC)("arms_match_plans"),
+                "bool",
+                "exp_runs_missing",
+                f"experiment model_size: fewer than two of its arms ({arms}) have runs",
+            )
+        ],
+    )
+
+
 def run(s: SectionInput) -> Section:
     campaign, th = s.campaign, s.th
-    if campaign.name != H200:
+    spec = size_spec(campaign)
+    if spec is None:
         return Section(name=NAME)
-    arms = _arms(campaign, th)
+    arms = _arms(campaign, th, spec)
     if len(arms) < 2:
-        return Section(
-            name=NAME,
-            findings=[
-                fnd.not_available(
-                    At(topic=TOPIC)("arms_match_plans"),
-                    "bool",
-                    "exp_runs_missing",
-                    "experiment model_size: fewer than two of its arms (exp-size-<size>-<fmt>) have runs",
-                )
-            ],
-        )
-    ffits = {tag: ff for tag in FORMATS if (ff := _format_fit(arms, tag)) is not None}
-    out: list[fnd.Finding] = [_plan_check(arms), *_arm_findings(arms), *_fit_findings(ffits)]
+        return _not_run(spec)
+    ffits = {tag: ff for tag in spec.formats if (ff := _format_fit(arms, tag)) is not None}
+    out: list[fnd.Finding] = [_plan_check(arms, spec.exp.item), *_arm_findings(arms), *_fit_findings(ffits)]
     pred_rows: list[dict] = []
-    for pred in PREDICTIONS:
+    for pred in spec.predictions:
         rows = _evaluate(pred, arms, ffits)
         if rows:
             pred_rows += rows
-            out.append(_prediction_finding(pred, rows, arms, ffits, campaign))
-    context = _context_rows(campaign, arms)
-    for tag in FORMATS:
-        f = _context_finding(context, tag)
+            out.append(_prediction_finding(pred, rows, arms, ffits, campaign, spec.formats))
+    context = _context_rows(campaign, arms, spec)
+    for fmt in spec.formats.values():
+        f = _context_finding(context, fmt)
         if f is not None:
             out.append(f)
     tables = {

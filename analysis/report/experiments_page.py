@@ -1,7 +1,7 @@
 """A campaign's page of controlled experiments (issue #15): one section per experiment the campaign ran — the
 question, the answer with its number and direction, why, what to do, then the evidence (prediction,
 measurement, verdict, chart) — and the experiments it could not run, with why. The analysis is
-analysis/reconcile/ experiments.py; the prose is site/templates/campaign/experiments.md.j2."""
+analysis/reconcile/experiments/; the prose is site/templates/campaign/experiments.md.j2."""
 
 from __future__ import annotations
 

@@ -25,6 +25,13 @@ RAMP_UP_STRATEGIES = ("linear",)  # vllm bench serve's --ramp-up-strategy (its "
 # per-request SLOs a plan may state for goodput ([slo]; `collector analyze --slo` wins), ms, by vllm bench
 # serve's --goodput names (ttft, tpot, e2el) with AIPerf's itl beside: analysis.metrics.meets_slos judges them
 SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+# [[experiment]] (issue #21): the knob an experiment varies, as a plan states it — a server flag's value
+# ("arg"), a flag's presence ("flag": on/off), a server environment variable ("env": "unset" when absent), a
+# [model] key ("model")
+KNOB_KINDS = ("arg", "flag", "env", "model")
+# a prediction: a bound [lo, hi], a point value (a predicted change), or a value analysis recomputes from the
+# byte ledger ("ledger")
+PREDICTION_KINDS = ("bound", "point", "ledger")
 _MISSING = object()
 
 
@@ -164,6 +171,74 @@ class PhasePlan:
 
 
 @dataclass(frozen=True)
+class KnobPlan:
+    """The one setting an experiment varies (``KNOB_KINDS``); ``default`` the value when a plan leaves an
+    "arg" out (llama.cpp's KV type is f16 unless -ctk says otherwise)."""
+
+    kind: str
+    name: str
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """Where a prediction is tested and what it says there: a point (concurrency, input length, or an arm's
+    ``variant``; None = every point) and a bound [lo, hi] (None = open) or a point ``value``; ``stated``: the
+    number the plan wrote where analysis recomputes it (a ledger prediction)."""
+
+    concurrency: int | None = None
+    input_len: int | None = None
+    variant: str | None = None
+    lo: float | None = None
+    hi: float | None = None
+    value: float | None = None
+    stated: float | None = None
+
+
+@dataclass(frozen=True)
+class PredictionPlan:
+    """``[[experiment.predict]]``: one numeric prediction written before the run. ``quote``: words on the plan
+    line that states it (the finding cites that line of the run's plan copy); ``arm``: the plan (by name) of
+    the arm it is about (default: this plan's arm); ``series``: a group of arms it is about instead (a fit
+    over them); ``versus``: the baseline arm's plan (or series) of a difference."""
+
+    name: str
+    quantity: str
+    kind: str
+    stated: str
+    quote: str
+    targets: tuple[TargetPlan, ...]
+    arm: str | None = None
+    series: str | None = None
+    versus: str | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """``[[experiment]]``: this plan as one arm of a controlled experiment. ``name``, ``item``, ``question``,
+    ``hypothesis``, ``knob`` and ``arms`` (every arm's plan, by name, in order) are the experiment's and read
+    the same in every arm's plan (analysis checks); ``variant`` (a label key), ``value`` (the knob's value
+    this plan states), ``versus`` (the baseline arm's plan), ``series`` (the arms a fit groups), ``quote``
+    (words on the plan line stating this arm's expectation), ``params`` and ``context`` (plans of earlier runs
+    shown beside it) are this arm's."""
+
+    name: str
+    item: str
+    question: str
+    hypothesis: str
+    knob: KnobPlan
+    arms: tuple[str, ...]
+    variant: str
+    value: str
+    versus: str | None = None
+    series: str | None = None
+    quote: str | None = None
+    params: dict[str, float] = field(default_factory=dict)
+    context: tuple[str, ...] = ()
+    predictions: tuple[PredictionPlan, ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     path: Path
     campaign: str
@@ -178,6 +253,8 @@ class Plan:
     workload: WorkloadPlan = field(default_factory=WorkloadPlan)
     # [slo]: per-request SLOs (SLO_METRICS -> ms) analysis judges goodput by when no --slo is given
     slo: dict[str, float] = field(default_factory=dict)
+    # [[experiment]]: the experiments this plan is an arm of (issue #21: experiments are data)
+    experiments: tuple[ExperimentPlan, ...] = ()
 
     @property
     def points(self) -> list[PointPlan]:
@@ -390,6 +467,130 @@ def _slo(t: _Table) -> dict[str, float]:
     return out
 
 
+def _name(t: _Table, key: str) -> str:
+    """A name analysis keys findings by: letters, digits, '_', '.', '-' only."""
+    v = t.get(key, str)
+    if not v or not v.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise t._err(key, f"use letters, digits, '_', '.' and '-' only, got {v!r}")
+    return v
+
+
+def _knob(t: _Table) -> KnobPlan:
+    k = KnobPlan(
+        kind=t.choice("kind", KNOB_KINDS), name=t.get("name", str), default=t.get("default", str, None)
+    )
+    t.done()
+    return k
+
+
+_BOUND_KEYS = ("lo", "hi", "value")
+
+
+def _target(t: _Table, kind: str, base: dict[str, float | None]) -> TargetPlan:
+    """One point of a prediction; ``base``: the prediction's own lo/hi/value, which a point may override."""
+    vals = {k: t.get(k, float, base[k]) for k in _BOUND_KEYS}
+    tp = TargetPlan(
+        concurrency=t.positive("concurrency", int, None),
+        input_len=t.positive("input_len", int, None),
+        variant=t.get("variant", str, None),
+        stated=t.get("stated", float, None),
+        **vals,
+    )
+    t.done()
+    if kind == "bound" and tp.lo is None and tp.hi is None:
+        raise t._err("lo", "missing: a bound prediction needs lo, hi or both")
+    if kind == "bound" and tp.lo is not None and tp.hi is not None and tp.lo > tp.hi:
+        raise t._err("hi", f"a bound [lo, hi] needs lo <= hi, got [{tp.lo:g}, {tp.hi:g}]")
+    if kind == "point" and tp.value is None:
+        raise t._err("value", "missing: a point prediction needs its value")
+    if kind != "point" and tp.value is not None:
+        raise t._err("value", f'only a kind = "point" prediction takes a value (this one is "{kind}")')
+    return tp
+
+
+def _prediction(t: _Table) -> PredictionPlan:
+    name, quantity = _name(t, "name"), _name(t, "quantity")
+    kind = t.choice("kind", PREDICTION_KINDS)
+    stated, quote = t.get("stated", str), t.get("quote", str)
+    base = {k: t.get(k, float, None) for k in _BOUND_KEYS}
+    raw_at = t.get("at", list, None)
+    pp = dict(
+        arm=t.get("arm", str, None), series=t.get("series", str, None), versus=t.get("versus", str, None)
+    )
+    t.done()
+    if not quote.strip():
+        raise t._err("quote", "empty: give words on the plan line that states the prediction")
+    if raw_at is not None and not raw_at:
+        raise t._err("at", "empty list (leave at out: every point)")
+    where = [f"{t.where}.at[{i}]" for i in range(len(raw_at or []))]
+    entries = [_Table(e, t.file, w) for e, w in zip(raw_at or [], where, strict=True)]
+    targets = tuple(_target(e, kind, base) for e in entries) or (
+        _target(_Table({}, t.file, t.where), kind, base),
+    )
+    return PredictionPlan(
+        name=name, quantity=quantity, kind=kind, stated=stated, quote=quote, targets=targets, **pp
+    )
+
+
+def _str_tuple(t: _Table, key: str) -> tuple[str, ...]:
+    return t.str_list(key, ())
+
+
+def _params(t: _Table) -> dict[str, float]:
+    v = t.get("params", dict, {})
+    bad = [k for k, x in v.items() if isinstance(x, bool) or not isinstance(x, int | float)]
+    if bad:
+        raise t._err(f"params.{bad[0]}", "expected a number")
+    return {k: float(x) for k, x in v.items()}
+
+
+def _experiment(t: _Table) -> ExperimentPlan:
+    """One ``[[experiment]]`` entry: this plan as an arm of the named experiment (``ExperimentPlan``)."""
+    head = dict(
+        name=_name(t, "name"),
+        item=t.get("item", str),
+        question=t.get("question", str),
+        hypothesis=t.get("hypothesis", str),
+        knob=_knob(t.sub("knob")),
+        arms=_str_tuple(t, "arms"),
+        variant=_name(t, "variant"),
+        value=t.get("value", str),
+    )
+    arm = dict(
+        versus=t.get("versus", str, None),
+        series=t.get("series", str, None),
+        quote=t.get("quote", str, None),
+        params=_params(t),
+        context=_str_tuple(t, "context"),
+    )
+    raw_preds = t.get("predict", list, [])
+    t.done()
+    if len(head["arms"]) < 2 or len(set(head["arms"])) != len(head["arms"]):
+        raise t._err("arms", "list every arm's plan (by name, at least two), each once")
+    if arm["versus"] is not None and arm["versus"] not in head["arms"]:
+        raise t._err("versus", f"{arm['versus']!r} is not one of this experiment's arms")
+    preds = tuple(
+        _prediction(_Table(rp, t.file, f"{t.where}.predict[{i}]")) for i, rp in enumerate(raw_preds)
+    )
+    names = [(p.name, p.arm, p.series) for p in preds]
+    if len(set(names)) != len(names):
+        raise t._err("predict", "the same prediction (name, arm, series) twice")
+    return ExperimentPlan(**head, **arm, predictions=preds)
+
+
+def _experiments(data: dict[str, Any], path: Path) -> tuple[ExperimentPlan, ...]:
+    """The optional ``[[experiment]]`` array: one entry per experiment this plan is an arm of."""
+    raw = data.get("experiment", [])
+    if not isinstance(raw, list):
+        raise PlanError(
+            f"{path}: [[experiment]]: expected an array of tables ([[experiment]], not [experiment])"
+        )
+    out = tuple(_experiment(_Table(e, path, f"[[experiment]] #{i + 1}")) for i, e in enumerate(raw))
+    if len({e.name for e in out}) != len(out):
+        raise PlanError(f"{path}: [[experiment]]: the same experiment twice in one plan")
+    return out
+
+
 _POINT_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
 
 
@@ -554,7 +755,8 @@ def parse_plan(text: str, path: Path) -> Plan:
     load = _load(top.sub("load", required=False))
     workload = _workload(top.sub("workload", required=False))
     slo = _slo(top.sub("slo", required=False))
-    top.seen.add("phase")
+    top.seen.update(("phase", "experiment"))
+    experiments = _experiments(data, path)
     raw_phases = data.get("phase")
     if not isinstance(raw_phases, list) or not raw_phases:
         raise PlanError(f"{path}: [[phase]]: at least one phase is required")
@@ -585,6 +787,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         raw_text=text,
         workload=workload,
         slo=slo,
+        experiments=experiments,
     )
 
 
