@@ -973,7 +973,7 @@ def routed_expert_bytes(cfg: ModelConfig, weight_format: str) -> float:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def kv_bytes_read_per_step(kv_bytes_per_token_: float, batch: int, context_tokens: int) -> float:
+def kv_bytes_read_per_step(kv_bytes_per_token_: float, batch: int, context_tokens: float) -> float:
     """KV bytes one decode step reads, bytes: B sequences × T cached tokens × KV bytes/token."""
     return batch * context_tokens * kv_bytes_per_token_
 

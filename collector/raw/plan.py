@@ -508,32 +508,36 @@ def _target(t: _Table, kind: str, base: dict[str, float | None]) -> TargetPlan:
     return tp
 
 
-def _prediction(t: _Table) -> PredictionPlan:
-    name, quantity = _name(t, "name"), _name(t, "quantity")
-    kind = t.choice("kind", PREDICTION_KINDS)
-    stated, quote = t.get("stated", str), t.get("quote", str)
+def _targets(t: _Table, kind: str) -> tuple[TargetPlan, ...]:
+    """The points a prediction names (``at``), each with the prediction's lo/hi/value unless it gives its
+    own; without ``at``, one target: every point."""
     base = {k: t.get(k, float, None) for k in _BOUND_KEYS}
     raw_at = t.get("at", list, None)
-    pp = dict(
-        arm=t.get("arm", str, None), series=t.get("series", str, None), versus=t.get("versus", str, None)
-    )
-    t.done()
-    if not quote.strip():
-        raise t._err("quote", "empty: give words on the plan line that states the prediction")
     if raw_at is not None and not raw_at:
         raise t._err("at", "empty list (leave at out: every point)")
-    where = [f"{t.where}.at[{i}]" for i in range(len(raw_at or []))]
-    entries = [_Table(e, t.file, w) for e, w in zip(raw_at or [], where, strict=True)]
-    targets = tuple(_target(e, kind, base) for e in entries) or (
-        _target(_Table({}, t.file, t.where), kind, base),
-    )
-    return PredictionPlan(
-        name=name, quantity=quantity, kind=kind, stated=stated, quote=quote, targets=targets, **pp
-    )
+    if raw_at is None:
+        return (_target(_Table({}, t.file, t.where), kind, base),)
+    return tuple(_target(_Table(e, t.file, f"{t.where}.at[{i}]"), kind, base) for i, e in enumerate(raw_at))
 
 
-def _str_tuple(t: _Table, key: str) -> tuple[str, ...]:
-    return t.str_list(key, ())
+def _prediction(t: _Table) -> PredictionPlan:
+    kind = t.choice("kind", PREDICTION_KINDS)
+    quote = t.get("quote", str)
+    if not quote.strip():
+        raise t._err("quote", "empty: give words on the plan line that states the prediction")
+    p = PredictionPlan(
+        name=_name(t, "name"),
+        quantity=_name(t, "quantity"),
+        kind=kind,
+        stated=t.get("stated", str),
+        quote=quote,
+        targets=_targets(t, kind),
+        arm=t.get("arm", str, None),
+        series=t.get("series", str, None),
+        versus=t.get("versus", str, None),
+    )
+    t.done()
+    return p
 
 
 def _params(t: _Table) -> dict[str, float]:
@@ -544,38 +548,43 @@ def _params(t: _Table) -> dict[str, float]:
     return {k: float(x) for k, x in v.items()}
 
 
+def _arms(t: _Table) -> tuple[str, ...]:
+    arms = t.str_list("arms")
+    if len(arms) < 2 or len(set(arms)) != len(arms):
+        raise t._err("arms", "list every arm's plan (by name, at least two), each once")
+    return arms
+
+
 def _experiment(t: _Table) -> ExperimentPlan:
     """One ``[[experiment]]`` entry: this plan as an arm of the named experiment (``ExperimentPlan``)."""
-    head = dict(
+    arms = _arms(t)
+    versus = t.get("versus", str, None)
+    if versus is not None and versus not in arms:
+        raise t._err("versus", f"{versus!r} is not one of this experiment's arms")
+    raw_preds = t.get("predict", list, [])
+    preds = tuple(
+        _prediction(_Table(rp, t.file, f"{t.where}.predict[{i}]")) for i, rp in enumerate(raw_preds)
+    )
+    if len({(p.name, p.arm, p.series) for p in preds}) != len(preds):
+        raise t._err("predict", "the same prediction (name, arm, series) twice")
+    e = ExperimentPlan(
         name=_name(t, "name"),
         item=t.get("item", str),
         question=t.get("question", str),
         hypothesis=t.get("hypothesis", str),
-        knob=_knob(t.sub("knob")),
-        arms=_str_tuple(t, "arms"),
+        knob=_knob(_Table(t.get("knob", dict), t.file, f"{t.where}.knob")),
+        arms=arms,
         variant=_name(t, "variant"),
         value=t.get("value", str),
-    )
-    arm = dict(
-        versus=t.get("versus", str, None),
+        versus=versus,
         series=t.get("series", str, None),
         quote=t.get("quote", str, None),
         params=_params(t),
-        context=_str_tuple(t, "context"),
+        context=t.str_list("context", ()),
+        predictions=preds,
     )
-    raw_preds = t.get("predict", list, [])
     t.done()
-    if len(head["arms"]) < 2 or len(set(head["arms"])) != len(head["arms"]):
-        raise t._err("arms", "list every arm's plan (by name, at least two), each once")
-    if arm["versus"] is not None and arm["versus"] not in head["arms"]:
-        raise t._err("versus", f"{arm['versus']!r} is not one of this experiment's arms")
-    preds = tuple(
-        _prediction(_Table(rp, t.file, f"{t.where}.predict[{i}]")) for i, rp in enumerate(raw_preds)
-    )
-    names = [(p.name, p.arm, p.series) for p in preds]
-    if len(set(names)) != len(names):
-        raise t._err("predict", "the same prediction (name, arm, series) twice")
-    return ExperimentPlan(**head, **arm, predictions=preds)
+    return e
 
 
 def _experiments(data: dict[str, Any], path: Path) -> tuple[ExperimentPlan, ...]:

@@ -184,9 +184,10 @@ class Diff:
 def diff(e: ExpData, treatment: str, baseline: str, pid: tuple, metric: str = "p50_itl_ms") -> Diff | None:
     """Treatment − baseline at one point, with the larger of the two arms' spreads beside it."""
     t, b = e.point(treatment, pid), e.point(baseline, pid)
-    if t is None or b is None or t.value(metric) is None or b.value(metric) is None:
+    tv = t.value(metric) if t is not None else None
+    bv = b.value(metric) if b is not None else None
+    if t is None or b is None or tv is None or bv is None:
         return None
-    tv, bv = t.value(metric), b.value(metric)
     st, bt = e.spread(treatment, pid, metric)
     sb, bb = e.spread(baseline, pid, metric)
     spreads = [s for s in (st, sb) if s is not None]

@@ -134,7 +134,7 @@ def repeat_spread_findings(e: ExpData, metric: str) -> list[fnd.Finding]:
         pcts = []
         for pid in e.pids(arm):
             ap = e.point(arm, pid)
-            s, v = ap.spread(metric), ap.value(metric)
+            s, v = (ap.spread(metric), ap.value(metric)) if ap is not None else (None, None)
             if s is not None and v:
                 pcts.append((spread_pct(s, v), pid[1]))
         if pcts:
@@ -165,7 +165,7 @@ def graphs_findings(e: ExpData) -> list[fnd.Finding]:
         zero, total, srcs = 0, 0, []
         for run in ar.runs.values():
             rel, log = run.server_log
-            if log is None:
+            if log is None or rel is None:
                 continue
             blocks = [t for t in log.timings if t.graphs_reused is not None]
             total += len(blocks)
@@ -236,28 +236,33 @@ def kv_quant_findings(e: ExpData, th: TheoryCtx) -> list[fnd.Finding]:
     for _arm, ar in sorted(e.arms.items()):
         out += _kv_theory_findings(e, ar, th)
     base = next((b for _t, b in e.exp.pairs if b in e.arms), None)
-    if base is not None:
-        p8 = e.find(base, Target(concurrency=8, input_len=8192))
-        p16 = e.find(base, Target(concurrency=8, input_len=16384))
-        if p8 and p16:
-            a8, a16 = e.point(base, p8[0]), e.point(base, p16[0])
-            v8, v16 = a8.value("p50_itl_ms"), a16.value("p50_itl_ms")
-            s = max(x for x in (a8.spread("p50_itl_ms"), a16.spread("p50_itl_ms"), 0.0) if x is not None)
-            ar = e.arms[base]
-            at = run_at(ar.first, ar.arm.weight_format, topic=e.exp.topic)
-            out.append(
-                fnd.measured(
-                    at("f16_itl_growth_8k_to_16k_pct"),
-                    difference_pct(v16, v8),
-                    "%",
-                    cites(e, (base,), p8[0]) + cites(e, (base,), p16[0]),
-                    detail=(
-                        "p50 ITL at concurrency 8: 16,384 vs 8,192 input tokens, f16 KV (mean over repeats)"
-                    ),
-                    spread_pct=spread_pct(s, v8),
-                    distinguishable=distinguishable(v16 - v8, s),
-                    itl_8k_ms=v8,
-                    itl_16k_ms=v16,
-                )
-            )
-    return out
+    growth = _context_growth_finding(e, base) if base is not None else None
+    return out + ([growth] if growth is not None else [])
+
+
+def _context_growth_finding(e: ExpData, base: str) -> fnd.Finding | None:
+    """Whether the baseline arm's step grows from 8k to 16k of context at concurrency 8 (mean over
+    repeats), with the larger of the two points' spreads."""
+    p8 = e.find(base, Target(concurrency=8, input_len=8192))
+    p16 = e.find(base, Target(concurrency=8, input_len=16384))
+    a8 = e.point(base, p8[0]) if p8 else None
+    a16 = e.point(base, p16[0]) if p16 else None
+    if a8 is None or a16 is None:
+        return None
+    v8, v16 = a8.value("p50_itl_ms"), a16.value("p50_itl_ms")
+    if v8 is None or v16 is None:
+        return None
+    s = max(x for x in (a8.spread("p50_itl_ms"), a16.spread("p50_itl_ms"), 0.0) if x is not None)
+    ar = e.arms[base]
+    at = run_at(ar.first, ar.arm.weight_format, topic=e.exp.topic)
+    return fnd.measured(
+        at("f16_itl_growth_8k_to_16k_pct"),
+        difference_pct(v16, v8),
+        "%",
+        cites(e, (base,), p8[0]) + cites(e, (base,), p16[0]),
+        detail="p50 ITL at concurrency 8: 16,384 vs 8,192 input tokens, f16 KV (mean over repeats)",
+        spread_pct=spread_pct(s, v8),
+        distinguishable=distinguishable(v16 - v8, s),
+        itl_8k_ms=v8,
+        itl_16k_ms=v16,
+    )

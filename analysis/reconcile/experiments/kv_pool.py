@@ -21,6 +21,7 @@ from analysis.reconcile.experiments.formulas import (
     stop_tokens,
 )
 from analysis.reconcile.experiments.spec import quote_line
+from analysis.windows import PointWindowData
 
 # (metric, measured key, predicted key, unit, detail) of each count predicted exactly
 _EXACT = (
@@ -61,10 +62,13 @@ def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict 
     rel, log = run.server_log
     _, req = run.requests
     w = ctx.window(p)
-    if log is None or log.kv_cache_tokens is None or req is None or w is None:
+    if log is None or rel is None or log.kv_cache_tokens is None or req is None:
+        return None
+    c, inp, out = p.concurrency, p.input_len_tokens, p.requested_output_len_tokens
+    if not isinstance(w, PointWindowData) or c is None or inp is None or out is None:
         return None
     block = log.kv_cache_tokens // n_blocks
-    c, inp, out = int(p.concurrency), int(round(p.input_len_tokens)), int(p.requested_output_len_tokens)
+    c, inp, out = int(c), int(round(inp)), int(out)
     stops_pred, residents_pred = lockstep_preemptions(n_blocks, block, c, inp, out)
     recs = p.records
     pre = w.delta("preemptions")

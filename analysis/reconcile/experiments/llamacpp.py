@@ -7,8 +7,9 @@ from __future__ import annotations
 from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import RunData
+from analysis.model_config import ModelConfig
 from analysis.reconcile import run_at
-from analysis.reconcile.experiments.arms import ExpData, diff
+from analysis.reconcile.experiments.arms import ArmRuns, ExpData, diff
 from analysis.reconcile.experiments.formulas import (
     LOG_MIB_RESOLUTION,
     consecutive_runs,
@@ -29,7 +30,7 @@ def slot_runs_by_point(run: RunData) -> dict[str, tuple[list[int], int, str]] | 
     rel, log = run.server_log
     _, req = run.requests
     launches = getattr(log, "launches", None)
-    if not launches or req is None:
+    if not launches or req is None or rel is None:
         return None
     counts: dict[tuple[int, str], int] = {}
     for r in req.records:
@@ -54,70 +55,78 @@ def buffer_findings(e: ExpData, th: TheoryCtx, rows: list[dict]) -> list[fnd.Fin
         return out
     for arm, ar in sorted(e.arms.items()):
         for k, run in sorted(ar.runs.items()):
-            rel, log = run.server_log
-            plan = run.docs.plan
-            if log is None or plan is None:
-                continue
-            args = list(plan.server.args)
-            n_ctx = int(Knob("arg", "-c").value(plan) or 0)
-            n_par = int(Knob("arg", "-np").value(plan) or 1)
-            kv_type = Knob("arg", "-ctk", default="f16").value(plan) or "f16"
-            kvb = theory.kv_bytes_per_token(th.cfg, kv_type)
-            at = run_at(run, ar.arm.weight_format, topic=e.exp.topic)
-            plan_src = run.cite("plan.toml")
-            kv_lines = [b for b in log.buffers if b.kind == "KV"]
-            if n_ctx and kv_lines:
-                pred = kv_buffer_mib(n_ctx, kvb)
-                got = log.kv_buffer_mib
-                out.append(
-                    fnd.measured(
-                        at("kv_buffer_mib"),
-                        got,
-                        "MiB",
-                        [run.cite(rel, b.line) for b in kv_lines] + [plan_src],
-                        theory=pred,
-                        tolerance_pct=LOG_MIB_RESOLUTION / pred * 100.0,
-                        detail=(
-                            "llama.cpp KV buffer (log) vs -c x KV bytes per token of -ctk/-ctv "
-                            "(block formats)"
-                        ),
-                        verdict=verdict("exact", got, None, value=pred),
-                        n_ctx_tokens=n_ctx,
-                        kv_type=kv_type,
-                        kv_bytes_per_token=kvb,
-                        repeat=k,
-                    )
-                )
-                rows.append(
-                    {
-                        "experiment": e.exp.name,
-                        "arm": arm,
-                        "variant": ar.arm.variant,
-                        "run": run.name,
-                        "n_ctx_tokens": n_ctx,
-                        "slots": n_par,
-                        "kv_type": kv_type,
-                        "kv_bytes_per_token": kvb,
-                        "kv_buffer_mib_theory": pred,
-                        "kv_buffer_mib_log": got,
-                        "source": run.cite(rel, kv_lines[0].line),
-                    }
-                )
-            if n_ctx and log.n_ctx_slot is not None and "-np" in args:
-                out.append(
-                    fnd.measured(
-                        at("ctx_per_slot_tokens"),
-                        log.n_ctx_slot,
-                        "tokens",
-                        [run.cite(rel, log.lines.get("n_ctx_slot")), plan_src],
-                        theory=n_ctx / n_par,
-                        tolerance_pct=0.0,
-                        detail="per-slot context (log n_ctx_slot) vs -c / -np",
-                        verdict=verdict("exact", float(log.n_ctx_slot), None, value=n_ctx / n_par),
-                        slots=n_par,
-                        repeat=k,
-                    )
-                )
+            out += _run_buffer_findings(e, (arm, ar, k), run, th.cfg, rows)
+    return out
+
+
+def _run_buffer_findings(
+    e: ExpData, where: tuple[str, ArmRuns, int], run: RunData, cfg: ModelConfig, rows: list[dict]
+) -> list[fnd.Finding]:
+    """One run's KV buffer and per-slot context findings (``buffer_findings``); ``where``: (arm, its runs,
+    the repeat)."""
+    arm, ar, k = where
+    out: list[fnd.Finding] = []
+    rel, log = run.server_log
+    plan = run.docs.plan
+    if log is None or plan is None or rel is None:
+        return out
+    args = list(plan.server.args)
+    n_ctx = int(Knob("arg", "-c").value(plan) or 0)
+    n_par = int(Knob("arg", "-np").value(plan) or 1)
+    kv_type = Knob("arg", "-ctk", default="f16").value(plan) or "f16"
+    kvb = theory.kv_bytes_per_token(cfg, kv_type)
+    at = run_at(run, ar.arm.weight_format, topic=e.exp.topic)
+    plan_src = run.cite("plan.toml")
+    kv_lines = [b for b in log.buffers if b.kind == "KV"]
+    if n_ctx and kv_lines:
+        pred = kv_buffer_mib(n_ctx, kvb)
+        got = log.kv_buffer_mib
+        out.append(
+            fnd.measured(
+                at("kv_buffer_mib"),
+                got,
+                "MiB",
+                [run.cite(rel, b.line) for b in kv_lines] + [plan_src],
+                theory=pred,
+                tolerance_pct=LOG_MIB_RESOLUTION / pred * 100.0,
+                detail=("llama.cpp KV buffer (log) vs -c x KV bytes per token of -ctk/-ctv (block formats)"),
+                verdict=verdict("exact", got, None, value=pred),
+                n_ctx_tokens=n_ctx,
+                kv_type=kv_type,
+                kv_bytes_per_token=kvb,
+                repeat=k,
+            )
+        )
+        rows.append(
+            {
+                "experiment": e.exp.name,
+                "arm": arm,
+                "variant": ar.arm.variant,
+                "run": run.name,
+                "n_ctx_tokens": n_ctx,
+                "slots": n_par,
+                "kv_type": kv_type,
+                "kv_bytes_per_token": kvb,
+                "kv_buffer_mib_theory": pred,
+                "kv_buffer_mib_log": got,
+                "source": run.cite(rel, kv_lines[0].line),
+            }
+        )
+    if n_ctx and log.n_ctx_slot is not None and "-np" in args:
+        out.append(
+            fnd.measured(
+                at("ctx_per_slot_tokens"),
+                log.n_ctx_slot,
+                "tokens",
+                [run.cite(rel, log.lines.get("n_ctx_slot")), plan_src],
+                theory=n_ctx / n_par,
+                tolerance_pct=0.0,
+                detail="per-slot context (log n_ctx_slot) vs -c / -np",
+                verdict=verdict("exact", float(log.n_ctx_slot), None, value=n_ctx / n_par),
+                slots=n_par,
+                repeat=k,
+            )
+        )
     return out
 
 
@@ -152,7 +161,7 @@ def _slot_evidence(e: ExpData, rows: list[dict]) -> dict[tuple[str, int, int], t
                         "source": cite,
                     }
                 )
-                if one_wave:
+                if one_wave and p.concurrency is not None:
                     found[(arm, k, int(p.concurrency))] = (n_runs, cite)
     return found
 

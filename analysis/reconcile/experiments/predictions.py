@@ -16,6 +16,7 @@ from analysis.reconcile.experiments.formulas import INF, combine, ledger_itl_cha
 from analysis.reconcile.experiments.spec import Prediction, Target, plan_cite
 from analysis.reconcile.roofline import mean_context_tokens
 from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.rundocs import Ceilings
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Measured:
 
 def _ledger_value(th: TheoryCtx, pred: Prediction, e: ExpData, pid: tuple) -> float | None:
     """The KV ledger's predicted step change at this point (see ``ledger_itl_change_ms``)."""
-    if th.cfg is None or th.ceilings is None:
+    if th.cfg is None or not isinstance(th.ceilings, Ceilings):
         return None
     t_kv = e.exp.arm(pred.arm).value
     b_kv = e.exp.arm(pred.versus).value if pred.versus else None
@@ -168,8 +169,9 @@ def cites(e: ExpData, arms: Sequence[str | None], pid: tuple | None) -> list[str
         if not arm or arm not in e.arms:
             continue
         for q in e.pids(arm):
-            if pid is None or q[:3] == pid[:3]:
-                out += [p.cite() for p in e.point(arm, q).points.values()]
+            ap = e.point(arm, q)
+            if ap is not None and (pid is None or q[:3] == pid[:3]):
+                out += [p.cite() for p in ap.points.values()]
     return out
 
 
