@@ -7,6 +7,7 @@ from (plans are written to be run from the repository root), and are resolved on
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -603,6 +604,32 @@ def _experiments(data: dict[str, Any], path: Path) -> tuple[ExperimentPlan, ...]
 _POINT_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
 
 
+def _closed_point(pt: _Table, defaults: dict[str, int | None], where: tuple[str, str, int, str]) -> PointPlan:
+    """A closed-loop point: its counts its own, else the phase's; each present, seed ≥ 0, the rest > 0.
+    ``where``: (phase name, phase kind, the point's index in the run, its expect_preemptions)."""
+    phase, kind, index, expect = where
+    vals = {k: pt.get(k, int, defaults[k]) for k in _POINT_KEYS}
+    pt.done()
+    out: dict[str, int] = {}
+    for k, v in vals.items():
+        if v is None:
+            raise pt._err(k, f"missing (set it on the point or on phase {phase!r})")
+        if v < 0 or (v == 0 and k != "seed"):
+            raise pt._err(k, f"must be {'>= 0' if k == 'seed' else '> 0'}, got {v}")
+        out[k] = v
+    return PointPlan(
+        phase=phase,
+        kind=kind,
+        index=index,
+        concurrency=out["concurrency"],
+        requests=out["requests"],
+        input_len=out["input_len"],
+        output_len=out["output_len"],
+        seed=out["seed"],
+        expect_preemptions=expect,
+    )
+
+
 def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
     name = t.get("name", str)
     if name in names:
@@ -624,19 +651,12 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
         raw_points = [{}]
     if not raw_points:
         raise t._err("points", "empty list")
-    points = []
-    for i, rp in enumerate(raw_points):
-        pt = _Table(rp, t.file, f"{t.where}.points[{i}]")
-        vals = {k: pt.get(k, int, defaults[k]) for k in _POINT_KEYS}
-        pt.done()
-        for k, v in vals.items():
-            if v is None:
-                raise pt._err(k, f"missing (set it on the point or on phase {name!r})")
-            if v < 0 or (v == 0 and k != "seed"):
-                raise pt._err(k, f"must be {'>= 0' if k == 'seed' else '> 0'}, got {v}")
-        points.append(
-            PointPlan(phase=name, kind=kind, index=first_index + i, expect_preemptions=expect, **vals)
+    points = [
+        _closed_point(
+            _Table(rp, t.file, f"{t.where}.points[{i}]"), defaults, (name, kind, first_index + i, expect)
         )
+        for i, rp in enumerate(raw_points)
+    ]
     if kind == "length" and len({p.concurrency for p in points}) != 1:
         raise t._err("points", "a length sweep keeps one concurrency; set it on the phase")
     return PhasePlan(name=name, kind=kind, points=tuple(points))
@@ -645,6 +665,110 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
 _RAMP_KEYS = ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_duration_s")
 _RATE_KEYS = ("request_rates", "arrival", "burstiness", "max_concurrency", *_RAMP_KEYS, "duration_s",
               "max_requests", "max_error_rate")  # fmt: skip
+
+
+def _arrival(t: _Table) -> tuple[str, float | None]:
+    """``arrival`` and, for gamma arrivals only (required there), ``burstiness``."""
+    arrival = t.choice("arrival", ARRIVALS, "poisson")
+    burstiness = t.positive("burstiness", float, None)
+    if burstiness is not None and arrival != "gamma":
+        raise t._err(
+            "burstiness", f'only arrival = "gamma" takes a burstiness (poisson is 1; arrival = "{arrival}")'
+        )
+    if arrival == "gamma" and burstiness is None:
+        raise t._err(
+            "burstiness", 'missing: arrival = "gamma" needs the gamma shape (1 = Poisson, < 1 burstier)'
+        )
+    return arrival, burstiness
+
+
+def _ramp_up(t: _Table) -> tuple[str | None, float | None, float | None]:
+    """The ramp-up's strategy, start rate and duration: all three or none."""
+    strategy = t.get("ramp_up_strategy", str, None)
+    if strategy is not None and strategy not in RAMP_UP_STRATEGIES:
+        raise t._err("ramp_up_strategy", f"must be one of {', '.join(RAMP_UP_STRATEGIES)}; got {strategy!r}")
+    ramp_start = t.positive("ramp_up_start_rps", float, None, zero_ok=True)
+    ramp_s = t.positive("ramp_up_duration_s", float, None)
+    given = [k for k, v in zip(_RAMP_KEYS, (strategy, ramp_start, ramp_s), strict=True) if v is not None]
+    if given and len(given) < 3:
+        missing = next(k for k in _RAMP_KEYS if k not in given)
+        raise t._err(missing, f"missing: a ramp-up needs {', '.join(_RAMP_KEYS)} ({given[0]} is set)")
+    return strategy, ramp_start, ramp_s
+
+
+def _rate_template(t: _Table) -> RatePlan:
+    """What every point of a rate phase shares (its ``request_rate`` set per point): arrivals, ramp-up, the
+    in-flight cap and the stop conditions."""
+    arrival, burstiness = _arrival(t)
+    strategy, ramp_start, ramp_s = _ramp_up(t)
+    duration_s = t.positive("duration_s", float, None)
+    max_requests = t.positive("max_requests", int, None)
+    max_error_rate = t.positive("max_error_rate", float, None, zero_ok=True)
+    if max_error_rate is not None and max_error_rate > 1:
+        raise t._err("max_error_rate", f"a fraction of the requests that ended, 0..1; got {max_error_rate!r}")
+    return RatePlan(
+        request_rate=0.0,
+        arrival=arrival,
+        burstiness=burstiness or 1.0,
+        max_concurrency=t.positive("max_concurrency", int, None),
+        ramp_up_strategy=strategy,
+        ramp_up_start_rps=ramp_start,
+        ramp_up_duration_s=ramp_s,
+        duration_s=duration_s,
+        max_requests=max_requests,
+        max_error_rate=max_error_rate,
+    )
+
+
+def _check_stop(t: _Table, tpl: RatePlan) -> None:
+    if tpl.duration_s is None and tpl.max_requests is None:
+        raise t._err(
+            "duration_s", "missing: an open-loop phase needs duration_s or max_requests (or both) to end"
+        )
+    ramp_s, duration_s = tpl.ramp_up_duration_s, tpl.duration_s
+    if ramp_s is not None and duration_s is not None and ramp_s > duration_s:
+        raise t._err("ramp_up_duration_s", f"{ramp_s:g} s is longer than duration_s = {duration_s:g} s")
+
+
+def _rate_entries(
+    t: _Table, rates: list[Any] | None, raw_points: list[Any] | None, seed: int | None, name: str
+) -> list[tuple[Any, int, str]]:
+    """(rate as written, seed, where it was written) per point: from ``request_rates`` (seed + i) or from
+    ``points`` (each its ``request_rate`` and ``seed``, the phase's seed by default)."""
+    if (rates is None) == (raw_points is None):
+        raise t._err(
+            "request_rates",
+            "give either request_rates = [...] or points = [{request_rate = ..., seed = ...}, ...]",
+        )
+    if rates is not None:
+        if not rates:
+            raise t._err("request_rates", "empty list")
+        if seed is None:
+            raise t._err("seed", "missing (required with request_rates: point i takes seed + i)")
+        return [(r, seed + i, f"{t.where}.request_rates[{i}]") for i, r in enumerate(rates)]
+    if not raw_points:
+        raise t._err("points", "empty list")
+    entries = []
+    for i, rp in enumerate(raw_points):
+        pt = _Table(rp, t.file, f"{t.where}.points[{i}]")
+        rate, pseed = pt.get("request_rate", float), pt.positive("seed", int, seed, zero_ok=True)
+        pt.done()
+        if pseed is None:
+            raise pt._err("seed", f"missing (set it on the point or on phase {name!r})")
+        entries.append((rate, pseed, f"{t.where}.points[{i}].request_rate"))
+    return entries
+
+
+def _rate(t: _Table, rate: Any, at: str, tpl: RatePlan) -> RatePlan:
+    """One point's arrivals: the phase's, at its rate (a finite number > 0, not below a ramp-up's start)."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0 or rate == float("inf"):
+        raise PlanError(f"{t.file}: {at}: a request rate must be a finite number > 0 req/s, got {rate!r}")
+    if tpl.ramp_up_start_rps is not None and tpl.ramp_up_start_rps > rate:
+        raise t._err(
+            "ramp_up_start_rps",
+            f"{tpl.ramp_up_start_rps:g} req/s is above the point's request_rate {rate:g}: a ramp-up rises",
+        )
+    return dataclasses.replace(tpl, request_rate=float(rate))
 
 
 def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
@@ -662,85 +786,26 @@ def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
     input_len = t.positive("input_len", int)
     output_len = t.positive("output_len", int)
     seed = t.positive("seed", int, None, zero_ok=True)
-    arrival = t.choice("arrival", ARRIVALS, "poisson")
-    burstiness = t.positive("burstiness", float, None)
-    if burstiness is not None and arrival != "gamma":
-        raise t._err(
-            "burstiness", f'only arrival = "gamma" takes a burstiness (poisson is 1; arrival = "{arrival}")'
-        )
-    if arrival == "gamma" and burstiness is None:
-        raise t._err(
-            "burstiness", 'missing: arrival = "gamma" needs the gamma shape (1 = Poisson, < 1 burstier)'
-        )
-    strategy = t.get("ramp_up_strategy", str, None)
-    if strategy is not None and strategy not in RAMP_UP_STRATEGIES:
-        raise t._err("ramp_up_strategy", f"must be one of {', '.join(RAMP_UP_STRATEGIES)}; got {strategy!r}")
-    ramp_start = t.positive("ramp_up_start_rps", float, None, zero_ok=True)
-    ramp_s = t.positive("ramp_up_duration_s", float, None)
-    given = [k for k, v in zip(_RAMP_KEYS, (strategy, ramp_start, ramp_s), strict=True) if v is not None]
-    if given and len(given) < 3:
-        missing = next(k for k in _RAMP_KEYS if k not in given)
-        raise t._err(missing, f"missing: a ramp-up needs {', '.join(_RAMP_KEYS)} ({given[0]} is set)")
-    duration_s = t.positive("duration_s", float, None)
-    max_requests = t.positive("max_requests", int, None)
-    max_error_rate = t.positive("max_error_rate", float, None, zero_ok=True)
-    if max_error_rate is not None and max_error_rate > 1:
-        raise t._err("max_error_rate", f"a fraction of the requests that ended, 0..1; got {max_error_rate!r}")
-    max_conc = t.positive("max_concurrency", int, None)
+    tpl = _rate_template(t)
     rates = t.get("request_rates", list, None)
     raw_points = t.get("points", list, None)
     t.done()
-    if duration_s is None and max_requests is None:
-        raise t._err(
-            "duration_s", "missing: an open-loop phase needs duration_s or max_requests (or both) to end"
+    _check_stop(t, tpl)
+    points = [
+        PointPlan(
+            phase=name,
+            kind="rate",
+            index=first_index + i,
+            concurrency=tpl.max_concurrency or 0,
+            requests=tpl.max_requests or 0,
+            input_len=input_len,
+            output_len=output_len,
+            seed=pseed,
+            expect_preemptions=expect,
+            rate=_rate(t, rate, at, tpl),
         )
-    if ramp_s is not None and duration_s is not None and ramp_s > duration_s:
-        raise t._err("ramp_up_duration_s", f"{ramp_s:g} s is longer than duration_s = {duration_s:g} s")
-    if (rates is None) == (raw_points is None):
-        raise t._err(
-            "request_rates",
-            "give either request_rates = [...] or points = [{request_rate = ..., seed = ...}, ...]",
-        )
-    entries: list[tuple[Any, Any]] = []
-    if rates is not None:
-        if not rates:
-            raise t._err("request_rates", "empty list")
-        if seed is None:
-            raise t._err("seed", "missing (required with request_rates: point i takes seed + i)")
-        entries = [(r, seed + i) for i, r in enumerate(rates)]
-        where = [f"{t.where}.request_rates[{i}]" for i in range(len(rates))]
-    else:
-        if not raw_points:
-            raise t._err("points", "empty list")
-        where = []
-        for i, rp in enumerate(raw_points):
-            pt = _Table(rp, t.file, f"{t.where}.points[{i}]")
-            entries.append((pt.get("request_rate", float), pt.positive("seed", int, seed, zero_ok=True)))
-            pt.done()
-            if entries[-1][1] is None:
-                raise pt._err("seed", f"missing (set it on the point or on phase {name!r})")
-            where.append(f"{t.where}.points[{i}].request_rate")
-    points = []
-    for i, ((rate, pseed), at) in enumerate(zip(entries, where, strict=True)):
-        if (
-            isinstance(rate, bool)
-            or not isinstance(rate, int | float)
-            or not rate > 0
-            or rate == float("inf")
-        ):
-            raise PlanError(f"{t.file}: {at}: a request rate must be a finite number > 0 req/s, got {rate!r}")
-        if ramp_start is not None and ramp_start > rate:
-            raise t._err(
-                "ramp_up_start_rps",
-                f"{ramp_start:g} req/s is above the point's request_rate {rate:g}: a ramp-up rises",
-            )
-        rp_ = RatePlan(request_rate=float(rate), arrival=arrival, burstiness=burstiness or 1.0,
-                       max_concurrency=max_conc, ramp_up_strategy=strategy, ramp_up_start_rps=ramp_start,
-                       ramp_up_duration_s=ramp_s, duration_s=duration_s, max_requests=max_requests,
-                       max_error_rate=max_error_rate)  # fmt: skip
-        points.append(PointPlan(phase=name, kind="rate", index=first_index + i, concurrency=max_conc or 0,
-                                requests=max_requests or 0, input_len=input_len, output_len=output_len,
-                                seed=pseed, expect_preemptions=expect, rate=rp_))  # fmt: skip
+        for i, (rate, pseed, at) in enumerate(_rate_entries(t, rates, raw_points, seed, name))
+    ]
     if len({p.rate.request_rate for p in points if p.rate}) != len(points):
         raise t._err("request_rates", "the same rate twice in one phase")
     return PhasePlan(name=name, kind="rate", points=tuple(points))
