@@ -668,6 +668,8 @@ def _prediction_finding(
 
 
 def _plan_check(arms: dict[tuple[str, str], SizeArm], item: str) -> fnd.Finding:
+    """Every arm's runs state the arm's model config and weight format in their plan.toml; ``definitions``:
+    where the arms' [[experiment]] entries were read."""
     bad = {a.runs[k].name: a.arm.value for a in arms.values() for k, ok in a.plan_ok.items() if not ok}
     runs = [r for a in arms.values() for r in a.runs.values()]
     return fnd.checked(
@@ -679,6 +681,7 @@ def _plan_check(arms: dict[tuple[str, str], SizeArm], item: str) -> fnd.Finding:
         runs=sorted(r.name for r in runs),
         arms=len(arms),
         item=item,
+        definitions=sorted({a.arm.source for a in arms.values()}),
     )
 
 

@@ -125,6 +125,7 @@ def _plan_check(e: ExpData) -> fnd.Finding:
         runs=sorted(r.name for ar in e.arms.values() for r in ar.runs.values()),
         arms=len(e.arms),
         item=e.exp.item,
+        definitions=sorted({ar.arm.source for ar in e.arms.values()}),
     )
 
 

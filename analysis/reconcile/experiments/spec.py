@@ -78,6 +78,9 @@ class Arm:
     quote: str | None = None  # words on the plan line stating this arm's expectation
     params: dict[str, float] = field(default_factory=dict)
     context: tuple[str, ...] = ()  # plans of earlier runs shown beside this arm
+    # where the arm's definition was read: its run's plan copy (cited), or the repository's plan file the
+    # run was started from, for runs sealed before their plan carried the [[experiment]] table
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ def _arm(d: PlanDef, e: ExperimentPlan) -> Arm:
         quote=e.quote,
         params=dict(e.params),
         context=e.context,
+        source=d.source,
     )
 
 

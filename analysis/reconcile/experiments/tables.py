@@ -26,6 +26,7 @@ def run_rows(e: ExpData) -> list[dict]:
                     "knob_value": ar.knob_values.get(k),
                     "expected_value": ar.arm.value,
                     "source": r.cite("plan.toml"),
+                    "definition_source": ar.arm.source,
                 }
             )
     return rows
