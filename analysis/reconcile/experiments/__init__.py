@@ -129,12 +129,14 @@ def _plan_check(e: ExpData) -> fnd.Finding:
     )
 
 
-def _deltas(e: ExpData, at: tuple[int, ...], input_len: int | None = None) -> list[fnd.Finding]:
-    """Each pair's p50 ITL difference at the given concurrencies (and input length)."""
+def _deltas(
+    e: ExpData, at: tuple[int, ...], input_len: int | None = None, tag: str = ""
+) -> list[fnd.Finding]:
+    """Each pair's p50 ITL difference at the given concurrencies (and input length, ``tag`` in the name)."""
     out = []
     for treatment, baseline in e.exp.pairs:
         for c in at:
-            name = f"c{c}_16k_p50_itl_delta_pct" if input_len == 16384 else f"c{c}_p50_itl_delta_pct"
+            name = f"c{c}{tag}_p50_itl_delta_pct"
             f = effects.delta_finding(e, treatment, baseline, c, name, input_len=input_len)
             if f is not None:
                 out.append(f)
@@ -156,7 +158,7 @@ def _extras(e: ExpData, ctx: Context, th: TheoryCtx, t: dict[str, list[dict]]) -
         out += kv_pool.kv_pool_findings(e, ctx, t["experiment_pool"])
         out += effects.repeat_spread_findings(e, "output_throughput_tokens_per_s")
     if name == "kv_quant":
-        out += effects.kv_quant_findings(e, th) + _deltas(e, (8,), input_len=16384)
+        out += effects.kv_quant_findings(e, th) + _deltas(e, (8,), input_len=16384, tag="_16k")
     return out
 
 

@@ -122,7 +122,6 @@ class Experiment:
     pairs: tuple[tuple[str, str], ...]  # (treatment arm run, baseline arm run): the differences it is about
     predictions: tuple[Prediction, ...] = ()
     missing: tuple[str, ...] = ()  # arms (by plan) without a run in this campaign
-    sources: tuple[str, ...] = ()  # where the definition was read (a plan copy's cite or a plans/ file)
 
     @property
     def topic(self) -> str:
@@ -248,13 +247,8 @@ def _experiment(name: str, entries: list[tuple[PlanDef, ExperimentPlan]]) -> Exp
     by_plan = {d.name: (d, e) for d, e in entries}
     arms = tuple(_arm(*by_plan[p]) for p in first.arms if p in by_plan)
     runs = {a.plan: a.run for a in arms}
-    pairs = tuple(
-        (runs[d.name], runs[e.versus])
-        for p in first.arms
-        if p in by_plan
-        for d, e in (by_plan[p],)
-        if e.versus in runs
-    )
+    versus = {a.run: by_plan[a.plan][1].versus for a in arms}
+    pairs = tuple((a.run, runs[v]) for a in arms if (v := versus[a.run]) is not None and v in runs)
     preds = tuple(_prediction(name, a, p, runs) for a in arms for p in by_plan[a.plan][1].predictions)
     return Experiment(
         name=name,
@@ -266,7 +260,6 @@ def _experiment(name: str, entries: list[tuple[PlanDef, ExperimentPlan]]) -> Exp
         pairs=pairs,
         predictions=preds,
         missing=tuple(p for p in first.arms if p not in by_plan),
-        sources=tuple(d.source for d, _ in entries),
     )
 
 
