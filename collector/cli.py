@@ -498,7 +498,7 @@ def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags)
     Exit status: 0 when every measured point is usable; 1 when the run failed, or completed but analysis would
     exclude every point; 3 when it completed but analysis will leave some points out (each is named, with
     what to change)."""
-    from collector.run import execute_run  # local import: heavy (httpx, rich, numpy)
+    from collector.run import execute_run, verdict  # local import: heavy (httpx, rich, numpy)
 
     plan_path = plan_file or plan_opt
     attach = quick_flags["base_url"] or quick_flags["host"] or quick_flags["port"]
@@ -521,18 +521,17 @@ def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags)
         from collector import quick  # local import: heavy (httpx)
 
         for line in quick.save_results(
-            result.path, quick_flags["result_dir"], quick_flags["result_filename"]
+            result.vllm_bench, quick_flags["result_dir"], quick_flags["result_filename"]
         ):
             click.echo(line)
-    why = unusable(result)
-    if why:
-        raise click.ClickException(f"{result.path}: complete, but unusable: {why}")
-    left_out = excluded_points(result)
-    if left_out:
+    v = verdict(result)  # the collector's own checks decide; the command maps the verdict to the exit status
+    if v.status == "unusable":
+        raise click.ClickException(f"{result.path}: complete, but unusable: {v.unusable}")
+    if v.status == "partial":
         click.echo(
-            f"{result.path}: analysis will leave out {len(left_out)} of {_measured(result)} points:", err=True
+            f"{result.path}: analysis will leave out {len(v.left_out)} of {v.measured} points:", err=True
         )
-        for point, reason in left_out.items():
+        for point, reason in v.left_out.items():
             click.echo(f"  {point}: {reason}", err=True)
         sys.exit(3)
 
@@ -560,62 +559,6 @@ def _quick_plan(flags: dict):
     for line in quick.write_new_plan(spec, Path(out)):
         click.echo(line, err=True)
     return Path(out), tmp
-
-
-# The collector's checks that stand for an analysis gate (analysis.reconcile.gates reads them from
-# events.jsonl).
-_STARTUP_GATES = {"prefix_caching_off": "prefix_caching_off"}
-CLIENT_FIX = (
-    "the load client, not the server, set the pace: give it more processes ([load] shards) on more cores, or "
-    "run it on another machine"
-)
-
-
-def _measured(result) -> int:
-    return sum(1 for r in result.points if r.kind != "warmup")
-
-
-def _gates():
-    from analysis.reconcile.gates import OWN_POINT_CHECKS, SEVERITY  # local import: heavy (pandas)
-
-    return {**OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}, SEVERITY
-
-
-def excluded_points(result) -> dict[str, str]:
-    """The measured points the analysis' gates (``analysis.reconcile.gates.SEVERITY``) will exclude, each
-    with why and what to change: a check whose gate excludes its point, or the client's own saturation
-    (``analysis.metrics.client_saturated``, the ``client_not_saturated`` gate)."""
-    check_gates, severity = _gates()
-    out: dict[str, str] = {}
-    for c in result.failed_checks:
-        if c.point is not None and severity.get(check_gates.get(c.name, ""), "") == "exclude":
-            out.setdefault(c.point, f"{c.name}: {c.detail}")
-    for r in result.points:
-        if r.kind != "warmup" and r.client_saturated and severity.get("client_not_saturated") == "exclude":
-            lag = (
-                f"event-loop lag p99 {r.client_lag_p99_ms:.1f} ms" if r.client_lag_p99_ms is not None else ""
-            )
-            why = f"client saturated ({lag}): {CLIENT_FIX}"
-            out[r.point] = f"{out[r.point]}; {why}" if r.point in out else why
-    return {p: out[p] for p in (r.point for r in result.points) if p in out}
-
-
-def unusable(result) -> str | None:
-    """Why the gates would exclude every measured point of a complete run — a start-up check that excludes
-    them all, or each non-warmup point excluded (``excluded_points``) — with the first such reason; None
-    when some point is usable."""
-    _, severity = _gates()
-    for c in result.failed_checks:
-        if c.point is None and severity.get(_STARTUP_GATES.get(c.name, ""), "") == "exclude":
-            return f"start-up check {c.name} failed: {c.detail}"
-    measured = [r for r in result.points if r.kind != "warmup"]
-    left_out = excluded_points(result)
-    if measured and all(r.point in left_out for r in measured):
-        row = measured[0]
-        cause = f"; first failed request: {row.first_error}" if row.first_error else ""
-        first = f"{row.point}: {left_out[row.point]}{cause}"
-        return f"every measured point fails a gate that excludes it (first: {first})"
-    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,8 +2,8 @@
 
 Order (each step writes before the next starts): store → plan copy → prediction.json → fingerprint/ →
 server (log streamed into server.log) → start-up checks → sampler → phases and points (requests.jsonl,
-bench/<point>.json — a convenience copy by analysis.metrics' vllm-bench-compatible view, never read back —,
-per-point checks) → stop sampler and server → seal.
+per-point checks) → stop sampler and server → seal. raw/ gets observations only: each point's summary in
+vllm bench serve's schema stays in the result (``RunResult.vllm_bench``, for ``--save-result``).
 
 Before any of it, ``collector.preflight`` checks what can be checked without a run folder (paths, port,
 vocabulary, lengths, engine flags): a plan that cannot work leaves nothing in raw/.
@@ -49,7 +49,7 @@ from collector.preflight import check_values, preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
-from collector.raw.secrets import scrub
+from collector.raw.secrets import scrub, scrub_obj
 from collector.raw.store import RawStore, Run, Stream
 from collector.sampler import (
     Sampler,
@@ -146,6 +146,9 @@ class RunResult:
     checks_failed: list[str] = field(default_factory=list)
     failed_checks: list[CheckResult] = field(default_factory=list)
     points: list[PointRow] = field(default_factory=list)
+    # each point's summary in `vllm bench serve`'s schema (analysis.metrics.point_summary_vllm_bench), for
+    # ``--save-result``: a copy for people, kept out of raw/ (the store holds observations, not derivations)
+    vllm_bench: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         head = f"{self.path}: {self.status}, {self.points_done}/{self.points_planned} points"
@@ -291,6 +294,7 @@ class _Protocol:
         self.checks_failed: list[str] = []
         self.failed_checks: list[CheckResult] = []
         self.rows: list[PointRow] = []
+        self.vllm_bench: dict[str, dict[str, Any]] = {}
 
     def _stream(self, rel: str) -> Stream:
         s = self.run.open_stream(rel)
@@ -559,24 +563,7 @@ class _Protocol:
         self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
                          errors=dict(out.errors), aborted=out.aborted, **stopped)  # fmt: skip
         if records:
-            # A convenience copy for people, in `vllm bench serve`'s schema and by its definitions
-            # (analysis.metrics' vllm-bench-compatible view: the collector defines no statistic). Analysis
-            # never reads it back: it recomputes every point from requests.jsonl.
-            summary = metrics.point_summary_vllm_bench(
-                records,
-                model_id=sp.served_model_name,
-                max_concurrency=pt.concurrency or None,
-                num_prompts=pt.requests,
-                request_rate=pt.rate.request_rate if pt.rate else "inf",
-                burstiness=pt.rate.burstiness if pt.rate else 1.0,
-                label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
-            )
-            try:
-                self.run.write_json(
-                    f"bench/{pt.point_id}.json", summary, source="analysis.metrics.point_summary_vllm_bench"
-                )
-            except OSError as err:
-                self.io_fault(err, f"bench/{pt.point_id}.json")
+            self.vllm_bench[pt.point_id] = vllm_bench_summary(pt, records, sp.served_model_name)
             lag = [x for probe in out.probes for x in (probe.get("lag_ns") or [])]
             self.rows.append(point_row(pt, records, lag, p.slo))
         checks = list(
@@ -636,6 +623,7 @@ def _scrubbed(result: RunResult, secrets: Sequence[str]) -> RunResult:
             dataclasses.replace(r, first_error=scrub(r.first_error, secrets) if r.first_error else None)
             for r in result.points
         ],
+        vllm_bench={p: scrub_obj(doc, secrets) for p, doc in result.vllm_bench.items()},
     )
 
 
@@ -654,6 +642,69 @@ def first_error(records: Sequence[RequestRecord]) -> str:
         return "no failed request"
     msg = " ".join((failed[0].error_message or failed[0].error_kind or "").split())
     return msg if len(msg) <= 200 else msg[:199] + "…"
+
+
+def vllm_bench_summary(pt: PointPlan, records: Sequence[RequestRecord], model_id: str) -> dict[str, Any]:
+    """One point in `vllm bench serve`'s result schema and by its definitions (analysis.metrics'
+    vllm-bench-compatible view: the collector defines no statistic)."""
+    return metrics.point_summary_vllm_bench(
+        records,
+        model_id=model_id,
+        max_concurrency=pt.concurrency or None,
+        num_prompts=pt.requests,
+        request_rate=pt.rate.request_rate if pt.rate else "inf",
+        burstiness=pt.rate.burstiness if pt.rate else 1.0,
+        label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the run's own checks (``collector.checks.POINT_EXCLUDING``/``STARTUP_EXCLUDING``, the client's
+    saturation) say of its measured points: the one source of the run's exit status."""
+
+    measured: int  # points other than warm-up
+    left_out: dict[str, str]  # each point not usable: why, and what to change
+    unusable: str | None  # why no measured point is usable (the first reason); None when some point is
+
+    @property
+    def status(self) -> str:
+        """``usable`` (every measured point), ``partial`` (some left out) or ``unusable`` (none usable)."""
+        return "unusable" if self.unusable else "partial" if self.left_out else "usable"
+
+
+def _left_out(result: RunResult) -> dict[str, str]:
+    """The measured points a failed own check excludes, or whose load client set the pace
+    (``analysis.metrics.client_saturated``), each with why and what to change; in run order."""
+    out: dict[str, str] = {}
+    for c in result.failed_checks:
+        if c.point is not None and c.name in ck.POINT_EXCLUDING:
+            out.setdefault(c.point, f"{c.name}: {c.detail}")
+    for r in result.points:
+        if r.kind != "warmup" and r.client_saturated:
+            lag = (
+                f"event-loop lag p99 {r.client_lag_p99_ms:.1f} ms" if r.client_lag_p99_ms is not None else ""
+            )
+            why = f"client saturated ({lag}): {ck.CLIENT_FIX}"
+            out[r.point] = f"{out[r.point]}; {why}" if r.point in out else why
+    return {p: out[p] for p in (r.point for r in result.points) if p in out}
+
+
+def verdict(result: RunResult) -> Verdict:
+    """The run's verdict from its own checks: which measured points are left out and why, and whether none is
+    usable — a failed start-up check that excludes them all, or each measured point left out."""
+    measured = [r for r in result.points if r.kind != "warmup"]
+    left_out = _left_out(result)
+    for c in result.failed_checks:
+        if c.point is None and c.name in ck.STARTUP_EXCLUDING:
+            return Verdict(len(measured), left_out, f"start-up check {c.name} failed: {c.detail}")
+    unusable = None
+    if measured and all(r.point in left_out for r in measured):
+        row = measured[0]
+        cause = f"; first failed request: {row.first_error}" if row.first_error else ""
+        first = f"{row.point}: {left_out[row.point]}{cause}"
+        unusable = f"every measured point fails a gate that excludes it (first: {first})"
+    return Verdict(len(measured), left_out, unusable)
 
 
 def point_row(
@@ -832,7 +883,8 @@ def execute_run(
         raise crash
     result = _scrubbed(RunResult(run.path, "failed" if seal_error else status, reason,
                                  proto.points_done if proto else 0, len(plan.points), checks_failed,
-                                 proto.failed_checks if proto else [], proto.rows if proto else []),
+                                 proto.failed_checks if proto else [], proto.rows if proto else [],
+                                 proto.vllm_bench if proto else {}),
                        secrets)  # fmt: skip
     if seal_error:
         raise RunError(f"{result}; not sealed ({seal_error}): the run stays visibly interrupted")
