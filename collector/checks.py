@@ -80,7 +80,7 @@ def check_engine_identity(declared: str, metrics_text: str | None) -> CheckResul
         return CheckResult("startup", "engine_identity", ok, detail, facts=facts)
     checked_as = checked_engine(declared, metrics_text)
     then = (
-        f"its {ENGINE_NAMES[seen]} checks apply"
+        f"its {seen_name} checks apply"
         if checked_as
         else "engine-specific checks (KV pool, preemptions, prefix-cache counters) skipped"
     )
@@ -402,10 +402,11 @@ def point_checks(
         # llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache.
         prompt_n = [(r.engine_timings or {}).get("prompt_n") for r in ok_recs]
         sent_n = [r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ok_recs]
-        if not ok_recs or any(n is None for n in prompt_n):
+        evaluated = [n for n in prompt_n if n is not None]
+        if not ok_recs or len(evaluated) < len(prompt_n):
             out.append(CheckResult("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid))
         else:
-            reused = sum(s - n for s, n in zip(sent_n, prompt_n, strict=True))
+            reused = sum(s - n for s, n in zip(sent_n, evaluated, strict=True))
             detail = f"{reused} prompt tokens not evaluated (taken from cache)"
             out.append(_prefix_hits(pid, reused, detail, prefix_cache))
     return out

@@ -88,7 +88,7 @@ _raw_roots = click.option(
 )
 
 
-@main.command()
+@main.command(name="plan")  # the theory sheet; the name users type stays
 @click.option(
     "--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path."
 )
@@ -107,12 +107,14 @@ _raw_roots = click.option(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with snake_case keys carrying units.")
 @_one_line_errors
-def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> None:
+def theory_sheet(
+    model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json
+) -> None:
     """Print the theory for a model on a GPU: params, KV bytes, FLOPs, decode floor, pool capacity."""
-    from collector.plan import plan as plan_fn  # local import: heavy
+    from collector.theory_sheet import theory_sheet_text  # local import: heavy
 
     click.echo(
-        plan_fn(
+        theory_sheet_text(
             model=model,
             gpu=gpu,
             kv_pool_gib=kv_pool_gib,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from collector.client import stream_completion
-from collector.loadgen import Abort, run_point
+from collector.loadgen import Abort, Listeners, LoadSettings, run_point
 from collector.raw.plan import PointPlan
 from collector.raw.records import RequestRecord
 from collector.workload import completion_body, prompt_token_ids
@@ -163,15 +163,9 @@ def test_closed_loop_keeps_concurrency_and_records_every_request(server):
     async def go():
         return await run_point(
             _point(3, 10),
-            base_url=server.url,
-            model="m",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=10,
-            read_timeout_s=5,
-            sink=recs.append,
-            abort=Abort(),
+            LoadSettings(server.url, "m", (32, 127), {}, {}, request_timeout_s=10, read_timeout_s=5),
+            Listeners(sink=recs.append),
+            Abort(),
         )
 
     out = asyncio.run(go())
@@ -190,15 +184,9 @@ def test_abort_stops_sending_and_records_in_flight_requests(server):
         asyncio.get_running_loop().call_later(0.3, abort.set, "test abort")
         return await run_point(
             _point(2, 50, output_len=400),
-            base_url=server.url,
-            model="m",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=30,
-            read_timeout_s=5,
-            sink=recs.append,
-            abort=abort,
+            LoadSettings(server.url, "m", (32, 127), {}, {}, request_timeout_s=30, read_timeout_s=5),
+            Listeners(sink=recs.append),
+            abort,
         )
 
     out = asyncio.run(go())
@@ -215,15 +203,9 @@ def test_unreachable_server_aborts_the_point():
     async def go():
         return await run_point(
             _point(2, 40),
-            base_url=s.url,
-            model="m",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=5,
-            read_timeout_s=5,
-            sink=recs.append,
-            abort=Abort(),
+            LoadSettings(s.url, "m", (32, 127), {}, {}, request_timeout_s=5, read_timeout_s=5),
+            Listeners(sink=recs.append),
+            Abort(),
         )
 
     out = asyncio.run(go())
