@@ -11,6 +11,7 @@ import functools
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -156,15 +157,13 @@ def theory_sheet(
     "--gpu", default=None, help="With --url: the GPU's datasheet name (default: nvidia-smi, else cpu)."
 )
 @_one_line_errors
-def init_(
-    model, url, out, engine_path, vllm_python, campaign, port, max_model_len, model_config, gpu
-) -> None:
+def init_(model: Path | None, url: str | None, out: Path, campaign: str | None, **box: Any) -> None:
     """Write a commented plan for this box: engine, model, GPU, a free port; or, with --url, for a running
     server (a concurrency sweep and an open-loop rate phase). Never replaces a file."""
     if url is not None:
         from collector import quick  # local import: heavy (httpx, the GGUF reader)
 
-        spec = quick.init_spec(url, str(model) if model else None, campaign, model_config, gpu)
+        spec = quick.init_spec(url, str(model) if model else None, campaign, box["model_config"], box["gpu"])
         for line in quick.write_new_plan(spec, Path(out)):
             click.echo(line)
         return
@@ -175,11 +174,11 @@ def init_(
     result = init_plan(
         out,
         model,
-        engine_path=engine_path,
-        vllm_python=vllm_python,
+        engine_path=box["engine_path"],
+        vllm_python=box["vllm_python"],
         campaign=campaign,
-        port=port,
-        max_model_len=max_model_len,
+        port=box["port"],
+        max_model_len=box["max_model_len"],
     )
     for line in result.lines:
         click.echo(line)

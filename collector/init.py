@@ -860,7 +860,16 @@ def render_plan(
     token_range: tuple[int, int, str],
 ) -> str:
     """The plan's TOML text, every finding and every guess commented."""
-    low, high, range_why = token_range
+    lines = _plan_head(engine, model, gpu, sizing, campaign)
+    lines += _server_table(engine, model, gpu, sizing, port)
+    lines += _model_table(engine, model, gpu, sizing, campaign, config_ref, token_range)
+    lines += _sampling_and_load_tables(gpu)
+    lines += _phases(engine, gpu, sizing)
+    return "\n".join(lines) + "\n"
+
+
+def _plan_head(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, campaign: str) -> list[str]:
+    """What init found (engine, model, GPU, what to check), then the description, campaign and run name."""
     lines = [
         (
             "# Plan written by `collector init` for the box it ran on. Run it from any folder (paths are "
@@ -891,10 +900,13 @@ def render_plan(
             f"run = {_q(engine.kind)}                        # run folder name; -2, -3 ... are added when "
             "it exists"
         ),
-        "",
-        "[server]",
-        f"engine = {_q(engine.kind)}",
     ]
+    return lines
+
+
+def _server_table(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, port: int) -> list[str]:
+    """``[server]``: the engine, the model it serves, its port, its sized flags and environment."""
+    lines = ["", "[server]", f"engine = {_q(engine.kind)}"]
     if engine.kind == "llamacpp":
         lines.append(f"binary = {_q(str(engine.path))}")
     else:
@@ -923,10 +935,13 @@ def render_plan(
         if gpu.count > 1:
             lines += _comment(f"{gpu.count} GPUs listed: this plan measures one (GPU 0)")
         lines += [f"{k} = {_q(v)}" for k, v in env.items()]
-    lines += ["", "[model]                                   # inputs of the theory (prediction.json)"]
-    lines.append(f"config = {_q(config_ref)}")
+    return lines
+
+
+def _gpu_comment(gpu: Gpu, campaign: str) -> list[str]:
+    """What the theory knows of this GPU: nothing (measure the ceilings), no tensor rate, or its datasheet."""
     if gpu.spec is CPU and gpu.count:
-        lines += _comment(
+        return _comment(
             f"unknown: measure the ceilings. {gpu.smi_name!r} ({gpu.smi_memory_mib:,.0f} MiB) "
             "has no datasheet\n"
             'entry in analysis/gpus.py, so the theory predicts capacities but no floors (gpu = "cpu" means\n'
@@ -934,13 +949,23 @@ def render_plan(
             f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}\n"
             "and add an entry (memory, bandwidth, dense bf16 FLOP/s, cited) to analysis/gpus.py."
         )
-    elif gpu.count and gpu.spec.bf16_flops_per_s is None:
-        lines += _comment(
+    if gpu.count and gpu.spec.bf16_flops_per_s is None:
+        return _comment(
             f"{gpu.spec.name}: no datasheet tensor rate, so no compute floor: measure the ceilings:\n"
             f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}"
         )
-    elif gpu.count:
-        lines += _comment(f"{gpu.spec.display_name}: {gpu.spec.source}")
+    if gpu.count:
+        return _comment(f"{gpu.spec.display_name}: {gpu.spec.source}")
+    return []
+
+
+def _model_table(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, campaign: str, config_ref: str,
+                 token_range: tuple[int, int, str]) -> list[str]:  # fmt: skip
+    """``[model]``: the theory's inputs (config, GPU, formats, context, KV pool, token ids), explained."""
+    low, high, range_why = token_range
+    lines = ["", "[model]                                   # inputs of the theory (prediction.json)"]
+    lines.append(f"config = {_q(config_ref)}")
+    lines += _gpu_comment(gpu, campaign)
     lines.append(f"gpu = {_q(gpu.spec.name)}")
     lines.append(f"kv_dtype = {_q(sizing.kv_dtype)}")
     lines.append(f"weight_format = {_q(sizing.weight_format or model.weight_format)}")
@@ -952,7 +977,12 @@ def render_plan(
     lines += _comment(f"KV pool: {sizing.kv_pool_note}")
     lines.append(f"token_id_range = [{low}, {high}]")
     lines += _comment(f"token ids: {range_why}")
-    lines += [
+    return lines
+
+
+def _sampling_and_load_tables(gpu: Gpu) -> list[str]:
+    """``[sampling]`` and ``[load]``, with the workload options commented out."""
+    return [
         "",
         "[sampling]",
         f"interval_s = {1.0 if gpu.count else 2.0}",
@@ -973,6 +1003,12 @@ def render_plan(
         "# input_range_ratio = 0.25                # uniform lengths L(1-r)..L(1+r); or input_stddev = 64",
         "# prefix_len = 512                        # shared prefix; num_prefixes = 4",
         "# turns = 3                               # multi-turn conversations, turn_delay_ms = 1000",
+    ]
+
+
+def _phases(engine: Engine, gpu: Gpu, sizing: Sizing) -> list[str]:
+    """The phases: warm-up, the concurrency sweep, the length sweep, the overload point when there is one."""
+    lines = [
         "",
         "[[phase]]",
         'name = "warmup"',
@@ -1021,7 +1057,7 @@ def render_plan(
             f"output_len = {out}",
             "seed = 4001",
         ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 @dataclass(frozen=True)

@@ -380,15 +380,12 @@ class _PointLoad:
         client = await self.client_of(w)
         rec = await stream_completion(
             client,
-            self.url,
-            request.content,  # the encoded body: a retry builds its request again from it
+            request,  # a retry builds its request again from it
             {**meta, "worker": self.share.worker_offset + w},
             request_timeout_s=self.settings.request_timeout_s,
             clock=self.clock,
             on_chunk=self.listeners.on_chunk,
-            headers=self.settings.headers,
             text_out=text_out,
-            request=request,
         )
         self.record(rec)
 

@@ -561,29 +561,37 @@ def read_gguf_meta(path: Path) -> dict[str, object]:
             _read(f, "<Q")  # tensor count
             n_kv = int(_read(f, "<Q"))
             for _ in range(n_kv):
-                key = _string(f)
-                vtype = int(_read(f, "<I"))
-                if vtype == 9:
-                    etype, count = int(_read(f, "<I")), int(_read(f, "<Q"))
-                    if key == "tokenizer.ggml.tokens":
-                        out[key] = count
-                    if etype == 8:
-                        for _ in range(count):
-                            _skip_string(f)
-                    elif etype in _SCALAR:
-                        f.seek(count * struct.calcsize(_SCALAR[etype]), os.SEEK_CUR)
-                    else:
-                        break  # nested arrays: nothing pre-flight needs lies beyond
-                elif vtype == 8:
-                    text = _string(f)
-                    if key == "general.architecture":
-                        out[key] = text
-                elif vtype in _SCALAR:
-                    value = _read(f, _SCALAR[vtype])
-                    if key.endswith(_WANT_SUFFIXES):
-                        out[key] = int(value)
-                else:
+                if not _gguf_kv(f, out):
                     break
     except (OSError, EOFError, ValueError, struct.error):
         pass
     return out
+
+
+def _gguf_kv(f: BinaryIO, out: dict[str, object]) -> bool:
+    """One key/value of the header: kept in ``out`` when pre-flight needs it, else skipped; False when the
+    rest cannot be skipped (nested arrays, an unknown type: nothing pre-flight needs lies beyond)."""
+    key = _string(f)
+    vtype = int(_read(f, "<I"))
+    if vtype == 9:
+        etype, count = int(_read(f, "<I")), int(_read(f, "<Q"))
+        if key == "tokenizer.ggml.tokens":
+            out[key] = count
+        if etype == 8:
+            for _ in range(count):
+                _skip_string(f)
+        elif etype in _SCALAR:
+            f.seek(count * struct.calcsize(_SCALAR[etype]), os.SEEK_CUR)
+        else:
+            return False
+    elif vtype == 8:
+        text = _string(f)
+        if key == "general.architecture":
+            out[key] = text
+    elif vtype in _SCALAR:
+        value = _read(f, _SCALAR[vtype])
+        if key.endswith(_WANT_SUFFIXES):
+            out[key] = int(value)
+    else:
+        return False
+    return True

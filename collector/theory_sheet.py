@@ -414,21 +414,40 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
 
 
 def render_theory_sheet(d: dict) -> str:
-    """The plan as plain text, one section per topic."""
+    """The theory sheet as plain text, one section per topic."""
     c = d["config"]
     L = c["num_hidden_layers"]
-    out: list[str] = []
-    out.append(
+    out: list[str] = [
         f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache "
-        f"{d['kv_dtype']}"
-    )
-    out.append(f"config: {d['model_config_path']}")
-    out.append(
+        f"{d['kv_dtype']}",
+        f"config: {d['model_config_path']}",
         f"shape: h={c['hidden_size']} I={c['intermediate_size']} L={L} H={c['num_attention_heads']} "
-        f"K={c['num_key_value_heads']} d={c['head_dim']} V={c['vocab_size']} tied={c['tie_word_embeddings']}"
-    )
-
+        f"K={c['num_key_value_heads']} d={c['head_dim']} V={c['vocab_size']} tied={c['tie_word_embeddings']}",
+    ]
     out += ["", "== Parameters =="]
+    out += _param_lines(d, L)
+    out += ["", "== KV cache =="]
+    out += _kv_lines(d, L)
+    out += ["", "== FLOPs per token =="]
+    out += _flop_lines(d)
+    out += ["", "== Weights =="]
+    out += _weight_lines(d)
+    out += ["", "== Decode floor =="]
+    if d["decode_step_floor_ms"] is None:
+        out.append(f"{d['gpu']}: {d['gpu_source']}; no floor is predicted")
+    else:
+        out += _decode_floor_lines(d, d["decode_context_tokens"])
+    out += ["", "== KV pool =="]
+    out += _pool_lines(d)
+    if d.get("theory_notes"):
+        out += ["", "== What the theory covers here =="]
+        out += [f"- {note}" for note in d["theory_notes"]]
+    return "\n".join(out)
+
+
+def _param_lines(d: dict, L: int) -> list[str]:
+    """Parameters by component, per layer and in the whole model, with their shares."""
+    c = d["config"]
     per_layer, per_share = d["params_per_layer_by_component"], d["params_per_layer_share_by_component"]
     whole, whole_share = d["params_by_component"], d["params_share_by_component"]
     bias = {"q_proj": c["qkv_bias"], "k_proj": c["qkv_bias"], "v_proj": c["qkv_bias"], "o_proj": c["o_bias"]}
@@ -444,7 +463,7 @@ def render_theory_sheet(d: dict) -> str:
     head = "lm_head (tied: 0)" if c["tie_word_embeddings"] else "lm_head"
     rows.append([head, "", "", "", _n(whole["lm_head"]), _pct(whole_share["lm_head"])])
     rows.append(["total", _n(d["params_per_layer"]), _pct(1.0), f"x{L}", _n(d["params_total"]), _pct(1.0)])
-    out += _table(["component", "per layer", "of layer", "layers", "whole model", "of model"], rows, "lrrrrr")
+    out = _table(["component", "per layer", "of layer", "layers", "whole model", "of model"], rows, "lrrrrr")
     attn = sum(per_share.get(k, 0.0) for k in ("q_proj", "k_proj", "v_proj", "o_proj"))
     mlp = sum(per_share.get(k, 0.0) for k in ("gate_proj", "up_proj", "down_proj"))
     if "moe" in d or "mla" in d:
@@ -460,30 +479,24 @@ def render_theory_sheet(d: dict) -> str:
         )
     if "moe" in d:
         out += _moe_lines(d)
+    return out
 
-    out += ["", "== KV cache =="]
-    out += _kv_lines(d, L)
 
-    out += ["", "== FLOPs per token =="]
+def _flop_lines(d: dict) -> list[str]:
+    """FLOPs per token: layer matmuls, lm_head, attention at context T, prefill per prompt length."""
     T = d["decode_context_tokens"]
-    out.append(
-        f"layer matmuls   2 x {_n(d['flops_per_token_matmul'] // 2)} weights = "
-        f"{_sci(d['flops_per_token_matmul'])}"
-    )
-    out.append(
-        f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)"
-    )
     attn_formula = "2 x H x (d_qk + d_v) x L" if "mla" in d else "4 x T x L x H x d"
-    out.append(
+    out = [
+        f"layer matmuls   2 x {_n(d['flops_per_token_matmul'] // 2)} weights = "
+        f"{_sci(d['flops_per_token_matmul'])}",
+        f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)",
         f"attention       {attn_formula} = {_n(d['attention_flops_per_token_per_context_token'])} x "
-        "T (decode at context T" + (", windowed layers capped at W)" if "layer_windows" in d else ")")
-    )
-    out.append(f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token")
-    out.append(
+        "T (decode at context T" + (", windowed layers capped at W)" if "layer_windows" in d else ")"),
+        f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token",
         f"attention overtakes weights at T = {d['attention_overtakes_weights_at_tokens']:,} tokens (decode, "
         f"lm_head included); prefill S = {d['attention_overtakes_weights_prefill_at_tokens']:,} (full SxS, "
-        "no causal halving)"
-    )
+        "no causal halving)",
+    ]
     for p in d["prefill"]:
         out.append(
             f"prefill of {p['prompt_tokens']:,} tokens: {_sci(p['flops'])} FLOPs "
@@ -494,34 +507,30 @@ def render_theory_sheet(d: dict) -> str:
                 else ""
             )
         )
+    return out
 
-    out += ["", "== Weights =="]
+
+def _weight_lines(d: dict) -> list[str]:
+    """The weights' bytes (by group) and what one decode step reads."""
     g = d["weight_bytes_by_group"]
-    out.append(
-        f"{d['weight_format']}: {_n(d['weight_bytes'])} B ({_gib(d['weight_bytes'])}), "
-        f"{d['weight_bits_per_param']:.3f} bits/param"
-    )
-    out.append(
-        f"  embedding {_gib(g['embedding'])}, layers {_gib(g['layers'])}, lm_head {_gib(g['lm_head'])}, "
-        f"final norm {_n(g['final_norm'])} B"
-    )
     note = (
         "tied table read once as lm_head"
-        if c["tie_word_embeddings"]
+        if d["config"]["tie_word_embeddings"]
         else "embedding table gathered, not read"
     )
-    out.append(
+    return [
+        f"{d['weight_format']}: {_n(d['weight_bytes'])} B ({_gib(d['weight_bytes'])}), "
+        f"{d['weight_bits_per_param']:.3f} bits/param",
+        f"  embedding {_gib(g['embedding'])}, layers {_gib(g['layers'])}, lm_head {_gib(g['lm_head'])}, "
+        f"final norm {_n(g['final_norm'])} B",
         f"read per decode step: {_n(d['weight_bytes_read_per_step'])} B "
-        f"({_gib(d['weight_bytes_read_per_step'])}); {note}"
-    )
+        f"({_gib(d['weight_bytes_read_per_step'])}); {note}",
+    ]
 
-    out += ["", "== Decode floor =="]
-    if d["decode_step_floor_ms"] is None:
-        out.append(f"{d['gpu']}: {d['gpu_source']}; no floor is predicted")
-    else:
-        out += _decode_floor_lines(d, T)
 
-    out += ["", "== KV pool =="]
+def _pool_lines(d: dict) -> list[str]:
+    """The KV pool (given or estimated), its tokens and what it holds in vLLM blocks and llama.cpp slots."""
+    out = []
     if d["kv_pool_source"] == "given":
         out.append(f"pool: {_gib(d['kv_pool_bytes'])} = {_n(d['kv_pool_bytes'])} B (given)")
     else:
@@ -559,10 +568,7 @@ def render_theory_sheet(d: dict) -> str:
         f"llama.cpp: -np N -c C gives each slot C/N tokens; {d['llama_cpp_slots_at_max_model_len']:,} slots "
         f"of {d['max_model_len']:,} fit (-c {d['llama_cpp_ctx_total_for_max_model_len_per_slot']:,})"
     )
-    if d.get("theory_notes"):
-        out += ["", "== What the theory covers here =="]
-        out += [f"- {note}" for note in d["theory_notes"]]
-    return "\n".join(out)
+    return out
 
 
 def _kv_lines(d: dict, L: int) -> list[str]:

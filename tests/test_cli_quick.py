@@ -43,6 +43,19 @@ def test_help_imports_no_heavy_library():
     assert "run" in p.stdout and "analyze" in p.stdout
 
 
+def test_the_shipped_commands_import_no_lab_tooling():
+    """Engine builds (collector.engines) and random-weight model writers (collector.modelgen) serve tests,
+    benchmarks and scripts only: no module behind a `collector` command imports them (init and run did,
+    for GPT-2's byte alphabet)."""
+    mods = ["collector.cli", "collector.run", "collector.init", "collector.quick", "collector.importer",
+            "collector.inspect", "collector.theory_sheet", "collector.stepcost"]  # fmt: skip
+    code = f"import importlib, sys\nfor m in {mods!r}: importlib.import_module(m)\n" + (
+        "print('LAB', sorted(m for m in ('collector.engines', 'collector.modelgen') if m in sys.modules))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "LAB []" in p.stdout, p.stdout + p.stderr
+
+
 def test_default_percentiles_are_the_analysis_ones():
     assert metrics.parse_percentiles(cli.DEFAULT_PERCENTILES) == metrics.DEFAULT_PERCENTILES
 

@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from collector.client import stream_completion
+from collector.client import build_request, stream_completion
 from collector.loadgen import Abort, Listeners, LoadSettings, run_point
 from collector.raw.plan import PointPlan
 from collector.raw.records import RequestRecord
@@ -42,8 +42,8 @@ def _one(
     async def go():
         body = completion_body("m", list(range(40, 40 + prompt_len)), max_tokens, extra or {}, {})
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=read_timeout_s)) as c:
-            return await stream_completion(c, f"{server.url}/v1/completions", body, META,
-                                           request_timeout_s=request_timeout_s)  # fmt: skip
+            request = build_request(c, f"{server.url}/v1/completions", body)
+            return await stream_completion(c, request, META, request_timeout_s=request_timeout_s)
 
     return asyncio.run(go())
 
@@ -128,9 +128,11 @@ def test_cancelled_request_leaves_its_partial_record(server):
                 task.cancel()
 
         async with httpx.AsyncClient() as c:
-            task = asyncio.create_task(stream_completion(
-                c, f"{server.url}/v1/completions", body, {**META, "_sink": seen.append},
-                request_timeout_s=30, on_chunk=on_chunk))  # fmt: skip
+            request = build_request(c, f"{server.url}/v1/completions", body)
+            meta = {**META, "_sink": seen.append}
+            task = asyncio.create_task(
+                stream_completion(c, request, meta, request_timeout_s=30, on_chunk=on_chunk)
+            )
             with pytest.raises(asyncio.CancelledError):
                 await task
 
@@ -244,7 +246,8 @@ def test_llamacpp_last_event_is_not_counted_twice():
 
     async def go():
         async with httpx.AsyncClient(transport=transport) as c:
-            return await stream_completion(c, "http://x/v1/completions", {}, META, request_timeout_s=5)
+            request = build_request(c, "http://x/v1/completions", {})
+            return await stream_completion(c, request, META, request_timeout_s=5)
 
     rec = asyncio.run(go())
     assert rec.error_kind is None and rec.token_count_source == "timings"

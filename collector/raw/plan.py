@@ -7,6 +7,7 @@ from (plans are written to be run from the repository root), and are resolved on
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -414,22 +415,27 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
         raw_points = [{}]
     if not raw_points:
         raise t._err("points", "empty list")
-    points = []
-    for i, rp in enumerate(raw_points):
-        pt = _Table(rp, t.file, f"{t.where}.points[{i}]")
-        vals = {k: pt.get(k, int, defaults[k]) for k in _POINT_KEYS}
-        pt.done()
-        for k, v in vals.items():
-            if v is None:
-                raise pt._err(k, f"missing (set it on the point or on phase {name!r})")
-            if v < 0 or (v == 0 and k != "seed"):
-                raise pt._err(k, f"must be {'>= 0' if k == 'seed' else '> 0'}, got {v}")
-        points.append(
-            PointPlan(phase=name, kind=kind, index=first_index + i, expect_preemptions=expect, **vals)
-        )
+    points = [
+        PointPlan(phase=name, kind=kind, index=first_index + i, expect_preemptions=expect,
+                  **_point_values(_Table(rp, t.file, f"{t.where}.points[{i}]"), defaults, name))
+        for i, rp in enumerate(raw_points)
+    ]  # fmt: skip
     if kind == "length" and len({p.concurrency for p in points}) != 1:
         raise t._err("points", "a length sweep keeps one concurrency; set it on the phase")
     return PhasePlan(name=name, kind=kind, points=tuple(points))
+
+
+def _point_values(pt: _Table, defaults: dict[str, int | None], phase: str) -> dict[str, Any]:
+    """A closed-loop point's concurrency, requests, lengths and seed: its own, else its phase's; each set and
+    positive (a seed may be 0)."""
+    vals = {k: pt.get(k, int, defaults[k]) for k in _POINT_KEYS}
+    pt.done()
+    for k, v in vals.items():
+        if v is None:
+            raise pt._err(k, f"missing (set it on the point or on phase {phase!r})")
+        if v < 0 or (v == 0 and k != "seed"):
+            raise pt._err(k, f"must be {'>= 0' if k == 'seed' else '> 0'}, got {v}")
+    return vals
 
 
 _RAMP_KEYS = ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_duration_s")
@@ -452,6 +458,33 @@ def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
     input_len = t.positive("input_len", int)
     output_len = t.positive("output_len", int)
     seed = t.positive("seed", int, None, zero_ok=True)
+    template = _rate_settings(t)  # request_rate 1.0 stands in for each point's
+    rates = t.get("request_rates", list, None)
+    raw_points = t.get("points", list, None)
+    t.done()
+    if template.duration_s is None and template.max_requests is None:
+        raise t._err(
+            "duration_s", "missing: an open-loop phase needs duration_s or max_requests (or both) to end"
+        )
+    ramp_s, duration_s = template.ramp_up_duration_s, template.duration_s
+    if ramp_s is not None and duration_s is not None and ramp_s > duration_s:
+        raise t._err("ramp_up_duration_s", f"{ramp_s:g} s is longer than duration_s = {duration_s:g} s")
+    points = []
+    entries = _rate_entries(t, name, seed, rates, raw_points, template.ramp_up_start_rps)
+    for i, (rate, pseed) in enumerate(entries):
+        rp = dataclasses.replace(template, request_rate=float(rate))
+        points.append(PointPlan(phase=name, kind="rate", index=first_index + i,
+                                concurrency=rp.max_concurrency or 0, requests=rp.max_requests or 0,
+                                input_len=input_len, output_len=output_len, seed=pseed,
+                                expect_preemptions=expect, rate=rp))  # fmt: skip
+    if len({p.rate.request_rate for p in points if p.rate}) != len(points):
+        raise t._err("request_rates", "the same rate twice in one phase")
+    return PhasePlan(name=name, kind="rate", points=tuple(points))
+
+
+def _rate_settings(t: _Table) -> RatePlan:
+    """A rate phase's arrival process, ramp-up, stop conditions and cap, as a RatePlan at 1 req/s (each
+    point puts its own rate in)."""
     arrival = t.choice("arrival", ARRIVALS, "poisson")
     burstiness = t.positive("burstiness", float, None)
     if burstiness is not None and arrival != "gamma":
@@ -476,16 +509,22 @@ def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
     max_error_rate = t.positive("max_error_rate", float, None, zero_ok=True)
     if max_error_rate is not None and max_error_rate > 1:
         raise t._err("max_error_rate", f"a fraction of the requests that ended, 0..1; got {max_error_rate!r}")
-    max_conc = t.positive("max_concurrency", int, None)
-    rates = t.get("request_rates", list, None)
-    raw_points = t.get("points", list, None)
-    t.done()
-    if duration_s is None and max_requests is None:
-        raise t._err(
-            "duration_s", "missing: an open-loop phase needs duration_s or max_requests (or both) to end"
-        )
-    if ramp_s is not None and duration_s is not None and ramp_s > duration_s:
-        raise t._err("ramp_up_duration_s", f"{ramp_s:g} s is longer than duration_s = {duration_s:g} s")
+    return RatePlan(request_rate=1.0, arrival=arrival, burstiness=burstiness or 1.0,
+                    max_concurrency=t.positive("max_concurrency", int, None), ramp_up_strategy=strategy,
+                    ramp_up_start_rps=ramp_start, ramp_up_duration_s=ramp_s, duration_s=duration_s,
+                    max_requests=max_requests, max_error_rate=max_error_rate)  # fmt: skip
+
+
+def _rate_entries(
+    t: _Table,
+    name: str,
+    seed: int | None,
+    rates: list | None,
+    raw_points: list | None,
+    ramp_start: float | None,
+) -> list[tuple[float, int]]:
+    """Each point's (request rate, seed), every rate checked: from ``request_rates`` (seeds ``seed + i``) or
+    from ``points`` entries (their own ``request_rate`` and ``seed``, the phase's seed by default)."""
     if (rates is None) == (raw_points is None):
         raise t._err(
             "request_rates",
@@ -510,8 +549,7 @@ def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
             if entries[-1][1] is None:
                 raise pt._err("seed", f"missing (set it on the point or on phase {name!r})")
             where.append(f"{t.where}.points[{i}].request_rate")
-    points = []
-    for i, ((rate, pseed), at) in enumerate(zip(entries, where, strict=True)):
+    for (rate, _), at in zip(entries, where, strict=True):
         if (
             isinstance(rate, bool)
             or not isinstance(rate, int | float)
@@ -524,16 +562,7 @@ def _rate_phase(t: _Table, name: str, first_index: int) -> PhasePlan:
                 "ramp_up_start_rps",
                 f"{ramp_start:g} req/s is above the point's request_rate {rate:g}: a ramp-up rises",
             )
-        rp_ = RatePlan(request_rate=float(rate), arrival=arrival, burstiness=burstiness or 1.0,
-                       max_concurrency=max_conc, ramp_up_strategy=strategy, ramp_up_start_rps=ramp_start,
-                       ramp_up_duration_s=ramp_s, duration_s=duration_s, max_requests=max_requests,
-                       max_error_rate=max_error_rate)  # fmt: skip
-        points.append(PointPlan(phase=name, kind="rate", index=first_index + i, concurrency=max_conc or 0,
-                                requests=max_requests or 0, input_len=input_len, output_len=output_len,
-                                seed=pseed, expect_preemptions=expect, rate=rp_))  # fmt: skip
-    if len({p.rate.request_rate for p in points if p.rate}) != len(points):
-        raise t._err("request_rates", "the same rate twice in one phase")
-    return PhasePlan(name=name, kind="rate", points=tuple(points))
+    return entries
 
 
 def parse_plan(text: str, path: Path) -> Plan:
