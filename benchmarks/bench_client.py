@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collector.clock import process_cpu_ns  # noqa: E402
 from collector.engines import engine_paths  # noqa: E402
-from collector.loadgen import Abort, run_point  # noqa: E402
+from collector.loadgen import Abort, Listeners, LoadSettings, run_point  # noqa: E402
 from collector.raw.plan import PointPlan  # noqa: E402
 from collector.raw.records import RequestRecord  # noqa: E402
 from collector.server import LlamaCppAdapter  # noqa: E402
@@ -62,15 +62,17 @@ def measure(url: str, concurrency: int, requests: int, output_len: int) -> dict:
     asyncio.run(
         run_point(
             pt,
-            base_url=url,
-            model="tiny",
-            token_id_range=(32, 127),
-            engine_extra=LlamaCppAdapter("llamacpp").request_extra(),
-            plan_extra={},
-            request_timeout_s=600,
-            read_timeout_s=120,
-            sink=recs.append,
-            abort=Abort(),
+            LoadSettings(
+                base_url=url,
+                model="tiny",
+                token_id_range=(32, 127),
+                engine_extra=LlamaCppAdapter("llamacpp").request_extra(),
+                plan_extra={},
+                request_timeout_s=600,
+                read_timeout_s=120,
+            ),
+            Listeners(sink=recs.append),
+            Abort(),
         )
     )
     cpu_s, wall_s = (process_cpu_ns() - cpu0) / 1e9, (time.monotonic_ns() - wall0) / 1e9

@@ -80,7 +80,7 @@ def check_engine_identity(declared: str, metrics_text: str | None) -> CheckResul
         return CheckResult("startup", "engine_identity", ok, detail, facts=facts)
     checked_as = checked_engine(declared, metrics_text)
     then = (
-        f"its {ENGINE_NAMES[seen]} checks apply"
+        f"its {seen_name} checks apply"
         if checked_as
         else "engine-specific checks (KV pool, preemptions, prefix-cache counters) skipped"
     )
@@ -273,6 +273,18 @@ def check_sampling_overrides(engine: str, log_path: Path | None) -> CheckResult:
     )
 
 
+# The checks whose failure means the run did not measure what its plan asked, so the point (or, at start-up,
+# every point) is not usable: analysis gives the gates these checks stand for severity ``exclude``
+# (analysis.reconcile.gates.SEVERITY; tests/test_cli_quick checks the two agree). The run's exit status is
+# decided from these (collector.run.verdict), not from analysis.
+POINT_EXCLUDING = frozenset({"completed_vs_sent", "failures", "input_tokens", "prefix_cache_hits"})
+STARTUP_EXCLUDING = frozenset({"prefix_caching_off"})
+CLIENT_FIX = (
+    "the load client, not the server, set the pace: give it more processes ([load] shards) on more cores, or "
+    "run it on another machine"
+)
+
+
 # ----------------------------------------------------------------------------------------- per point
 
 
@@ -290,37 +302,65 @@ def point_checks(
     zero when the plan's ``prefix_cache`` is off; otherwise their count is recorded, unjudged (ok None). An
     ``openai`` server is checked as the engine its /metrics name (``checked_engine``) where they name one."""
     engine = checked_engine(engine, metrics_after or metrics_before) or engine
-    pid = point.point_id
     ok_recs = [r for r in records if r.error_kind is None]
+    out = _count_checks(point, records, len(ok_recs), sent)
+    out += _length_checks(point, records, ok_recs)
+    if engine == "vllm":
+        out += _vllm_counter_checks(point, metrics_before, metrics_after, prefix_cache)
+    else:
+        out.append(
+            CheckResult("point", "preemptions", None, f"{engine} has no preemption counter", point.point_id)
+        )
+        out.append(_llamacpp_prompt_reuse(point.point_id, ok_recs, prefix_cache))
+    return out
+
+
+def _count_checks(
+    point: PointPlan, records: Sequence[RequestRecord], completed: int, sent: int
+) -> list[CheckResult]:
+    """Every planned request sent and completed; none failed (the failures by kind)."""
     errors: dict[str, int] = {}
     for r in records:
         if r.error_kind is not None:
             errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
-    out = [
+    return [
         CheckResult(
             "point",
             "completed_vs_sent",
-            len(ok_recs) == sent == point.requests,
-            f"{len(ok_recs)} completed of {sent} sent ({point.requests} planned)",
-            pid,
+            completed == sent == point.requests,
+            f"{completed} completed of {sent} sent ({point.requests} planned)",
+            point.point_id,
         ),
         CheckResult(
             "point",
             "failures",
             not errors,
             f"{sum(errors.values())} failed: {errors}" if errors else "none",
-            pid,
+            point.point_id,
         ),
     ]
 
-    def usage(r: RequestRecord, key: str) -> Any:
-        return (r.usage or {}).get(key)
 
+def _usage(r: RequestRecord, key: str) -> Any:
+    return (r.usage or {}).get(key)
+
+
+def _length_checks(
+    point: PointPlan, records: Sequence[RequestRecord], ok_recs: Sequence[RequestRecord]
+) -> list[CheckResult]:
+    """Output tokens (the server's usage and the streamed count) equal to ``max_tokens``; no impossible
+    streamed count; the server's prompt count equal to the ids sent."""
+    pid = point.point_id
     fixed_out = all(r.max_tokens == point.output_len for r in records)
     want_out = str(point.output_len) if fixed_out else "max_tokens"
-    bad_out = [r.request_id for r in ok_recs if usage(r, "completion_tokens") != r.max_tokens]
+    bad_out = [r.request_id for r in ok_recs if _usage(r, "completion_tokens") != r.max_tokens]
     bad_chunks = [r.request_id for r in ok_recs if sum(r.chunk_tokens) != r.max_tokens]
-    out.append(
+    odd = [r for r in records if r.token_count_problem]
+    id_recs = [r for r in ok_recs if r.prompt_format is None]
+    fixed_in = all(r.input_len == point.input_len for r in id_recs)
+    want_in = str(point.input_len) if fixed_in else "the ids sent"
+    bad_in = [r.request_id for r in id_recs if _usage(r, "prompt_tokens") != r.input_len]
+    return [
         CheckResult(
             "point",
             "output_tokens",
@@ -328,10 +368,7 @@ def point_checks(
             f"usage.completion_tokens != {want_out} in {len(bad_out)}, streamed tokens != "
             f"{want_out} in {len(bad_chunks)} of {len(ok_recs)} completed",
             pid,
-        )
-    )
-    odd = [r for r in records if r.token_count_problem]
-    out.append(
+        ),
         CheckResult(
             "point",
             "token_counts",
@@ -339,13 +376,7 @@ def point_checks(
             f"{len(odd)} of {len(records)} requests streamed an impossible token count"
             + (f" (first, {odd[0].request_id}: {odd[0].token_count_problem})" if odd else ""),
             pid,
-        )
-    )
-    id_recs = [r for r in ok_recs if r.prompt_format is None]
-    fixed_in = all(r.input_len == point.input_len for r in id_recs)
-    want_in = str(point.input_len) if fixed_in else "the ids sent"
-    bad_in = [r.request_id for r in id_recs if usage(r, "prompt_tokens") != r.input_len]
-    out.append(
+        ),
         CheckResult(
             "point",
             "input_tokens",
@@ -354,49 +385,53 @@ def point_checks(
             if id_recs or not ok_recs
             else "prompts sent as text: the server's usage is their only count",
             pid,
-        )
-    )
+        ),
+    ]
 
-    if engine == "vllm":
-        before, after = metric_total(metrics_before, PREEMPTIONS), metric_total(metrics_after, PREEMPTIONS)
-        if before is None or after is None:
-            out.append(
-                CheckResult(
-                    "point", "preemptions", None, "no preemption counter (a /metrics scrape failed)", pid
-                )
-            )
-        else:
-            d = after - before
-            want = {"none": d == 0, "some": d > 0, "any": True}[point.expect_preemptions]
-            out.append(
-                CheckResult(
-                    "point",
-                    "preemptions",
-                    want,
-                    f"{d:g} preemptions (expected {point.expect_preemptions})",
-                    pid,
-                    facts={"preemptions_delta": d},
-                )
-            )
-        hb, ha = metric_total(metrics_before, PREFIX_HITS), metric_total(metrics_after, PREFIX_HITS)
-        if hb is None or ha is None:
-            out.append(
-                CheckResult("point", "prefix_cache_hits", None, "no prefix-cache counter in /metrics", pid)
-            )
-        else:
-            out.append(_prefix_hits(pid, ha - hb, f"{ha - hb:g} prefix-cache hit tokens", prefix_cache))
+
+def _vllm_counter_checks(
+    point: PointPlan, metrics_before: str | None, metrics_after: str | None, prefix_cache: str
+) -> list[CheckResult]:
+    """vLLM's counters over the point: preemptions as the plan expects, prefix-cache hits."""
+    pid = point.point_id
+    out = []
+    before, after = metric_total(metrics_before, PREEMPTIONS), metric_total(metrics_after, PREEMPTIONS)
+    if before is None or after is None:
+        out.append(
+            CheckResult("point", "preemptions", None, "no preemption counter (a /metrics scrape failed)", pid)
+        )
     else:
-        out.append(CheckResult("point", "preemptions", None, f"{engine} has no preemption counter", pid))
-        # llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache.
-        prompt_n = [(r.engine_timings or {}).get("prompt_n") for r in ok_recs]
-        sent_n = [r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ok_recs]
-        if not ok_recs or any(n is None for n in prompt_n):
-            out.append(CheckResult("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid))
-        else:
-            reused = sum(s - n for s, n in zip(sent_n, prompt_n, strict=True))
-            detail = f"{reused} prompt tokens not evaluated (taken from cache)"
-            out.append(_prefix_hits(pid, reused, detail, prefix_cache))
+        d = after - before
+        want = {"none": d == 0, "some": d > 0, "any": True}[point.expect_preemptions]
+        out.append(
+            CheckResult(
+                "point",
+                "preemptions",
+                want,
+                f"{d:g} preemptions (expected {point.expect_preemptions})",
+                pid,
+                facts={"preemptions_delta": d},
+            )
+        )
+    hb, ha = metric_total(metrics_before, PREFIX_HITS), metric_total(metrics_after, PREFIX_HITS)
+    if hb is None or ha is None:
+        out.append(
+            CheckResult("point", "prefix_cache_hits", None, "no prefix-cache counter in /metrics", pid)
+        )
+    else:
+        out.append(_prefix_hits(pid, ha - hb, f"{ha - hb:g} prefix-cache hit tokens", prefix_cache))
     return out
+
+
+def _llamacpp_prompt_reuse(pid: str, ok_recs: Sequence[RequestRecord], prefix_cache: str) -> CheckResult:
+    """llama.cpp's timings say how many prompt tokens it evaluated: fewer than sent means reused cache."""
+    prompt_n = [(r.engine_timings or {}).get("prompt_n") for r in ok_recs]
+    sent_n = [r.prompt_tokens if r.prompt_tokens is not None else r.input_len for r in ok_recs]
+    evaluated = [n for n in prompt_n if n is not None]
+    if not ok_recs or len(evaluated) < len(prompt_n):
+        return CheckResult("point", "prefix_cache_hits", None, "no timings.prompt_n to compare", pid)
+    reused = sum(s - n for s, n in zip(sent_n, evaluated, strict=True))
+    return _prefix_hits(pid, reused, f"{reused} prompt tokens not evaluated (taken from cache)", prefix_cache)
 
 
 def _prefix_hits(pid: str, hits: float, detail: str, prefix_cache: str) -> CheckResult:

@@ -11,6 +11,7 @@ import functools
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -88,7 +89,7 @@ _raw_roots = click.option(
 )
 
 
-@main.command()
+@main.command(name="plan")  # the theory sheet; the name users type stays
 @click.option(
     "--model", required=True, help="Bundled model name (e.g. Qwen2.5-7B-Instruct) or a config.json path."
 )
@@ -107,12 +108,14 @@ _raw_roots = click.option(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with snake_case keys carrying units.")
 @_one_line_errors
-def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> None:
+def theory_sheet(
+    model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json
+) -> None:
     """Print the theory for a model on a GPU: params, KV bytes, FLOPs, decode floor, pool capacity."""
-    from collector.plan import plan as plan_fn  # local import: heavy
+    from collector.theory_sheet import theory_sheet_text  # local import: heavy
 
     click.echo(
-        plan_fn(
+        theory_sheet_text(
             model=model,
             gpu=gpu,
             kv_pool_gib=kv_pool_gib,
@@ -154,15 +157,13 @@ def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_
     "--gpu", default=None, help="With --url: the GPU's datasheet name (default: nvidia-smi, else cpu)."
 )
 @_one_line_errors
-def init_(
-    model, url, out, engine_path, vllm_python, campaign, port, max_model_len, model_config, gpu
-) -> None:
+def init_(model: Path | None, url: str | None, out: Path, campaign: str | None, **box: Any) -> None:
     """Write a commented plan for this box: engine, model, GPU, a free port; or, with --url, for a running
     server (a concurrency sweep and an open-loop rate phase). Never replaces a file."""
     if url is not None:
         from collector import quick  # local import: heavy (httpx, the GGUF reader)
 
-        spec = quick.init_spec(url, str(model) if model else None, campaign, model_config, gpu)
+        spec = quick.init_spec(url, str(model) if model else None, campaign, box["model_config"], box["gpu"])
         for line in quick.write_new_plan(spec, Path(out)):
             click.echo(line)
         return
@@ -173,11 +174,11 @@ def init_(
     result = init_plan(
         out,
         model,
-        engine_path=engine_path,
-        vllm_python=vllm_python,
+        engine_path=box["engine_path"],
+        vllm_python=box["vllm_python"],
         campaign=campaign,
-        port=port,
-        max_model_len=max_model_len,
+        port=box["port"],
+        max_model_len=box["max_model_len"],
     )
     for line in result.lines:
         click.echo(line)
@@ -498,7 +499,7 @@ def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags)
     Exit status: 0 when every measured point is usable; 1 when the run failed, or completed but analysis would
     exclude every point; 3 when it completed but analysis will leave some points out (each is named, with
     what to change)."""
-    from collector.run import execute_run  # local import: heavy (httpx, rich, numpy)
+    from collector.run import execute_run, verdict  # local import: heavy (httpx, rich, numpy)
 
     plan_path = plan_file or plan_opt
     attach = quick_flags["base_url"] or quick_flags["host"] or quick_flags["port"]
@@ -521,18 +522,17 @@ def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags)
         from collector import quick  # local import: heavy (httpx)
 
         for line in quick.save_results(
-            result.path, quick_flags["result_dir"], quick_flags["result_filename"]
+            result.vllm_bench, quick_flags["result_dir"], quick_flags["result_filename"]
         ):
             click.echo(line)
-    why = unusable(result)
-    if why:
-        raise click.ClickException(f"{result.path}: complete, but unusable: {why}")
-    left_out = excluded_points(result)
-    if left_out:
+    v = verdict(result)  # the collector's own checks decide; the command maps the verdict to the exit status
+    if v.status == "unusable":
+        raise click.ClickException(f"{result.path}: complete, but unusable: {v.unusable}")
+    if v.status == "partial":
         click.echo(
-            f"{result.path}: analysis will leave out {len(left_out)} of {_measured(result)} points:", err=True
+            f"{result.path}: analysis will leave out {len(v.left_out)} of {v.measured} points:", err=True
         )
-        for point, reason in left_out.items():
+        for point, reason in v.left_out.items():
             click.echo(f"  {point}: {reason}", err=True)
         sys.exit(3)
 
@@ -560,62 +560,6 @@ def _quick_plan(flags: dict):
     for line in quick.write_new_plan(spec, Path(out)):
         click.echo(line, err=True)
     return Path(out), tmp
-
-
-# The collector's checks that stand for an analysis gate (analysis.reconcile.gates reads them from
-# events.jsonl).
-_STARTUP_GATES = {"prefix_caching_off": "prefix_caching_off"}
-CLIENT_FIX = (
-    "the load client, not the server, set the pace: give it more processes ([load] shards) on more cores, or "
-    "run it on another machine"
-)
-
-
-def _measured(result) -> int:
-    return sum(1 for r in result.points if r.kind != "warmup")
-
-
-def _gates():
-    from analysis.reconcile.gates import OWN_POINT_CHECKS, SEVERITY  # local import: heavy (pandas)
-
-    return {**OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}, SEVERITY
-
-
-def excluded_points(result) -> dict[str, str]:
-    """The measured points the analysis' gates (``analysis.reconcile.gates.SEVERITY``) will exclude, each
-    with why and what to change: a check whose gate excludes its point, or the client's own saturation
-    (``analysis.metrics.client_saturated``, the ``client_not_saturated`` gate)."""
-    check_gates, severity = _gates()
-    out: dict[str, str] = {}
-    for c in result.failed_checks:
-        if c.point is not None and severity.get(check_gates.get(c.name, ""), "") == "exclude":
-            out.setdefault(c.point, f"{c.name}: {c.detail}")
-    for r in result.points:
-        if r.kind != "warmup" and r.client_saturated and severity.get("client_not_saturated") == "exclude":
-            lag = (
-                f"event-loop lag p99 {r.client_lag_p99_ms:.1f} ms" if r.client_lag_p99_ms is not None else ""
-            )
-            why = f"client saturated ({lag}): {CLIENT_FIX}"
-            out[r.point] = f"{out[r.point]}; {why}" if r.point in out else why
-    return {p: out[p] for p in (r.point for r in result.points) if p in out}
-
-
-def unusable(result) -> str | None:
-    """Why the gates would exclude every measured point of a complete run — a start-up check that excludes
-    them all, or each non-warmup point excluded (``excluded_points``) — with the first such reason; None
-    when some point is usable."""
-    _, severity = _gates()
-    for c in result.failed_checks:
-        if c.point is None and severity.get(_STARTUP_GATES.get(c.name, ""), "") == "exclude":
-            return f"start-up check {c.name} failed: {c.detail}"
-    measured = [r for r in result.points if r.kind != "warmup"]
-    left_out = excluded_points(result)
-    if measured and all(r.point in left_out for r in measured):
-        row = measured[0]
-        cause = f"; first failed request: {row.first_error}" if row.first_error else ""
-        first = f"{row.point}: {left_out[row.point]}{cause}"
-        return f"every measured point fails a gate that excludes it (first: {first})"
-    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -126,83 +126,123 @@ def _error(kind: str, err: BaseException | str) -> tuple[str, str]:
     return kind, msg[:1000]
 
 
+class _Received:
+    """What a streamed response has delivered so far: the chunks' times and token counts, and the events'
+    id, usage, timings and finish reason; the record is built from it once, at the end (``_finish``)."""
+
+    def __init__(self, max_tokens: int):
+        self.chunk_mono: list[int] = []
+        self.chunk_unix: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.counter = _TokenCounter(max_tokens)
+        self.state: dict[str, Any] = {"done": False, "usage": None, "timings": None, "finish_reason": None,
+                                      "id": None}  # fmt: skip
+
+    def handler(
+        self, on_chunk: Callable[[int], None] | None, text_out: list[str] | None
+    ) -> Callable[[dict[str, Any], int, int], None]:
+        """The per-event function (the hot path: a closure over locals, no attribute lookups per chunk)."""
+        chunk_mono, chunk_unix, chunk_tokens = self.chunk_mono, self.chunk_unix, self.chunk_tokens
+        counter, state = self.counter, self.state
+
+        def handle(obj: dict[str, Any], t_mono: int, t_unix: int) -> None:
+            if state["id"] is None and isinstance(obj.get("id"), str):
+                state["id"] = obj["id"]
+            choice = first_choice(obj)
+            if choice is not None:
+                n = counter.count(obj, choice)
+                chunk_mono.append(t_mono)
+                chunk_unix.append(t_unix)
+                chunk_tokens.append(n)
+                if choice.get("finish_reason") is not None:
+                    state["finish_reason"] = choice["finish_reason"]
+                if text_out is not None:
+                    piece = choice_text(choice)
+                    if piece:
+                        text_out.append(piece)
+                if on_chunk is not None:
+                    on_chunk(n)
+            usage = obj.get("usage")
+            if usage.__class__ is dict:
+                state["usage"] = usage
+            timings = obj.get("timings")
+            if timings.__class__ is dict:
+                state["timings"] = timings
+
+        return handle
+
+
+class _Attempt:
+    """The exchange's stamps and outcome so far (a record cut off by the abort still has them)."""
+
+    __slots__ = ("sent", "headers_at", "status", "retries", "error")
+
+    def __init__(self, sent: Stamp):
+        self.sent = sent
+        self.headers_at: Stamp | None = None
+        self.status: int | None = None
+        self.retries = 0
+        self.error: tuple[str, str] | None = None
+
+
+# How a failed exchange is recorded, first match wins (a subclass before its base).
+_FAILURE_KINDS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...] = (
+    (httpx.TimeoutException, "timeout"),
+    (httpx.ConnectError, "connect"),
+    ((httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError), "stream_cut"),
+    (SSEServerError, "server_error_event"),
+    (SSEError, "protocol"),
+    (httpx.HTTPError, "http_other"),
+)
+_FAILURES = (TimeoutError, httpx.HTTPError, SSEError)
+
+
+def _failure(err: BaseException, request_timeout_s: float) -> tuple[str, str]:
+    """(error kind, message) of an exchange that raised ``err``."""
+    if isinstance(err, TimeoutError):
+        return _error("timeout", f"no complete response within request_timeout_s={request_timeout_s}")
+    kind = next(k for cls, k in _FAILURE_KINDS if isinstance(err, cls))
+    return _error(kind, err)
+
+
 async def stream_completion(
     client: httpx.AsyncClient,
-    url: str,
-    body: dict[str, Any] | bytes,
+    request: httpx.Request,
     meta: dict[str, Any],
     *,
     request_timeout_s: float,
     clock: Clock = SYSTEM_CLOCK,
     on_chunk: Callable[[int], None] | None = None,
-    headers: dict[str, str] | None = None,
     text_out: list[str] | None = None,
-    request: httpx.Request | None = None,
 ) -> RequestRecord:
-    """Send one streaming completion (``/v1/completions`` or ``/v1/chat/completions``: the body says which)
-    and return its record. ``meta`` holds the record's identity fields (``request_id`` ... ``max_tokens``) and
-    optionally ``_sink``; ``headers`` are sent beside the fixed ones (an API key's Authorization);
+    """Send one streaming completion (``/v1/completions`` or ``/v1/chat/completions``: the body says which),
+    ``request`` as ``build_request`` made it (before an open-loop request's due time), and return its record.
+    ``meta`` holds the record's identity fields (``request_id`` ... ``max_tokens``) and optionally ``_sink``;
     ``text_out``, when given, receives the streamed text piece by piece (a multi-turn conversation's reply).
-    ``request``, when given, is this body already built (``build_request``, before an open-loop request's due
-    time) and is sent as it is; a retry builds its own.
+    A connection that fails before any response is retried once, with the request built again from it.
     With ``meta["prompt_format"] == "text"`` the record's ``input_len`` is the server's
     ``usage.prompt_tokens``. Never raises, except CancelledError (after the partial record has been handed to
     ``meta['_sink']`` if one was given)."""
     identity = {k: v for k, v in meta.items() if not k.startswith("_")}
-    chunk_mono: list[int] = []
-    chunk_unix: list[int] = []
-    chunk_tokens: list[int] = []
-    counter = _TokenCounter(identity.get("max_tokens") or 0)
+    rx = _Received(identity.get("max_tokens") or 0)
+    handle, state = rx.handler(on_chunk, text_out), rx.state
     decoder = SSEDecoder()
-    state: dict[str, Any] = {"done": False, "usage": None, "timings": None, "finish_reason": None, "id": None}
-    error: tuple[str, str] | None = None
-    status: int | None = None
-    headers_at = None
-    retries = 0
     mono, unix = clock.mono_ns, clock.unix_ns
-    sent = stamp(clock)
-
-    def handle(obj: dict[str, Any], t_mono: int, t_unix: int) -> None:
-        if state["id"] is None and isinstance(obj.get("id"), str):
-            state["id"] = obj["id"]
-        choice = first_choice(obj)
-        if choice is not None:
-            n = counter.count(obj, choice)
-            chunk_mono.append(t_mono)
-            chunk_unix.append(t_unix)
-            chunk_tokens.append(n)
-            if choice.get("finish_reason") is not None:
-                state["finish_reason"] = choice["finish_reason"]
-            if text_out is not None:
-                piece = choice_text(choice)
-                if piece:
-                    text_out.append(piece)
-            if on_chunk is not None:
-                on_chunk(n)
-        usage = obj.get("usage")
-        if usage.__class__ is dict:
-            state["usage"] = usage
-        timings = obj.get("timings")
-        if timings.__class__ is dict:
-            state["timings"] = timings
-
+    at = _Attempt(stamp(clock))
+    again: httpx.Request | None = request
     try:
         async with asyncio.timeout(request_timeout_s):
             while True:
                 try:
                     # The request is built (body encoded) before the send stamp: what a TTFT counts starts
                     # when the request is handed to the connection, not with the client's own encoding.
-                    if request is None:
-                        request = build_request(client, url, body, headers)
-                    sent = stamp(clock)
-                    resp = await client.send(request, stream=True)
+                    if again is None:
+                        again = client.build_request("POST", request.url, content=request.content,
+                                                     headers=request.headers)  # fmt: skip
+                    at.sent = stamp(clock)
+                    resp = await client.send(again, stream=True)
                     try:
-                        headers_at = stamp(clock)
-                        status = resp.status_code
-                        if status != 200:
-                            text = (await _head(resp, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
-                            error = _error("http", f"HTTP {status}: {text}")
-                        else:
+                        if not await _refused(resp, at, clock):
                             # the per-read path: two clock reads, a bytes split, one orjson.loads per event
                             async for raw in resp.aiter_raw():
                                 t_mono, t_unix = mono(), unix()
@@ -212,41 +252,43 @@ async def stream_completion(
                                         state["done"] = True
                                     else:
                                         handle(obj, t_mono, t_unix)
-                            decoder.close()
-                            if not state["done"]:
-                                error = _error("stream_cut", "stream closed before [DONE]")
+                            at.error = _stream_end(decoder, state)
                     finally:
                         await resp.aclose()
                     break
                 except _RETRY_BEFORE_RESPONSE:
-                    if status is not None or retries:
+                    if at.status is not None or at.retries:
                         raise
-                    retries += 1
-                    request = None  # sent again on a fresh connection, as a request of its own
-    except TimeoutError:
-        error = _error("timeout", f"no complete response within request_timeout_s={request_timeout_s}")
-    except httpx.TimeoutException as err:
-        error = _error("timeout", err)
-    except httpx.ConnectError as err:
-        error = _error("connect", err)
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
-        error = _error("stream_cut", err)
-    except SSEServerError as err:
-        error = _error("server_error_event", err)
-    except SSEError as err:
-        error = _error("protocol", err)
-    except httpx.HTTPError as err:
-        error = _error("http_other", err)
+                    at.retries += 1
+                    again = None  # sent again on a fresh connection, as a request of its own
+    except _FAILURES as err:
+        at.error = _failure(err, request_timeout_s)
     except asyncio.CancelledError:
-        aborted = _error("aborted", "cancelled by the collector (run aborted)")
-        rec = _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
-                      counter, aborted, retries)  # fmt: skip
+        at.error = _error("aborted", "cancelled by the collector (run aborted)")
+        rec = _finish(identity, clock, at, rx)
         sink = meta.get("_sink")
         if sink is not None:
             sink(rec)
         raise
-    return _finish(identity, clock, sent, headers_at, status, state, chunk_mono, chunk_unix, chunk_tokens,
-                   counter, error, retries)  # fmt: skip
+    return _finish(identity, clock, at, rx)
+
+
+def _stream_end(decoder: SSEDecoder, state: dict[str, Any]) -> tuple[str, str] | None:
+    """The body ended: the decoder's last event checked; a stream without ``[DONE]`` was cut."""
+    decoder.close()
+    return None if state["done"] else _error("stream_cut", "stream closed before [DONE]")
+
+
+async def _refused(resp: httpx.Response, at: _Attempt, clock: Clock) -> bool:
+    """Stamp the response's headers; an answer other than 200 is the exchange's error (with the start of its
+    body): True then."""
+    at.headers_at = stamp(clock)
+    at.status = resp.status_code
+    if at.status == 200:
+        return False
+    text = (await _head(resp, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
+    at.error = _error("http", f"HTTP {at.status}: {text}")
+    return True
 
 
 async def _head(resp: httpx.Response, limit: int) -> bytes:
@@ -273,39 +315,28 @@ def build_request(
     return client.build_request("POST", url, content=content, headers=send_headers)
 
 
-def _finish(
-    identity: dict[str, Any],
-    clock: Clock,
-    sent: Stamp,
-    headers_at: Stamp | None,
-    status: int | None,
-    state: dict[str, Any],
-    chunk_mono: list[int],
-    chunk_unix: list[int],
-    chunk_tokens: list[int],
-    counter: _TokenCounter,
-    error: tuple[str, str] | None,
-    retries: int = 0,
-) -> RequestRecord:
+def _finish(identity: dict[str, Any], clock: Clock, at: _Attempt, rx: _Received) -> RequestRecord:
     """The request's record, built once when it ended (the per-chunk path only appends to three lists)."""
     end = stamp(clock)
+    state = rx.state
     if identity.get("prompt_format") == "text":  # no ids were counted: the server's count is the length
         usage = state["usage"] or {}
         identity["input_len"] = (
             usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
         )
+    error = at.error
     return RequestRecord(
         **identity,
-        send_mono_ns=sent.mono_ns,
-        send_unix_ns=sent.unix_ns,
-        headers_mono_ns=headers_at.mono_ns if headers_at else None,
+        send_mono_ns=at.sent.mono_ns,
+        send_unix_ns=at.sent.unix_ns,
+        headers_mono_ns=at.headers_at.mono_ns if at.headers_at else None,
         end_mono_ns=end.mono_ns,
         end_unix_ns=end.unix_ns,
-        http_status=status,
-        chunk_mono_ns=tuple(chunk_mono),
-        chunk_unix_ns=tuple(chunk_unix),
-        chunk_tokens=tuple(chunk_tokens),
-        token_count_source=counter.source,
+        http_status=at.status,
+        chunk_mono_ns=tuple(rx.chunk_mono),
+        chunk_unix_ns=tuple(rx.chunk_unix),
+        chunk_tokens=tuple(rx.chunk_tokens),
+        token_count_source=rx.counter.source,
         done=state["done"],
         usage=state["usage"],
         finish_reason=state["finish_reason"],
@@ -313,6 +344,6 @@ def _finish(
         response_id=state["id"],
         error_kind=error[0] if error else None,
         error_message=error[1] if error else None,
-        retries=retries,
-        token_count_problem=counter.problem,
+        retries=at.retries,
+        token_count_problem=rx.counter.problem,
     )

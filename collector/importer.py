@@ -182,8 +182,8 @@ def import_results(src: Path, campaign: str, raw_root: Path, engine: str | None 
     for rel_dir, files in groups.items():
         hit = found[rel_dir]
         if hit is None and not peer_runs:
-            names = ", ".join(f.path.name for f in files)
-            raise ImportSourceError(f"{rel_dir}: cannot tell what this test folder holds (files: {names})")
+            listed = ", ".join(f.path.name for f in files)
+            raise ImportSourceError(f"{rel_dir}: cannot tell what this test folder holds (files: {listed})")
         # a folder beside a peer's results without any (AIPerf's logs/) is kept as documents
         classes[rel_dir] = hit[0] if hit is not None else Classification("", "documents", None)
     names = _run_names(groups, src, peer_runs)

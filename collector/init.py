@@ -42,9 +42,9 @@ from analysis.model_config import (
     model_config_from_dict,
     unsupported_reason,
 )
-from collector.modelgen import bytes_to_unicode
 from collector.raw.errors import PlanError
 from collector.raw.plan import parse_plan
+from collector.workload import bytes_to_unicode
 
 NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
 VLLM_IMPORT_TIMEOUT_S = 120.0
@@ -117,6 +117,16 @@ class Gpu:
         if self.spec.memory_bytes is not None:
             return self.spec.memory_bytes
         return self.smi_memory_mib * MIB if self.smi_memory_mib else None
+
+    def card_bytes(self) -> float:
+        """The card's memory, to size a plan on it: one clear line when neither the datasheet nor nvidia-smi
+        gives it."""
+        mem = self.memory_bytes
+        if mem is None:
+            raise PlanError(
+                f"{self.smi_name or self.spec.name}: the GPU's memory is unknown; cannot size a plan"
+            )
+        return mem
 
 
 @dataclass
@@ -606,7 +616,7 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
     mml = max(CTX_ALIGN, mml // CTX_ALIGN * CTX_ALIGN)
     notes = []
     if on_gpu:
-        mem = gpu.memory_bytes
+        mem = gpu.card_bytes()
         pool_tokens = th.kv_pool_tokens(th.estimated_kv_pool_bytes(mem, m.weight_bytes), kv_bpt)
         if pool_tokens < mml:
             if pool_tokens < 2 * CTX_ALIGN:
@@ -669,6 +679,112 @@ def size_llamacpp(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
     )
 
 
+@dataclass
+class _VllmPool:
+    """How a vLLM server is sized for its KV pool (``size_vllm``)."""
+
+    block: int  # KV block size in tokens
+    pool_tokens: int
+    max_seqs: int  # --max-num-seqs
+    over: int | None  # the overload point's concurrency (None: the pool cannot be overloaded)
+    top: int  # the sweep's highest concurrency
+    args: list[tuple[str, str, str]]
+    kv_pool_gib: float | None
+    pool_note: str
+
+
+def _vllm_gpu_pool(m: ModelFacts, gpu: Gpu, mml: int, kv_bpt: float, request_tokens: int) -> _VllmPool:
+    """A GPU: the pool vLLM's memory estimate gives (0.90 of the card), running requests enough to
+    overload it."""
+    mem = gpu.card_bytes()
+    pool_bytes = th.estimated_kv_pool_bytes(mem, m.weight_bytes)
+    pool_tokens = th.kv_pool_tokens(pool_bytes, kv_bpt)
+    if pool_tokens < mml:
+        raise PlanError(
+            f"{m.served}: {m.weight_bytes / th.GIB:.1f} GiB of weights leave {pool_tokens:,} tokens of "
+            f"KV on a {mem / th.GIB:.1f} GiB card, less than one {mml:,}-token request: pick a smaller "
+            "model or pass a smaller --max-model-len"
+        )
+    over = next(
+        (c for c in _pow2s(VLLM_OVERLOAD_MAX_CONCURRENCY) if c * mml >= 1.5 * pool_tokens),
+        None,
+    )
+    max_seqs = max(VLLM_MAX_NUM_SEQS, over or 0)
+    args = [
+        ("--gpu-memory-utilization", "0.90", "the theory's pool estimate assumes 0.90"),
+        ("--max-model-len", str(mml), "context per request"),
+        ("--max-num-seqs", str(max_seqs), "enough running requests for the overload point"),
+        ("--no-enable-prefix-caching", "", "random prompts would not hit; be sure"),
+    ]
+    return _VllmPool(
+        block=16,
+        pool_tokens=pool_tokens,
+        max_seqs=max_seqs,
+        over=over,
+        top=min(max_seqs, VLLM_MAX_NUM_SEQS, _pow2_floor(pool_tokens // request_tokens)),
+        args=args,
+        kv_pool_gib=None if gpu.spec.memory_bytes is not None else round(pool_bytes / th.GIB, 2),
+        pool_note=(
+            f"~{pool_tokens:,} tokens (0.9 x {mem / th.GIB:.1f} GiB - {m.weight_bytes / th.GIB:.2f} GiB "
+            "weights - 1 GiB, an estimate): after the first start, set kv_pool_gib to vLLM's logged "
+            "'Available KV cache memory' for exact capacities"
+        ),
+    )
+
+
+def _vllm_cpu_pool(mml: int, kv_bpt: float, request_tokens: int, env: dict[str, str]) -> _VllmPool:
+    """A CPU: a small pool on purpose, as plans/cpu-tiny-vllm.toml: 4 requests of max_model_len, so the
+    overload point really preempts; one block more because vLLM keeps one back as its null block. Sets the
+    pool's size in ``env`` (VLLM_CPU_KVCACHE_SPACE)."""
+    block = VLLM_CPU_BLOCK_SIZE
+    blocks = 4 * math.ceil(mml / block) + 1
+    pool_tokens = (blocks - 1) * block
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(blocks * block * kv_bpt / th.GIB)))
+    args = [
+        ("--dtype", "bfloat16", "vLLM's CPU backend computes in bfloat16"),
+        ("--max-model-len", str(mml), "context per request"),
+        ("--max-num-seqs", str(VLLM_CPU_MAX_NUM_SEQS), ""),
+        ("--no-enable-prefix-caching", "", "every prompt computed in full"),
+        ("--enforce-eager", "", "skips compilation: a faster start on a CPU"),
+        ("--num-gpu-blocks-override", str(blocks), f"{blocks - 1} usable blocks of {block} tokens"),
+    ]
+    return _VllmPool(
+        block=block,
+        pool_tokens=pool_tokens,
+        max_seqs=VLLM_CPU_MAX_NUM_SEQS,
+        over=8 if 8 * mml > pool_tokens else None,
+        top=min(8, _pow2_floor(pool_tokens // (math.ceil(request_tokens / block) * block))),
+        args=args,
+        kv_pool_gib=(blocks - 1) * block * kv_bpt / th.GIB,
+        pool_note=f"{blocks - 1} blocks x {block} tokens x {kv_bpt:,.0f} B/token (--num-gpu-blocks-override)",
+    )
+
+
+def _vllm_overload(
+    pool: _VllmPool, mml: int, on_gpu: bool, notes: list[str]
+) -> tuple[tuple[int, int, int, int] | None, str]:
+    """The overload point (concurrency, requests, input, output) and why it must preempt; None, with a note
+    saying why, when the pool holds every request the overload could send."""
+    over, pool_tokens = pool.over, pool.pool_tokens
+    if not over:
+        notes.append(
+            f"no overload phase: the pool (~{pool_tokens:,} tokens) holds more than "
+            f"{VLLM_OVERLOAD_MAX_CONCURRENCY} requests of {mml:,} tokens; to overload it, add an overload "
+            "plan with --num-gpu-blocks-override (see plans/cpu-tiny-vllm.toml)"
+        )
+        return None, ""
+    # vLLM admits about pool / prompt requests, whose outputs then outgrow the pool: it must preempt. The
+    # proportions are the reference plans' (plans/overload.toml on a GPU, plans/cpu-tiny-vllm.toml on a
+    # CPU, where 3/4 + 1/4 of 1,024 tokens fits 4 requests exactly in 32 blocks and never preempts).
+    ov_in, ov_out = ((3 * mml) // 4 if on_gpu else mml // 2), mml // 4
+    note = (
+        f"{over} requests of {ov_in + ov_out:,} tokens want {over * (ov_in + ov_out):,} tokens of KV, "
+        f"more than the ~{pool_tokens:,} the pool holds; the ~{min(over, pool_tokens // ov_in)} "
+        "admitted on their prompts outgrow it while decoding: vLLM must preempt"
+    )
+    return (over, 2 * over, ov_in, ov_out), note
+
+
 def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
     on_gpu = gpu.count > 0
     # vLLM's kv auto = the model dtype; its CPU backend runs bfloat16 (as plans/cpu-tiny-vllm.toml does)
@@ -680,96 +796,30 @@ def size_vllm(m: ModelFacts, gpu: Gpu, max_model_len: int | None) -> Sizing:
     notes: list[str] = []
     env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
     if on_gpu:
-        block = 16
-        mem = gpu.memory_bytes
-        pool_bytes = th.estimated_kv_pool_bytes(mem, m.weight_bytes)
-        pool_tokens = th.kv_pool_tokens(pool_bytes, kv_bpt)
-        if pool_tokens < mml:
-            raise PlanError(
-                f"{m.served}: {m.weight_bytes / th.GIB:.1f} GiB of weights leave {pool_tokens:,} tokens of "
-                f"KV on a {mem / th.GIB:.1f} GiB card, less than one {mml:,}-token request: pick a smaller "
-                "model or pass a smaller --max-model-len"
-            )
-        over = next(
-            (c for c in _pow2s(VLLM_OVERLOAD_MAX_CONCURRENCY) if c * mml >= 1.5 * pool_tokens),
-            None,
-        )
-        max_seqs = max(VLLM_MAX_NUM_SEQS, over or 0)
-        top = min(max_seqs, VLLM_MAX_NUM_SEQS, _pow2_floor(pool_tokens // (inp + out)))
-        args = [
-            ("--gpu-memory-utilization", "0.90", "the theory's pool estimate assumes 0.90"),
-            ("--max-model-len", str(mml), "context per request"),
-            ("--max-num-seqs", str(max_seqs), "enough running requests for the overload point"),
-            ("--no-enable-prefix-caching", "", "random prompts would not hit; be sure"),
-        ]
+        pool = _vllm_gpu_pool(m, gpu, mml, kv_bpt, inp + out)
         notes.append(
             'args: add "--enable-mfu-metrics" (vLLM\'s FLOP and byte counters, for MFU/MBU) if this vLLM '
             "knows the flag (python -m vllm.entrypoints.openai.api_server --help lists it)"
         )
-        kv_pool_gib = None if gpu.spec.memory_bytes is not None else round(pool_bytes / th.GIB, 2)
-        pool_note = (
-            f"~{pool_tokens:,} tokens (0.9 x {mem / th.GIB:.1f} GiB - {m.weight_bytes / th.GIB:.2f} GiB "
-            "weights - 1 GiB, an estimate): after the first start, set kv_pool_gib to vLLM's logged "
-            "'Available KV cache memory' for exact capacities"
-        )
     else:
-        block = VLLM_CPU_BLOCK_SIZE
-        # A small pool on purpose, as plans/cpu-tiny-vllm.toml: 4 requests of max_model_len, so the overload
-        # point really preempts on a CPU; one block more because vLLM keeps one back as its null block.
-        blocks = 4 * math.ceil(mml / block) + 1
-        pool_tokens = (blocks - 1) * block
-        max_seqs = VLLM_CPU_MAX_NUM_SEQS
-        over = 8 if 8 * mml > pool_tokens else None
-        top = min(8, _pow2_floor(pool_tokens // (math.ceil((inp + out) / block) * block)))
-        space_gib = max(1, math.ceil(blocks * block * kv_bpt / th.GIB))
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(space_gib)
-        args = [
-            ("--dtype", "bfloat16", "vLLM's CPU backend computes in bfloat16"),
-            ("--max-model-len", str(mml), "context per request"),
-            ("--max-num-seqs", str(max_seqs), ""),
-            ("--no-enable-prefix-caching", "", "every prompt computed in full"),
-            ("--enforce-eager", "", "skips compilation: a faster start on a CPU"),
-            ("--num-gpu-blocks-override", str(blocks), f"{blocks - 1} usable blocks of {block} tokens"),
-        ]
-        kv_pool_gib = (blocks - 1) * block * kv_bpt / th.GIB
-        pool_note = (
-            f"{blocks - 1} blocks x {block} tokens x {kv_bpt:,.0f} B/token (--num-gpu-blocks-override)"
-        )
-    overload = None
-    overload_note = ""
-    if over:
-        # vLLM admits about pool / prompt requests, whose outputs then outgrow the pool: it must preempt. The
-        # proportions are the reference plans' (plans/overload.toml on a GPU, plans/cpu-tiny-vllm.toml on a
-        # CPU, where 3/4 + 1/4 of 1,024 tokens fits 4 requests exactly in 32 blocks and never preempts).
-        ov_in, ov_out = ((3 * mml) // 4 if on_gpu else mml // 2), mml // 4
-        overload = (over, 2 * over, ov_in, ov_out)
-        overload_note = (
-            f"{over} requests of {ov_in + ov_out:,} tokens want {over * (ov_in + ov_out):,} tokens of KV, "
-            f"more than the ~{pool_tokens:,} the pool holds; the ~{min(over, pool_tokens // ov_in)} "
-            "admitted on their prompts outgrow it while decoding: vLLM must preempt"
-        )
-    else:
-        notes.append(
-            f"no overload phase: the pool (~{pool_tokens:,} tokens) holds more than "
-            f"{VLLM_OVERLOAD_MAX_CONCURRENCY} requests of {mml:,} tokens; to overload it, add an overload "
-            "plan with --num-gpu-blocks-override (see plans/cpu-tiny-vllm.toml)"
-        )
+        pool = _vllm_cpu_pool(mml, kv_bpt, inp + out, env)
+    overload, overload_note = _vllm_overload(pool, mml, on_gpu, notes)
     return Sizing(
         max_model_len=mml,
         input_len=inp,
         output_len=out,
-        sweep=_pow2s(max(1, top)),
-        length_concurrency=min(16 if on_gpu else 4, max(1, top)),
+        sweep=_pow2s(max(1, pool.top)),
+        length_concurrency=min(16 if on_gpu else 4, max(1, pool.top)),
         length_inputs=length_inputs,
         length_output=length_out,
         overload=overload,
         overload_note=overload_note,
-        args=args,
+        args=pool.args,
         env=env,
         kv_dtype=kv_dtype,
-        kv_pool_gib=kv_pool_gib,
-        kv_pool_note=pool_note,
-        block_size=block,
+        kv_pool_gib=pool.kv_pool_gib,
+        kv_pool_note=pool.pool_note,
+        block_size=pool.block,
         notes=notes,
         weight_format=None if on_gpu else "bf16",
     )
@@ -810,7 +860,16 @@ def render_plan(
     token_range: tuple[int, int, str],
 ) -> str:
     """The plan's TOML text, every finding and every guess commented."""
-    low, high, range_why = token_range
+    lines = _plan_head(engine, model, gpu, sizing, campaign)
+    lines += _server_table(engine, model, gpu, sizing, port)
+    lines += _model_table(engine, model, gpu, sizing, campaign, config_ref, token_range)
+    lines += _sampling_and_load_tables(gpu)
+    lines += _phases(engine, gpu, sizing)
+    return "\n".join(lines) + "\n"
+
+
+def _plan_head(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, campaign: str) -> list[str]:
+    """What init found (engine, model, GPU, what to check), then the description, campaign and run name."""
     lines = [
         (
             "# Plan written by `collector init` for the box it ran on. Run it from any folder (paths are "
@@ -841,10 +900,13 @@ def render_plan(
             f"run = {_q(engine.kind)}                        # run folder name; -2, -3 ... are added when "
             "it exists"
         ),
-        "",
-        "[server]",
-        f"engine = {_q(engine.kind)}",
     ]
+    return lines
+
+
+def _server_table(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, port: int) -> list[str]:
+    """``[server]``: the engine, the model it serves, its port, its sized flags and environment."""
+    lines = ["", "[server]", f"engine = {_q(engine.kind)}"]
     if engine.kind == "llamacpp":
         lines.append(f"binary = {_q(str(engine.path))}")
     else:
@@ -873,10 +935,13 @@ def render_plan(
         if gpu.count > 1:
             lines += _comment(f"{gpu.count} GPUs listed: this plan measures one (GPU 0)")
         lines += [f"{k} = {_q(v)}" for k, v in env.items()]
-    lines += ["", "[model]                                   # inputs of the theory (prediction.json)"]
-    lines.append(f"config = {_q(config_ref)}")
+    return lines
+
+
+def _gpu_comment(gpu: Gpu, campaign: str) -> list[str]:
+    """What the theory knows of this GPU: nothing (measure the ceilings), no tensor rate, or its datasheet."""
     if gpu.spec is CPU and gpu.count:
-        lines += _comment(
+        return _comment(
             f"unknown: measure the ceilings. {gpu.smi_name!r} ({gpu.smi_memory_mib:,.0f} MiB) "
             "has no datasheet\n"
             'entry in analysis/gpus.py, so the theory predicts capacities but no floors (gpu = "cpu" means\n'
@@ -884,13 +949,23 @@ def render_plan(
             f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}\n"
             "and add an entry (memory, bandwidth, dense bf16 FLOP/s, cited) to analysis/gpus.py."
         )
-    elif gpu.count and gpu.spec.bf16_flops_per_s is None:
-        lines += _comment(
+    if gpu.count and gpu.spec.bf16_flops_per_s is None:
+        return _comment(
             f"{gpu.spec.name}: no datasheet tensor rate, so no compute floor: measure the ceilings:\n"
             f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}"
         )
-    elif gpu.count:
-        lines += _comment(f"{gpu.spec.display_name}: {gpu.spec.source}")
+    if gpu.count:
+        return _comment(f"{gpu.spec.display_name}: {gpu.spec.source}")
+    return []
+
+
+def _model_table(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, campaign: str, config_ref: str,
+                 token_range: tuple[int, int, str]) -> list[str]:  # fmt: skip
+    """``[model]``: the theory's inputs (config, GPU, formats, context, KV pool, token ids), explained."""
+    low, high, range_why = token_range
+    lines = ["", "[model]                                   # inputs of the theory (prediction.json)"]
+    lines.append(f"config = {_q(config_ref)}")
+    lines += _gpu_comment(gpu, campaign)
     lines.append(f"gpu = {_q(gpu.spec.name)}")
     lines.append(f"kv_dtype = {_q(sizing.kv_dtype)}")
     lines.append(f"weight_format = {_q(sizing.weight_format or model.weight_format)}")
@@ -902,7 +977,12 @@ def render_plan(
     lines += _comment(f"KV pool: {sizing.kv_pool_note}")
     lines.append(f"token_id_range = [{low}, {high}]")
     lines += _comment(f"token ids: {range_why}")
-    lines += [
+    return lines
+
+
+def _sampling_and_load_tables(gpu: Gpu) -> list[str]:
+    """``[sampling]`` and ``[load]``, with the workload options commented out."""
+    return [
         "",
         "[sampling]",
         f"interval_s = {1.0 if gpu.count else 2.0}",
@@ -923,6 +1003,12 @@ def render_plan(
         "# input_range_ratio = 0.25                # uniform lengths L(1-r)..L(1+r); or input_stddev = 64",
         "# prefix_len = 512                        # shared prefix; num_prefixes = 4",
         "# turns = 3                               # multi-turn conversations, turn_delay_ms = 1000",
+    ]
+
+
+def _phases(engine: Engine, gpu: Gpu, sizing: Sizing) -> list[str]:
+    """The phases: warm-up, the concurrency sweep, the length sweep, the overload point when there is one."""
+    lines = [
         "",
         "[[phase]]",
         'name = "warmup"',
@@ -971,7 +1057,7 @@ def render_plan(
             f"output_len = {out}",
             "seed = 4001",
         ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 @dataclass(frozen=True)

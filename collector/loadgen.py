@@ -184,205 +184,236 @@ class Abort:
         return self.event.is_set()
 
 
-async def run_point(
-    point: PointPlan,
-    *,
-    base_url: str,
-    model: str,
-    token_id_range: tuple[int, int],
-    engine_extra: dict[str, Any],
-    plan_extra: dict[str, Any],
-    request_timeout_s: float,
-    read_timeout_s: float,
-    sink: Callable[[RequestRecord], None],
-    abort: Abort,
-    on_chunk: Callable[[int], None] | None = None,
-    on_request: Callable[[RequestRecord], None] | None = None,
-    clock: Clock = SYSTEM_CLOCK,
-    transport: httpx.AsyncBaseTransport | None = None,
-    probe: LagProbe | None = None,
-    indices: Sequence[int] | None = None,
-    workers: int | None = None,
-    worker_offset: int = 0,
-    start_mono_ns: int | None = None,
-    workload: WorkloadSpec | None = None,
-    headers: dict[str, str] | None = None,
-) -> PointOutcome:
-    """One point's load in this process: its closed loop, or a rate point's open loop (``_open_loop``). A
-    shard (``run_load``) sends only the request ``indices`` it was given, with ``workers`` workers (a rate
-    point: that many in flight at most, 0 = no cap) numbered from ``worker_offset``; a rate point's schedule
-    starts at ``start_mono_ns`` (every shard the same; default: when this call starts its load)."""
-    point, offsets = resolve_rate_point(point)
-    # what each request sends (collector.workload); ``headers``: the plan's and its API key's
-    spec = workload or WorkloadSpec()
-    prompts = build_prompts(
-        spec, point.seed, point.requests, point.input_len, point.output_len, *token_id_range
-    )
-    todo = list(range(point.requests)) if indices is None else list(indices)
-    if spec.turns > 1:  # a worker takes a whole conversation: its first request's index stands for it
-        todo = [i for i in todo if i % spec.turns == 0]
-    n_workers = min(point.concurrency, len(todo)) if workers is None else min(workers, len(todo))
-    out = PointOutcome(point.point_id)
-    url = f"{base_url}{ENDPOINT_PATHS[spec.endpoint]}"
-    state = {"next": 0, "connect_fail_streak": 0}
-    unreachable_after = max(3, point.concurrency)
+@dataclass(frozen=True)
+class LoadSettings:
+    """Where a run's requests go and what they carry besides each prompt: the same for every point and every
+    shard (pickled into the shard processes). ``headers``: the plan's and its API key's; ``workload``: what
+    each request sends (collector.workload)."""
 
-    def record(rec: RequestRecord) -> None:
-        sink(rec)
+    base_url: str
+    model: str
+    token_id_range: tuple[int, int]
+    engine_extra: dict[str, Any]
+    plan_extra: dict[str, Any]
+    request_timeout_s: float
+    read_timeout_s: float
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """What the caller hears while a point runs, in its own process: every record as its request ends
+    (``sink``, which writes it), then ``on_request``; each chunk's token count (``on_chunk``; a sharded
+    point reports a request's tokens when it ends)."""
+
+    sink: Callable[[RequestRecord], None]
+    on_request: Callable[[RequestRecord], None] | None = None
+    on_chunk: Callable[[int], None] | None = None
+
+
+@dataclass(frozen=True)
+class ShardShare:
+    """A shard's part of a point (``run_load``): the request ``indices`` it sends (None: all), its
+    ``workers`` (a rate point: that many in flight at most, 0 = no cap; None: the point's concurrency)
+    numbered from ``worker_offset``, and a rate point's schedule start (None: when its load starts)."""
+
+    indices: Sequence[int] | None = None
+    workers: int | None = None
+    worker_offset: int = 0
+    start_mono_ns: int | None = None
+
+
+class _Tally:
+    """A point's ended requests counted into its outcome; ``unreachable_after`` connection failures in a row
+    abort the point (the server is gone)."""
+
+    def __init__(self, out: PointOutcome, abort: Abort, unreachable_after: int):
+        self.out, self.abort, self.unreachable_after = out, abort, unreachable_after
+        self.connect_fail_streak = 0
+
+    def add(self, rec: RequestRecord) -> None:
+        out = self.out
         out.finished += 1
         if rec.error_kind is None:
             out.ok += 1
-            state["connect_fail_streak"] = 0
-        else:
-            out.errors[rec.error_kind] += 1
-            state["connect_fail_streak"] = (
-                state["connect_fail_streak"] + 1 if rec.error_kind == "connect" else 0
+            self.connect_fail_streak = 0
+            return
+        out.errors[rec.error_kind] += 1
+        self.connect_fail_streak = self.connect_fail_streak + 1 if rec.error_kind == "connect" else 0
+        if self.connect_fail_streak >= self.unreachable_after:
+            self.abort.set(f"server unreachable: {self.connect_fail_streak} connection failures in a row")
+
+
+# Kept-alive connections, one per worker: a connection set-up per request lands in every TTFT (and costs the
+# client CPU). Servers do close kept-alive connections (llama-server's HTTP library after a few requests, or
+# when idle for 5 s): httpcore drops an idle connection the server has closed before reusing it, a response
+# saying "Connection: close" ends its connection, expiry is set below the servers' idle timeouts, and a
+# request that still meets a closing connection is sent again (collector.client). Each worker has its own
+# client (a pool of one connection): httpcore's pool scans every connection for every request it places
+# (O(connections x requests) per request; at 256 streams the biggest single cost of the client and a reason
+# connections were dropped and made anew). One TLS context serves them all (making one costs milliseconds).
+_WORKER_LIMITS = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
+
+
+class _PointLoad:
+    """One point's load in this process (``run_point``): its prompts, its workers' clients, the sends."""
+
+    def __init__(self, point: PointPlan, settings: LoadSettings, listeners: Listeners, abort: Abort,
+                 clock: Clock, share: ShardShare):  # fmt: skip
+        self.point, self.offsets = resolve_rate_point(point)
+        point = self.point
+        self.settings, self.listeners, self.abort, self.clock, self.share = (
+            settings,
+            listeners,
+            abort,
+            clock,
+            share,
+        )
+        self.spec = spec = settings.workload
+        self.prompts = build_prompts(
+            spec, point.seed, point.requests, point.input_len, point.output_len, *settings.token_id_range
+        )
+        todo = list(range(point.requests)) if share.indices is None else list(share.indices)
+        if spec.turns > 1:  # a worker takes a whole conversation: its first request's index stands for it
+            todo = [i for i in todo if i % spec.turns == 0]
+        self.todo = todo
+        cap = point.concurrency if share.workers is None else share.workers
+        self.n_workers = min(cap, len(todo))
+        self.out = PointOutcome(point.point_id)
+        self.tally = _Tally(self.out, abort, max(3, point.concurrency))
+        self.url = f"{settings.base_url}{ENDPOINT_PATHS[spec.endpoint]}"
+        self.next = 0
+        self.tls = ssl.create_default_context()
+        self.timeout = httpx.Timeout(connect=30.0, read=settings.read_timeout_s, write=30.0, pool=None)
+        self.clients = contextlib.AsyncExitStack()
+        self.shared: httpx.AsyncClient | None = None  # an injected transport's client serves every worker
+        self.by_worker: dict[int, httpx.AsyncClient] = {}
+        self.builder: httpx.AsyncClient | None = None
+
+    def record(self, rec: RequestRecord) -> None:
+        self.listeners.sink(rec)
+        self.tally.add(rec)
+        _check_error_rate(self.point, self.out)
+        if self.listeners.on_request is not None:
+            self.listeners.on_request(rec)
+
+    async def open_clients(self, transport: httpx.AsyncBaseTransport | None) -> None:
+        """The builder client: it only builds requests (never sends): an open-loop request is built before
+        its due time, when the worker that will send it is not known yet (every worker's client has these
+        settings). With an injected ``transport`` (tests) one client serves every worker."""
+        if transport is not None:
+            self.shared = await self.clients.enter_async_context(
+                httpx.AsyncClient(timeout=self.timeout, transport=transport)
             )
-            if state["connect_fail_streak"] >= unreachable_after:
-                abort.set(f"server unreachable: {state['connect_fail_streak']} connection failures in a row")
-        _check_error_rate(point, out)
-        if on_request is not None:
-            on_request(rec)
-
-    # Kept-alive connections, one per worker: a connection set-up per request lands in every TTFT (and costs
-    # the client CPU). Servers do close kept-alive connections (llama-server's HTTP library after a few
-    # requests, or when idle for 5 s): httpcore drops an idle connection the server has closed before reusing
-    # it, a response saying "Connection: close" ends its connection, expiry is set below the servers' idle
-    # timeouts, and a request that still meets a closing connection is sent again (collector.client).
-    # Each worker has its own client (a pool of one connection): httpcore's pool scans every connection for
-    # every request it places (O(connections x requests) per request; at 256 streams the biggest single cost
-    # of the client and a reason connections were dropped and made anew). One TLS context serves them all
-    # (making one costs milliseconds).
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
-    tls = ssl.create_default_context()
-    timeout = httpx.Timeout(connect=30.0, read=read_timeout_s, write=30.0, pool=None)
-    # The point's garbage is young: everything older is frozen out of the collector's reach, so a full
-    # collection during the load does not walk every record of the run so far (a pause on every stream).
-    gc.collect()
-    gc.freeze()
-    cpu0, wall0 = time.process_time_ns(), time.monotonic_ns()
-    probe = probe or LagProbe(clock=clock)
-    out.probe = probe
-    async with contextlib.AsyncExitStack() as clients:
-        shared: httpx.AsyncClient | None = None
-        if transport is not None:  # an injected transport (tests) serves every worker
-            shared = await clients.enter_async_context(
-                httpx.AsyncClient(timeout=timeout, transport=transport)
+        self.builder = (
+            self.shared
+            if self.shared is not None
+            else await self.clients.enter_async_context(
+                httpx.AsyncClient(timeout=self.timeout, verify=self.tls)
             )
-
-        by_worker: dict[int, httpx.AsyncClient] = {}
-
-        async def client_of(w: int) -> httpx.AsyncClient:
-            """Worker ``w``'s own client (its one kept-alive connection), made when it first sends."""
-            if shared is not None:
-                return shared
-            if w not in by_worker:
-                by_worker[w] = await clients.enter_async_context(
-                    httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
-                )
-            return by_worker[w]
-
-        async def worker(w: int) -> None:
-            while not abort.is_set and state["next"] < len(todo):
-                i = todo[state["next"]]
-                state["next"] += 1
-                if spec.turns == 1:
-                    out.sent += 1
-                    await send(i, w)
-                    continue
-                history: list[tuple[str, str]] = []  # a conversation: turns i .. i + turns - 1, in order
-                for t in range(spec.turns):
-                    if abort.is_set:
-                        break
-                    if t and spec.turn_delay_ms:  # the user's think time before the next turn
-                        await asyncio.sleep(spec.turn_delay_ms / 1e3)
-                    out.sent += 1
-                    reply: list[str] = []
-                    await send(i + t, w, history=history, text_out=reply)
-                    history.append((prompts[i + t].text or "", "".join(reply)))
-
-        # One client only builds requests (never sends): an open-loop request is built before its due time,
-        # when the worker that will send it is not known yet (every worker's client has these settings).
-        builder = (
-            shared
-            if shared is not None
-            else await clients.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls))
         )
 
-        def prepare(
-            i: int, scheduled_mono_ns: int | None = None, history: list[tuple[str, str]] | None = None
-        ) -> tuple[dict[str, Any], httpx.Request]:
-            """Request ``i``'s record identity and its built request (body encoded): everything of a send
-            that does not depend on the moment it goes out; a rate point's carries its scheduled time."""
-            meta: dict[str, Any] = {
-                "request_id": f"{point.point_id}-r{i:05d}",
-                "phase": point.phase,
-                "phase_kind": point.kind,
-                "point": point.point_id,
-                "point_index": point.index,
-                "index": i,
-                "concurrency": point.concurrency,
-                "seed": point.seed,
-                "input_len": prompts[i].input_len or 0,
-                "max_tokens": prompts[i].max_tokens,
-                **record_fields(spec, prompts[i], i),
-                "_sink": record,
-            }
-            if point.rate is not None:
-                meta["scheduled_mono_ns"] = scheduled_mono_ns
-                meta["request_rate"] = point.rate.request_rate
-            body = turn_body(spec, model, prompts[i], history or [], engine_extra, plan_extra)
-            return meta, build_request(builder, url, body, headers)
-
-        async def dispatch(
-            prepared: tuple[dict[str, Any], httpx.Request], w: int, text_out: list[str] | None = None
-        ) -> None:
-            """A prepared request on worker ``w``'s connection, recorded when it ends."""
-            meta, request = prepared
-            client = await client_of(w)
-            rec = await stream_completion(
-                client,
-                url,
-                request.content,  # the encoded body: a retry builds its request again from it
-                {**meta, "worker": worker_offset + w},
-                request_timeout_s=request_timeout_s,
-                clock=clock,
-                on_chunk=on_chunk,
-                headers=headers,
-                text_out=text_out,
-                request=request,
+    async def client_of(self, w: int) -> httpx.AsyncClient:
+        """Worker ``w``'s own client (its one kept-alive connection), made when it first sends."""
+        if self.shared is not None:
+            return self.shared
+        if w not in self.by_worker:
+            self.by_worker[w] = await self.clients.enter_async_context(
+                httpx.AsyncClient(limits=_WORKER_LIMITS, timeout=self.timeout, verify=self.tls)
             )
-            record(rec)
+        return self.by_worker[w]
 
-        async def send(
-            i: int, w: int, history: list[tuple[str, str]] | None = None, text_out: list[str] | None = None
-        ) -> None:
-            """Request ``i`` on worker ``w``'s connection (a closed-loop send: built when its turn comes)."""
-            await dispatch(prepare(i, history=history), w, text_out)
+    async def worker(self, w: int) -> None:
+        """A closed-loop worker: the next request (or conversation) as soon as its previous one ended."""
+        spec, out = self.spec, self.out
+        while not self.abort.is_set and self.next < len(self.todo):
+            i = self.todo[self.next]
+            self.next += 1
+            if spec.turns == 1:
+                out.sent += 1
+                await self.dispatch(self.prepare(i), w)
+                continue
+            history: list[tuple[str, str]] = []  # a conversation: turns i .. i + turns - 1, in order
+            for t in range(spec.turns):
+                if self.abort.is_set:
+                    break
+                if t and spec.turn_delay_ms:  # the user's think time before the next turn
+                    await asyncio.sleep(spec.turn_delay_ms / 1e3)
+                out.sent += 1
+                reply: list[str] = []
+                await self.dispatch(self.prepare(i + t, history=history), w, reply)
+                history.append((self.prompts[i + t].text or "", "".join(reply)))
 
-        out.start = stamp(clock)
-        probe.start()
+    def prepare(
+        self, i: int, scheduled_mono_ns: int | None = None, history: list[tuple[str, str]] | None = None
+    ) -> tuple[dict[str, Any], httpx.Request]:
+        """Request ``i``'s record identity and its built request (body encoded): everything of a send that
+        does not depend on the moment it goes out; a rate point's carries its scheduled time."""
+        point, prompt, s = self.point, self.prompts[i], self.settings
+        meta: dict[str, Any] = {
+            "request_id": f"{point.point_id}-r{i:05d}",
+            "phase": point.phase,
+            "phase_kind": point.kind,
+            "point": point.point_id,
+            "point_index": point.index,
+            "index": i,
+            "concurrency": point.concurrency,
+            "seed": point.seed,
+            "input_len": prompt.input_len or 0,
+            "max_tokens": prompt.max_tokens,
+            **record_fields(self.spec, prompt, i),
+            "_sink": self.record,
+        }
         if point.rate is not None:
-            t0 = start_mono_ns if start_mono_ns is not None else out.start.mono_ns
-            cap = point.concurrency if workers is None else workers
-            loop_args = (point, todo, offsets, t0, cap, out, abort, clock, prepare, dispatch, client_of)
-            tasks = [asyncio.create_task(_open_loop(*loop_args))]
-        else:
-            tasks = [asyncio.create_task(worker(w)) for w in range(n_workers)]
-        abort_wait = asyncio.create_task(abort.event.wait())
+            meta["scheduled_mono_ns"] = scheduled_mono_ns
+            meta["request_rate"] = point.rate.request_rate
+        body = turn_body(self.spec, s.model, prompt, history or [], s.engine_extra, s.plan_extra)
+        assert self.builder is not None  # open_clients ran
+        return meta, build_request(self.builder, self.url, body, s.headers)
+
+    async def dispatch(
+        self, prepared: tuple[dict[str, Any], httpx.Request], w: int, text_out: list[str] | None = None
+    ) -> None:
+        """A prepared request on worker ``w``'s connection, recorded when it ends."""
+        meta, request = prepared
+        client = await self.client_of(w)
+        rec = await stream_completion(
+            client,
+            request,  # a retry builds its request again from it
+            {**meta, "worker": self.share.worker_offset + w},
+            request_timeout_s=self.settings.request_timeout_s,
+            clock=self.clock,
+            on_chunk=self.listeners.on_chunk,
+            text_out=text_out,
+        )
+        self.record(rec)
+
+    def start_tasks(self) -> list[asyncio.Task[None]]:
+        """The point's sending tasks: a rate point's one open loop, else one per closed-loop worker."""
+        assert self.out.start is not None
+        if self.point.rate is None:
+            return [asyncio.create_task(self.worker(w)) for w in range(self.n_workers)]
+        share = self.share
+        t0 = share.start_mono_ns if share.start_mono_ns is not None else self.out.start.mono_ns
+        cap = self.point.concurrency if share.workers is None else share.workers
+        return [asyncio.create_task(self.open_loop(t0, cap))]
+
+    async def wait(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Until every task ended, or the abort: in-flight streams then get a short grace to end by
+        themselves (a dead server fails them at once), and are cancelled after it; each cancelled request
+        still leaves its partial record."""
+        abort_wait = asyncio.create_task(self.abort.event.wait())
         try:
-            pending = set(tasks)
+            pending: set[asyncio.Task[Any]] = set(tasks)
             while pending:
                 done, pending = await asyncio.wait(
                     pending | {abort_wait}, return_when=asyncio.FIRST_COMPLETED
                 )
                 pending.discard(abort_wait)
                 if abort_wait in done:
-                    # In-flight streams get a short grace to end by themselves (a dead server fails them at
-                    # once),
-                    # then they are cancelled; each cancelled request still leaves its partial record.
                     if pending:
-                        _, pending = await asyncio.wait(pending, timeout=abort.grace_s)
+                        _, pending = await asyncio.wait(pending, timeout=self.abort.grace_s)
                     break
                 for t in done:
                     t.result()  # a bug in a worker must surface, not vanish
@@ -392,6 +423,102 @@ async def run_point(
                     t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             abort_wait.cancel()
+
+    async def open_loop(self, t0_mono_ns: int, cap: int) -> None:
+        """A rate point's sends: request ``i`` of ``todo`` at ``t0_mono_ns + offsets[i]`` on the monotonic
+        clock, whatever the earlier ones are doing, each on an idle worker's connection (a new worker when
+        none is idle). With ``cap`` > 0 at most that many are in flight: a request due while the cap is full
+        waits for a slot (it is sent late, and its record shows by how much). Ends when every request sent
+        has ended, or earlier sends stop (abort, ``out.stopped``).
+
+        Everything of a send that does not depend on its moment is done before the wait: the request is built
+        (``prepare``: record identity, body encoded) and, when no worker is idle, the next worker's client is
+        made; at the due time only the worker is picked and the send task started, and this loop yields at
+        once so that task takes its send stamp before the next request is prepared."""
+        slots = asyncio.Semaphore(cap) if cap else None
+        idle: list[int] = []
+        inflight: set[asyncio.Task] = set()
+        n_workers = 0
+
+        async def one(prepared: Any, w: int) -> None:
+            try:
+                await self.dispatch(prepared, w)
+            finally:
+                idle.append(w)
+                if slots is not None:
+                    slots.release()
+
+        try:
+            for i in self.todo:
+                due = t0_mono_ns + self.offsets[i]
+                prepared = self.prepare(i, due)
+                if not idle:
+                    await self.client_of(n_workers)  # the client a new worker would send on, made ahead
+                await _until(self.clock, due)
+                if slots is not None:
+                    await slots.acquire()
+                if self.abort.is_set or self.out.stopped:
+                    break
+                if idle:
+                    w = idle.pop()
+                else:
+                    w, n_workers = n_workers, n_workers + 1
+                self.out.sent += 1
+                task = asyncio.create_task(one(prepared, w))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+                await asyncio.sleep(0)  # the send task runs (and stamps its send) before the next prepare
+            while inflight:
+                done, _ = await asyncio.wait(set(inflight))
+                for t in done:
+                    t.result()  # a bug in a send must surface, not vanish
+        finally:
+            for t in inflight:
+                t.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+
+
+TIMER_SLACK_NS = 1_500_000  # the last stretch before a send's due time is waited by yielding, not by a timer
+
+
+async def _until(clock: Clock, due: int) -> None:
+    """Until the monotonic clock says ``due``. The event loop's timer wakes up to 1 ms late (epoll waits whole
+    milliseconds, rounded up): sleep to within TIMER_SLACK_NS of the due time, then yield to the loop (which
+    keeps reading the streams) until it is due."""
+    while (now := clock.mono_ns()) < due:
+        left = due - now
+        await asyncio.sleep((left - TIMER_SLACK_NS) / 1e9 if left > TIMER_SLACK_NS else 0)
+
+
+async def run_point(
+    point: PointPlan,
+    settings: LoadSettings,
+    listeners: Listeners,
+    abort: Abort,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    transport: httpx.AsyncBaseTransport | None = None,
+    probe: LagProbe | None = None,
+    share: ShardShare | None = None,
+) -> PointOutcome:
+    """One point's load in this process: its closed loop, or a rate point's open loop (``_PointLoad``). A
+    shard (``run_load``) sends only its ``share`` of the point (default: all of it)."""
+    load = _PointLoad(point, settings, listeners, abort, clock, share or ShardShare())
+    out = load.out
+    # The point's garbage is young: everything older is frozen out of the collector's reach, so a full
+    # collection during the load does not walk every record of the run so far (a pause on every stream).
+    gc.collect()
+    gc.freeze()
+    cpu0, wall0 = time.process_time_ns(), time.monotonic_ns()
+    probe = probe or LagProbe(clock=clock)
+    out.probe = probe
+    async with load.clients:
+        await load.open_clients(transport)
+        out.start = stamp(clock)
+        probe.start()
+        try:
+            await load.wait(load.start_tasks())
+        finally:
             await probe.stop()
             out.end = stamp(clock)
             out.cpu_ns, out.wall_ns = time.process_time_ns() - cpu0, time.monotonic_ns() - wall0
@@ -413,80 +540,6 @@ def _check_error_rate(point: PointPlan, out: PointOutcome) -> None:
     failed = out.finished - out.ok
     if failed / out.finished > lim:
         out.stopped = f"max_error_rate {lim:g} exceeded: {failed} of {out.finished} requests failed"
-
-
-TIMER_SLACK_NS = 1_500_000  # the last stretch before a send's due time is waited by yielding, not by a timer
-
-
-async def _open_loop(
-    point: PointPlan,
-    todo: Sequence[int],
-    offsets: Sequence[int],
-    t0_mono_ns: int,
-    cap: int,
-    out: PointOutcome,
-    abort: Abort,
-    clock: Clock,
-    prepare: Callable[[int, int], Any],
-    dispatch: Callable[[Any, int], Any],
-    client_of: Callable[[int], Any],
-) -> None:
-    """A rate point's sends: request ``i`` of ``todo`` at ``t0_mono_ns + offsets[i]`` on the monotonic clock,
-    whatever the earlier ones are doing, each on an idle worker's connection (a new worker when none is
-    idle). With ``cap`` > 0 at most that many are in flight: a request due while the cap is full waits for a
-    slot (it is sent late, and its record shows by how much). Ends when every request sent has ended, or
-    earlier sends stop (abort, ``out.stopped``).
-
-    Everything of a send that does not depend on its moment is done before the wait: the request is built
-    (``prepare``: record identity, body encoded) and, when no worker is idle, the next worker's client is
-    made; at the due time only the worker is picked and the send task started, and this loop yields at once
-    so that task takes its send stamp before the next request is prepared."""
-    slots = asyncio.Semaphore(cap) if cap else None
-    idle: list[int] = []
-    inflight: set[asyncio.Task] = set()
-    n_workers = 0
-
-    async def one(prepared: Any, w: int) -> None:
-        try:
-            await dispatch(prepared, w)
-        finally:
-            idle.append(w)
-            if slots is not None:
-                slots.release()
-
-    try:
-        for i in todo:
-            due = t0_mono_ns + offsets[i]
-            prepared = prepare(i, due)
-            if not idle:
-                await client_of(n_workers)  # the client a new worker would send on, made ahead of time
-            # The event loop's timer wakes up to 1 ms late (epoll waits whole milliseconds, rounded up): sleep
-            # to within TIMER_SLACK_NS of the due time, then yield to the loop (which keeps reading the
-            # streams) until the monotonic clock says due.
-            while (now := clock.mono_ns()) < due:
-                left = due - now
-                await asyncio.sleep((left - TIMER_SLACK_NS) / 1e9 if left > TIMER_SLACK_NS else 0)
-            if slots is not None:
-                await slots.acquire()
-            if abort.is_set or out.stopped:
-                break
-            if idle:
-                w = idle.pop()
-            else:
-                w, n_workers = n_workers, n_workers + 1
-            out.sent += 1
-            task = asyncio.create_task(one(prepared, w))
-            inflight.add(task)
-            task.add_done_callback(inflight.discard)
-            await asyncio.sleep(0)  # the send task runs (and stamps its send) before the next prepare
-        while inflight:
-            done, _ = await asyncio.wait(set(inflight))
-            for t in done:
-                t.result()  # a bug in a send must surface, not vanish
-    finally:
-        for t in inflight:
-            t.cancel()
-        await asyncio.gather(*inflight, return_exceptions=True)
 
 
 # ------------------------------------------------------------------------------------------------- shards
@@ -524,9 +577,19 @@ def _split(point: PointPlan, n: int, k: int, turns: int = 1) -> tuple[list[int],
     return list(range(k, point.requests, n)), workers, first
 
 
-def _shard_main(
-    conn: Any, k: int, n: int, go: Any, stop: Any, grace: Any, t0: Any, kw: dict[str, Any]
-) -> None:
+@dataclass(frozen=True)
+class _ShardJob:
+    """What a shard process is given: shard ``k`` of ``n`` of ``point``, sent with ``settings``; its live
+    warning when its loop runs ``warn_ns`` late."""
+
+    point: PointPlan
+    settings: LoadSettings
+    k: int
+    n: int
+    warn_ns: int | None
+
+
+def _shard_main(conn: Any, job: _ShardJob, go: Any, stop: Any, grace: Any, t0: Any) -> None:
     """A shard's process: its own event loop runs its part of the point; every record goes back over the
     pipe as the request ends, then the shard's probe and CPU. Waits for ``go`` so all shards start
     together; a rate point's schedule starts at ``t0`` (CLOCK_MONOTONIC is one clock for every process of
@@ -536,34 +599,30 @@ def _shard_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     gc.collect()
-
-    async def main() -> None:
-        abort = Abort()
-        point = kw.pop("point")
-        indices, workers, offset = _split(point, n, k, kw["workload"].turns if kw.get("workload") else 1)
-
-        def late(lag_ns: int) -> None:
-            conn.send(("late", lag_ns))
-
-        probe = LagProbe(warn_ns=kw.pop("warn_ns"), on_late=late)
-
-        async def watch() -> None:  # the parent's abort reaches the shard within 50 ms
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
-            abort.set("stopped by the collector", grace.value)
-
-        watcher = asyncio.create_task(watch())
-        conn.send(("ready", None))
-        await asyncio.to_thread(go.wait)
-        out = await run_point(point, sink=lambda r: conn.send(("rec", r.to_obj())), abort=abort, probe=probe,
-                              indices=indices, workers=workers, worker_offset=offset, start_mono_ns=t0.value,
-                              **kw)  # fmt: skip
-        watcher.cancel()
-        conn.send(("end", {"sent": out.sent, "probe": _probe_obj(probe, out, k), "aborted": out.aborted,
-                           "stopped": out.stopped}))  # fmt: skip
-
-    asyncio.run(main())
+    asyncio.run(_shard_load(conn, job, go, stop, grace, t0))
     conn.close()
+
+
+async def _shard_load(conn: Any, job: _ShardJob, go: Any, stop: Any, grace: Any, t0: Any) -> None:
+    """The shard's load on its own event loop; the parent's abort reaches it within 50 ms."""
+    abort = Abort()
+    indices, workers, offset = _split(job.point, job.n, job.k, job.settings.workload.turns)
+    probe = LagProbe(warn_ns=job.warn_ns, on_late=lambda lag_ns: conn.send(("late", lag_ns)))
+
+    async def watch() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        abort.set("stopped by the collector", grace.value)
+
+    watcher = asyncio.create_task(watch())
+    conn.send(("ready", None))
+    await asyncio.to_thread(go.wait)
+    share = ShardShare(indices, workers, offset, t0.value)
+    listeners = Listeners(sink=lambda r: conn.send(("rec", r.to_obj())))
+    out = await run_point(job.point, job.settings, listeners, abort, probe=probe, share=share)
+    watcher.cancel()
+    conn.send(("end", {"sent": out.sent, "probe": _probe_obj(probe, out, job.k), "aborted": out.aborted,
+                       "stopped": out.stopped}))  # fmt: skip
 
 
 def _start_resource_tracker() -> None:
@@ -587,92 +646,93 @@ def _probe_obj(probe: LagProbe, out: PointOutcome, shard: int) -> dict[str, Any]
             "lag_ns": probe.lag_ns, "cpu_ns": out.cpu_ns, "wall_ns": out.wall_ns}  # fmt: skip
 
 
+class _Shards:
+    """A point over shard processes (``run_load``): their pipes read on this event loop as records arrive."""
+
+    def __init__(self, point: PointPlan, shards: int, listeners: Listeners, abort: Abort,
+                 on_late: Callable[[int], None] | None):  # fmt: skip
+        self.n, self.listeners, self.abort, self.on_late = shards, listeners, abort, on_late
+        self.out = PointOutcome(point.point_id)
+        self.out.probes = []
+        self.tally = _Tally(self.out, abort, max(3, point.concurrency))
+        self.ready = self.ended = 0
+        self.loop = asyncio.get_running_loop()
+        self.all_ready: asyncio.Future[None] = self.loop.create_future()
+        self.all_ended: asyncio.Future[None] = self.loop.create_future()
+
+    def receive(self, rx: Any) -> None:
+        """Every message waiting on shard pipe ``rx``; its end (or death) stops reading it."""
+        try:
+            while rx.poll():
+                what, obj = rx.recv()
+                if what == "rec":
+                    self._record(RequestRecord.from_obj(obj))
+                elif what == "ready":
+                    self.ready += 1
+                    if self.ready == self.n and not self.all_ready.done():
+                        self.all_ready.set_result(None)
+                elif what == "late" and self.on_late is not None:
+                    self.on_late(obj)
+                elif what == "end":
+                    self.out.sent += obj["sent"]
+                    self.out.stopped = self.out.stopped or obj["stopped"]
+                    self.out.probes.append(obj["probe"])
+                    raise EOFError
+        except (EOFError, OSError):
+            self._ended(rx)
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.listeners.sink(rec)
+        self.tally.add(rec)
+        if self.listeners.on_chunk is not None:
+            self.listeners.on_chunk(sum(rec.chunk_tokens))
+        if self.listeners.on_request is not None:
+            self.listeners.on_request(rec)
+
+    def _ended(self, rx: Any) -> None:
+        self.loop.remove_reader(rx.fileno())
+        self.ended += 1
+        if self.ended == self.n and not self.all_ended.done():
+            self.all_ended.set_result(None)
+        if not self.all_ready.done() and self.ended:
+            self.all_ready.set_result(None)  # a shard died before it was ready: the point ends below
+
+
 async def run_load(
     point: PointPlan,
+    settings: LoadSettings,
+    listeners: Listeners,
+    abort: Abort,
     *,
     shards: int,
-    sink: Callable[[RequestRecord], None],
-    abort: Abort,
-    on_request: Callable[[RequestRecord], None] | None = None,
-    on_chunk: Callable[[int], None] | None = None,
     on_late: Callable[[int], None] | None = None,
     warn_ns: int | None = None,
     clock: Clock = SYSTEM_CLOCK,
-    **kw: Any,
 ) -> PointOutcome:
     """One point over ``shards`` processes (``run_point`` in this one when 1). Each shard runs its own event
     loop with its share of the workers and of the request indices; this process writes every record as it
-    arrives (``sink``), so requests.jsonl is one stream on the one CLOCK_MONOTONIC of the host. The outcome's
-    ``probes`` hold one ``client_probe`` observation per shard."""
+    arrives (``listeners.sink``), so requests.jsonl is one stream on the one CLOCK_MONOTONIC of the host.
+    The outcome's ``probes`` hold one ``client_probe`` observation per shard."""
     if shards <= 1:
         probe = LagProbe(warn_ns=warn_ns, on_late=on_late, clock=clock)
-        out = await run_point(point, sink=sink, abort=abort, on_request=on_request, on_chunk=on_chunk,
-                              clock=clock, probe=probe, **kw)  # fmt: skip
+        out = await run_point(point, settings, listeners, abort, clock=clock, probe=probe)
         out.probes = [_probe_obj(probe, out, 0)]
         return out
     mp = multiprocessing.get_context("spawn")  # no fork of a process with threads (sampler, server watcher)
     _start_resource_tracker()
     go, stop, grace, t0 = mp.Event(), mp.Event(), mp.Value("d", 0.0), mp.Value("q", 0)
-    loop = asyncio.get_running_loop()
-    out = PointOutcome(point.point_id)
-    out.probes = []
-    state = {"streak": 0, "ended": 0, "ready": 0}
-    unreachable_after = max(3, point.concurrency)
-    all_ready, all_ended = loop.create_future(), loop.create_future()
+    state = _Shards(point, shards, listeners, abort, on_late)
     procs, conns = [], []
     for k in range(shards):
         rx, tx = mp.Pipe(duplex=False)
-        p = mp.Process(
-            target=_shard_main,
-            args=(tx, k, shards, go, stop, grace, t0, {"point": point, "warn_ns": warn_ns, **kw}),
-            daemon=True,
-        )
+        job = _ShardJob(point, settings, k, shards, warn_ns)
+        p = mp.Process(target=_shard_main, args=(tx, job, go, stop, grace, t0), daemon=True)
         p.start()
         tx.close()
         procs.append(p)
         conns.append(rx)
-
-    def receive(rx: Any) -> None:
-        try:
-            while rx.poll():
-                what, obj = rx.recv()
-                if what == "rec":
-                    rec = RequestRecord.from_obj(obj)
-                    sink(rec)
-                    out.finished += 1
-                    if rec.error_kind is None:
-                        out.ok += 1
-                        state["streak"] = 0
-                    else:
-                        out.errors[rec.error_kind] += 1
-                        state["streak"] = state["streak"] + 1 if rec.error_kind == "connect" else 0
-                        if state["streak"] >= unreachable_after:
-                            abort.set(f"server unreachable: {state['streak']} connection failures in a row")
-                    if on_chunk is not None:
-                        on_chunk(sum(rec.chunk_tokens))
-                    if on_request is not None:
-                        on_request(rec)
-                elif what == "ready":
-                    state["ready"] += 1
-                    if state["ready"] == shards and not all_ready.done():
-                        all_ready.set_result(None)
-                elif what == "late" and on_late is not None:
-                    on_late(obj)
-                elif what == "end":
-                    out.sent += obj["sent"]
-                    out.stopped = out.stopped or obj["stopped"]
-                    out.probes.append(obj["probe"])
-                    raise EOFError
-        except (EOFError, OSError):
-            loop.remove_reader(rx.fileno())
-            state["ended"] += 1
-            if state["ended"] == shards and not all_ended.done():
-                all_ended.set_result(None)
-            if not all_ready.done() and state["ended"]:
-                all_ready.set_result(None)  # a shard died before it was ready: the point ends below
-
     for rx in conns:
-        loop.add_reader(rx.fileno(), receive, rx)
+        state.loop.add_reader(rx.fileno(), state.receive, rx)
 
     async def relay_abort() -> None:
         await abort.event.wait()
@@ -680,27 +740,33 @@ async def run_load(
         stop.set()
 
     relay = asyncio.create_task(relay_abort())
+    out = state.out
     try:
-        await all_ready
+        await state.all_ready
         out.start = stamp(clock)
         # a rate point's schedule starts a little after "go": a shard's thread wakes and sets up its clients
         t0.value = out.start.mono_ns + SHARD_START_LEAD_NS
         go.set()
-        await all_ended
+        await state.all_ended
     finally:
         stop.set()
         relay.cancel()
-        for p in procs:
-            await asyncio.to_thread(p.join, 10)
-            if p.is_alive():
-                p.kill()
-        for rx in conns:
-            with contextlib.suppress(ValueError, OSError):
-                loop.remove_reader(rx.fileno())
-            rx.close()
+        await _close_shards(procs, conns, state.loop)
         out.end = stamp(clock)
     dead = [p.exitcode for p in procs if p.exitcode not in (0, None)]
     if dead and not abort.is_set:
         abort.set(f"a load-client shard exited with code {dead[0]}")
     out.aborted = abort.reason
     return out
+
+
+async def _close_shards(procs: list[Any], conns: list[Any], loop: asyncio.AbstractEventLoop) -> None:
+    """Join every shard process (killed after 10 s) and close its pipe."""
+    for p in procs:
+        await asyncio.to_thread(p.join, 10)
+        if p.is_alive():
+            p.kill()
+    for rx in conns:
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_reader(rx.fileno())
+        rx.close()

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from collector.workload import bytes_to_unicode
+
 WEIGHT_STD = 0.02
 CHUNK_ELEMENTS = 1 << 25  # 32 Mi values per generated chunk: ~128 MiB of float32 at a time
 HF_SHARD_BYTES = 4 << 30  # HF-style shards of at most ~4 GiB
@@ -171,26 +173,8 @@ _CORPUS_WORDS = (
 ).split()
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable unicode character map (byte-level BPE alphabet): how byte-level
-    BPE vocabularies spell single bytes (collector.init reads a served vocabulary with it)."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
-
-
 @dataclass(frozen=True)
-class Tokenizer:
+class BpeVocab:
     """A byte-level BPE vocabulary: `tokens[id]` in GPT-2 unicode form, merges in priority order."""
 
     tokens: tuple[str, ...]  # bytes (ids 0..255, id = byte value), merges, special tokens
@@ -210,7 +194,7 @@ class Tokenizer:
         return list(PRINTABLE_ASCII)
 
 
-def build_tokenizer(n_new_tokens: int) -> Tokenizer:
+def build_tokenizer(n_new_tokens: int) -> BpeVocab:
     """Learn BPE merges from the fixed word list until `n_new_tokens` tokens beyond the 256 bytes exist
     (or the words are all single tokens). Deterministic: ties are broken by text."""
     b2u = bytes_to_unicode()
@@ -255,10 +239,10 @@ def build_tokenizer(n_new_tokens: int) -> Tokenizer:
     for s in SPECIAL_TOKENS:
         special_ids[s] = len(tokens)
         tokens.append(s)
-    return Tokenizer(tokens=tuple(tokens), merges=tuple(merges), special_ids=special_ids)
+    return BpeVocab(tokens=tuple(tokens), merges=tuple(merges), special_ids=special_ids)
 
 
-def tokenizer_for(shape: ModelShape) -> Tokenizer:
+def tokenizer_for(shape: ModelShape) -> BpeVocab:
     """The tokenizer of a shape: as many merged tokens as fit in its vocab (the word list caps them)."""
     return build_tokenizer(max(0, shape.vocab_size - 256 - len(SPECIAL_TOKENS)))
 
@@ -355,7 +339,7 @@ def _to_bf16_bits(x: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------- config
 
 
-def hf_config(shape: ModelShape, tok: Tokenizer, torch_dtype: str = "bfloat16") -> dict:
+def hf_config(shape: ModelShape, tok: BpeVocab, torch_dtype: str = "bfloat16") -> dict:
     """A Qwen2ForCausalLM config.json with the fields of Qwen2.5's own (token ids from our tokenizer)."""
     return {
         "architectures": ["Qwen2ForCausalLM"],
@@ -446,8 +430,8 @@ def write_gguf(
         return np_dtype if len(spec.shape) > 1 else np.float32
 
     for spec in specs:
-        dt = np.dtype(out_dtype(spec))
-        w.add_tensor_info(spec.gguf_name, spec.shape, dt, spec.n_elements * dt.itemsize)
+        info_dt = np.dtype(out_dtype(spec))
+        w.add_tensor_info(spec.gguf_name, spec.shape, info_dt, spec.n_elements * info_dt.itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -473,7 +457,7 @@ def write_gguf(
 # ----------------------------------------------------------------------------------------------------- HF
 
 
-def tokenizer_json(tok: Tokenizer) -> dict:
+def tokenizer_json(tok: BpeVocab) -> dict:
     """tokenizer.json (Hugging Face `tokenizers` format) for the byte-level BPE, Qwen2-style."""
     n_regular = len(tok.tokens) - len(SPECIAL_TOKENS)
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
@@ -523,7 +507,7 @@ def tokenizer_json(tok: Tokenizer) -> dict:
     }
 
 
-def tokenizer_config(tok: Tokenizer, max_length: int) -> dict:
+def tokenizer_config(tok: BpeVocab, max_length: int) -> dict:
     return {
         "add_bos_token": False,
         "add_prefix_space": False,

@@ -226,6 +226,8 @@ def check_paths(plan: Plan) -> None:
         raise PreflightError(f"{f}: [server].{key}: {exe} does not exist")
     if not exe.is_file() or not os.access(exe, os.X_OK):
         raise PreflightError(f"{f}: [server].{key}: {exe} is not an executable file")
+    if sp.model is None:
+        raise PreflightError(f"{f}: [server].model: missing (a server the collector starts needs a model)")
     model = Path(sp.model).expanduser()
     if model.exists():
         if sp.engine == "llamacpp" and not model.is_file():
@@ -488,14 +490,17 @@ def check_flags(plan: Plan) -> list[str]:
     flags = plan_flags(sp.args)
     if not flags:
         return []
+    exe = sp.binary if sp.engine == "llamacpp" else sp.python
+    if exe is None:  # check_paths refused it before
+        return []
     if sp.engine == "llamacpp":
-        known = llamacpp_known_flags(sp.binary)
+        known = llamacpp_known_flags(exe)
         if known is None:
             return [f"server flags not checked: `{sp.binary} --help` gave no option list"]
         unknown = [fl for fl in flags if fl not in known]
         where = f"`{sp.binary} --help` does not list it"
     else:
-        src = vllm_source_dir(sp.python)
+        src = vllm_source_dir(exe)
         if src is None:
             return [f"server flags not checked: no vllm package found for {sp.python}"]
         unknown = vllm_unknown_flags(src, flags)
@@ -556,29 +561,37 @@ def read_gguf_meta(path: Path) -> dict[str, object]:
             _read(f, "<Q")  # tensor count
             n_kv = int(_read(f, "<Q"))
             for _ in range(n_kv):
-                key = _string(f)
-                vtype = int(_read(f, "<I"))
-                if vtype == 9:
-                    etype, count = int(_read(f, "<I")), int(_read(f, "<Q"))
-                    if key == "tokenizer.ggml.tokens":
-                        out[key] = count
-                    if etype == 8:
-                        for _ in range(count):
-                            _skip_string(f)
-                    elif etype in _SCALAR:
-                        f.seek(count * struct.calcsize(_SCALAR[etype]), os.SEEK_CUR)
-                    else:
-                        break  # nested arrays: nothing pre-flight needs lies beyond
-                elif vtype == 8:
-                    value = _string(f)
-                    if key == "general.architecture":
-                        out[key] = value
-                elif vtype in _SCALAR:
-                    value = _read(f, _SCALAR[vtype])
-                    if key.endswith(_WANT_SUFFIXES):
-                        out[key] = int(value)
-                else:
+                if not _gguf_kv(f, out):
                     break
     except (OSError, EOFError, ValueError, struct.error):
         pass
     return out
+
+
+def _gguf_kv(f: BinaryIO, out: dict[str, object]) -> bool:
+    """One key/value of the header: kept in ``out`` when pre-flight needs it, else skipped; False when the
+    rest cannot be skipped (nested arrays, an unknown type: nothing pre-flight needs lies beyond)."""
+    key = _string(f)
+    vtype = int(_read(f, "<I"))
+    if vtype == 9:
+        etype, count = int(_read(f, "<I")), int(_read(f, "<Q"))
+        if key == "tokenizer.ggml.tokens":
+            out[key] = count
+        if etype == 8:
+            for _ in range(count):
+                _skip_string(f)
+        elif etype in _SCALAR:
+            f.seek(count * struct.calcsize(_SCALAR[etype]), os.SEEK_CUR)
+        else:
+            return False
+    elif vtype == 8:
+        text = _string(f)
+        if key == "general.architecture":
+            out[key] = text
+    elif vtype in _SCALAR:
+        value = _read(f, _SCALAR[vtype])
+        if key.endswith(_WANT_SUFFIXES):
+            out[key] = int(value)
+    else:
+        return False
+    return True

@@ -23,6 +23,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -424,21 +425,25 @@ def _result_name(doc: dict, label: str) -> str:
     return f"{label}-{rate_s}qps{conc_s}-{model}-{doc.get('date')}.json"
 
 
-def save_results(run_path: Path, result_dir: Path | None, filename: str | None) -> list[str]:
-    """``--save-result``: each measured point's ``bench/<point>.json`` (vllm bench serve's schema, written by
-    the run) copied out under vllm bench serve's default name, or ``--result-filename``."""
+def save_results(
+    summaries: dict[str, dict[str, Any]], result_dir: Path | None, filename: str | None
+) -> list[str]:
+    """``--save-result``: each measured point's summary in vllm bench serve's schema
+    (``RunResult.vllm_bench``) written under vllm bench serve's default name, or
+    ``--result-filename``; never into raw/."""
     out_dir = Path(result_dir) if result_dir else Path.cwd()
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = sorted(p for p in (run_path / "bench").glob("*.json") if "-warmup-" not in p.name)
+    points = sorted(p for p in summaries if "-warmup-" not in p)
     lines = []
-    for i, src in enumerate(files):
-        doc = json.loads(src.read_text(encoding="utf-8"))
+    for i, point in enumerate(points):
+        doc = summaries[point]
         if filename:
             stem, suffix = (filename[:-5], ".json") if filename.endswith(".json") else (filename, "")
-            name = filename if len(files) == 1 else f"{stem}-p{i:02d}{suffix or '.json'}"
+            name = filename if len(points) == 1 else f"{stem}-p{i:02d}{suffix or '.json'}"
         else:
             name = _result_name(doc, "openai")
         dest = out_dir / name
-        dest.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
-        lines.append(f"saved {dest} ({src.stem})")
+        text = json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+        dest.write_text(text, encoding="utf-8")
+        lines.append(f"saved {dest} ({point})")
     return lines

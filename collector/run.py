@@ -2,8 +2,8 @@
 
 Order (each step writes before the next starts): store → plan copy → prediction.json → fingerprint/ →
 server (log streamed into server.log) → start-up checks → sampler → phases and points (requests.jsonl,
-bench/<point>.json — a convenience copy by analysis.metrics' vllm-bench-compatible view, never read back —,
-per-point checks) → stop sampler and server → seal.
+per-point checks) → stop sampler and server → seal. raw/ gets observations only: each point's summary in
+vllm bench serve's schema stays in the result (``RunResult.vllm_bench``, for ``--save-result``).
 
 Before any of it, ``collector.preflight`` checks what can be checked without a run folder (paths, port,
 vocabulary, lengths, engine flags): a plan that cannot work leaves nothing in raw/.
@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import os
 import subprocess
@@ -30,12 +31,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import httpx
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from analysis import metrics
@@ -43,28 +44,36 @@ from collector import bounded_http, fingerprint, workload
 from collector import checks as ck
 from collector.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.interrupts import Interrupted, Interrupts
-from collector.loadgen import Abort, resolve_rate_point, run_load, shards_for
-from collector.plan import plan_data
+from collector.loadgen import (
+    Abort,
+    Listeners,
+    LoadSettings,
+    PointOutcome,
+    resolve_rate_point,
+    run_load,
+    shards_for,
+)
 from collector.preflight import check_values, preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
-from collector.raw.secrets import scrub
+from collector.raw.secrets import scrub, scrub_obj
 from collector.raw.store import RawStore, Run, Stream
 from collector.sampler import (
     Sampler,
-    ScrapeLog,
+    ScrapeWriter,
     nvidia_smi_available,
     query_nvidia_smi,
     scrape_metrics,
     scrape_metrics_async,
 )
 from collector.server import ServerProcess, server_env
+from collector.theory_sheet import SheetInputs, theory_sheet
 
 RUN_KIND = "collector-run"
 
 
-class EventLog:
+class EventWriter:
     """``events.jsonl`` writer shared by the load loop, the sampler thread and the server watcher."""
 
     def __init__(
@@ -146,6 +155,9 @@ class RunResult:
     checks_failed: list[str] = field(default_factory=list)
     failed_checks: list[CheckResult] = field(default_factory=list)
     points: list[PointRow] = field(default_factory=list)
+    # each point's summary in `vllm bench serve`'s schema (analysis.metrics.point_summary_vllm_bench), for
+    # ``--save-result``: a copy for people, kept out of raw/ (the store holds observations, not derivations)
+    vllm_bench: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         head = f"{self.path}: {self.status}, {self.points_done}/{self.points_planned} points"
@@ -166,7 +178,7 @@ class _Live:
             TextColumn("{task.fields[tok_s]:>8.0f} tok/s"), TextColumn("err {task.fields[errors]}"),
             TimeElapsedColumn(), console=console, transient=False,
         )  # fmt: skip
-        self.task = None
+        self.task: TaskID | None = None
         self.tokens = 0
         self.errors = 0
         self.t0 = 0.0
@@ -184,6 +196,8 @@ class _Live:
     def request(self, rec: RequestRecord) -> None:
         self.errors += rec.error_kind is not None
         dt = (SYSTEM_CLOCK.mono_ns() - self.t0) / 1e9
+        if self.task is None:
+            return
         self.progress.update(
             self.task, advance=1, tok_s=self.tokens / dt if dt > 0 else 0.0, errors=self.errors
         )
@@ -211,24 +225,27 @@ def _flag_int(args: Sequence[str], *names: str) -> int | None:
 def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
     """Theory for this model/GPU/flags from ``collector plan``'s library, written before any request."""
     m = plan.model
+    llamacpp = plan.server.engine == "llamacpp"  # only a llama.cpp server's -c and -np are inputs
+    asked = SheetInputs(
+        m.config,
+        m.gpu,
+        m.kv_pool_gib,
+        m.max_model_len,
+        m.kv_dtype,
+        m.weight_format,
+        m.block_size,
+        llama_cpp_ctx_total=_flag_int(plan.server.args, "-c", "--ctx-size") if llamacpp else None,
+        llama_cpp_slots=_flag_int(plan.server.args, "-np", "--parallel") if llamacpp else None,
+    )
     inputs = {
-        "model": m.config,
-        "gpu": m.gpu,
-        "kv_pool_gib": m.kv_pool_gib,
-        "max_model_len": m.max_model_len,
-        "kv_dtype": m.kv_dtype,
-        "weight_format": m.weight_format,
-        "block_size": m.block_size,
+        k: v for k, v in dataclasses.asdict(asked).items() if llamacpp or not k.startswith("llama_cpp_")
     }
-    if plan.server.engine == "llamacpp":
-        inputs["llama_cpp_ctx_total"] = _flag_int(plan.server.args, "-c", "--ctx-size")
-        inputs["llama_cpp_slots"] = _flag_int(plan.server.args, "-np", "--parallel")
     doc: dict[str, Any] = {"v": 1, "inputs": inputs, "prediction": None, "error": None}
     try:
-        doc["prediction"] = plan_data(**inputs)
+        doc["prediction"] = theory_sheet(asked)
     except AnatomyError as err:
         doc["error"] = str(err)
-    run.write_json("prediction.json", doc, source="collector.plan.plan_data")
+    run.write_json("prediction.json", doc, source="collector.theory_sheet.theory_sheet")
     if Path(
         m.config
     ).is_file():  # a config.json path (not a bundled name): keep the exact file beside the theory
@@ -270,7 +287,7 @@ class _Protocol:
         self.headers = workload.request_headers(api_key, plan.load.headers)
         self.io_error: str | None = None  # the first failed write to the raw store (disk full)
         self.streams: list[Stream] = []
-        self.events = EventLog(
+        self.events = EventWriter(
             self._stream("events.jsonl"),
             clock,
             echo=lambda s: console.print(scrub(s, secrets), markup=False),
@@ -278,7 +295,7 @@ class _Protocol:
         )
         self.requests = self._stream("requests.jsonl")
         self.requests_failed = False
-        self.scrapes = ScrapeLog(
+        self.scrapes = ScrapeWriter(
             self._stream("scrapes.jsonl"), on_error=lambda err: self.io_fault(err, "scrapes.jsonl")
         )
         self.server: ServerProcess | None = None
@@ -291,6 +308,21 @@ class _Protocol:
         self.checks_failed: list[str] = []
         self.failed_checks: list[CheckResult] = []
         self.rows: list[PointRow] = []
+        self.vllm_bench: dict[str, dict[str, Any]] = {}
+
+    @property
+    def live_server(self) -> ServerProcess:
+        """The server, which every step after ``start_server`` has."""
+        if self.server is None:
+            raise RuntimeError("collector bug: a step that needs the server ran before start_server")
+        return self.server
+
+    @property
+    def live_abort(self) -> Abort:
+        """The load's abort, which every step inside ``phases`` has."""
+        if self.abort is None:
+            raise RuntimeError("collector bug: a step of the load ran outside phases()")
+        return self.abort
 
     def _stream(self, rel: str) -> Stream:
         s = self.run.open_stream(rel)
@@ -333,9 +365,9 @@ class _Protocol:
 
     def fingerprint(self) -> None:
         sp = self.plan.server
-        adapter = self.server.adapter
+        server = self.live_server
         for name, text in fingerprint.collect(
-            adapter, sp, self.server.command, server_env(sp), self.secrets
+            server.adapter, sp, server.command, server_env(sp), self.secrets
         ).items():
             self.run.write_text(f"fingerprint/{name}", text, source="collector.fingerprint")
 
@@ -364,7 +396,7 @@ class _Protocol:
         with self.console.status(head) as spinner:
 
             def show(waited_s: float) -> None:
-                last = self.server.last_log_line
+                last = self.live_server.last_log_line
                 last = last if len(last) <= 100 else last[:99] + "…"
                 spinner.update(f"{head}: {waited_s:.0f} s  [dim]{escape(last)}[/]")
 
@@ -433,7 +465,7 @@ class _Protocol:
         async with httpx.AsyncClient(headers=self.headers) as c:
             url = f"{self.plan.server.base_url}/metrics"
             scrape = asyncio.ensure_future(scrape_metrics_async(c, url, self.clock, tag=tag, point=point))
-            aborted = asyncio.ensure_future(self.abort.event.wait())
+            aborted = asyncio.ensure_future(self.live_abort.event.wait())
             await asyncio.wait({scrape, aborted}, return_when=asyncio.FIRST_COMPLETED)
             aborted.cancel()
             if not scrape.done():
@@ -456,42 +488,48 @@ class _Protocol:
         self.sampler.start()
 
     async def phases(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.abort = Abort()
+        self.loop = loop = asyncio.get_running_loop()
+        self.abort = abort = Abort()
         if self.pending_abort:
-            self.abort.set(self.pending_abort)
-        loop = self.loop
+            abort.set(self.pending_abort)
+
+        def on_signal(name: str) -> None:
+            loop.call_soon_threadsafe(self._on_signal, name)
+
         # a signal (collector.interrupts) now aborts the load on the loop instead of unwinding the stack
-        self.interrupts.on_signal = lambda name: loop.call_soon_threadsafe(self._on_signal, name)
+        self.interrupts.on_signal = on_signal
         try:
             live = _Live(self.console)
             with live.progress:
                 for phase in self.plan.phases:
-                    if self.abort.is_set:
+                    if abort.is_set:
                         break
                     self.events.emit("phase_start", phase=phase.name, phase_kind=phase.kind)
                     for pt in phase.points:
-                        if self.abort.is_set:
+                        if abort.is_set:
                             break
                         await self.point(pt, live)
-                        if not self.abort.is_set and self.plan.load.drain_s > 0:
-                            self.events.emit("drain", seconds=self.plan.load.drain_s)
-                            try:
-                                await asyncio.wait_for(self.abort.event.wait(), self.plan.load.drain_s)
-                            except TimeoutError:
-                                pass
+                        await self._drain(abort)
                     self.events.emit(
-                        "phase_end", phase=phase.name, phase_kind=phase.kind, aborted=self.abort.reason
+                        "phase_end", phase=phase.name, phase_kind=phase.kind, aborted=abort.reason
                     )
         finally:
             self.interrupts.on_signal = None
 
+    async def _drain(self, abort: Abort) -> None:
+        """The plan's pause between points (``[load] drain_s``), cut short by an abort."""
+        if abort.is_set or self.plan.load.drain_s <= 0:
+            return
+        self.events.emit("drain", seconds=self.plan.load.drain_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(abort.event.wait(), self.plan.load.drain_s)
+
     def _on_signal(self, name: str) -> None:
         where = f" during point {self.current_point}" if self.current_point else ""
-        self.abort.set(f"interrupted by {name}{where}")
+        self.live_abort.set(f"interrupted by {name}{where}")
 
     async def point(self, pt: PointPlan, live: _Live) -> None:
-        p, sp = self.plan, self.plan.server
+        p = self.plan
         pt, _schedule = resolve_rate_point(pt)  # a rate point: requests = the number its schedule sends
         self.current_point = pt.point_id
         rate = {} if pt.rate is None else {"rate": dataclasses.asdict(pt.rate)}
@@ -500,95 +538,16 @@ class _Protocol:
                          output_len=pt.output_len, seed=pt.seed, **rate)  # fmt: skip
         before = await self._point_scrape("point_start", pt.point_id) if p.sampling.metrics else None
         records: list[RequestRecord] = []
-
-        def sink(rec: RequestRecord) -> None:
-            records.append(rec)
-            if self.requests_failed:
-                return  # after a failed write only the torn last line may be incomplete
-            try:
-                self.requests.write_json(rec.to_obj())
-            except OSError as err:
-                self.requests_failed = True
-                self.io_fault(err, "requests.jsonl")
-
         live.start_point(pt)
-        limit_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
-
-        def late(lag_ns: int) -> None:
-            self.console.print(
-                f"[yellow]client saturated[/] in {pt.point_id}: its event loop ran {lag_ns / 1e6:.1f} ms "
-                f"late (> {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms on more than 1 % of wake-ups): the "
-                "client, not the server, is setting the pace of this point",
-                highlight=False,
-            )
-
-        shards = shards_for(p.load.shards, pt.concurrency)
-        out = await run_load(
-            pt, shards=shards, base_url=sp.base_url, model=sp.served_model_name,
-            token_id_range=(p.model.token_id_low, p.model.token_id_high),
-            engine_extra=self.server.adapter.request_extra(sp.prefix_cache),
-            plan_extra=p.load.extra_body, workload=self.spec, headers=self.headers,
-            request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
-            sink=sink, abort=self.abort, on_chunk=live.chunk, on_request=live.request, clock=self.clock,
-            on_late=late, warn_ns=limit_ns,
-        )  # fmt: skip
-        for probe in out.probes:
-            self.events.emit("client_probe", point=pt.point_id, shards=shards, **probe)
-        if out.aborted and self.server.proc is not None and not self.interrupts.received:
-            # Connection errors can outrun the watcher thread's notice; a dead server is the root cause.
-            try:
-                code = self.server.proc.wait(timeout=2.0)
-                out.aborted = f"server exited with code {code} during point {pt.point_id}"
-                self.abort.reason = out.aborted
-            except subprocess.TimeoutExpired:
-                pass
+        out = await self._load(pt, live, records)
         # an aborted point is not measured: no end scrape to wait for (a signal ends the run now)
         after = None
-        if p.sampling.metrics and (self.server.alive or sp.attach) and not self.abort.is_set:
+        if p.sampling.metrics and (self.live_server.alive or p.server.attach) and not self.live_abort.is_set:
             after = await self._point_scrape("point_end", pt.point_id)
-        if not out.aborted and out.sent and not out.ok:
-            # Nothing this point measured: every later point would fail the same way (token ids past the
-            # vocabulary get HTTP 400 each), so the run stops here with the first cause.
-            out.aborted = (
-                f"point {pt.point_id}: all {out.sent} requests failed (first: {first_error(records)})"
-            )
-            self.abort.set(out.aborted)
-        if out.aborted:
-            self.events.emit("abort", reason=out.aborted, point=pt.point_id)
-        stopped = {} if pt.rate is None else {"stopped": out.stopped}  # a rate point's stop condition
-        self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
-                         errors=dict(out.errors), aborted=out.aborted, **stopped)  # fmt: skip
-        if records:
-            # A convenience copy for people, in `vllm bench serve`'s schema and by its definitions
-            # (analysis.metrics' vllm-bench-compatible view: the collector defines no statistic). Analysis
-            # never reads it back: it recomputes every point from requests.jsonl.
-            summary = metrics.point_summary_vllm_bench(
-                records,
-                model_id=sp.served_model_name,
-                max_concurrency=pt.concurrency or None,
-                num_prompts=pt.requests,
-                request_rate=pt.rate.request_rate if pt.rate else "inf",
-                burstiness=pt.rate.burstiness if pt.rate else 1.0,
-                label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
-            )
-            try:
-                self.run.write_json(
-                    f"bench/{pt.point_id}.json", summary, source="analysis.metrics.point_summary_vllm_bench"
-                )
-            except OSError as err:
-                self.io_fault(err, f"bench/{pt.point_id}.json")
-            lag = [x for probe in out.probes for x in (probe.get("lag_ns") or [])]
-            self.rows.append(point_row(pt, records, lag, p.slo))
-        checks = list(
-            ck.point_checks(
-                pt,
-                records,
-                out.sent,
-                sp.engine,
-                before.text if before else None,
-                after.text if after else None,
-                prefix_cache=sp.prefix_cache,
-            )
+        self._end_point(pt, out, records)
+        scraped = (before.text if before else None, after.text if after else None)
+        checks = ck.point_checks(
+            pt, records, out.sent, p.server.engine, *scraped, prefix_cache=p.server.prefix_cache
         )
         for c in checks:
             self.record_check(c, echo=False)
@@ -596,6 +555,80 @@ class _Protocol:
         if not out.aborted:
             self.points_done += 1
         self.current_point = None
+
+    def _keep_request(self, records: list[RequestRecord], rec: RequestRecord) -> None:
+        """A request that ended: kept for the point's summary and checks, appended to requests.jsonl."""
+        records.append(rec)
+        if self.requests_failed:
+            return  # after a failed write only the torn last line may be incomplete
+        try:
+            self.requests.write_json(rec.to_obj())
+        except OSError as err:
+            self.requests_failed = True
+            self.io_fault(err, "requests.jsonl")
+
+    def _client_late(self, point_id: str, lag_ns: int) -> None:
+        """The live warning of a point whose load client set the pace (its loop-lag probe fired)."""
+        self.console.print(
+            f"[yellow]client saturated[/] in {point_id}: its event loop ran {lag_ns / 1e6:.1f} ms "
+            f"late (> {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms on more than 1 % of wake-ups): the "
+            "client, not the server, is setting the pace of this point",
+            highlight=False,
+        )
+
+    def load_settings(self) -> LoadSettings:
+        """Where the requests go and what they carry besides each prompt (the same for every point)."""
+        p, sp = self.plan, self.plan.server
+        return LoadSettings(
+            base_url=sp.base_url, model=sp.served_model_name,
+            token_id_range=(p.model.token_id_low, p.model.token_id_high),
+            engine_extra=self.live_server.adapter.request_extra(sp.prefix_cache),
+            plan_extra=p.load.extra_body,
+            request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
+            workload=self.spec, headers=self.headers,
+        )  # fmt: skip
+
+    async def _load(self, pt: PointPlan, live: _Live, records: list[RequestRecord]) -> PointOutcome:
+        """The point's load (collector.loadgen), its client probes as events; a server that died during it
+        is named as the abort's cause."""
+        shards = shards_for(self.plan.load.shards, pt.concurrency)
+        listeners = Listeners(sink=functools.partial(self._keep_request, records), on_request=live.request,
+                              on_chunk=live.chunk)  # fmt: skip
+        late = functools.partial(self._client_late, pt.point_id)
+        warn_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
+        out = await run_load(pt, self.load_settings(), listeners, self.live_abort, shards=shards,
+                             clock=self.clock, on_late=late, warn_ns=warn_ns)  # fmt: skip
+        for probe in out.probes:
+            self.events.emit("client_probe", point=pt.point_id, shards=shards, **probe)
+        proc = self.live_server.proc
+        if out.aborted and proc is not None and not self.interrupts.received:
+            # Connection errors can outrun the watcher thread's notice; a dead server is the root cause.
+            try:
+                code = proc.wait(timeout=2.0)
+                out.aborted = f"server exited with code {code} during point {pt.point_id}"
+                self.live_abort.reason = out.aborted
+            except subprocess.TimeoutExpired:
+                pass
+        return out
+
+    def _end_point(self, pt: PointPlan, out: PointOutcome, records: list[RequestRecord]) -> None:
+        """The point's end: a point whose every request failed aborts the run; ``point_end``; its summary."""
+        if not out.aborted and out.sent and not out.ok:
+            # Nothing this point measured: every later point would fail the same way (token ids past the
+            # vocabulary get HTTP 400 each), so the run stops here with the first cause.
+            out.aborted = (
+                f"point {pt.point_id}: all {out.sent} requests failed (first: {first_error(records)})"
+            )
+            self.live_abort.set(out.aborted)
+        if out.aborted:
+            self.events.emit("abort", reason=out.aborted, point=pt.point_id)
+        stopped = {} if pt.rate is None else {"stopped": out.stopped}  # a rate point's stop condition
+        self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
+                         errors=dict(out.errors), aborted=out.aborted, **stopped)  # fmt: skip
+        if records:
+            self.vllm_bench[pt.point_id] = vllm_bench_summary(pt, records, self.plan.server.served_model_name)
+            lag = [x for probe in out.probes for x in (probe.get("lag_ns") or [])]
+            self.rows.append(point_row(pt, records, lag, self.plan.slo))
 
     def stop(self) -> None:
         if self.sampler is not None:  # after a signal, a scrape in flight is not waited for
@@ -636,6 +669,7 @@ def _scrubbed(result: RunResult, secrets: Sequence[str]) -> RunResult:
             dataclasses.replace(r, first_error=scrub(r.first_error, secrets) if r.first_error else None)
             for r in result.points
         ],
+        vllm_bench={p: scrub_obj(doc, secrets) for p, doc in result.vllm_bench.items()},
     )
 
 
@@ -654,6 +688,69 @@ def first_error(records: Sequence[RequestRecord]) -> str:
         return "no failed request"
     msg = " ".join((failed[0].error_message or failed[0].error_kind or "").split())
     return msg if len(msg) <= 200 else msg[:199] + "…"
+
+
+def vllm_bench_summary(pt: PointPlan, records: Sequence[RequestRecord], model_id: str) -> dict[str, Any]:
+    """One point in `vllm bench serve`'s result schema and by its definitions (analysis.metrics'
+    vllm-bench-compatible view: the collector defines no statistic)."""
+    return metrics.point_summary_vllm_bench(
+        records,
+        model_id=model_id,
+        max_concurrency=pt.concurrency or None,
+        num_prompts=pt.requests,
+        request_rate=pt.rate.request_rate if pt.rate else "inf",
+        burstiness=pt.rate.burstiness if pt.rate else 1.0,
+        label=f"inference-anatomy collector: {pt.point_id} ({metrics.VLLM_BENCH})",
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the run's own checks (``collector.checks.POINT_EXCLUDING``/``STARTUP_EXCLUDING``, the client's
+    saturation) say of its measured points: the one source of the run's exit status."""
+
+    measured: int  # points other than warm-up
+    left_out: dict[str, str]  # each point not usable: why, and what to change
+    unusable: str | None  # why no measured point is usable (the first reason); None when some point is
+
+    @property
+    def status(self) -> str:
+        """``usable`` (every measured point), ``partial`` (some left out) or ``unusable`` (none usable)."""
+        return "unusable" if self.unusable else "partial" if self.left_out else "usable"
+
+
+def _left_out(result: RunResult) -> dict[str, str]:
+    """The measured points a failed own check excludes, or whose load client set the pace
+    (``analysis.metrics.client_saturated``), each with why and what to change; in run order."""
+    out: dict[str, str] = {}
+    for c in result.failed_checks:
+        if c.point is not None and c.name in ck.POINT_EXCLUDING:
+            out.setdefault(c.point, f"{c.name}: {c.detail}")
+    for r in result.points:
+        if r.kind != "warmup" and r.client_saturated:
+            lag = (
+                f"event-loop lag p99 {r.client_lag_p99_ms:.1f} ms" if r.client_lag_p99_ms is not None else ""
+            )
+            why = f"client saturated ({lag}): {ck.CLIENT_FIX}"
+            out[r.point] = f"{out[r.point]}; {why}" if r.point in out else why
+    return {p: out[p] for p in (r.point for r in result.points) if p in out}
+
+
+def verdict(result: RunResult) -> Verdict:
+    """The run's verdict from its own checks: which measured points are left out and why, and whether none is
+    usable — a failed start-up check that excludes them all, or each measured point left out."""
+    measured = [r for r in result.points if r.kind != "warmup"]
+    left_out = _left_out(result)
+    for c in result.failed_checks:
+        if c.point is None and c.name in ck.STARTUP_EXCLUDING:
+            return Verdict(len(measured), left_out, f"start-up check {c.name} failed: {c.detail}")
+    unusable = None
+    if measured and all(r.point in left_out for r in measured):
+        row = measured[0]
+        cause = f"; first failed request: {row.first_error}" if row.first_error else ""
+        first = f"{row.point}: {left_out[row.point]}{cause}"
+        unusable = f"every measured point fails a gate that excludes it (first: {first})"
+    return Verdict(len(measured), left_out, unusable)
 
 
 def point_row(
@@ -739,19 +836,33 @@ def _close_quietly(streams: Sequence[Stream], run: Run) -> None:
         pass
 
 
-def execute_run(
-    plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None
-) -> RunResult:
+@dataclass
+class _Opened:
+    """A run that passed every check before the load and has its folder: what the protocol starts from."""
+
+    plan: Plan
+    plan_file: Path
+    spec: workload.WorkloadSpec
+    api_key: str | None
+    secrets: list[str]
+    console: Console
+    run: Run
+    name: str
+    server_mode: str
+
+
+def _open(plan_file: Path, raw_root: Path, console: Console) -> _Opened:
+    """The plan read and checked (values, API key, workload files, pre-flight: nothing is written before
+    these pass), the console scrubbed of the run's secrets, then the run's folder in the store."""
     plan = load_plan(plan_file)
     check_values(plan)  # numbers in range before the workload is built from them (a 2^70 token id)
-    console = console or Console(stderr=True)
     # the API key and the workload's files (dataset, tokenizer) are checked before anything is written
     api_key = workload.api_key(plan.load.api_key_env, os.environ)
     spec = workload.spec_from_plan(plan)
     workload.validate(spec, plan.model.token_id_low, plan.model.token_id_high)
     secrets = fingerprint.plan_secrets(api_key, plan.load.headers, plan.server)
     if secrets:  # a server's reply quoting the key reaches the screen too (abort reasons, log lines)
-        console.file = _ScrubbedFile(console.file, secrets)
+        console.file = cast(IO[str], _ScrubbedFile(console.file, secrets))  # it passes the rest through
     pf = preflight(plan, Path(raw_root))  # nothing is written before this passes
     for note in pf.notes:
         console.print(f"pre-flight: {note}", markup=False, highlight=False)
@@ -772,21 +883,22 @@ def execute_run(
         where = Path(raw_root) / plan.campaign / name
         raise RunError(f"{where}: cannot create the run folder ({io_reason(err)})") from err
     console.print(f"run {run.path}")
+    return _Opened(plan, plan_file, spec, api_key, secrets, console, run, name, meta["server_mode"])
+
+
+def _measure(
+    o: _Opened, clock: Clock, interrupts: Interrupts
+) -> tuple[_Protocol | None, str | None, Exception | None]:
+    """The protocol from the plan's copy to the last point: (its state, why it failed or None, a collector
+    bug to raise once the run is sealed). Every fault becomes the reason; none escapes before the seal."""
     proto: _Protocol | None = None
-    status, reason, crash = "complete", None, None
-    interrupts = Interrupts(on_hangup=lambda: setattr(console, "quiet", True))  # its terminal went away
-    interrupts.install()
+    reason, crash = None, None
     try:
-        run.copy_file("plan.toml", plan_file)  # a literal secret in it is scrubbed by the store
-        proto = _Protocol(plan, run, console, clock, spec, api_key, secrets, interrupts)
-        proto.events.emit(
-            "run_start",
-            plan=str(plan_file),
-            campaign=plan.campaign,
-            run=name,
-            server_mode=meta["server_mode"],
-        )
-        write_prediction(run, plan)
+        o.run.copy_file("plan.toml", o.plan_file)  # a literal secret in it is scrubbed by the store
+        proto = _Protocol(o.plan, o.run, o.console, clock, o.spec, o.api_key, o.secrets, interrupts)
+        proto.events.emit("run_start", plan=str(o.plan_file), campaign=o.plan.campaign, run=o.name,
+                          server_mode=o.server_mode)  # fmt: skip
+        write_prediction(o.run, o.plan)
         proto.start_server()
         proto.server_facts()
         proto.start_sampler()
@@ -803,37 +915,66 @@ def execute_run(
         reason = f"interrupted by {sig.name}{where}"
     except Exception as err:  # a collector bug: still stop the server and seal what was observed
         reason, crash = f"collector error: {type(err).__name__}: {err}", err
+    return proto, reason, crash
+
+
+def _with_io_error(reason: str | None, io_error: str | None) -> str | None:
+    """The run's reason with the store's failed write added (once)."""
+    if io_error is None or (reason is not None and io_error in reason):
+        return reason
+    return io_error if reason is None else f"{reason}; {io_error}"
+
+
+def _stop_and_seal(
+    o: _Opened, proto: _Protocol | None, reason: str | None, interrupts: Interrupts
+) -> tuple[str, str | None, str | None]:
+    """Stop the sampler and the server, write ``run_end`` and seal the run: (status, reason, why the seal
+    failed or None: the run then stays visibly unsealed)."""
     seal_error = None
+    status = "failed"
     try:
         if proto is not None:
             proto.stop()
     finally:
-        if proto is not None and proto.io_error and (reason is None or proto.io_error not in reason):
-            reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
+        reason = _with_io_error(reason, proto.io_error if proto else None)
         status = "failed" if reason else "complete"
         checks_failed = proto.checks_failed if proto else []
         if proto is not None:
             proto.events.emit("run_end", status=status, reason=reason, checks_failed=checks_failed)
             proto.events.close()
             if proto.io_error and proto.io_error not in (reason or ""):  # run_end itself could not be written
-                reason = proto.io_error if reason is None else f"{reason}; {proto.io_error}"
+                reason = _with_io_error(reason, proto.io_error)
                 status = "failed"
         try:
-            run.seal(status, note=reason, extra={"plan": _jsonable(plan), "checks_failed": checks_failed,
-                                                 "points_done": proto.points_done if proto else 0,
-                                                 "points_planned": len(plan.points)})  # fmt: skip
+            o.run.seal(status, note=reason, extra={"plan": _jsonable(o.plan), "checks_failed": checks_failed,
+                                                   "points_done": proto.points_done if proto else 0,
+                                                   "points_planned": len(o.plan.points)})  # fmt: skip
         except (OSError, StoreError) as err:
             seal_error = io_reason(err) if isinstance(err, OSError) else str(err)
-            _close_quietly(proto.streams if proto else [], run)
+            _close_quietly(proto.streams if proto else [], o.run)
         interrupts.restore()
+    return status, reason, seal_error
+
+
+def execute_run(
+    plan_file: Path, raw_root: Path, clock: Clock = SYSTEM_CLOCK, console: Console | None = None
+) -> RunResult:
+    """Measure a server by ``plan_file`` into a new sealed run under ``raw_root`` (the module's steps); a run
+    that failed is sealed ``failed`` and raised as RunError with the result's line."""
+    o = _open(plan_file, raw_root, console or Console(stderr=True))
+    interrupts = Interrupts(on_hangup=lambda: setattr(o.console, "quiet", True))  # its terminal went away
+    interrupts.install()
+    proto, reason, crash = _measure(o, clock, interrupts)
+    status, reason, seal_error = _stop_and_seal(o, proto, reason, interrupts)
     if proto is not None and proto.rows:
-        console.print(summary_table(proto.rows))
+        o.console.print(summary_table(proto.rows))
     if crash is not None:
         raise crash
-    result = _scrubbed(RunResult(run.path, "failed" if seal_error else status, reason,
-                                 proto.points_done if proto else 0, len(plan.points), checks_failed,
-                                 proto.failed_checks if proto else [], proto.rows if proto else []),
-                       secrets)  # fmt: skip
+    result = _scrubbed(RunResult(o.run.path, "failed" if seal_error else status, reason,
+                                 proto.points_done if proto else 0, len(o.plan.points),
+                                 proto.checks_failed if proto else [], proto.failed_checks if proto else [],
+                                 proto.rows if proto else [], proto.vllm_bench if proto else {}),
+                       o.secrets)  # fmt: skip
     if seal_error:
         raise RunError(f"{result}; not sealed ({seal_error}): the run stays visibly interrupted")
     if status == "failed":

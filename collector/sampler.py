@@ -28,7 +28,7 @@ NVIDIA_SMI_QUERY = (
 )
 
 
-class ScrapeLog:
+class ScrapeWriter:
     """Serialises writes to the scrapes stream (the sampler thread and point-boundary scrapes share it).
 
     A failed write (disk full) goes to ``on_error`` (the run aborts, failed, with the reason) instead of
@@ -161,7 +161,7 @@ class Sampler:
         self,
         base_url: str,
         interval_s: float,
-        log: ScrapeLog,
+        log: ScrapeWriter,
         emit: Callable[..., None],
         *,
         metrics: bool = True,
@@ -185,7 +185,7 @@ class Sampler:
 
     def stop(self, wait_s: float | None = None) -> None:
         """Stop and join, waiting at most ``wait_s`` (default: a scrape's whole deadline) for a scrape in
-        flight; the thread is a daemon, and the run's ScrapeLog drops what it writes after the run closed
+        flight; the thread is a daemon, and the run's ScrapeWriter drops what it writes after the run closed
         it."""
         self._stop.set()
         self._thread.join(timeout=self.deadline_s + 1.0 if wait_s is None else wait_s)

@@ -200,7 +200,8 @@ class ServerProcess:
             self._threads.append(t)
 
     def _pump_log(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdout is not None and self._log_stream is not None
+        stream = self._log_stream  # a started server's log always has a stream (an attached one has no pump)
         fd = self.proc.stdout.fileno()
         failed = False
         while chunk := os.read(fd, _READ):
@@ -208,7 +209,7 @@ class ServerProcess:
             if failed:
                 continue  # keep draining: a server blocked on a full pipe would hang the run
             try:
-                self._log_stream.write(chunk)
+                stream.write(chunk)
             except OSError as err:  # disk full: the run ends as failed; the server must not block meanwhile
                 failed = True
                 if self._on_log_error is not None:
@@ -358,7 +359,7 @@ class ServerProcess:
 
     def _release_watchdog(self) -> None:
         wd, self._watchdog = self._watchdog, None
-        if wd is None:
+        if wd is None or wd.stdin is None:
             return
         try:
             wd.stdin.write(b"x")  # released: the server was stopped on purpose
@@ -642,8 +643,8 @@ def first_error_line(log_path: Path, limit: int = 200) -> str:
                         first_err = line
     except OSError as err:
         return f"cannot read it ({err.strerror})"
-    line = first_err or last
-    return _clip(line, limit) if line else "the log is empty"
+    why = first_err or last
+    return _clip(why, limit) if why else "the log is empty"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -42,13 +42,31 @@ from typing import Any
 
 import numpy as np
 
-from collector.modelgen import bytes_to_unicode
 from collector.raw.errors import PlanError
 from collector.raw.plan import Plan
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 # seed streams (numpy SeedSequence entropy [seed, STREAM]): one per kind of draw
 _INPUT_LEN, _OUTPUT_LEN, _PREFIX, _DATASET, _VARIABLE_IDS = 1, 2, 3, 4, 5
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable unicode character map (byte-level BPE alphabet): how byte-level
+    BPE vocabularies spell single bytes (collector.init reads a served vocabulary with it, collector.modelgen
+    writes one)."""
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
 
 
 # ------------------------------------------------------------------------------------------ lengths

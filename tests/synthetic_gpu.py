@@ -14,9 +14,9 @@ from pathlib import Path
 from analysis import metrics, theory
 from analysis.model_config import load_model_config
 from collector.ceilings import store_run
-from collector.plan import plan_data
 from collector.raw.records import RequestRecord
 from collector.raw.store import RawStore
+from collector.theory_sheet import SheetInputs, theory_sheet
 
 CAMPAIGN = "h200-synth"
 KV_BYTES_PER_TOKEN = 2 * 28 * 4 * 128 * 2
@@ -109,7 +109,8 @@ def own_run(store: RawStore, run_name: str, fmt: str) -> None:
         "block_size": 16,
     }
     run.write_json(
-        "prediction.json", {"v": 1, "inputs": inputs, "prediction": plan_data(**inputs), "error": None}
+        "prediction.json",
+        {"v": 1, "inputs": inputs, "prediction": theory_sheet(SheetInputs(**inputs)), "error": None},
     )
     run.write_json("fingerprint/summary.json", {"gpus": [{"name": "NVIDIA H200"}], "engine": "llamacpp"})
     w_mib = theory.weight_bytes(load_model_config("Qwen2.5-7B-Instruct"), fmt) / 2**20

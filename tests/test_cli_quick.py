@@ -15,9 +15,11 @@ from pathlib import Path
 
 from analysis import metrics
 from analysis.parse.bench_json import parse_bench_json
+from analysis.reconcile import gates
+from collector import checks as ck
 from collector import cli
 from collector.raw.plan import load_plan
-from collector.run import PointRow, RunResult
+from collector.run import PointRow, RunResult, verdict
 from tests.cli import ROOT, collector_cli
 
 # vllm bench serve's default --save-result name:
@@ -39,6 +41,19 @@ def test_help_imports_no_heavy_library():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in p.stdout, p.stdout + p.stderr
     assert "run" in p.stdout and "analyze" in p.stdout
+
+
+def test_the_shipped_commands_import_no_lab_tooling():
+    """Engine builds (collector.engines) and random-weight model writers (collector.modelgen) serve tests,
+    benchmarks and scripts only: no module behind a `collector` command imports them (init and run did,
+    for GPT-2's byte alphabet)."""
+    mods = ["collector.cli", "collector.run", "collector.init", "collector.quick", "collector.importer",
+            "collector.inspect", "collector.theory_sheet", "collector.stepcost"]  # fmt: skip
+    code = f"import importlib, sys\nfor m in {mods!r}: importlib.import_module(m)\n" + (
+        "print('LAB', sorted(m for m in ('collector.engines', 'collector.modelgen') if m in sys.modules))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "LAB []" in p.stdout, p.stdout + p.stderr
 
 
 def test_default_percentiles_are_the_analysis_ones():
@@ -130,11 +145,24 @@ def _row(point: str, saturated: bool | None, kind: str = "concurrency") -> Point
 
 def test_points_the_client_paced_are_named_with_the_fix():
     res = _result([_row("p00-warmup", True, "warmup"), _row("p01-a", False), _row("p02-b", True)])
-    left = cli.excluded_points(res)
+    v = verdict(res)
+    left = v.left_out
     assert list(left) == ["p02-b"] and "client saturated (event-loop lag p99 12.0 ms)" in left["p02-b"]
-    assert "[load] shards" in left["p02-b"] and cli.unusable(res) is None
-    every = _result([_row("p01-a", True), _row("p02-b", True)])
-    assert cli.unusable(every).startswith("every measured point fails a gate that excludes it (first: p01-a")
+    assert "[load] shards" in left["p02-b"] and v.unusable is None and v.status == "partial"
+    every = verdict(_result([_row("p01-a", True), _row("p02-b", True)]))
+    assert every.status == "unusable"
+    assert every.unusable.startswith("every measured point fails a gate that excludes it (first: p01-a")
+    assert verdict(_result([_row("p01-a", False)])).status == "usable"
+
+
+def test_the_collectors_excluding_checks_are_the_gates_analysis_excludes_by():
+    """The run's exit status comes from the collector's own checks (collector.checks.POINT_EXCLUDING,
+    STARTUP_EXCLUDING); analysis gates on the same checks: the two must agree on what leaves a point out."""
+    check_gate = {**gates.OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}
+    excluding = {c for c, g in check_gate.items() if gates.SEVERITY[g] == "exclude"}
+    assert excluding == ck.POINT_EXCLUDING
+    assert {c for c in ck.STARTUP_EXCLUDING if gates.SEVERITY[c] == "exclude"} == ck.STARTUP_EXCLUDING
+    assert gates.SEVERITY["client_not_saturated"] == "exclude"  # verdict leaves a client-paced point out
 
 
 def test_goodput_flags_read_as_vllm_spells_them():

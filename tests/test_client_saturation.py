@@ -9,7 +9,6 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from analysis import metrics
 from analysis.campaign import iter_points, load_campaign
 from analysis.reconcile import gates
 from benchmarks.metronome import MetronomeProcess, collector_plan
-from collector.loadgen import Abort, LagProbe, run_load, run_point, shards_for
+from collector.loadgen import Abort, LagProbe, Listeners, LoadSettings, run_load, run_point, shards_for
 from collector.raw.plan import PointPlan
 from collector.raw.records import EventRecord, RequestRecord
 from collector.run import execute_run
@@ -30,15 +29,16 @@ def _point(c: int, n: int, out: int) -> PointPlan:
                      output_len=out, seed=1, expect_preemptions="any")  # fmt: skip
 
 
-def _client_args(url: str, recs: list[RequestRecord]) -> dict[str, Any]:
+def _client_args(url: str, recs: list[RequestRecord]) -> tuple[LoadSettings, Listeners, Abort]:
     """run_point's / run_load's arguments against the metronome at ``url``, records appended to ``recs``."""
-    return dict(base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={}, plan_extra={},
-                request_timeout_s=60, read_timeout_s=30, sink=recs.append, abort=Abort())  # fmt: skip
+    settings = LoadSettings(base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={},
+                            plan_extra={}, request_timeout_s=60, read_timeout_s=30)  # fmt: skip
+    return settings, Listeners(sink=recs.append), Abort()
 
 
 def _run_point(url: str, pt: PointPlan) -> tuple[list[RequestRecord], object]:
     recs: list[RequestRecord] = []
-    out = asyncio.run(run_point(pt, **_client_args(url, recs)))
+    out = asyncio.run(run_point(pt, *_client_args(url, recs)))
     return recs, out
 
 
@@ -107,7 +107,7 @@ def test_an_overloaded_client_point_is_flagged(tmp_path):
 def test_a_point_sharded_over_processes_records_every_request_once():
     recs: list[RequestRecord] = []
     with MetronomeProcess(free_port(), first_token_ms=5, interval_ms=2) as m:
-        out = asyncio.run(run_load(_point(5, 12, 10), shards=2, **_client_args(m.url, recs)))
+        out = asyncio.run(run_load(_point(5, 12, 10), *_client_args(m.url, recs), shards=2))
         log = m.log()
     assert out.ok == out.sent == out.finished == 12 and out.aborted is None
     assert sorted(r.index for r in recs) == list(range(12)) and sorted({r.worker for r in recs}) == list(

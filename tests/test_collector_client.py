@@ -12,8 +12,8 @@ import json
 import httpx
 import pytest
 
-from collector.client import stream_completion
-from collector.loadgen import Abort, run_point
+from collector.client import build_request, stream_completion
+from collector.loadgen import Abort, Listeners, LoadSettings, run_point
 from collector.raw.plan import PointPlan
 from collector.raw.records import RequestRecord
 from collector.workload import completion_body, prompt_token_ids
@@ -42,8 +42,8 @@ def _one(
     async def go():
         body = completion_body("m", list(range(40, 40 + prompt_len)), max_tokens, extra or {}, {})
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=read_timeout_s)) as c:
-            return await stream_completion(c, f"{server.url}/v1/completions", body, META,
-                                           request_timeout_s=request_timeout_s)  # fmt: skip
+            request = build_request(c, f"{server.url}/v1/completions", body)
+            return await stream_completion(c, request, META, request_timeout_s=request_timeout_s)
 
     return asyncio.run(go())
 
@@ -128,9 +128,11 @@ def test_cancelled_request_leaves_its_partial_record(server):
                 task.cancel()
 
         async with httpx.AsyncClient() as c:
-            task = asyncio.create_task(stream_completion(
-                c, f"{server.url}/v1/completions", body, {**META, "_sink": seen.append},
-                request_timeout_s=30, on_chunk=on_chunk))  # fmt: skip
+            request = build_request(c, f"{server.url}/v1/completions", body)
+            meta = {**META, "_sink": seen.append}
+            task = asyncio.create_task(
+                stream_completion(c, request, meta, request_timeout_s=30, on_chunk=on_chunk)
+            )
             with pytest.raises(asyncio.CancelledError):
                 await task
 
@@ -163,15 +165,9 @@ def test_closed_loop_keeps_concurrency_and_records_every_request(server):
     async def go():
         return await run_point(
             _point(3, 10),
-            base_url=server.url,
-            model="m",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=10,
-            read_timeout_s=5,
-            sink=recs.append,
-            abort=Abort(),
+            LoadSettings(server.url, "m", (32, 127), {}, {}, request_timeout_s=10, read_timeout_s=5),
+            Listeners(sink=recs.append),
+            Abort(),
         )
 
     out = asyncio.run(go())
@@ -190,15 +186,9 @@ def test_abort_stops_sending_and_records_in_flight_requests(server):
         asyncio.get_running_loop().call_later(0.3, abort.set, "test abort")
         return await run_point(
             _point(2, 50, output_len=400),
-            base_url=server.url,
-            model="m",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=30,
-            read_timeout_s=5,
-            sink=recs.append,
-            abort=abort,
+            LoadSettings(server.url, "m", (32, 127), {}, {}, request_timeout_s=30, read_timeout_s=5),
+            Listeners(sink=recs.append),
+            abort,
         )
 
     out = asyncio.run(go())
@@ -215,15 +205,9 @@ def test_unreachable_server_aborts_the_point():
     async def go():
         return await run_point(
             _point(2, 40),
-            base_url=s.url,
-            model="m",
-            token_id_range=(32, 127),
-            engine_extra={},
-            plan_extra={},
-            request_timeout_s=5,
-            read_timeout_s=5,
-            sink=recs.append,
-            abort=Abort(),
+            LoadSettings(s.url, "m", (32, 127), {}, {}, request_timeout_s=5, read_timeout_s=5),
+            Listeners(sink=recs.append),
+            Abort(),
         )
 
     out = asyncio.run(go())
@@ -262,7 +246,8 @@ def test_llamacpp_last_event_is_not_counted_twice():
 
     async def go():
         async with httpx.AsyncClient(transport=transport) as c:
-            return await stream_completion(c, "http://x/v1/completions", {}, META, request_timeout_s=5)
+            request = build_request(c, "http://x/v1/completions", {})
+            return await stream_completion(c, request, META, request_timeout_s=5)
 
     rec = asyncio.run(go())
     assert rec.error_kind is None and rec.token_count_source == "timings"

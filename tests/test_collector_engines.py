@@ -44,7 +44,7 @@ def _assert_clean_campaign(res, n_points: int) -> list:
     # when it falls behind: seen under CPU contention, 1..6 tokens per chunk)
     assert all(sum(r.chunk_tokens) == r.max_tokens and min(r.chunk_tokens) >= 0 for r in reqs)
     assert all(r.prompt_tokens == r.input_len and r.completion_tokens == r.max_tokens for r in reqs)
-    assert len(list((run / "bench").glob("*.json"))) == n_points
+    assert len(res.vllm_bench) == n_points and not (run / "bench").exists()  # raw/ holds observations only
     ev = parse_events_jsonl(run / "events.jsonl")
     names = {c.name for c in checks(ev) if c.scope == "startup" and c.ok}
     assert {"health", "kv_pool", "prefix_caching_off", "greedy_sampling"} <= names

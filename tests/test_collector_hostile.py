@@ -32,7 +32,7 @@ from collector import bounded_http
 from collector.raw.errors import RunError
 from collector.raw.store import verify
 from collector.run import execute_run
-from collector.sampler import Sampler, ScrapeLog
+from collector.sampler import Sampler, ScrapeWriter
 from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +148,7 @@ def test_bounded_get_and_the_sampler_stop_on_a_trickling_metrics(fault_server):
             bounded_http.get(c, f"{srv.url}/metrics", deadline_s=1.0)
         assert time.monotonic() - t0 < 2.5
     got: list[dict] = []
-    log = ScrapeLog(type("Stream", (), {"write_json": lambda self, obj: got.append(obj)})())
+    log = ScrapeWriter(type("Stream", (), {"write_json": lambda self, obj: got.append(obj)})())
     sampler = Sampler(srv.url, 0.2, log, lambda *a, **k: None)
     sampler.start()
     deadline = time.monotonic() + 10

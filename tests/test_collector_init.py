@@ -35,9 +35,9 @@ from collector.init import (
     vocab_from_config,
     vocab_from_tokenizer_json,
 )
-from collector.plan import plan_data
 from collector.raw.errors import PlanError
 from collector.raw.plan import load_plan, parse_plan
+from collector.theory_sheet import SheetInputs, theory_sheet
 from tests import engine_cache
 
 # Public config.json contents (the Hub files, as copied into ai-dynamo/aiconfigurator's model_configs/ and
@@ -194,14 +194,14 @@ def test_every_nvidia_smi_name_points_at_an_entry():
 def test_amd_instinct_entries_plan_and_hold_what_an_nvidia_card_cannot():
     # MI300X: 5.3 TB/s, 1307.4 TFLOPS dense BF16; DeepSeek-V2-Lite's 29 GiB of bf16 weights leave it a pool
     # 14 GiB over the H200's (the difference in memory less nothing else)
-    mi300x = plan_data("DeepSeek-V2-Lite", "AMD Instinct MI300X")
-    h200 = plan_data("DeepSeek-V2-Lite", "h200")
+    mi300x = theory_sheet(SheetInputs("DeepSeek-V2-Lite", "AMD Instinct MI300X"))
+    h200 = theory_sheet(SheetInputs("DeepSeek-V2-Lite", "h200"))
     assert mi300x["gpu_bandwidth_bytes_per_s"] == 5.3e12 and mi300x["gpu_bf16_flops_per_s"] == 1307.4e12
     extra = mi300x["kv_pool_bytes"] - h200["kv_pool_bytes"]
     assert extra == pytest.approx(0.9 * (196592 - 143771) * MIB)
     assert (
-        plan_data("Qwen3-30B-A3B", "mi325x")["decode_step_floor_ms"]
-        < plan_data("Qwen3-30B-A3B", "mi300x")["decode_step_floor_ms"]
+        theory_sheet(SheetInputs("Qwen3-30B-A3B", "mi325x"))["decode_step_floor_ms"]
+        < theory_sheet(SheetInputs("Qwen3-30B-A3B", "mi300x"))["decode_step_floor_ms"]
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.parse.bench_json import parse_bench_json
+from analysis.parse.bench_json import parse_bench_json_bytes
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
@@ -60,8 +60,9 @@ def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path, make_plan):
     assert ticks and all(s.ok for s in scrapes)
     assert [s.k for s in ticks] == sorted({s.k for s in ticks})
     assert {s.tag for s in scrapes} >= {"startup", "point_start", "point_end", "tick"}
-    bench = sorted((run / "bench").glob("*.json"))
-    assert len(bench) == 3 and parse_bench_json(bench[-1]).completed == 12
+    # each point in vllm bench serve's schema, in the result and not in raw/ (observations only)
+    assert not (run / "bench").exists() and len(res.vllm_bench) == 3
+    assert parse_bench_json_bytes(json.dumps(res.vllm_bench[max(res.vllm_bench)]).encode()).completed == 12
     # prediction.json is written before the first request is sent
     journal = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
     pred_at = next(j["written_at"]["unix_ns"] for j in journal if j["path"] == "prediction.json")
@@ -108,7 +109,7 @@ def test_http_errors_are_recorded_and_fail_the_point_checks(tmp_path, make_plan)
     assert any(r.http_status == 500 for r in reqs)
     failed = {c.name for c in checks(parse_events_jsonl(res.path / "events.jsonl")) if c.ok is False}
     assert {"failures", "completed_vs_sent"} <= failed
-    summary = parse_bench_json(sorted((res.path / "bench").glob("*.json"))[-1])
+    summary = parse_bench_json_bytes(json.dumps(res.vllm_bench[max(res.vllm_bench)]).encode())
     assert summary.failed == sum(1 for r in reqs if not r.ok and r.point.startswith("p02"))
 
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.plan import plan_data
+from collector.theory_sheet import SheetInputs, theory_sheet
 from tests.cli import collector_cli
 
 REQUIRED_KEYS = {
@@ -92,7 +92,7 @@ def test_json_has_the_keys_and_hand_checked_values():
 
 
 def test_estimated_pool_is_labelled():
-    d = plan_data("qwen2.5-7b", "rtx4090")
+    d = theory_sheet(SheetInputs("qwen2.5-7b", "rtx4090"))
     assert d["kv_pool_source"] == "estimated"
     assert d["kv_pool_bytes"] == 0.9 * 24564 * 2**20 - 7_615_616_512 * 2 - 2**30
     assert d["max_model_len"] == 32768 and d["max_model_len_source"] == "config max_position_embeddings"
@@ -171,13 +171,15 @@ def test_bad_numbers_are_refused():
 
 
 def test_llama_cpp_slots_in_the_dict():
-    d = plan_data(
-        "qwen2.5-7b",
-        "rtx4090",
-        weight_format="q4_k_m",
-        kv_dtype="fp16",
-        llama_cpp_ctx_total=262_144,
-        llama_cpp_slots=64,
+    d = theory_sheet(
+        SheetInputs(
+            "qwen2.5-7b",
+            "rtx4090",
+            weight_format="q4_k_m",
+            kv_dtype="fp16",
+            llama_cpp_ctx_total=262_144,
+            llama_cpp_slots=64,
+        )
     )
     assert d["llama_cpp_n_ctx_slot"] == 4096  # the reference server logged n_ctx_slot = 4096
     assert d["llama_cpp_kv_bytes"] == 262_144 * 2 * 28 * 4 * 128 * 2
@@ -199,8 +201,10 @@ def test_cpu_has_no_floor_but_keeps_the_config_theory():
 
 
 def test_llamacpp_pool_is_its_context_cells_whatever_the_device():
-    d = plan_data(
-        "Qwen2.5-0.5B-Instruct", "cpu", max_model_len=1024, llama_cpp_ctx_total=8192, llama_cpp_slots=8
+    d = theory_sheet(
+        SheetInputs(
+            "Qwen2.5-0.5B-Instruct", "cpu", max_model_len=1024, llama_cpp_ctx_total=8192, llama_cpp_slots=8
+        )
     )
     assert d["kv_pool_source"] == "llama.cpp -c"
     assert d["kv_pool_bytes"] == 8192 * 12_288  # -c cells x (24 x 2 x 64 x 2 x 2 B)
@@ -222,4 +226,4 @@ def test_plan_takes_todays_shapes_and_says_what_its_theory_covers(model, covers)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "== Decode floor ==" in out and "== What the theory covers here ==" in out and covers in out
-    assert plan_data(model, "h200")["theory_notes"]  # the same notes in prediction.json
+    assert theory_sheet(SheetInputs(model, "h200"))["theory_notes"]  # the same notes in prediction.json

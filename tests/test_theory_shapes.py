@@ -29,8 +29,8 @@ import pytest
 
 from analysis import theory as th
 from analysis.model_config import load_model_config, model_config_from_dict
-from collector.plan import plan_data
 from collector.raw.errors import PlanError
+from collector.theory_sheet import SheetInputs, theory_sheet
 
 # name -> (total, active, active counts the embedding table, relative tolerance = the published rounding)
 PUBLISHED = {
@@ -149,7 +149,7 @@ def test_windowed_causal_prefill_counts_each_querys_keys():
 def test_a_predictions_config_rebuilds_the_same_shape(name):
     """analysis reads a run's model from prediction.json's "config" (theoryctx): the MoE, MLA and window keys
     travel there by their config.json names, so the run is reconciled against the same theory."""
-    data = plan_data(name, "h200")
+    data = theory_sheet(SheetInputs(name, "h200"))
     cfg = model_config_from_dict(
         {**data["config"], "model_type": data["model_type"]}, name=name, source=Path("p")
     )

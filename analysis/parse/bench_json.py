@@ -284,8 +284,8 @@ def _array(key: str, kind: str, v: Any, path: str, text: str) -> list[Any]:
     return out
 
 
-def parse_bench_json_bytes(data: bytes, path: str | Path = "<bytes>") -> BenchResult:
-    path = str(path)
+def _json_object(data: bytes, path: str) -> tuple[str, dict[str, Any]]:
+    """The file's text and its JSON object, holding every key a `vllm bench serve` result must have."""
     if not data.strip():
         raise ParseError(path, None, "empty file")
     text = decode_text(data, path)
@@ -300,6 +300,32 @@ def parse_bench_json_bytes(data: bytes, path: str | Path = "<bytes>") -> BenchRe
     for key in _REQUIRED:
         if key not in obj:
             raise ParseError(path, 1, f"missing key {key!r}: not a `vllm bench serve` result")
+    return text, obj
+
+
+def _latency_value(latency: dict[str, LatencyStats], m: re.Match[str], v: Any, path: str, text: str) -> None:
+    """One ``<stat>_<metric>_ms`` key (mean, median, std or a percentile) into its metric's statistics."""
+    stat, pct, metric = m.group(1), m.group(2), m.group(3)
+    if v is None:
+        return
+    if not _is_num(v) or not _value_ok(v):
+        want = "a finite number >= 0" if _is_num(v) else "a number"
+        key = m.group(0)
+        raise ParseError(path, _key_line(text, key), f"key {key!r} should be {want}, got {clip(repr(v), 60)}")
+    s = latency.setdefault(metric, LatencyStats())
+    if pct is not None:
+        s.percentiles_ms[float(pct)] = float(v)
+    elif stat == "mean":
+        s.mean_ms = float(v)
+    elif stat == "median":
+        s.median_ms = float(v)
+    else:
+        s.std_ms = float(v)
+
+
+def parse_bench_json_bytes(data: bytes, path: str | Path = "<bytes>") -> BenchResult:
+    path = str(path)
+    text, obj = _json_object(data, path)
     values: dict[str, Any] = {}
     latency: dict[str, LatencyStats] = {}
     extra: dict[str, Any] = {}
@@ -307,32 +333,13 @@ def parse_bench_json_bytes(data: bytes, path: str | Path = "<bytes>") -> BenchRe
         if key in _SCALARS:
             name, kind = _SCALARS[key]
             values[name] = _scalar(key, kind, v, path, text)
-            continue
-        if key in _ARRAYS:
+        elif key in _ARRAYS:
             name, kind = _ARRAYS[key]
             values[name] = _array(key, kind, v, path, text)
-            continue
-        m = _STAT_KEY.match(key)
-        if m:
-            stat, pct, metric = m.group(1), m.group(2), m.group(3)
-            if v is None:
-                continue
-            if not _is_num(v) or not _value_ok(v):
-                want = "a finite number >= 0" if _is_num(v) else "a number"
-                raise ParseError(
-                    path, _key_line(text, key), f"key {key!r} should be {want}, got {clip(repr(v), 60)}"
-                )
-            s = latency.setdefault(metric, LatencyStats())
-            if pct is not None:
-                s.percentiles_ms[float(pct)] = float(v)
-            elif stat == "mean":
-                s.mean_ms = float(v)
-            elif stat == "median":
-                s.median_ms = float(v)
-            else:
-                s.std_ms = float(v)
-            continue
-        extra[key] = v
+        elif m := _STAT_KEY.match(key):
+            _latency_value(latency, m, v, path, text)
+        else:
+            extra[key] = v
     if values.get("completed") is None or values.get("duration_s") is None:
         raise ParseError(path, 1, "keys 'completed' and 'duration' must not be null")
     return BenchResult(path=path, latency=latency, extra=extra, **values)

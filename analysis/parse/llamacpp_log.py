@@ -212,8 +212,15 @@ def _slot_line(st: _State, no: int, t: float | None, m: re.Match[str]) -> None:
         _strict(path, no, "launch", body, "processing task[, is_child = N]")
         st.log.launches.append(SlotLaunch(no, t, slot_id, task_id))
         return
-    if func != "print_timing":
-        return
+    if func == "print_timing":
+        _timing_line(st, no, t, key, body)
+
+
+def _timing_line(st: _State, no: int, t: float | None, key: tuple[int, int], body: str) -> None:
+    """One line of a slot's ``print_timing`` block: prompt eval, eval, total, graphs reused, progress; any
+    other (speculative-decoding stats in newer builds) is kept, not dropped."""
+    path = st.path
+    slot_id, task_id = key
     if body.startswith("prompt eval time"):
         if key in st.open:
             raise ParseError(
@@ -226,8 +233,7 @@ def _slot_line(st: _State, no: int, t: float | None, m: re.Match[str]) -> None:
         st.open[key] = SlotTiming(
             no, t, slot_id, task_id, _f(r["ms"]), int(r["n"]), _f(r["mspt"]), _f(r["tps"])
         )
-        return
-    if body.startswith("eval time"):
+    elif body.startswith("eval time"):
         block = st.open.get(key)
         if block is None or block.eval_ms is not None:
             raise ParseError(
@@ -236,56 +242,60 @@ def _slot_line(st: _State, no: int, t: float | None, m: re.Match[str]) -> None:
         r = _strict(path, no, "eval", body, "eval time = X ms / N tokens (…)")
         block.eval_ms, block.eval_tokens = _f(r["ms"]), int(r["n"])
         block.eval_ms_per_token, block.eval_tokens_per_s = _f(r["mspt"]), _f(r["tps"])
-        return
-    if body.startswith("total time"):
-        block = st.open.get(key)
-        if block is None or block.eval_ms is None:
-            raise ParseError(
-                path, no, f"'total time' for slot {slot_id} task {task_id} without its eval lines"
-            )
-        r = _strict(path, no, "total", body, "total time = X ms / N tokens")
-        block.total_ms, block.total_tokens = _f(r["ms"]), int(r["n"])
-        del st.open[key]
-        st.log.timings.append(block)
-        st.last_done[key] = block
-        return
-    if body.startswith("graphs reused"):
+    elif body.startswith("total time"):
+        _total_line(st, no, key, body)
+    elif body.startswith("graphs reused"):
         r = _strict(path, no, "graphs", body, "graphs reused = N")
-        block = st.last_done.get(key)
-        if block is None or block.graphs_reused is not None:
+        done = st.last_done.get(key)
+        if done is None or done.graphs_reused is not None:
             raise ParseError(
                 path, no, f"'graphs reused' for slot {slot_id} task {task_id} outside a timing block"
             )
-        block.graphs_reused = int(r["n"])
-        return
-    if body.startswith("n_gen ="):
+        done.graphs_reused = int(r["n"])
+    elif body.startswith("n_gen ="):
         r = _strict(path, no, "progress", body, "n_gen = N, tg = X t/s, tg_3s = Y t/s")
         st.log.progress.append(SlotProgress(no, t, slot_id, task_id, int(r["n"]), _f(r["tg"]), _f(r["tg3"])))
-        return
-    # Anything else print_timing says (speculative-decoding stats in newer builds) is kept, not dropped.
-    target = st.open.get(key) or st.last_done.get(key)
-    if target is not None:
-        k, _, v = body.partition("=")
-        target.extra[k.strip() or body] = v.strip()
+    else:
+        target = st.open.get(key) or st.last_done.get(key)
+        if target is not None:
+            k, _, v = body.partition("=")
+            target.extra[k.strip() or body] = v.strip()
+
+
+def _total_line(st: _State, no: int, key: tuple[int, int], body: str) -> None:
+    """A timing block's ``total time`` line: the block is complete."""
+    block = st.open.get(key)
+    if block is None or block.eval_ms is None:
+        raise ParseError(st.path, no, f"'total time' for slot {key[0]} task {key[1]} without its eval lines")
+    r = _strict(st.path, no, "total", body, "total time = X ms / N tokens")
+    block.total_ms, block.total_tokens = _f(r["ms"]), int(r["n"])
+    del st.open[key]
+    st.log.timings.append(block)
+    st.last_done[key] = block
+
+
+def _server_line(st: _State, no: int, body: str) -> None:
+    """A ``srv`` line: the slots and their context at start-up, the model's path."""
+    path = st.path
+    if body.startswith("initializing, n_slots"):
+        r = _strict(
+            path, no, "init", body, "initializing, n_slots = N, n_ctx_slot = C, kv_unified = 'true|false'"
+        )
+        st.set("n_slots", int(r["n"]), no)
+        st.set("n_ctx_slot", int(r["c"]), no)
+        if r["u"] not in ("true", "false"):
+            raise ParseError(path, no, f"kv_unified should be 'true' or 'false', got {r['u']!r}")
+        st.set("kv_unified", r["u"] == "true", no)
+    elif body.startswith("loading model '"):
+        r = _strict(path, no, "loading", body, "loading model '<path>'")
+        st.set("model_path", r["p"], no)
 
 
 def _other_line(st: _State, no: int, msg: str) -> None:
     path = st.path
     m = _SRV.match(msg)
     if m:
-        body = m["body"].strip()
-        if body.startswith("initializing, n_slots"):
-            r = _strict(
-                path, no, "init", body, "initializing, n_slots = N, n_ctx_slot = C, kv_unified = 'true|false'"
-            )
-            st.set("n_slots", int(r["n"]), no)
-            st.set("n_ctx_slot", int(r["c"]), no)
-            if r["u"] not in ("true", "false"):
-                raise ParseError(path, no, f"kv_unified should be 'true' or 'false', got {r['u']!r}")
-            st.set("kv_unified", r["u"] == "true", no)
-        elif body.startswith("loading model '"):
-            r = _strict(path, no, "loading", body, "loading model '<path>'")
-            st.set("model_path", r["p"], no)
+        _server_line(st, no, m["body"].strip())
         return
     if " buffer size = " in msg and msg.endswith("MiB"):
         r = _strict(path, no, "buffer", msg, "<func>: <device> KV|model|compute|output buffer size = X MiB")

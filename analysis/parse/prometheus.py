@@ -177,55 +177,61 @@ def parse_prometheus_text(text: str, path: str | Path = "<text>", first_line: in
     path = str(path)
     if not text.strip():
         raise ParseError(path, first_line, "empty scrape")
-    lines = text.split("\n")
     samples: list[PromSample] = []
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-    for i, line in enumerate(lines):
+    for i, line in enumerate(text.split("\n")):
         no = first_line + i
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        try:
-            fams = list(text_string_to_metric_families(line + "\n"))
-        except Exception as err:  # noqa: BLE001 - any library failure on one line is that line's fault
-            raise ParseError(path, no, f"not a Prometheus sample ({err}): {clip(stripped)}") from None
-        got = [s for f in fams for s in f.samples]
-        if len(got) != 1:
-            raise ParseError(path, no, f"expected one sample on the line: {clip(stripped)}")
-        s = got[0]
+        s = _line_sample(path, no, line, stripped)
         key = (s.name, tuple(sorted(s.labels.items())))
         if key in seen:
             raise ParseError(path, no, f"sample {s.name}{dict(key[1])} repeats line {seen[key]}")
         seen[key] = no
-        ts = None
-        if s.timestamp is not None:
-            try:
-                ts = float(s.timestamp)
-            except (TypeError, ValueError):
-                raise ParseError(path, no, f"bad timestamp on sample {s.name}") from None
-        samples.append(PromSample(s.name, dict(s.labels), float(s.value), no, s.name, "unknown", ts))
+        samples.append(s)
     if not samples:
         raise ParseError(path, first_line, "scrape holds no samples")
     families: dict[str, tuple[str, str]] = {}
     owner: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, str]] = {}
     for f in _families(text, path, first_line):
         families[f.name] = (f.type, f.documentation or "")
-        for s in f.samples:
-            owner[(s.name, tuple(sorted(s.labels.items())))] = (f.name, f.type)
-    typed = []
-    for ps in samples:
-        fam, typ = owner.get((ps.name, tuple(sorted(ps.labels.items()))), (ps.name, "unknown"))
-        if math.isnan(ps.value) and typ == "counter":
-            raise ParseError(path, ps.line, f"counter {ps.name} is NaN")
-        if typ == "histogram" and ps.name.endswith("_bucket"):
-            try:
-                float(ps.labels["le"])
-            except (KeyError, ValueError):
-                raise ParseError(
-                    path, ps.line, f"histogram bucket {ps.name} has no valid 'le' label"
-                ) from None
-        typed.append(PromSample(ps.name, ps.labels, ps.value, ps.line, fam, typ, ps.timestamp_s))
+        for fs in f.samples:
+            owner[(fs.name, tuple(sorted(fs.labels.items())))] = (f.name, f.type)
+    typed = [_typed(path, ps, *owner.get((ps.name, tuple(sorted(ps.labels.items()))), (ps.name, "unknown")))
+             for ps in samples]  # fmt: skip
     return PromSnapshot(path=path, samples=typed, families=families)
+
+
+def _line_sample(path: str, no: int, line: str, stripped: str) -> PromSample:
+    """The one sample on a line (its family not known yet: typed ``unknown``)."""
+    try:
+        fams = list(text_string_to_metric_families(line + "\n"))
+    except Exception as err:  # noqa: BLE001 - any library failure on one line is that line's fault
+        raise ParseError(path, no, f"not a Prometheus sample ({err}): {clip(stripped)}") from None
+    got = [s for f in fams for s in f.samples]
+    if len(got) != 1:
+        raise ParseError(path, no, f"expected one sample on the line: {clip(stripped)}")
+    s = got[0]
+    ts = None
+    if s.timestamp is not None:
+        try:
+            ts = float(s.timestamp)
+        except (TypeError, ValueError):
+            raise ParseError(path, no, f"bad timestamp on sample {s.name}") from None
+    return PromSample(s.name, dict(s.labels), float(s.value), no, s.name, "unknown", ts)
+
+
+def _typed(path: str, ps: PromSample, fam: str, typ: str) -> PromSample:
+    """The sample with its family and type; a NaN counter or a bucket without a numeric ``le`` is an error."""
+    if math.isnan(ps.value) and typ == "counter":
+        raise ParseError(path, ps.line, f"counter {ps.name} is NaN")
+    if typ == "histogram" and ps.name.endswith("_bucket"):
+        try:
+            float(ps.labels["le"])
+        except (KeyError, ValueError):
+            raise ParseError(path, ps.line, f"histogram bucket {ps.name} has no valid 'le' label") from None
+    return PromSample(ps.name, ps.labels, ps.value, ps.line, fam, typ, ps.timestamp_s)
 
 
 def parse_prometheus_bytes(data: bytes, path: str | Path = "<bytes>") -> PromSnapshot:

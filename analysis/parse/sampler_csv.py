@@ -124,6 +124,20 @@ def _value(text: str) -> float | None:
     return float(t)  # ValueError on anything else, including ""
 
 
+def _cell(path: str, no: int, name: str, cell: str) -> float | None:
+    """One cell's number (None: not available); not a finite number, or negative in a known column, is an
+    error naming the column."""
+    try:
+        v = _value(cell)
+    except ValueError:
+        raise ParseError(path, no, f"column {name!r}: {cell!r} is not a number") from None
+    if v is not None and not math.isfinite(v):
+        raise ParseError(path, no, f"column {name!r}: {cell.strip()!r} is not a finite number")
+    if v is not None and v < 0 and name in COLUMNS:
+        raise ParseError(path, no, f"column {name!r}: {cell.strip()} is negative ({COLUMNS[name]} cannot be)")
+    return v
+
+
 def parse_sampler_csv_bytes(data: bytes, path: str | Path = "<bytes>") -> SamplerTable:
     path = str(path)
     lines = split_lines(data, path)
@@ -147,16 +161,7 @@ def parse_sampler_csv_bytes(data: bytes, path: str | Path = "<bytes>") -> Sample
             raise ParseError(path, no, f"ts {cells[0]!r} is not epoch seconds") from None
         row = SamplerRow(line=no, ts_ns=ts_ns, ts_s=ts_ns / 1e9)
         for name, cell in zip(header[1:], cells[1:], strict=True):
-            try:
-                v = _value(cell)
-            except ValueError:
-                raise ParseError(path, no, f"column {name!r}: {cell!r} is not a number") from None
-            if v is not None and not math.isfinite(v):
-                raise ParseError(path, no, f"column {name!r}: {cell.strip()!r} is not a finite number")
-            if v is not None and v < 0 and name in COLUMNS:
-                raise ParseError(
-                    path, no, f"column {name!r}: {cell.strip()} is negative ({COLUMNS[name]} cannot be)"
-                )
+            v = _cell(path, no, name, cell)
             if name in COLUMNS:
                 setattr(row, COLUMNS[name], v)
             else:

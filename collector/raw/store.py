@@ -653,7 +653,7 @@ LEVELS = ("problem", "unsealed", "abandoned", "note")
 
 
 @dataclass
-class Finding:
+class VerifyProblem:
     level: str
     path: str
     what: str
@@ -670,7 +670,7 @@ class VerifyReport:
     failed: int = 0  # sealed runs whose manifest says status failed
     abandoned: int = 0  # folders of a run creation that never finished (no run.json): not runs
     files: int = 0
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[VerifyProblem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -681,11 +681,11 @@ class VerifyReport:
         return self.runs - self.sealed
 
     @property
-    def problems(self) -> list[Finding]:
+    def problems(self) -> list[VerifyProblem]:
         return [f for f in self.findings if f.level == "problem"]
 
     def add(self, level: str, path: Path | str, what: str) -> None:
-        self.findings.append(Finding(level, str(path), what))
+        self.findings.append(VerifyProblem(level, str(path), what))
 
     def problem(self, path: Path | str, what: str) -> None:
         self.add("problem", path, what)

@@ -1,6 +1,8 @@
-"""`collector plan`: the theory for one model on one GPU, as a readable table or JSON.
+"""The theory sheet (`collector plan`, the command's name kept): the theory for one model on one GPU, as a
+readable table or JSON. Not a plan: "plan" names the plan.toml a run follows (``collector.raw.plan``).
 
-``plan_data`` returns the dict (``collector run`` writes it as prediction.json); ``plan`` renders it.
+``theory_sheet`` returns the dict (``collector run`` writes it as prediction.json); ``theory_sheet_text``
+renders it.
 Every number comes from ``analysis.theory``; this module only gathers and formats.
 """
 
@@ -9,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from analysis import theory as th
-from analysis.gpus import get_gpu
-from analysis.model_config import load_model_config
+from analysis.gpus import GpuSpec, get_gpu
+from analysis.model_config import ModelConfig, load_model_config
 from collector.raw.errors import PlanError
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -25,113 +29,105 @@ def _check_positive(name: str, value: int | float | None) -> None:
         raise PlanError(f"--{name.replace('_', '-')} must be positive, got {value}")
 
 
-def plan_data(
-    model: str,
-    gpu: str,
-    kv_pool_gib: float | None = None,
-    max_model_len: int | None = None,
-    kv_dtype: str = "bf16",
-    weight_format: str = "bf16",
-    block_size: int = 16,
+@dataclass(frozen=True)
+class SheetInputs:
+    """What the theory sheet is asked (prediction.json's ``inputs``): a model (bundled name or config.json
+    path) on a GPU, with the server's KV pool (``kv_pool_gib`` given, or llama.cpp's ``-c``/``-np``, else
+    estimated the vLLM way), context limit, KV and weight formats and KV block size."""
+
+    model: str
+    gpu: str
+    kv_pool_gib: float | None = None
+    max_model_len: int | None = None
+    kv_dtype: str = "bf16"
+    weight_format: str = "bf16"
+    block_size: int = 16
+    llama_cpp_ctx_total: int | None = None
+    llama_cpp_slots: int | None = None
+
+
+def theory_sheet(
+    inputs: SheetInputs,
     *,
     decode_context_tokens: int = DEFAULT_DECODE_CONTEXT_TOKENS,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     prefill_tokens: Sequence[int] | None = None,
-    llama_cpp_ctx_total: int | None = None,
-    llama_cpp_slots: int | None = None,
-) -> dict:
-    """The prediction for a model (bundled name or config.json path) on a GPU, as a JSON-ready dict.
+) -> dict[str, Any]:
+    """The prediction for a model on a GPU, as a JSON-ready dict.
 
     Keys are snake_case with units in the name. ``kv_pool_source`` says whether the pool was given
     (``--kv-pool-gib``) or estimated the vLLM way (``theory.estimated_kv_pool_bytes``).
     For a llama.cpp server pass its ``-c`` and ``-np`` (``llama_cpp_ctx_total``, ``llama_cpp_slots``) to get
     its KV buffer and per-slot context as well.
     """
-    _check_positive("kv_pool_gib", kv_pool_gib)
-    _check_positive("max_model_len", max_model_len)
-    _check_positive("block_size", block_size)
+    _check_positive("kv_pool_gib", inputs.kv_pool_gib)
+    _check_positive("max_model_len", inputs.max_model_len)
+    _check_positive("block_size", inputs.block_size)
     if decode_context_tokens < 0:
         raise PlanError(f"decode context must be >= 0 tokens, got {decode_context_tokens}")
-    cfg = load_model_config(model)
-    spec = get_gpu(gpu)
-    fmt = th.normalise_weight_format(weight_format)
-    kv_elem = th.kv_bytes_per_element(kv_dtype)
+    cfg = load_model_config(inputs.model)
+    spec = get_gpu(inputs.gpu)
+    fmt = th.normalise_weight_format(inputs.weight_format)
+    max_model_len, max_len_source = _max_model_len(cfg, inputs.max_model_len)
+    # a context or prompt longer than a request may be is not a prediction for this server
+    decode_context_tokens = min(decode_context_tokens, max_model_len)
+    prefill = sorted(
+        {min(s, max_model_len) for s in prefill_tokens or (DEFAULT_PREFILL_TOKENS, max_model_len)}
+    )
+    pool_bytes, pool_source = _pool(inputs, cfg, spec, th.weight_bytes(cfg, fmt))
+    pool_tokens = th.kv_pool_tokens(pool_bytes, th.kv_bytes_per_token(cfg, inputs.kv_dtype))
+    data = _model_data(cfg, spec, inputs.kv_dtype, fmt)
+    data["attention_flops_per_token_per_context_token"] = th.attention_flops_decode_per_token(cfg, 1)
+    data["flops_per_token_decode_at_context"] = th.flops_decode_per_token(cfg, decode_context_tokens)
+    data["attention_overtakes_weights_at_tokens"] = th.attention_overtakes_weights_at_tokens(cfg)
+    data["attention_overtakes_weights_prefill_at_tokens"] = th.attention_overtakes_weights_prefill_at_tokens(
+        cfg
+    )
+    data["attention_causal_halving"] = False
+    data["prefill"] = _prefill_rows(cfg, spec, prefill)
+    data |= _weights_data(cfg, fmt)
+    data |= _decode_data(cfg, spec, inputs.kv_dtype, fmt, batch_sizes, decode_context_tokens, pool_tokens)
+    data |= {"kv_pool_source": pool_source, "kv_pool_bytes": pool_bytes, "kv_pool_tokens": pool_tokens}
+    data |= _capacity_data(pool_bytes, pool_tokens, th.kv_bytes_per_token(cfg, inputs.kv_dtype),
+                           inputs.block_size, max_model_len, max_len_source)  # fmt: skip
+    data |= _shape_data(cfg, batch_sizes, pool_bytes, max_model_len, decode_context_tokens, inputs.kv_dtype)
+    data |= _llama_cpp_data(inputs, cfg)
+    data |= _pool_source_data(inputs, pool_source, th.kv_bytes_per_token(cfg, inputs.kv_dtype), max_model_len)
+    return data
 
-    by_component = th.params_by_component(cfg)
-    per_layer = th.params_per_layer_by_component(cfg)
-    total = th.params_total(cfg)
 
-    kv_bpt = th.kv_bytes_per_token(cfg, kv_dtype)
-    w_groups = th.weight_bytes_by_group(cfg, fmt)
-    w_bytes = th.weight_bytes(cfg, fmt)
-    w_read = th.weight_bytes_read_per_decode_step(cfg, fmt)
-    notes = cfg.family_notes
-    if notes and fmt in th.GGUF_FTYPES and not th.gguf_recipe_covers(cfg):
-        notes.append(
+def _max_model_len(cfg: ModelConfig, given: int | None) -> tuple[int, str]:
+    """The context limit and where it came from: given, else the config's ``max_position_embeddings``."""
+    if given is not None:
+        return given, "given"
+    if cfg.max_position_embeddings is None:
+        raise PlanError(f"{cfg.source}: no 'max_position_embeddings'; pass --max-model-len")
+    return cfg.max_position_embeddings, "config max_position_embeddings"
+
+
+def _pool(inputs: SheetInputs, cfg: ModelConfig, spec: GpuSpec, weight_bytes: float) -> tuple[float, str]:
+    """The KV pool in bytes and its source: given (``kv_pool_gib``), llama.cpp's ``-c`` (it allocates exactly
+    that many tokens of KV, whatever the card), else estimated from the datasheet memory the vLLM way."""
+    if inputs.kv_pool_gib is not None:
+        return inputs.kv_pool_gib * th.GIB, "given"
+    if inputs.llama_cpp_ctx_total:
+        return th.llama_cpp_kv_bytes(cfg, inputs.llama_cpp_ctx_total, inputs.kv_dtype), "llama.cpp -c"
+    if spec.memory_bytes is None:
+        raise PlanError(f"{spec.name} has no datasheet memory to estimate a KV pool from; pass --kv-pool-gib")
+    return th.estimated_kv_pool_bytes(spec.memory_bytes, weight_bytes), "estimated"
+
+
+def _model_data(cfg: ModelConfig, spec: GpuSpec, kv_dtype: str, fmt: str) -> dict[str, Any]:
+    """The model's shape, the GPU's datasheet, parameters, KV bytes per token and matmul FLOPs."""
+    fmt_notes = cfg.family_notes
+    if fmt_notes and fmt in th.GGUF_FTYPES and not th.gguf_recipe_covers(cfg):
+        fmt_notes.append(
             f"weights: {fmt} taken at its typical {th.GGUF_TYPICAL_BPW[fmt]} bits/weight (the per-tensor "
             "recipe covers dense grouped-query layers only)"
         )
-
-    if max_model_len is None:
-        if cfg.max_position_embeddings is None:
-            raise PlanError(f"{cfg.source}: no 'max_position_embeddings'; pass --max-model-len")
-        max_model_len, max_len_source = cfg.max_position_embeddings, "config max_position_embeddings"
-    else:
-        max_len_source = "given"
-    # a context or prompt longer than a request may be is not a prediction for this server
-    decode_context_tokens = min(decode_context_tokens, max_model_len)
-    if prefill_tokens is None:
-        prefill_tokens = (DEFAULT_PREFILL_TOKENS, max_model_len)
-    prefill_tokens = sorted({min(s, max_model_len) for s in prefill_tokens})
-
-    if kv_pool_gib is not None:
-        pool_bytes, pool_source = kv_pool_gib * th.GIB, "given"
-    elif llama_cpp_ctx_total:  # llama.cpp allocates exactly -c tokens of KV, whatever the card
-        pool_bytes, pool_source = th.llama_cpp_kv_bytes(cfg, llama_cpp_ctx_total, kv_dtype), "llama.cpp -c"
-    elif spec.memory_bytes is None:
-        raise PlanError(f"{spec.name} has no datasheet memory to estimate a KV pool from; pass --kv-pool-gib")
-    else:
-        pool_bytes, pool_source = th.estimated_kv_pool_bytes(spec.memory_bytes, w_bytes), "estimated"
-    pool_tokens = th.kv_pool_tokens(pool_bytes, kv_bpt)
-    num_blocks = th.vllm_num_gpu_blocks(pool_bytes, block_size, kv_bpt)
-
-    flops_matmul = th.flops_per_token_matmul(cfg)
-    flops_head = th.flops_per_token_lm_head(cfg)
-
-    bw, peak = spec.bandwidth_bytes_per_s, spec.bf16_flops_per_s
-    decode_rows = []
-    kv_seq = th.kv_bytes_per_sequence(cfg, decode_context_tokens, kv_dtype)
-    for batch in batch_sizes:
-        kv_read = th.kv_bytes_read_per_step(kv_seq, batch, 1)
-        w_read_b = th.weight_bytes_read_per_decode_step(cfg, fmt, batch)
-        step_s = th.decode_step_floor_s(w_read_b, kv_read, bw) if bw else None
-        flops = batch * th.flops_decode_per_token(cfg, decode_context_tokens)
-        decode_rows.append(
-            {
-                "batch": batch,
-                "weight_bytes_read_per_step": w_read_b,
-                "kv_bytes_read_per_step": kv_read,
-                "step_floor_ms": step_s * 1e3 if step_s else None,
-                "tokens_per_s": th.tokens_per_s(batch, step_s) if step_s else None,
-                "compute_floor_ms": th.decode_compute_floor_s(flops, peak) * 1e3 if peak else None,
-                "fits_kv_pool": batch * decode_context_tokens <= pool_tokens,
-            }
-        )
-    single = th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_seq, 1, 1), bw) if bw else None
-
-    prefill_rows = []
-    for s in prefill_tokens:
-        flops = th.flops_prefill(cfg, s)
-        prefill_rows.append(
-            {
-                "prompt_tokens": s,
-                "flops": flops,
-                "attention_flops": th.attention_flops_prefill(cfg, s),
-                "compute_floor_ms": th.decode_compute_floor_s(flops, peak) * 1e3 if peak else None,
-            }
-        )
-
-    data = {
+    by_component = th.params_by_component(cfg)
+    per_layer = th.params_per_layer_by_component(cfg)
+    return {
         "model": cfg.name,
         "model_config_path": cfg.source,
         "model_type": cfg.model_type,
@@ -149,7 +145,7 @@ def plan_data(
             **cfg.extra_keys,  # MoE / MLA / window keys by their config.json names (empty for dense)
         },
         # what the theory assumes or leaves out for this shape (MoE routing, MLA absorption, windows)
-        "theory_notes": notes,
+        "theory_notes": fmt_notes,
         "gpu": spec.name,
         "gpu_display_name": spec.display_name,
         "gpu_memory_bytes": spec.memory_bytes,
@@ -157,7 +153,7 @@ def plan_data(
         "gpu_bf16_flops_per_s": spec.bf16_flops_per_s,
         "gpu_source": spec.source,
         # parameters
-        "params_total": total,
+        "params_total": th.params_total(cfg),
         "params_by_component": by_component,
         "params_share_by_component": th.shares(by_component),
         "params_per_layer": th.params_per_layer(cfg),
@@ -167,39 +163,94 @@ def plan_data(
         "layers_by_component": {k: n for k, (_, n) in th.layer_component_counts(cfg).items()},
         # KV cache
         "kv_dtype": kv_dtype,
-        "kv_bytes_per_element": kv_elem,
-        "kv_bytes_per_token": kv_bpt,
+        "kv_bytes_per_element": th.kv_bytes_per_element(kv_dtype),
+        "kv_bytes_per_token": th.kv_bytes_per_token(cfg, kv_dtype),
         "kv_bytes_per_token_mha": th.kv_bytes_per_token_mha(cfg, kv_dtype),
         "gqa_factor": th.gqa_factor(cfg),
         # FLOPs
         "matmul_params_per_layer": th.matmul_params_per_layer(cfg),
-        "flops_per_token_matmul": flops_matmul,
-        "flops_per_token_lm_head": flops_head,
-        "attention_flops_per_token_per_context_token": th.attention_flops_decode_per_token(cfg, 1),
-        "flops_per_token_decode_at_context": th.flops_decode_per_token(cfg, decode_context_tokens),
-        "attention_overtakes_weights_at_tokens": th.attention_overtakes_weights_at_tokens(cfg),
-        "attention_overtakes_weights_prefill_at_tokens": th.attention_overtakes_weights_prefill_at_tokens(
-            cfg
-        ),
-        "attention_causal_halving": False,
-        "prefill": prefill_rows,
-        # weights
+        "flops_per_token_matmul": th.flops_per_token_matmul(cfg),
+        "flops_per_token_lm_head": th.flops_per_token_lm_head(cfg),
+    }
+
+
+def _prefill_rows(cfg: ModelConfig, spec: GpuSpec, prompts: Sequence[int]) -> list[dict[str, Any]]:
+    """Per prompt length: its FLOPs (attention's share) and the compute floor at the datasheet's bf16 peak."""
+    peak = spec.bf16_flops_per_s
+    rows = []
+    for s in prompts:
+        flops = th.flops_prefill(cfg, s)
+        rows.append(
+            {
+                "prompt_tokens": s,
+                "flops": flops,
+                "attention_flops": th.attention_flops_prefill(cfg, s),
+                "compute_floor_ms": th.decode_compute_floor_s(flops, peak) * 1e3 if peak else None,
+            }
+        )
+    return rows
+
+
+def _weights_data(cfg: ModelConfig, fmt: str) -> dict[str, Any]:
+    """The weights in ``fmt``: bytes in all and by group, bits per parameter, bytes one decode step reads."""
+    w_bytes = th.weight_bytes(cfg, fmt)
+    return {
         "weight_format": fmt,
         "weight_bytes": w_bytes,
-        "weight_bytes_by_group": w_groups,
-        "weight_bits_per_param": w_bytes * 8 / total,
-        "weight_bytes_read_per_step": w_read,
-        # decode floor
-        "decode_context_tokens": decode_context_tokens,
+        "weight_bytes_by_group": th.weight_bytes_by_group(cfg, fmt),
+        "weight_bits_per_param": w_bytes * 8 / th.params_total(cfg),
+        "weight_bytes_read_per_step": th.weight_bytes_read_per_decode_step(cfg, fmt),
+    }
+
+
+def _decode_data(
+    cfg: ModelConfig,
+    spec: GpuSpec,
+    kv_dtype: str,
+    fmt: str,
+    batch_sizes: Sequence[int],
+    context_tokens: int,
+    pool_tokens: int,
+) -> dict[str, Any]:
+    """The decode floor at ``context_tokens`` of context: one stream, and per batch size (bytes read, step
+    floor, tokens/s, compute floor, whether the batch's KV fits the pool)."""
+    bw, peak = spec.bandwidth_bytes_per_s, spec.bf16_flops_per_s
+    kv_seq = th.kv_bytes_per_sequence(cfg, context_tokens, kv_dtype)
+    rows = []
+    for batch in batch_sizes:
+        kv_read = th.kv_bytes_read_per_step(kv_seq, batch, 1)
+        w_read_b = th.weight_bytes_read_per_decode_step(cfg, fmt, batch)
+        step_s = th.decode_step_floor_s(w_read_b, kv_read, bw) if bw else None
+        flops = batch * th.flops_decode_per_token(cfg, context_tokens)
+        rows.append(
+            {
+                "batch": batch,
+                "weight_bytes_read_per_step": w_read_b,
+                "kv_bytes_read_per_step": kv_read,
+                "step_floor_ms": step_s * 1e3 if step_s else None,
+                "tokens_per_s": th.tokens_per_s(batch, step_s) if step_s else None,
+                "compute_floor_ms": th.decode_compute_floor_s(flops, peak) * 1e3 if peak else None,
+                "fits_kv_pool": batch * context_tokens <= pool_tokens,
+            }
+        )
+    w_read = th.weight_bytes_read_per_decode_step(cfg, fmt)
+    single = th.decode_step_floor_s(w_read, th.kv_bytes_read_per_step(kv_seq, 1, 1), bw) if bw else None
+    return {
+        "decode_context_tokens": context_tokens,
         "decode_step_floor_ms": single * 1e3 if single else None,
         "decode_tokens_per_s_single_stream": th.tokens_per_s(1, single) if single else None,
-        "decode_by_batch": decode_rows,
-        # KV pool
-        "kv_pool_source": pool_source,
-        "kv_pool_bytes": pool_bytes,
-        "kv_pool_tokens": pool_tokens,
+        "decode_by_batch": rows,
+    }
+
+
+def _capacity_data(
+    pool_bytes: float, pool_tokens: int, kv_bpt: float, block_size: int, max_model_len: int, len_source: str
+) -> dict[str, Any]:
+    """How many requests of ``max_model_len`` the pool holds: plainly, in vLLM blocks, in llama.cpp slots."""
+    num_blocks = th.vllm_num_gpu_blocks(pool_bytes, block_size, kv_bpt)
+    return {
         "max_model_len": max_model_len,
-        "max_model_len_source": max_len_source,
+        "max_model_len_source": len_source,
         "max_concurrency": th.max_concurrency_plain(pool_tokens, max_model_len),
         "block_size": block_size,
         "vllm_num_gpu_blocks": num_blocks,
@@ -209,29 +260,45 @@ def plan_data(
         * max(1, pool_tokens // max_model_len),
         "llama_cpp_slots_at_max_model_len": pool_tokens // max_model_len,
     }
-    data |= _shape_data(cfg, batch_sizes, pool_bytes, max_model_len, decode_context_tokens, kv_dtype)
-    if llama_cpp_ctx_total is not None or llama_cpp_slots is not None:
-        if not llama_cpp_ctx_total or not llama_cpp_slots or llama_cpp_ctx_total <= 0 or llama_cpp_slots <= 0:
-            raise PlanError("llama.cpp needs both -c (total context) and -np (slots), positive")
-        data["llama_cpp_ctx_total"] = llama_cpp_ctx_total
-        data["llama_cpp_slots"] = llama_cpp_slots
-        data["llama_cpp_n_ctx_slot"] = th.llama_cpp_n_ctx_slot(llama_cpp_ctx_total, llama_cpp_slots)
-        data["llama_cpp_kv_bytes"] = th.llama_cpp_kv_bytes(cfg, llama_cpp_ctx_total, kv_dtype)
-    if pool_source == "estimated":
-        data["kv_pool_estimate"] = {
-            "gpu_memory_utilization": th.DEFAULT_GPU_MEMORY_UTILIZATION,
-            "reserve_bytes": th.DEFAULT_KV_RESERVE_BYTES,
-            "formula": "gpu_memory_utilization * gpu_memory_bytes - weight_bytes - reserve_bytes",
+
+
+def _llama_cpp_data(inputs: SheetInputs, cfg: ModelConfig) -> dict[str, Any]:
+    """A llama.cpp server's KV buffer and per-slot context from its ``-c`` and ``-np`` (empty without)."""
+    ctx, slots = inputs.llama_cpp_ctx_total, inputs.llama_cpp_slots
+    if ctx is None and slots is None:
+        return {}
+    if not ctx or not slots or ctx <= 0 or slots <= 0:
+        raise PlanError("llama.cpp needs both -c (total context) and -np (slots), positive")
+    return {
+        "llama_cpp_ctx_total": ctx,
+        "llama_cpp_slots": slots,
+        "llama_cpp_n_ctx_slot": th.llama_cpp_n_ctx_slot(ctx, slots),
+        "llama_cpp_kv_bytes": th.llama_cpp_kv_bytes(cfg, ctx, inputs.kv_dtype),
+    }
+
+
+def _pool_source_data(inputs: SheetInputs, source: str, kv_bpt: float, max_model_len: int) -> dict[str, Any]:
+    """How the pool was had: the estimate's formula, or a given (logged) GiB's rounding range."""
+    if source == "estimated":
+        return {
+            "kv_pool_estimate": {
+                "gpu_memory_utilization": th.DEFAULT_GPU_MEMORY_UTILIZATION,
+                "reserve_bytes": th.DEFAULT_KV_RESERVE_BYTES,
+                "formula": "gpu_memory_utilization * gpu_memory_bytes - weight_bytes - reserve_bytes",
+            }
         }
-    elif pool_source == "given":
-        lo, hi = th.vllm_tokens_range_for_logged_gib(kv_pool_gib, kv_bpt, block_size)
-        data["kv_pool_gib_rounding_tolerance_tokens"] = th.logged_gib_tolerance_tokens(kv_bpt)
-        data["vllm_kv_cache_tokens_range"] = [lo, hi]
-        data["max_concurrency_vllm_range"] = [
-            th.vllm_max_concurrency(lo // block_size, block_size, max_model_len),
-            th.vllm_max_concurrency(hi // block_size, block_size, max_model_len),
-        ]
-    return data
+    if source != "given" or inputs.kv_pool_gib is None:
+        return {}
+    block = inputs.block_size
+    lo, hi = th.vllm_tokens_range_for_logged_gib(inputs.kv_pool_gib, kv_bpt, block)
+    return {
+        "kv_pool_gib_rounding_tolerance_tokens": th.logged_gib_tolerance_tokens(kv_bpt),
+        "vllm_kv_cache_tokens_range": [lo, hi],
+        "max_concurrency_vllm_range": [
+            th.vllm_max_concurrency(lo // block, block, max_model_len),
+            th.vllm_max_concurrency(hi // block, block, max_model_len),
+        ],
+    }
 
 
 def _shape_data(cfg, batch_sizes, pool_bytes, max_model_len, context_tokens, kv_dtype) -> dict:
@@ -346,22 +413,41 @@ def _decode_floor_lines(d: dict, T: int) -> list[str]:
     return out
 
 
-def render_table(d: dict) -> str:
-    """The plan as plain text, one section per topic."""
+def render_theory_sheet(d: dict) -> str:
+    """The theory sheet as plain text, one section per topic."""
     c = d["config"]
     L = c["num_hidden_layers"]
-    out: list[str] = []
-    out.append(
+    out: list[str] = [
         f"{d['model']} on {d['gpu_display_name']} ({d['gpu']}): weights {d['weight_format']}, KV cache "
-        f"{d['kv_dtype']}"
-    )
-    out.append(f"config: {d['model_config_path']}")
-    out.append(
+        f"{d['kv_dtype']}",
+        f"config: {d['model_config_path']}",
         f"shape: h={c['hidden_size']} I={c['intermediate_size']} L={L} H={c['num_attention_heads']} "
-        f"K={c['num_key_value_heads']} d={c['head_dim']} V={c['vocab_size']} tied={c['tie_word_embeddings']}"
-    )
-
+        f"K={c['num_key_value_heads']} d={c['head_dim']} V={c['vocab_size']} tied={c['tie_word_embeddings']}",
+    ]
     out += ["", "== Parameters =="]
+    out += _param_lines(d, L)
+    out += ["", "== KV cache =="]
+    out += _kv_lines(d, L)
+    out += ["", "== FLOPs per token =="]
+    out += _flop_lines(d)
+    out += ["", "== Weights =="]
+    out += _weight_lines(d)
+    out += ["", "== Decode floor =="]
+    if d["decode_step_floor_ms"] is None:
+        out.append(f"{d['gpu']}: {d['gpu_source']}; no floor is predicted")
+    else:
+        out += _decode_floor_lines(d, d["decode_context_tokens"])
+    out += ["", "== KV pool =="]
+    out += _pool_lines(d)
+    if d.get("theory_notes"):
+        out += ["", "== What the theory covers here =="]
+        out += [f"- {note}" for note in d["theory_notes"]]
+    return "\n".join(out)
+
+
+def _param_lines(d: dict, L: int) -> list[str]:
+    """Parameters by component, per layer and in the whole model, with their shares."""
+    c = d["config"]
     per_layer, per_share = d["params_per_layer_by_component"], d["params_per_layer_share_by_component"]
     whole, whole_share = d["params_by_component"], d["params_share_by_component"]
     bias = {"q_proj": c["qkv_bias"], "k_proj": c["qkv_bias"], "v_proj": c["qkv_bias"], "o_proj": c["o_bias"]}
@@ -377,7 +463,7 @@ def render_table(d: dict) -> str:
     head = "lm_head (tied: 0)" if c["tie_word_embeddings"] else "lm_head"
     rows.append([head, "", "", "", _n(whole["lm_head"]), _pct(whole_share["lm_head"])])
     rows.append(["total", _n(d["params_per_layer"]), _pct(1.0), f"x{L}", _n(d["params_total"]), _pct(1.0)])
-    out += _table(["component", "per layer", "of layer", "layers", "whole model", "of model"], rows, "lrrrrr")
+    out = _table(["component", "per layer", "of layer", "layers", "whole model", "of model"], rows, "lrrrrr")
     attn = sum(per_share.get(k, 0.0) for k in ("q_proj", "k_proj", "v_proj", "o_proj"))
     mlp = sum(per_share.get(k, 0.0) for k in ("gate_proj", "up_proj", "down_proj"))
     if "moe" in d or "mla" in d:
@@ -393,30 +479,24 @@ def render_table(d: dict) -> str:
         )
     if "moe" in d:
         out += _moe_lines(d)
+    return out
 
-    out += ["", "== KV cache =="]
-    out += _kv_lines(d, L)
 
-    out += ["", "== FLOPs per token =="]
+def _flop_lines(d: dict) -> list[str]:
+    """FLOPs per token: layer matmuls, lm_head, attention at context T, prefill per prompt length."""
     T = d["decode_context_tokens"]
-    out.append(
-        f"layer matmuls   2 x {_n(d['flops_per_token_matmul'] // 2)} weights = "
-        f"{_sci(d['flops_per_token_matmul'])}"
-    )
-    out.append(
-        f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)"
-    )
     attn_formula = "2 x H x (d_qk + d_v) x L" if "mla" in d else "4 x T x L x H x d"
-    out.append(
+    out = [
+        f"layer matmuls   2 x {_n(d['flops_per_token_matmul'] // 2)} weights = "
+        f"{_sci(d['flops_per_token_matmul'])}",
+        f"lm_head         2 x V x h = {_sci(d['flops_per_token_lm_head'])} (per sampled position only)",
         f"attention       {attn_formula} = {_n(d['attention_flops_per_token_per_context_token'])} x "
-        "T (decode at context T" + (", windowed layers capped at W)" if "layer_windows" in d else ")")
-    )
-    out.append(f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token")
-    out.append(
+        "T (decode at context T" + (", windowed layers capped at W)" if "layer_windows" in d else ")"),
+        f"decode at T={T:,}: {_sci(d['flops_per_token_decode_at_context'])} FLOPs/token",
         f"attention overtakes weights at T = {d['attention_overtakes_weights_at_tokens']:,} tokens (decode, "
         f"lm_head included); prefill S = {d['attention_overtakes_weights_prefill_at_tokens']:,} (full SxS, "
-        "no causal halving)"
-    )
+        "no causal halving)",
+    ]
     for p in d["prefill"]:
         out.append(
             f"prefill of {p['prompt_tokens']:,} tokens: {_sci(p['flops'])} FLOPs "
@@ -427,34 +507,30 @@ def render_table(d: dict) -> str:
                 else ""
             )
         )
+    return out
 
-    out += ["", "== Weights =="]
+
+def _weight_lines(d: dict) -> list[str]:
+    """The weights' bytes (by group) and what one decode step reads."""
     g = d["weight_bytes_by_group"]
-    out.append(
-        f"{d['weight_format']}: {_n(d['weight_bytes'])} B ({_gib(d['weight_bytes'])}), "
-        f"{d['weight_bits_per_param']:.3f} bits/param"
-    )
-    out.append(
-        f"  embedding {_gib(g['embedding'])}, layers {_gib(g['layers'])}, lm_head {_gib(g['lm_head'])}, "
-        f"final norm {_n(g['final_norm'])} B"
-    )
     note = (
         "tied table read once as lm_head"
-        if c["tie_word_embeddings"]
+        if d["config"]["tie_word_embeddings"]
         else "embedding table gathered, not read"
     )
-    out.append(
+    return [
+        f"{d['weight_format']}: {_n(d['weight_bytes'])} B ({_gib(d['weight_bytes'])}), "
+        f"{d['weight_bits_per_param']:.3f} bits/param",
+        f"  embedding {_gib(g['embedding'])}, layers {_gib(g['layers'])}, lm_head {_gib(g['lm_head'])}, "
+        f"final norm {_n(g['final_norm'])} B",
         f"read per decode step: {_n(d['weight_bytes_read_per_step'])} B "
-        f"({_gib(d['weight_bytes_read_per_step'])}); {note}"
-    )
+        f"({_gib(d['weight_bytes_read_per_step'])}); {note}",
+    ]
 
-    out += ["", "== Decode floor =="]
-    if d["decode_step_floor_ms"] is None:
-        out.append(f"{d['gpu']}: {d['gpu_source']}; no floor is predicted")
-    else:
-        out += _decode_floor_lines(d, T)
 
-    out += ["", "== KV pool =="]
+def _pool_lines(d: dict) -> list[str]:
+    """The KV pool (given or estimated), its tokens and what it holds in vLLM blocks and llama.cpp slots."""
+    out = []
     if d["kv_pool_source"] == "given":
         out.append(f"pool: {_gib(d['kv_pool_bytes'])} = {_n(d['kv_pool_bytes'])} B (given)")
     else:
@@ -492,10 +568,7 @@ def render_table(d: dict) -> str:
         f"llama.cpp: -np N -c C gives each slot C/N tokens; {d['llama_cpp_slots_at_max_model_len']:,} slots "
         f"of {d['max_model_len']:,} fit (-c {d['llama_cpp_ctx_total_for_max_model_len_per_slot']:,})"
     )
-    if d.get("theory_notes"):
-        out += ["", "== What the theory covers here =="]
-        out += [f"- {note}" for note in d["theory_notes"]]
-    return "\n".join(out)
+    return out
 
 
 def _kv_lines(d: dict, L: int) -> list[str]:
@@ -544,17 +617,13 @@ def _moe_lines(d: dict) -> list[str]:
     ]
 
 
-def plan(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json) -> str:
+def theory_sheet_text(
+    model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json
+) -> str:
     """What `collector plan` prints: the table, or JSON with sorted keys."""
-    data = plan_data(
-        model=model,
-        gpu=gpu,
-        kv_pool_gib=kv_pool_gib,
-        max_model_len=max_model_len,
-        kv_dtype=kv_dtype,
-        weight_format=weight_format,
-        block_size=block_size,
+    data = theory_sheet(
+        SheetInputs(model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size)
     )
     if as_json:
         return json.dumps(data, sort_keys=True, indent=2)
-    return render_table(data)
+    return render_theory_sheet(data)
