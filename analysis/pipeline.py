@@ -20,9 +20,6 @@ from analysis.reconcile import (
     Context,
     Section,
     SectionInput,
-    capacity,
-    capacity_arith,
-    ceilings,
     comparison,
     concurrency,
     concurrency_depth,
@@ -30,34 +27,32 @@ from analysis.reconcile import (
     engines,
     engines_depth,
     experiments,
-    flops_phases,
     gates,
-    kv,
     ladder,
     length_costs,
     lengths,
-    memory,
     model_size,
     overload,
     overload_cadence,
     overload_depth,
     point_details,
     prediction,
-    prefix_cache,
     provenance,
     rates,
     repro_tails,
     reproducibility,
-    roofline,
     selection,
     slo,
     speculative,
-    structure,
-    structure_totals,
     theoryctx,
     ttft,
     workload_totals,
 )
+from analysis.reconcile.capacity import arith as capacity_arith
+from analysis.reconcile.capacity import kv, memory, prefix_cache
+from analysis.reconcile.capacity import own as capacity
+from analysis.reconcile.roofline import ceilings, flops_phases, structure, structure_totals
+from analysis.reconcile.roofline import points as roofline
 from analysis.windows import PointTiming, align_points
 from collector.raw.errors import AnatomyError
 from collector.raw.store import RUN_STATES

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.reconcile import concurrency, engines, gates, kv, overload, roofline, ttft
+from analysis.reconcile import concurrency, engines, gates, overload, roofline, ttft
+from analysis.reconcile.capacity import kv
 
 
 def test_overload_formulas():
@@ -112,7 +113,7 @@ def test_pairs_put_the_slower_card_first():
 
 
 def test_model_findings_cite_only_real_files(tmp_path):
-    from analysis.reconcile.structure import MODELS_DIR, config_sources
+    from analysis.reconcile.roofline.structure import MODELS_DIR, config_sources
 
     bundled = MODELS_DIR / "Qwen2.5-7B-Instruct.json"
     assert config_sources(str(bundled), ["r/x.json:model_id"]) == [
@@ -142,7 +143,8 @@ def _ceilings_ctx(copy_bytes_per_s: float, matmul_flops_per_s: float, gpu: str |
 
 
 def test_ceilings_against_the_h200_datasheet_by_hand():
-    from analysis.reconcile import SectionInput, ceilings
+    from analysis.reconcile import SectionInput
+    from analysis.reconcile.roofline import ceilings
 
     # the H200 datasheet: 4.8 TB/s, dense bf16 989.4 TFLOP/s
     f = {
@@ -172,7 +174,8 @@ def test_ceilings_against_the_h200_datasheet_by_hand():
 
 
 def test_ceilings_without_datasheet_or_without_a_file():
-    from analysis.reconcile import SectionInput, ceilings
+    from analysis.reconcile import SectionInput
+    from analysis.reconcile.roofline import ceilings
 
     f = ceilings.run(SectionInput(None, None, _ceilings_ctx(4.26e12, 6.69e14, "cpu"))).findings
     assert [x.key for x in f] == ["ceilings.copy_bytes_per_s", "ceilings.bf16_matmul_flops_per_s"]

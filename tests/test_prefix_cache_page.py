@@ -1,4 +1,4 @@
-"""The prefix-cache hit rate on the campaign overview (analysis.reconcile.prefix_cache,
+"""The prefix-cache hit rate on the campaign overview (analysis.reconcile.capacity.prefix_cache,
 campaign/overview.md.j2): answer first, one evidence row per point, n/a with its reason where the campaign has
 no point of its own — rendered by the real pipeline from the repository's CPU campaign and the imported
 reference campaign."""

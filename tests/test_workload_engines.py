@@ -1,6 +1,7 @@
 """Workloads users have (issue #14 item 4) against the real engines: the chat endpoint, an API key that never
 reaches raw/, a ShareGPT-style dataset file, multi-turn conversations and a shared-prefix workload whose
-prefix-cache hit rate (analysis.reconcile.prefix_cache) is above zero with the cache on and zero with it off.
+prefix-cache hit rate (analysis.reconcile.capacity.prefix_cache) is above zero with the cache on and zero with
+it off.
 
 One llama-server (guarded by an API key) and one vLLM CPU server (prefix caching on, its default) per module;
 every run attaches to them, so each engine starts once.
@@ -18,7 +19,7 @@ import pytest
 
 from analysis.campaign import load_campaign
 from analysis.parse.requests_jsonl import parse_requests_jsonl
-from analysis.reconcile.prefix_cache import point_findings
+from analysis.reconcile.capacity.prefix_cache import point_findings
 from collector import workload as wl
 from collector.raw.errors import PlanError
 from collector.run import execute_run

@@ -31,7 +31,7 @@ from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.capacity import flag, server_argv
-from analysis.reconcile.kv import MIN_SAMPLES_FOR_PEAK
+from analysis.reconcile.capacity.kv import MIN_SAMPLES_FOR_PEAK
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.reconcile.ttft import llamacpp_prefill_ms

@@ -21,42 +21,16 @@ from analysis import theory
 from analysis.campaign import RunData
 from analysis.parse.scrapes_jsonl import parsed_samples
 from analysis.reconcile import Context, Section, SectionInput, run_at
+from analysis.reconcile.capacity.pool import (
+    flag,
+    half_unit_pct,
+    has_flag,
+    logged_gib_tolerance_pct,
+    server_argv,
+)
 from analysis.reconcile.theoryctx import TheoryCtx
 
 GIB = theory.GIB
-# numbers the engines print with two decimals are known to ± half a unit in the last place
-LOG_DECIMALS_HALF = 0.005
-
-
-def server_argv(run: RunData) -> tuple[list[str] | None, str | None]:
-    """The server's command line as the collector started it (events.jsonl `server_start`), and its
-    citation."""
-    rel, log = run.events
-    for i, e in enumerate(log.records if log is not None else [], 1):
-        if e.kind == "server_start" and isinstance(e.get("argv"), list):
-            return [str(a) for a in e.get("argv")], run.cite(rel, i)
-    return None, None
-
-
-def flag(argv: list[str], *names: str) -> str | None:
-    """The value of the last of `names` given as `--name value` or `--name=value`; None when absent."""
-    val = None
-    for i, a in enumerate(argv):
-        for n in names:
-            if a == n and i + 1 < len(argv):
-                val = argv[i + 1]
-            elif a.startswith(n + "="):
-                val = a.split("=", 1)[1]
-    return val
-
-
-def has_flag(argv: list[str], *names: str) -> bool:
-    return any(a in names for a in argv)
-
-
-def half_unit_pct(value: float, half_unit: float = LOG_DECIMALS_HALF) -> float:
-    """Tolerance of a number printed to two decimals, %: 0.005 ÷ value × 100."""
-    return half_unit / value * 100.0
 
 
 def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[fnd.Finding]]:
@@ -138,8 +112,7 @@ def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[f
     row.update(kv_pool_tokens_theory=tokens_th, max_concurrency_theory=conc_th)
     tol = 0.0
     if rounded:
-        lo, hi = theory.vllm_tokens_range_for_logged_gib(log.kv_cache_memory_gib, kvb, block)
-        tol = (hi - lo) / 2 / tokens_th * 100
+        tol = logged_gib_tolerance_pct(log.kv_cache_memory_gib, kvb, block, tokens_th)
     out.append(
         fnd.measured(
             pre("kv_pool_tokens"),
@@ -339,29 +312,3 @@ def run(s: SectionInput) -> Section:
         rows += rr
         findings += ff
     return Section(name="capacity", tables={"capacity": pd.DataFrame(rows)}, findings=findings)
-
-
-def pool_tokens_measured(run: RunData) -> tuple[int | None, str | None]:
-    """What a run's server says its KV pool holds, tokens: vLLM's logged size; llama.cpp's slots ×
-    n_ctx_slot."""
-    rel, log = run.server_log
-    if log is None:
-        return None, None
-    if run.engine == "vllm" and getattr(log, "kv_cache_tokens", None) is not None:
-        return log.kv_cache_tokens, run.cite(rel, log.lines.get("kv_cache_tokens"))
-    if run.engine == "llamacpp" and getattr(log, "n_slots", None) and getattr(log, "n_ctx_slot", None):
-        return log.n_slots * log.n_ctx_slot, run.cite(rel, log.lines.get("n_slots"))
-    return None, None
-
-
-def max_concurrency_measured(run: RunData) -> tuple[float | None, str | None]:
-    """Full-length requests the server says it holds at once: vLLM's logged maximum concurrency; llama.cpp's
-    slots."""
-    rel, log = run.server_log
-    if log is None:
-        return None, None
-    if run.engine == "vllm" and getattr(log, "max_concurrency_x", None) is not None:
-        return log.max_concurrency_x, run.cite(rel, log.lines.get("max_concurrency_x"))
-    if run.engine == "llamacpp" and getattr(log, "n_slots", None):
-        return float(log.n_slots), run.cite(rel, log.lines.get("n_slots"))
-    return None, None

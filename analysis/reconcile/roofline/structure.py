@@ -47,7 +47,7 @@ CONFIG_FIELDS = (
     "qkv_bias",
 )
 MODEL = At(topic="model")  # theory of the campaign's model: findings `model.<metric>`
-MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
 
 def config_sources(config_path: str, found_in: list[str]) -> list[str]:
