@@ -14,13 +14,17 @@ Keys: ``runs.<run>.<quantity>``; the flags come from the server command the coll
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pandas as pd
 
 from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import RunData
+from analysis.keys import At
 from analysis.parse.scrapes_jsonl import parsed_samples
-from analysis.reconcile import Context, Section, SectionInput, run_at
+from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.capacity.pool import (
     flag,
     half_unit_pct,
@@ -33,178 +37,199 @@ from analysis.reconcile.theoryctx import TheoryCtx
 GIB = theory.GIB
 
 
-def _vllm(run: RunData, th: TheoryCtx, ctx: Context) -> tuple[list[dict], list[fnd.Finding]]:
+@dataclass
+class _Blocks:
+    """The theory's vLLM block count for one run and where it comes from."""
+
+    block: int | None  # block size, tokens: the plan's, else --block-size
+    block_src: str | None
+    blocks: int | None  # --num-gpu-blocks-override, else from VLLM_CPU_KVCACHE_SPACE or the logged pool
+    basis: str | None  # which of the three
+    srcs: list[str]  # citations of the pool check: the logged tokens', the model's, the basis'
+    space_blocks: int | None  # the block count VLLM_CPU_KVCACHE_SPACE implies, whatever the basis
+
+    @property
+    def rounded(self) -> bool:
+        """A logged GiB is rounded: the block count is then known only to a range."""
+        return self.basis is not None and self.basis.startswith("Available")
+
+
+def _command(run: RunData) -> tuple[list[str], str]:
+    """The server's argv and its citation; ([], "") when the run recorded no server start."""
+    argv, argv_src = server_argv(run)
+    return (argv, argv_src) if argv is not None and argv_src is not None else ([], "")
+
+
+def _vllm_blocks(
+    run: RunData, rel: str, log: Any, kvb: float | None, src_tokens: str, th: TheoryCtx
+) -> _Blocks:
+    """blocks = --num-gpu-blocks-override, else floor(pool bytes ÷ (block size × KV bytes/token)) with the
+    pool from VLLM_CPU_KVCACHE_SPACE (GiB) or the logged 'Available KV cache memory' (GiB, two decimals)."""
+    argv, argv_src = _command(run)
+    plan = run.docs.plan
+    b = _Blocks(
+        block=plan.model.block_size if plan is not None else None,
+        block_src=run.cite(run.docs.files["plan"], "model.block_size") if plan is not None else None,
+        blocks=None,
+        basis=None,
+        srcs=[src_tokens, *th.model_source],
+        space_blocks=None,
+    )
+    block_flag = flag(argv, "--block-size")
+    if block_flag:
+        b.block, b.block_src = int(block_flag), argv_src
+    override = flag(argv, "--num-gpu-blocks-override")
+    space = plan.server.env.get("VLLM_CPU_KVCACHE_SPACE") if plan is not None else None
+    if space is not None and kvb is not None and b.block:
+        b.space_blocks = theory.vllm_num_gpu_blocks(float(space) * GIB, b.block, kvb)
+    if override is not None:
+        b.blocks, b.basis = int(override), "--num-gpu-blocks-override"
+        b.srcs.append(argv_src)
+    elif kvb is not None and b.block:
+        if space is not None:
+            b.blocks, b.basis = b.space_blocks, "VLLM_CPU_KVCACHE_SPACE"
+            b.srcs.append(run.cite(run.docs.files["plan"], "server.env.VLLM_CPU_KVCACHE_SPACE"))
+        elif log.kv_cache_memory_gib is not None:
+            b.blocks = theory.vllm_num_gpu_blocks(log.kv_cache_memory_gib * GIB, b.block, kvb)
+            b.basis = "Available KV cache memory (logged, two decimals)"
+            b.srcs.append(run.cite(rel, log.lines.get("kv_cache_memory_gib")))
+    return b
+
+
+def _vllm(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+    """The logged pool (tokens) and maximum concurrency against the theory's block count, and the block
+    count /metrics reports."""
     pre = run_at(run, th.weight_format_for(run))
     rel, log = run.server_log
-    argv, argv_src = server_argv(run)
-    plan = run.docs.plan
-    rows: list[dict] = []
-    out: list[fnd.Finding] = []
-    if log is None or log.kv_cache_tokens is None:
-        out.append(
-            fnd.not_available(
-                pre("kv_pool_tokens"),
-                "tokens",
-                "no_kv_pool_line",
-                f"{run.cite(rel) if rel else run.name}: no 'KV cache size' line",
-            )
-        )
-        return rows, out
+    if rel is None or log is None or log.kv_cache_tokens is None:
+        why = f"{run.cite(rel) if rel else run.name}: no 'KV cache size' line"
+        return [], [fnd.not_available(pre("kv_pool_tokens"), "tokens", "no_kv_pool_line", why)]
     kvb = th.kv_bytes_per_token_for_run(run.name)
     src_tokens = run.cite(rel, log.lines.get("kv_cache_tokens"))
     mml = log.max_concurrency_tokens_per_request or log.max_model_len
-    block = plan.model.block_size if plan is not None else None
-    block_src = run.cite(run.docs.files["plan"], "model.block_size") if plan is not None else None
-    if argv and flag(argv, "--block-size"):
-        block, block_src = int(flag(argv, "--block-size")), argv_src
-    override = flag(argv, "--num-gpu-blocks-override") if argv else None
-    blocks = None
-    basis = None
-    srcs = [src_tokens, *th.model_source]
-    space = plan.server.env.get("VLLM_CPU_KVCACHE_SPACE") if plan is not None else None
-    space_blocks = (
-        theory.vllm_num_gpu_blocks(float(space) * GIB, block, kvb)
-        if space is not None and kvb is not None and block
-        else None
-    )
-    if override is not None:
-        blocks, basis = int(override), "--num-gpu-blocks-override"
-        srcs.append(argv_src)
-    elif kvb is not None and block:
-        if space is not None:
-            pool_bytes = float(space) * GIB
-            blocks, basis = theory.vllm_num_gpu_blocks(pool_bytes, block, kvb), "VLLM_CPU_KVCACHE_SPACE"
-            srcs.append(run.cite(run.docs.files["plan"], "server.env.VLLM_CPU_KVCACHE_SPACE"))
-        elif log.kv_cache_memory_gib is not None:
-            blocks = theory.vllm_num_gpu_blocks(log.kv_cache_memory_gib * GIB, block, kvb)
-            basis = "Available KV cache memory (logged, two decimals)"
-            srcs.append(run.cite(rel, log.lines.get("kv_cache_memory_gib")))
+    b = _vllm_blocks(run, rel, log, kvb, src_tokens, th)
     row = {
         "run": run.name,
         "engine": "vllm",
         "device": log.kv_cache_device,
         "kv_bytes_per_token": kvb,
-        "block_size": block,
+        "block_size": b.block,
         "max_model_len_tokens": mml,
-        "blocks_theory": blocks,
-        "blocks_basis": basis,
+        "blocks_theory": b.blocks,
+        "blocks_basis": b.basis,
         "kv_pool_tokens_log": log.kv_cache_tokens,
         "max_concurrency_log": log.max_concurrency_x,
         "source": src_tokens,
     }
-    if blocks is None or not block or not mml:
-        out.append(
-            fnd.not_available(
-                pre("kv_pool_tokens"),
-                "tokens",
-                "no_theory",
-                "no block count: neither an override, VLLM_CPU_KVCACHE_SPACE nor a logged pool",
-                [src_tokens],
-                model_reason=th.model_reason,
-            )
+    if b.blocks is None or not b.block or not mml or kvb is None:
+        missing = fnd.not_available(
+            pre("kv_pool_tokens"),
+            "tokens",
+            "no_theory",
+            "no block count: neither an override, VLLM_CPU_KVCACHE_SPACE nor a logged pool",
+            [src_tokens],
+            model_reason=th.model_reason,
         )
-        rows.append(row)
-        return rows, out
-    # a logged GiB is rounded: the block count is then known only to a range
-    rounded = basis is not None and basis.startswith("Available")
-    tokens_th = theory.vllm_kv_cache_tokens_reported(blocks, block, mml)
-    conc_th = theory.vllm_max_concurrency(blocks, block, mml)
+        return [row], [missing]
+    tokens_th = theory.vllm_kv_cache_tokens_reported(b.blocks, b.block, mml)
+    conc_th = theory.vllm_max_concurrency(b.blocks, b.block, mml)
     row.update(kv_pool_tokens_theory=tokens_th, max_concurrency_theory=conc_th)
-    tol = 0.0
-    if rounded:
-        tol = logged_gib_tolerance_pct(log.kv_cache_memory_gib, kvb, block, tokens_th)
-    out.append(
+    rounded = b.rounded and kvb is not None  # (a logged pool is a basis only with the KV bytes per token)
+    tol = logged_gib_tolerance_pct(log.kv_cache_memory_gib, kvb, b.block, tokens_th) if rounded else 0.0
+    out = [
         fnd.measured(
             pre("kv_pool_tokens"),
             log.kv_cache_tokens,
             "tokens",
-            srcs,
+            b.srcs,
             theory=float(tokens_th),
             tolerance_pct=tol,
-            blocks=blocks,
-            block_size=block,
-            basis=basis,
+            blocks=b.blocks,
+            block_size=b.block,
+            basis=b.basis,
             device=log.kv_cache_device,
-            blocks_from_kvcache_space=space_blocks,
+            blocks_from_kvcache_space=b.space_blocks,
             kv_bytes_per_token=kvb,
             detail="logged 'KV cache size' vs floor(blocks ÷ ceil(max_model_len ÷ block) × max_model_len)",
         )
-    )
+    ]
     if log.max_concurrency_x is not None:
         out.append(
             fnd.measured(
                 pre("max_concurrency"),
                 log.max_concurrency_x,
                 "requests",
-                [run.cite(rel, log.lines.get("max_concurrency_x")), *srcs[1:]],
+                [run.cite(rel, log.lines.get("max_concurrency_x")), *b.srcs[1:]],
                 theory=conc_th,
                 tolerance_pct=half_unit_pct(conc_th) + tol,
                 detail="logged maximum concurrency (two decimals) vs blocks ÷ ceil(max_model_len ÷ block)",
             )
         )
-    # /metrics: vllm:cache_config_info carries the block count the scheduler really has
+    out += _metrics_blocks(run, pre, row, b, tol)
+    return [row], out
+
+
+def _cache_config_info(run: RunData) -> tuple[dict[str, str], str] | None:
+    """The labels of vllm:cache_config_info in the first /metrics scrape that has them, and its citation."""
     srel, scrapes = run.scrapes
-    if scrapes is not None:
-        for r in scrapes.records:
-            if r.source != "metrics" or not r.ok:
-                continue
-            info = next(
-                (
-                    dict(lbl)
-                    for (name, lbl) in parsed_samples(r, str(run.info.path / srel)) or {}
-                    if name == "vllm:cache_config_info"
-                ),
-                None,
+    if srel is None or scrapes is None:
+        return None
+    for r in scrapes.records:
+        if r.source != "metrics" or not r.ok:
+            continue
+        samples = parsed_samples(r, str(run.info.path / srel)) or {}
+        info = next((dict(lbl) for (name, lbl) in samples if name == "vllm:cache_config_info"), None)
+        if info and info.get("num_gpu_blocks") not in (None, "None"):
+            return info, run.cite(srel, r.line)
+    return None
+
+
+def _metrics_blocks(run: RunData, pre: At, row: dict, b: _Blocks, tol: float) -> list[fnd.Finding]:
+    """/metrics: vllm:cache_config_info carries the block count the scheduler really has; against the theory's
+    block count (the pool check's tolerance when that is rounded) and block size. Adds to ``row``."""
+    found = _cache_config_info(run)
+    if found is None or b.blocks is None:
+        return []
+    info, src = found
+    nb = int(info["num_gpu_blocks"])
+    row["blocks_metrics"] = nb
+    row["block_size_metrics"] = int(info["block_size"]) if info.get("block_size") else None
+    out = [
+        fnd.measured(
+            pre("kv_pool_blocks_metrics"),
+            nb,
+            "count",
+            [src, *b.srcs[1:]],
+            theory=float(b.blocks),
+            tolerance_pct=0.0 if not b.rounded else tol,
+            block_size_metrics=row["block_size_metrics"],
+            detail="vllm:cache_config_info num_gpu_blocks vs the theory's block count",
+        )
+    ]
+    if row["block_size_metrics"] is not None:
+        out.append(
+            fnd.checked(
+                pre("block_size_matches_metrics"),
+                row["block_size_metrics"] == b.block,
+                [src, b.block_src or ""],
+                theory_block_size=b.block,
+                metrics_block_size=row["block_size_metrics"],
             )
-            if info and info.get("num_gpu_blocks") not in (None, "None"):
-                nb = int(info["num_gpu_blocks"])
-                row["blocks_metrics"] = nb
-                row["block_size_metrics"] = int(info["block_size"]) if info.get("block_size") else None
-                out.append(
-                    fnd.measured(
-                        pre("kv_pool_blocks_metrics"),
-                        nb,
-                        "count",
-                        [run.cite(srel, r.line), *srcs[1:]],
-                        theory=float(blocks),
-                        tolerance_pct=0.0 if not rounded else tol,
-                        block_size_metrics=row["block_size_metrics"],
-                        detail="vllm:cache_config_info num_gpu_blocks vs the theory's block count",
-                    )
-                )
-                if row["block_size_metrics"] is not None:
-                    out.append(
-                        fnd.checked(
-                            pre("block_size_matches_metrics"),
-                            row["block_size_metrics"] == block,
-                            [run.cite(srel, r.line), block_src or ""],
-                            theory_block_size=block,
-                            metrics_block_size=row["block_size_metrics"],
-                        )
-                    )
-                break
-    rows.append(row)
-    return rows, out
+        )
+    return out
 
 
 def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+    """Slots, context per slot and the cells allocated (start-up log) against -c and -np, and the KV buffer
+    against -c × KV bytes per token."""
     pre = run_at(run, th.weight_format_for(run))
     rel, log = run.server_log
-    argv, argv_src = server_argv(run)
-    rows: list[dict] = []
-    out: list[fnd.Finding] = []
-    if log is None or log.n_slots is None or log.n_ctx_slot is None:
-        out.append(
-            fnd.not_available(
-                pre("n_ctx_slot"),
-                "tokens",
-                "no_kv_pool_line",
-                f"{run.cite(rel) if rel else run.name}: no n_slots / n_ctx_slot line",
-            )
-        )
-        return rows, out
-    c = flag(argv, "-c", "--ctx-size") if argv else None
-    np_ = flag(argv, "-np", "--parallel") if argv else None
+    if rel is None or log is None or log.n_slots is None or log.n_ctx_slot is None:
+        why = f"{run.cite(rel) if rel else run.name}: no n_slots / n_ctx_slot line"
+        return [], [fnd.not_available(pre("n_ctx_slot"), "tokens", "no_kv_pool_line", why)]
+    argv, argv_src = _command(run)
+    c = flag(argv, "-c", "--ctx-size")
+    np_ = flag(argv, "-np", "--parallel")
     unified = bool(argv) and has_flag(argv, "-kvu", "--kv-unified")
     slot_src = run.cite(rel, log.lines.get("n_slots"))
     row = {
@@ -219,38 +244,26 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
         "source": slot_src,
     }
     if c is None or np_ is None:
-        out.append(
-            fnd.not_available(
-                pre("n_ctx_slot"),
-                "tokens",
-                "no_theory",
-                "the server command gave no -c and -np to compute from",
-                [slot_src],
-            )
-        )
-        rows.append(row)
-        return rows, out
+        why = "the server command gave no -c and -np to compute from"
+        return [row], [fnd.not_available(pre("n_ctx_slot"), "tokens", "no_theory", why, [slot_src])]
     c_i, np_i = int(c), int(np_)
     ctx_th = theory.llama_cpp_n_ctx_slot(c_i, np_i, unified)
     row["n_ctx_slot_theory"] = ctx_th
-    out.append(
+    srcs = [slot_src, argv_src]
+    out = [
         fnd.measured(
             pre("n_ctx_slot"),
             log.n_ctx_slot,
             "tokens",
-            [slot_src, argv_src],
+            srcs,
             theory=float(ctx_th),
             tolerance_pct=0.0,
             ctx_total=c_i,
             slots=np_i,
             detail="logged n_ctx_slot vs -c ÷ -np (all of -c per slot with -kvu)",
-        )
-    )
-    out.append(
-        fnd.measured(
-            pre("n_slots"), log.n_slots, "count", [slot_src, argv_src], theory=float(np_i), tolerance_pct=0.0
-        )
-    )
+        ),
+        fnd.measured(pre("n_slots"), log.n_slots, "count", srcs, theory=float(np_i), tolerance_pct=0.0),
+    ]
     cap = log.n_slots * log.n_ctx_slot
     row["capacity_tokens"] = cap
     out.append(
@@ -258,53 +271,55 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
             pre("capacity_tokens"),
             cap,
             "tokens",
-            [slot_src, argv_src],
+            srcs,
             theory=float(c_i),
             tolerance_pct=0.0,
             detail="slots × n_ctx_slot vs -c (the cells the server allocated for all slots)",
         )
     )
+    out += _llamacpp_kv_buffer(run, pre, rel, log, c_i, argv_src, row, th)
+    return [row], out
+
+
+def _llamacpp_kv_buffer(
+    run: RunData, pre: At, rel: str, log: Any, ctx_total: int, argv_src: str, row: dict, th: TheoryCtx
+) -> list[fnd.Finding]:
+    """The logged KV buffer (MiB, two decimals) against -c × KV bytes per token of the logged K type; n/a
+    without a model config. Adds the theory to ``row``."""
     kv_type = log.kv_k_type or "f16"
     kvb = theory.kv_bytes_per_token(th.cfg, kv_type) if th.cfg is not None else None
-    if log.kv_cache_mib is not None and kvb is not None:
-        mib_th = theory.llama_cpp_kv_mib(c_i, kvb)
-        row.update(kv_cache_mib_theory=mib_th, kv_bytes_per_token=kvb)
-        out.append(
-            fnd.measured(
-                pre("kv_cache_mib"),
-                log.kv_cache_mib,
-                "MiB",
-                [run.cite(rel, log.lines.get("kv_cache_mib")), argv_src, *th.model_source],
-                theory=mib_th,
-                tolerance_pct=half_unit_pct(mib_th),
-                kv_type=kv_type,
-                kv_bytes_per_token=kvb,
-                detail="logged KV buffer (two decimals) vs -c × KV bytes/token",
-            )
+    if kvb is None:
+        why = th.model_reason or "no model config for this campaign"
+        slot_src = run.cite(rel, log.lines.get("n_slots"))
+        return [fnd.not_available(pre("kv_cache_mib"), "MiB", "no_theory", why, [slot_src])]
+    if log.kv_cache_mib is None:
+        return []
+    mib_th = theory.llama_cpp_kv_mib(ctx_total, kvb)
+    row.update(kv_cache_mib_theory=mib_th, kv_bytes_per_token=kvb)
+    return [
+        fnd.measured(
+            pre("kv_cache_mib"),
+            log.kv_cache_mib,
+            "MiB",
+            [run.cite(rel, log.lines.get("kv_cache_mib")), argv_src, *th.model_source],
+            theory=mib_th,
+            tolerance_pct=half_unit_pct(mib_th),
+            kv_type=kv_type,
+            kv_bytes_per_token=kvb,
+            detail="logged KV buffer (two decimals) vs -c × KV bytes/token",
         )
-    elif kvb is None:
-        out.append(
-            fnd.not_available(
-                pre("kv_cache_mib"),
-                "MiB",
-                "no_theory",
-                th.model_reason or "no model config for this campaign",
-                [slot_src],
-            )
-        )
-    rows.append(row)
-    return rows, out
+    ]
 
 
 def run(s: SectionInput) -> Section:
-    campaign, ctx, th = s.campaign, s.ctx, s.th
+    campaign, th = s.campaign, s.th
     rows: list[dict] = []
     findings: list[fnd.Finding] = []
     for r in campaign.runs:
         if not r.own or not r.points:
             continue
         if r.engine == "vllm":
-            rr, ff = _vllm(r, th, ctx)
+            rr, ff = _vllm(r, th)
         elif r.engine == "llamacpp":
             rr, ff = _llamacpp(r, th)
         else:
