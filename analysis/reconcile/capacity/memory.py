@@ -17,6 +17,9 @@ Keys: ``<round>.memory.<metric>`` (an imported campaign, from the round's first 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pandas as pd
 
 from analysis import findings as fnd
@@ -64,7 +67,37 @@ def hand_gap_terms(
     }
 
 
+@dataclass
+class _Ledger:
+    """One vLLM start-up log's memory ledger, as the findings read it (GiB; citations)."""
+
+    run: RunData
+    rel: str  # the log, run-relative
+    log: Any  # analysis.parse.vllm_log.VllmServerLog
+    mem: Any  # its memory line (log.memory)
+    line: str  # citation of the memory line
+    pool_src: str  # citation of 'Available KV cache memory'
+    weights_theory_gib: float | None  # the theory's weight bytes of the served format
+    ledger_gib: float  # pool_from_ledger_gib
+
+    @property
+    def loaded_gib(self) -> float | None:
+        """'Model loading took X GiB'."""
+        return self.log.weights_loaded_gib
+
+    @property
+    def non_torch_gib(self) -> float | None:
+        """consumed (weights + non-torch) − loaded weights."""
+        return self.mem.consumed_gib - self.loaded_gib if self.loaded_gib is not None else None
+
+    @property
+    def weights_src(self) -> str:
+        return self.run.cite(self.rel, self.log.lines.get("weights_loaded_gib"))
+
+
 def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+    """The pool from vLLM's own ledger against the logged pool, the ledger's terms, and the hand estimate's
+    gap to the logged pool term by term."""
     rel, log = run.server_log
     mem = getattr(log, "memory", None) if log is not None else None
     names = (
@@ -73,49 +106,63 @@ def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         "weights_loaded_gib",
         "peak_activation_gib",
     )
-    if mem is None or mem.consumed_gib is None or log.kv_cache_memory_gib is None:
+    if rel is None or mem is None or mem.consumed_gib is None or log.kv_cache_memory_gib is None:
         why = (
             f"{run.cite(rel) if rel else run.name}: no 'Free memory on device … Actual usage is …' line "
             "(a CPU vLLM sizes its pool from VLLM_CPU_KVCACHE_SPACE, not from memory arithmetic)"
         )
         return [], [fnd.not_available(at(n), "GiB", "no_memory_line", why) for n in names]
-    line = run.cite(rel, mem.line)
-    pool_src = run.cite(rel, log.lines.get("kv_cache_memory_gib"))
-    out: list[fnd.Finding] = []
-    rows: list[dict] = []
-    weights_theory_gib = (
-        theory.weight_bytes(th.cfg, th.weight_format_for(run) or "bf16") / GIB if th.cfg is not None else None
+    m = _Ledger(
+        run=run,
+        rel=rel,
+        log=log,
+        mem=mem,
+        line=run.cite(rel, mem.line),
+        pool_src=run.cite(rel, log.lines.get("kv_cache_memory_gib")),
+        weights_theory_gib=(
+            theory.weight_bytes(th.cfg, th.weight_format_for(run) or "bf16") / GIB
+            if th.cfg is not None
+            else None
+        ),
+        ledger_gib=pool_from_ledger_gib(mem.requested_gib, mem.consumed_gib, mem.peak_activation_gib),
     )
-    loaded = log.weights_loaded_gib
-    non_torch = mem.consumed_gib - loaded if loaded is not None else None
-    ledger = pool_from_ledger_gib(mem.requested_gib, mem.consumed_gib, mem.peak_activation_gib)
-    out.append(
+    out = _ledger_findings(at, m, th)
+    rows, hand = _hand_estimate(at, m, th)
+    out += hand
+    return rows + _ledger_rows(m, th), out
+
+
+def _ledger_findings(at: At, m: _Ledger, th: TheoryCtx) -> list[fnd.Finding]:
+    """The pool from the log's own ledger against the logged pool; weights loaded against theory; non-torch;
+    activation peak; CUDA graphs."""
+    mem, line = m.mem, m.line
+    out = [
         fnd.measured(
             at("kv_pool_from_ledger_gib"),
-            ledger,
+            m.ledger_gib,
             "GiB",
             [line],
-            theory=log.kv_cache_memory_gib,
-            tolerance_pct=3 * LOG_HALF_GIB / log.kv_cache_memory_gib * 100,
+            theory=m.log.kv_cache_memory_gib,
+            tolerance_pct=3 * LOG_HALF_GIB / m.log.kv_cache_memory_gib * 100,
             requested_gib=mem.requested_gib,
             consumed_gib=mem.consumed_gib,
             peak_activation_gib=mem.peak_activation_gib,
             detail="utilization × CUDA total − (weights + non-torch) − activation peak, from the log's own "
             "ledger line, against 'Available KV cache memory' (three numbers of two decimals: ±0.015 GiB)",
         )
-    )
-    if loaded is not None:
+    ]
+    if m.loaded_gib is not None:
         kw = (
-            {"theory": weights_theory_gib, "tolerance_pct": WEIGHTS_TOLERANCE_PCT}
-            if weights_theory_gib
+            {"theory": m.weights_theory_gib, "tolerance_pct": WEIGHTS_TOLERANCE_PCT}
+            if m.weights_theory_gib
             else {}
         )
         out.append(
             fnd.measured(
                 at("weights_loaded_gib"),
-                loaded,
+                m.loaded_gib,
                 "GiB",
-                [run.cite(rel, log.lines.get("weights_loaded_gib")), *th.model_source],
+                [m.weights_src, *th.model_source],
                 **kw,
                 detail="'Model loading took X GiB' against the theory's weight bytes of the served format",
             )
@@ -123,9 +170,9 @@ def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         out.append(
             fnd.measured(
                 at("non_torch_gib"),
-                non_torch,
+                m.non_torch_gib,
                 "GiB",
-                [line, run.cite(rel, log.lines.get("weights_loaded_gib"))],
+                [line, m.weights_src],
                 detail=(
                     "consumed (weights + non-torch) − 'Model loading took': CUDA context, NCCL, "
                     "allocator slack"
@@ -143,81 +190,80 @@ def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
                 detail="captured after the pool was sized: on top of the utilization budget",
             )
         )
-    gpu = th.gpu
-    if gpu is None or not gpu.memory_bytes or weights_theory_gib is None:
-        out.append(
-            fnd.not_available(
-                at("kv_pool_hand_estimate_gib"),
-                "GiB",
-                "no_gpu_datasheet",
-                th.gpu_reason or "no datasheet memory or no model theory for the hand estimate",
-            )
+    return out
+
+
+def _hand_estimate(at: At, m: _Ledger, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+    """The hand estimate of the pool (utilization × datasheet memory − theory weights − a fixed reserve) and
+    the logged pool's gap to it, term by term (``hand_gap_terms``); n/a without a datasheet or theory."""
+    gpu, mem = th.gpu, m.mem
+    if gpu is None or not gpu.memory_bytes or m.weights_theory_gib is None:
+        why = th.gpu_reason or "no datasheet memory or no model theory for the hand estimate"
+        return [], [fnd.not_available(at("kv_pool_hand_estimate_gib"), "GiB", "no_gpu_datasheet", why)]
+    util = mem.gpu_memory_utilization
+    reserve = theory.DEFAULT_KV_RESERVE_BYTES / GIB
+    hand = (
+        theory.estimated_kv_pool_bytes(
+            gpu.memory_bytes, m.weights_theory_gib * GIB, util, theory.DEFAULT_KV_RESERVE_BYTES
         )
-    else:
-        util = mem.gpu_memory_utilization
-        reserve = theory.DEFAULT_KV_RESERVE_BYTES / GIB
-        hand = (
-            theory.estimated_kv_pool_bytes(
-                gpu.memory_bytes, weights_theory_gib * GIB, util, theory.DEFAULT_KV_RESERVE_BYTES
-            )
-            / GIB
+        / GIB
+    )
+    terms = (
+        hand_gap_terms(
+            util,
+            mem.total_gib,
+            gpu.memory_bytes / GIB,
+            m.loaded_gib,
+            m.weights_theory_gib,
+            m.non_torch_gib,
+            mem.peak_activation_gib,
+            reserve,
         )
-        out.append(
-            fnd.measured(
-                at("kv_pool_hand_estimate_gib"),
-                hand,
-                "GiB",
-                [*th.gpu_source, *th.model_source, line],
-                gpu_memory_gib=gpu.memory_bytes / GIB,
-                gpu_memory_utilization=util,
-                weights_gib=weights_theory_gib,
-                reserve_gib=reserve,
-                detail="utilization × datasheet memory − theory weight bytes − a fixed 1 GiB reserve",
-            )
-        )
-        gap = log.kv_cache_memory_gib - hand
-        terms = (
-            hand_gap_terms(
-                util,
-                mem.total_gib,
-                gpu.memory_bytes / GIB,
-                loaded,
-                weights_theory_gib,
-                non_torch,
-                mem.peak_activation_gib,
-                reserve,
-            )
-            if loaded is not None
-            else {}
-        )
-        out.append(
-            fnd.measured(
-                at("kv_pool_log_minus_hand_estimate_gib"),
-                gap,
-                "GiB",
-                [pool_src, line, *th.gpu_source],
-                terms_gib=terms,
-                terms_sum_gib=sum(terms.values()) if terms else None,
-                detail="logged pool − hand estimate, split into: CUDA total vs datasheet (× utilization), "
-                "weights loaded vs theory, non-torch, activation peak, + the reserve the estimate "
-                "set aside",
-            )
-        )
-        rows.append(_row(run, "hand_estimate", hand, None, ";".join([*th.gpu_source, *th.model_source])))
-        for k, v in terms.items():
-            rows.append(_row(run, f"gap_{k}", v, None, line))
-    for item, v, theo, src in (
+        if m.loaded_gib is not None and m.non_torch_gib is not None
+        else {}
+    )
+    out = [
+        fnd.measured(
+            at("kv_pool_hand_estimate_gib"),
+            hand,
+            "GiB",
+            [*th.gpu_source, *th.model_source, m.line],
+            gpu_memory_gib=gpu.memory_bytes / GIB,
+            gpu_memory_utilization=util,
+            weights_gib=m.weights_theory_gib,
+            reserve_gib=reserve,
+            detail="utilization × datasheet memory − theory weight bytes − a fixed 1 GiB reserve",
+        ),
+        fnd.measured(
+            at("kv_pool_log_minus_hand_estimate_gib"),
+            m.log.kv_cache_memory_gib - hand,
+            "GiB",
+            [m.pool_src, m.line, *th.gpu_source],
+            terms_gib=terms,
+            terms_sum_gib=sum(terms.values()) if terms else None,
+            detail="logged pool − hand estimate, split into: CUDA total vs datasheet (× utilization), "
+            "weights loaded vs theory, non-torch, activation peak, + the reserve the estimate "
+            "set aside",
+        ),
+    ]
+    rows = [_row(m.run, "hand_estimate", hand, None, ";".join([*th.gpu_source, *th.model_source]))]
+    rows += [_row(m.run, f"gap_{k}", v, None, m.line) for k, v in terms.items()]
+    return rows, out
+
+
+def _ledger_rows(m: _Ledger, th: TheoryCtx) -> list[dict]:
+    """The memory table's ledger rows: CUDA total, budget, weights, non-torch, activation, pool, graphs."""
+    gpu, mem, line = th.gpu, m.mem, m.line
+    items = (
         ("cuda_total", mem.total_gib, gpu.memory_bytes / GIB if gpu and gpu.memory_bytes else None, line),
         ("budget", mem.requested_gib, None, line),
-        ("weights", loaded, weights_theory_gib, run.cite(rel, log.lines.get("weights_loaded_gib"))),
-        ("non_torch", non_torch, None, line),
+        ("weights", m.loaded_gib, m.weights_theory_gib, m.weights_src),
+        ("non_torch", m.non_torch_gib, None, line),
         ("peak_activation", mem.peak_activation_gib, None, line),
-        ("kv_pool", log.kv_cache_memory_gib, ledger, pool_src),
+        ("kv_pool", m.log.kv_cache_memory_gib, m.ledger_gib, m.pool_src),
         ("cuda_graph", mem.cuda_graph_gib, None, line),
-    ):
-        if v is not None:
-            rows.append(_row(run, item, v, theo, src))
-    return rows, out
+    )
+    return [_row(m.run, item, v, theo, src) for item, v, theo, src in items if v is not None]
 
 
 def _row(run: RunData, item: str, gib: float, theory_gib: float | None, source: str) -> dict:
