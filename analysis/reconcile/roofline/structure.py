@@ -13,6 +13,7 @@ from analysis import findings as fnd
 from analysis import theory
 from analysis.campaign import Campaign
 from analysis.keys import At
+from analysis.model_config import ModelConfig
 from analysis.reconcile import Section, SectionInput
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -46,6 +47,17 @@ CONFIG_FIELDS = (
     "tie_word_embeddings",
     "qkv_bias",
 )
+WEIGHT_FORMATS = ("bf16", "q4_k_m", "q8_0")  # the formats the weights table compares
+# what the structure page states from a model config; n/a together without one
+NO_THEORY_KEYS = (
+    "params_total",
+    "kv_bytes_per_token",
+    "gqa_factor",
+    "flops_per_token_trunk",
+    "flops_per_token_lm_head",
+    "attention_overtakes_weights_decode_tokens",
+    "weight_bytes_bf16",
+)
 MODEL = At(topic="model")  # theory of the campaign's model: findings `model.<metric>`
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
@@ -64,30 +76,52 @@ def config_sources(config_path: str, found_in: list[str]) -> list[str]:
 def run(s: SectionInput) -> Section:
     campaign, th = s.campaign, s.th
     cfg = th.cfg
-    keys = (
-        "params_total",
-        "kv_bytes_per_token",
-        "gqa_factor",
-        "flops_per_token_trunk",
-        "flops_per_token_lm_head",
-        "attention_overtakes_weights_decode_tokens",
-        "weight_bytes_bf16",
-    )
     if cfg is None:
+        why = "no bundled config matches the campaign's model id"
         return Section(
             name="structure",
-            findings=[
-                fnd.not_available(
-                    MODEL(k), "", "no_theory", "no bundled config matches the campaign's model id"
-                )
-                for k in keys
-            ],
+            findings=[fnd.not_available(MODEL(k), "", "no_theory", why) for k in NO_THEORY_KEYS],
         )
     src = config_sources(cfg.source, th.model_source)
+    params_rows = _params_rows(cfg)
+    f = _count_findings(cfg, params_rows, src)
+    depth_tables, depth = depth_findings(campaign, th, src)
+    f += depth
+    # the inputs of every derivation, as the structure page lists them (config.json's fields)
+    config = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+    return Section(
+        name="structure",
+        tables={
+            "model_config": pd.DataFrame([{**config, "source": ";".join(src)}]),
+            "structure_params": pd.DataFrame(params_rows),
+            "structure_flops": pd.DataFrame(_flops_rows(cfg)),
+            "structure_weights": pd.DataFrame(
+                [
+                    {
+                        "weight_format": k,
+                        "weight_bytes": v,
+                        "weight_bytes_read_per_step": theory.weight_bytes_read_per_decode_step(cfg, k),
+                    }
+                    for k, v in _weight_bytes(cfg).items()
+                ]
+            ),
+            **depth_tables,
+        },
+        findings=f,
+    )
+
+
+def _weight_bytes(cfg: ModelConfig) -> dict[str, float]:
+    """The model's weight bytes per format the structure page compares, bytes."""
+    return {fmt: theory.weight_bytes(cfg, fmt) for fmt in WEIGHT_FORMATS}
+
+
+def _params_rows(cfg: ModelConfig) -> list[dict]:
+    """Parameters by component (whole model and per layer), with each one's share of the total."""
     whole = theory.params_by_component(cfg)
     total = theory.params_total(cfg)
     per_layer = theory.params_per_layer_by_component(cfg)
-    params_rows = [
+    return [
         {
             "component": k,
             "group": GROUPS.get(k, "other"),
@@ -97,21 +131,35 @@ def run(s: SectionInput) -> Section:
         }
         for k, v in whole.items()
     ]
-    flops_rows = []
+
+
+def _flops_rows(cfg: ModelConfig) -> list[dict]:
+    """GFLOP per decoded token against the sequence length: the weights' (flat) and the attention kernel's."""
     trunk = theory.flops_per_token_matmul(cfg)
     head = theory.flops_per_token_lm_head(cfg)
-    for s in SEQ_LENS:
-        flops_rows.append({"seq_len_tokens": s, "part": "weights", "gflop_per_token": (trunk + head) / 1e9})
-        flops_rows.append(
+    rows = []
+    for seq in SEQ_LENS:
+        rows.append({"seq_len_tokens": seq, "part": "weights", "gflop_per_token": (trunk + head) / 1e9})
+        rows.append(
             {
-                "seq_len_tokens": s,
+                "seq_len_tokens": seq,
                 "part": "attention_kernel",
-                "gflop_per_token": theory.attention_flops_decode_per_token(cfg, s) / 1e9,
+                "gflop_per_token": theory.attention_flops_decode_per_token(cfg, seq) / 1e9,
             }
         )
-    wb = {fmt: theory.weight_bytes(cfg, fmt) for fmt in ("bf16", "q4_k_m", "q8_0")}
-    f = [
-        fnd.measured(MODEL("params_total"), total, "params", src, detail="theory: Σ components"),
+    return rows
+
+
+def _count_findings(cfg: ModelConfig, params_rows: list[dict], src: list[str]) -> list[fnd.Finding]:
+    """The structure's counts: parameters and their shares, KV bytes per token and the GQA factor, FLOPs per
+    token, where attention overtakes the weights, weight bytes (stored and read per step)."""
+    trunk = theory.flops_per_token_matmul(cfg)
+    head = theory.flops_per_token_lm_head(cfg)
+    wb = _weight_bytes(cfg)
+    return [
+        fnd.measured(
+            MODEL("params_total"), theory.params_total(cfg), "params", src, detail="theory: Σ components"
+        ),
         fnd.measured(MODEL("params_per_layer"), theory.params_per_layer(cfg), "params", src),
         fnd.measured(
             MODEL("params_mlp_share_pct"),
@@ -170,31 +218,6 @@ def run(s: SectionInput) -> Section:
             src,
         ),
     ]
-    weights = pd.DataFrame(
-        [
-            {
-                "weight_format": k,
-                "weight_bytes": v,
-                "weight_bytes_read_per_step": theory.weight_bytes_read_per_decode_step(cfg, k),
-            }
-            for k, v in wb.items()
-        ]
-    )
-    depth_tables, depth = depth_findings(campaign, th, src)
-    f += depth
-    # the inputs of every derivation, as the structure page lists them (config.json's fields)
-    config = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
-    return Section(
-        name="structure",
-        tables={
-            "model_config": pd.DataFrame([{**config, "source": ";".join(src)}]),
-            "structure_params": pd.DataFrame(params_rows),
-            "structure_flops": pd.DataFrame(flops_rows),
-            "structure_weights": weights,
-            **depth_tables,
-        },
-        findings=f,
-    )
 
 
 # --- issue #11: what the structure implies, beyond the counts ------------------------------------------
@@ -217,19 +240,27 @@ def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[d
     W_k/W_v weights, the hidden state and the weight bytes a step reads; what the cache saves in compute."""
     cfg = th.cfg
     assert cfg is not None
-    out: list[fnd.Finding] = []
+    rows, out = _flops_depth(cfg, src)
+    out += _kv_depth(cfg, src)
+    out += _typical_request_findings(cfg, typical_request(campaign), src)
+    return {"structure_flops_by_matrix": pd.DataFrame(rows)}, out
+
+
+def _flops_depth(cfg: ModelConfig, src: list[str]) -> tuple[list[dict], list[fnd.Finding]]:
+    """FLOPs per layer per token by matrix (table structure_flops_by_matrix, with the element-wise ops), the
+    element-wise share, and the attention kernel's FLOPs at one round length."""
     by_matrix = theory.flops_per_token_by_matrix(cfg)
     layer_matmul = sum(by_matrix.values())
-    for name, v in by_matrix.items():
-        out.append(
-            fnd.measured(
-                MODEL(f"flops_per_layer_per_token_{name}"),
-                v,
-                "FLOPs/token",
-                src,
-                share_of_layer_pct=v / layer_matmul * 100,
-            )
+    out = [
+        fnd.measured(
+            MODEL(f"flops_per_layer_per_token_{name}"),
+            v,
+            "FLOPs/token",
+            src,
+            share_of_layer_pct=v / layer_matmul * 100,
         )
+        for name, v in by_matrix.items()
+    ]
     ew_ops = theory.elementwise_flops_per_layer_by_op(cfg)
     ew = theory.elementwise_flops_per_token(cfg)
     weights = theory.flops_per_token_matmul(cfg) + theory.flops_per_token_lm_head(cfg)
@@ -283,19 +314,28 @@ def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[d
             detail="4·T·L·H·d at T = 1024",
         )
     )
-    # the KV cache against the weights that produce it, and against the hidden state
-    wkv = theory.kv_projection_weight_bytes(cfg)
-    outweigh = theory.kv_outweighs_projections_tokens(cfg)
-    out.append(fnd.measured(MODEL("kv_projection_weight_bytes"), wkv, "bytes", src, dtype="bf16"))
-    out.append(
+    return rows, out
+
+
+def _kv_depth(cfg: ModelConfig, src: list[str]) -> list[fnd.Finding]:
+    """The KV cache against the weights that produce it (W_k + W_v), against the hidden state, and its read
+    per decode step against the weight bytes the step reads."""
+    out = [
+        fnd.measured(
+            MODEL("kv_projection_weight_bytes"),
+            theory.kv_projection_weight_bytes(cfg),
+            "bytes",
+            src,
+            dtype="bf16",
+        ),
         fnd.measured(
             MODEL("kv_outweighs_projections_tokens"),
-            outweigh,
+            theory.kv_outweighs_projections_tokens(cfg),
             "tokens",
             src,
             detail="cached tokens whose K/V (bf16) outweigh the bf16 W_k + W_v of every layer",
-        )
-    )
+        ),
+    ]
     kv_layer = theory.kv_bytes_per_layer_per_token(cfg)
     hidden = theory.hidden_state_bytes_per_token(cfg)
     out.append(
@@ -323,43 +363,47 @@ def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[d
                 detail="one sequence's KV read per decode step ÷ the bf16 weight bytes the step reads",
             )
         )
-    req = typical_request(campaign)
+    return out
+
+
+def _typical_request_findings(
+    cfg: ModelConfig, req: tuple[float, int, str] | None, src: list[str]
+) -> list[fnd.Finding]:
+    """At the campaign's typical request: the concurrency whose KV outweighs W_k + W_v, and what the cache
+    saves in compute (re-running the prefix ÷ one cached step); n/a without a sweep that knows both
+    lengths."""
     if req is None:
-        for k, u in (("kv_outweighs_projections_concurrency", "requests"), ("kv_saved_flops_ratio", "ratio")):
-            out.append(
-                fnd.not_available(
-                    MODEL(k), u, "no_such_test", "no concurrency sweep with known prompt and output lengths"
-                )
+        why = "no concurrency sweep with known prompt and output lengths"
+        return [
+            fnd.not_available(MODEL(k), u, "no_such_test", why)
+            for k, u in (
+                ("kv_outweighs_projections_concurrency", "requests"),
+                ("kv_saved_flops_ratio", "ratio"),
             )
-    else:
-        inp, outp, wsrc = req
-        held = inp + outp  # what one request holds in the cache at its last token
-        out.append(
-            fnd.measured(
-                MODEL("kv_outweighs_projections_concurrency"),
-                math.ceil(outweigh / held),
-                "requests",
-                [*src, wsrc],
-                tokens_per_request=held,
-                detail=(
-                    "ceil(tokens whose K/V outweigh W_k + W_v ÷ (prompt + output) of the campaign's sweep)"
-                ),
-            )
-        )
-        ctx_tokens = round(inp + outp / 2)  # the mean context while a request decodes
-        saved = theory.kv_saved_flops_per_token(cfg, ctx_tokens)
-        step = theory.flops_decode_per_token(cfg, ctx_tokens)
-        out.append(
-            fnd.measured(
-                MODEL("kv_saved_flops_ratio"),
-                (saved + step) / step,
-                "ratio",
-                [*src, wsrc],
-                context_tokens=ctx_tokens,
-                saved_flops_per_token=saved,
-                decode_flops_per_token=step,
-                detail="FLOPs to re-run the prefix (causal prefill of T + 1) ÷ one cached decode step at T, "
-                "T = prompt + output ÷ 2 of the campaign's sweep",
-            )
-        )
-    return {"structure_flops_by_matrix": pd.DataFrame(rows)}, out
+        ]
+    inp, outp, wsrc = req
+    held = inp + outp  # what one request holds in the cache at its last token
+    ctx_tokens = round(inp + outp / 2)  # the mean context while a request decodes
+    saved = theory.kv_saved_flops_per_token(cfg, ctx_tokens)
+    step = theory.flops_decode_per_token(cfg, ctx_tokens)
+    return [
+        fnd.measured(
+            MODEL("kv_outweighs_projections_concurrency"),
+            math.ceil(theory.kv_outweighs_projections_tokens(cfg) / held),
+            "requests",
+            [*src, wsrc],
+            tokens_per_request=held,
+            detail=("ceil(tokens whose K/V outweigh W_k + W_v ÷ (prompt + output) of the campaign's sweep)"),
+        ),
+        fnd.measured(
+            MODEL("kv_saved_flops_ratio"),
+            (saved + step) / step,
+            "ratio",
+            [*src, wsrc],
+            context_tokens=ctx_tokens,
+            saved_flops_per_token=saved,
+            decode_flops_per_token=step,
+            detail="FLOPs to re-run the prefix (causal prefill of T + 1) ÷ one cached decode step at T, "
+            "T = prompt + output ÷ 2 of the campaign's sweep",
+        ),
+    ]
