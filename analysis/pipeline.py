@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis import charts, metrics, scrape_series
 from analysis import findings as fnd
-from analysis.campaign import Campaign, campaign_names, load_campaign, verify_campaign
+from analysis.campaign import Campaign, RunData, campaign_names, load_campaign, verify_campaign
 from analysis.findings import FindingSet, dumps, write_table
 from analysis.keys import At, series_id
 from analysis.parse.sampler_csv import COLUMNS
@@ -304,6 +304,38 @@ def _analyze_campaign(
     inp = SectionInput(campaign, ctx, th, points, slos_ms, list(raw_roots))
     sections = [runs_section(campaign), *(m.run(inp) for m in SECTIONS[:2]), window_section(campaign, ctx)]
     sections += [m.run(inp) for m in SECTIONS[2:]]
+    found, tables = _collect(campaign, sections, points)
+    specs = _write_campaign(campaign, out_dir, th, found, tables)
+    summary = comparison.CampaignSummary(
+        name=campaign.name,
+        tables=tables,
+        findings=found,
+        gpu=th.gpu.name if th.gpu else None,
+        gpu_display=th.gpu.display_name if th.gpu else None,
+        bandwidth_datasheet_bytes_per_s=th.gpu.bandwidth_bytes_per_s if th.gpu else None,
+        bandwidth_measured_bytes_per_s=th.ceilings.copy_bytes_per_s if th.ceilings else None,
+        capacity=_capacity_by_series(campaign, th, tables, found),
+        model_name=th.cfg.name if th.cfg else None,
+        model_shape=(
+            th.cfg.hidden_size,
+            th.cfg.intermediate_size,
+            th.cfg.num_hidden_layers,
+            th.cfg.num_attention_heads,
+            th.cfg.num_key_value_heads,
+            th.cfg.head_dim,
+            th.cfg.vocab_size,
+        )
+        if th.cfg
+        else None,
+    )
+    return _report_lines(campaign, out_dir, found, tables, specs), summary
+
+
+def _collect(
+    campaign: Campaign, sections: list[Section], points: pd.DataFrame
+) -> tuple[FindingSet, dict[str, pd.DataFrame]]:
+    """Every section's findings and tables in one set, each marked with the state of the runs it comes
+    from; the differences from a first reading of the files, from those tables."""
     found = FindingSet()
     tables: dict[str, pd.DataFrame] = {"points": points}
     states = RunStates(campaign)
@@ -315,7 +347,17 @@ def _analyze_campaign(
             tables[name] = df
     # the differences from a first reading of the files, from the tables the sections above wrote
     found.extend(states.mark(f.with_campaign(campaign.name)) for f in differences.run(tables).findings)
-    tables = {name: states.mark_table(df) for name, df in tables.items()}
+    return found, {name: states.mark_table(df) for name, df in tables.items()}
+
+
+def _write_campaign(
+    campaign: Campaign,
+    out_dir: Path,
+    th: theoryctx.TheoryCtx,
+    found: FindingSet,
+    tables: dict[str, pd.DataFrame],
+) -> list[str]:
+    """tables/*.csv, figures/*.vl.json, findings.json and index.json of one campaign; the figures written."""
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     for name in sorted(tables):
@@ -349,11 +391,18 @@ def _analyze_campaign(
         "excluded_runs": campaign.excluded,
     }
     (out_dir / "index.json").write_text(dumps(index), encoding="utf-8")
+    return sorted(specs)
+
+
+def _report_lines(
+    campaign: Campaign, out_dir: Path, found: FindingSet, tables: dict[str, pd.DataFrame], figures: list[str]
+) -> list[str]:
+    """What `analyze` prints for a campaign: its counts, then every run that is not sealed-complete."""
     n_bad = sum(1 for k in found.keys() if found[k].status == "mismatch")
     n_na = sum(1 for k in found.keys() if found[k].status == "n/a")
     lines = [
         f"{campaign.name}: {len(found)} findings ({n_bad} mismatch, {n_na} n/a), {len(tables)} tables, "
-        f"{len(specs)} figures -> {out_dir}"
+        f"{len(figures)} figures -> {out_dir}"
         + (f" ({len(campaign.excluded)} run(s) left out by decision)" if campaign.excluded else "")
     ]
     if not campaign.verified:
@@ -365,29 +414,7 @@ def _analyze_campaign(
             lines.append(f"{campaign.name}/{r.name}: {r.state}; its findings say so")
     for b in campaign.broken:
         lines.append(f"{campaign.name}/{b.name}: not analysed ({b.state}): {b.reason}")
-    summary = comparison.CampaignSummary(
-        name=campaign.name,
-        tables=tables,
-        findings=found,
-        gpu=th.gpu.name if th.gpu else None,
-        gpu_display=th.gpu.display_name if th.gpu else None,
-        bandwidth_datasheet_bytes_per_s=th.gpu.bandwidth_bytes_per_s if th.gpu else None,
-        bandwidth_measured_bytes_per_s=th.ceilings.copy_bytes_per_s if th.ceilings else None,
-        capacity=_capacity_by_series(campaign, th, tables, found),
-        model_name=th.cfg.name if th.cfg else None,
-        model_shape=(
-            th.cfg.hidden_size,
-            th.cfg.intermediate_size,
-            th.cfg.num_hidden_layers,
-            th.cfg.num_attention_heads,
-            th.cfg.num_key_value_heads,
-            th.cfg.head_dim,
-            th.cfg.vocab_size,
-        )
-        if th.cfg
-        else None,
-    )
-    return lines, summary
+    return lines
 
 
 def write_comparison(
@@ -430,112 +457,96 @@ def write_comparison(
 
 def window_section(campaign: Campaign, ctx: Context) -> Section:
     """The clock offset found per run, and how well the windows line up with the sampler's activity."""
-    rows = []
-    findings = []
-    for run in campaign.all_runs:
-        if run.name not in ctx.offsets:
-            continue
-        est, src = ctx.offsets[run.name]
-        for p in run.points:
-            w = ctx.window(p)
-            if w is None:
-                continue
-            rows.append(
-                {
-                    "round": run.round or "",
-                    "test": run.test,
-                    "point": p.label,
-                    "offset_s": est.offset_s,
-                    "window_start_s": w.window.start_s,
-                    "window_end_s": w.window.end_s,
-                    "first_active_s": w.activity.first_active_s,
-                    "last_active_s": w.activity.last_active_s,
-                    "end_lag_s": w.end_lag_s,
-                    "order": p.order,
-                }
+    rows = [
+        {
+            "round": run.round or "",
+            "test": run.test,
+            "point": p.label,
+            "offset_s": ctx.offsets[run.name][0].offset_s,
+            "window_start_s": w.window.start_s,
+            "window_end_s": w.window.end_s,
+            "first_active_s": w.activity.first_active_s,
+            "last_active_s": w.activity.last_active_s,
+            "end_lag_s": w.end_lag_s,
+            "order": p.order,
+        }
+        for run in campaign.all_runs
+        if run.name in ctx.offsets
+        for p in run.points
+        if (w := ctx.window(p)) is not None
+    ]
+    findings = [f for rnd in campaign.rounds for f in _round_window_findings(campaign, ctx, rnd)]
+    return Section(name="windows", tables={"windows": pd.DataFrame(rows)}, findings=findings)
+
+
+def _round_window_findings(campaign: Campaign, ctx: Context, rnd: str | None) -> list[fnd.Finding]:
+    """A round's clock offset (none to find for collector runs; n/a without a sampler CSV), the worst end lag,
+    and whether each run's points ran in its sweep log's order."""
+    at = At(round=rnd, topic="windows")
+    runs = [r for r in campaign.select(round=rnd) if r.name in ctx.offsets]
+    own = [r for r in campaign.select(round=rnd) if r.own and r.name in ctx.sampler_series]
+    if not runs and own:
+        return [
+            fnd.measured(
+                at("client_clock_offset_s"),
+                0.0,
+                "s",
+                [r.cite(r.counter_source or "") for r in own],
+                detail="collector runs: requests and scrapes carry the same monotonic clock, so there "
+                "is no offset to find; each point's counters are differenced between its own "
+                "boundary scrapes",
+                clock="CLOCK_MONOTONIC",
             )
-    table = pd.DataFrame(rows)
-    for rnd in campaign.rounds:
-        at = At(round=rnd, topic="windows")
-        runs = [r for r in campaign.select(round=rnd) if r.name in ctx.offsets]
-        own = [r for r in campaign.select(round=rnd) if r.own and r.name in ctx.sampler_series]
-        if not runs and own:
-            findings.append(
-                fnd.measured(
-                    at("client_clock_offset_s"),
-                    0.0,
-                    "s",
-                    [r.cite(r.counter_source) for r in own],
-                    detail="collector runs: requests and scrapes carry the same monotonic clock, so there "
-                    "is no offset to find; each point's counters are differenced between its own "
-                    "boundary scrapes",
-                    clock="CLOCK_MONOTONIC",
-                )
-            )
-            continue
-        if not runs:
-            findings.append(
-                fnd.not_available(
-                    at("client_clock_offset_s"),
-                    "s",
-                    "no_sampler_csv",
-                    f"no sampler CSV in {rnd}: the result dates cannot be checked",
-                )
-            )
-            continue
-        offs = {r.name: ctx.offsets[r.name][0] for r in runs}
-        values = sorted({o.offset_s for o in offs.values()})
-        srcs = [ctx.offsets[r.name][1] for r in runs] + [p.cite("date") for r in runs for p in r.points][:3]
-        findings.append(
-            fnd.Finding(
-                at=at("client_clock_offset_s"),
-                value=values[0],
-                unit="s",
-                sources=tuple(srcs),
-                status="ok" if len(values) == 1 else "mismatch",
-                detail="result `date` (no zone) minus UTC, found as the offset whose windows hold the most "
-                "running/waiting activity in the sampler CSV",
-                extra={
-                    "per_run": {k: v.offset_s for k, v in offs.items()},
-                    "runner_up_offset_s": {k: v.runner_up_offset_s for k, v in offs.items()},
-                    "active_samples_in_windows": {k: v.active_in_windows for k, v in offs.items()},
-                    "samples_in_windows": {k: v.samples_in_windows for k, v in offs.items()},
-                },
-            )
-        )
-        lags = [
-            w
-            for w in (ctx.window(p) for r in runs for p in r.points)
-            if w is not None and w.end_lag_s is not None
         ]
-        if lags:
-            worst = max(lags, key=lambda w: abs(w.end_lag_s))
-            findings.append(
-                fnd.measured(
-                    at("max_abs_end_lag_s"),
-                    abs(worst.end_lag_s),
-                    "s",
-                    srcs[: len(runs)],
-                    detail="|last active sampler row − result end time|, worst point",
-                )
-            )
-        for r in runs:
-            rel, sweep = r.sweep
-            if sweep is None:
-                continue
-            logged = [p for p in r.points if p.sweep_point is not None]
-            by_log = [p.label for p in sorted(logged, key=lambda p: p.sweep_point.index)]
-            by_date = [p.label for p in sorted(logged, key=lambda p: (p.end_naive_utc_s, p.label))]
-            findings.append(
-                fnd.checked(
-                    at("order_matches_sweep_log", test=r.test),
-                    by_log == by_date,
-                    [r.cite(rel)],
-                    by_log=by_log,
-                    by_date=by_date,
-                )
-            )
-    return Section(name="windows", tables={"windows": table}, findings=findings)
+    if not runs:
+        why = f"no sampler CSV in {rnd}: the result dates cannot be checked"
+        return [fnd.not_available(at("client_clock_offset_s"), "s", "no_sampler_csv", why)]
+    offs = {r.name: ctx.offsets[r.name][0] for r in runs}
+    values = sorted({o.offset_s for o in offs.values()})
+    srcs = [ctx.offsets[r.name][1] for r in runs] + [p.cite("date") for r in runs for p in r.points][:3]
+    out = [
+        fnd.Finding(
+            at=at("client_clock_offset_s"),
+            value=values[0],
+            unit="s",
+            sources=tuple(srcs),
+            status="ok" if len(values) == 1 else "mismatch",
+            detail="result `date` (no zone) minus UTC, found as the offset whose windows hold the most "
+            "running/waiting activity in the sampler CSV",
+            extra={
+                "per_run": {k: v.offset_s for k, v in offs.items()},
+                "runner_up_offset_s": {k: v.runner_up_offset_s for k, v in offs.items()},
+                "active_samples_in_windows": {k: v.active_in_windows for k, v in offs.items()},
+                "samples_in_windows": {k: v.samples_in_windows for k, v in offs.items()},
+            },
+        )
+    ]
+    lags = [
+        abs(w.end_lag_s)
+        for w in (ctx.window(p) for r in runs for p in r.points)
+        if w is not None and w.end_lag_s is not None
+    ]
+    if lags:
+        why = "|last active sampler row − result end time|, worst point"
+        out.append(fnd.measured(at("max_abs_end_lag_s"), max(lags), "s", srcs[: len(runs)], detail=why))
+    return out + [f for r in runs if (f := _order_finding(at, r)) is not None]
+
+
+def _order_finding(at: At, r: RunData) -> fnd.Finding | None:
+    """Whether the run's logged points ended (result dates) in their sweep log's order; None without a log."""
+    rel, sweep = r.sweep
+    if rel is None or sweep is None:
+        return None
+    logged = [(p, p.sweep_point) for p in r.points if p.sweep_point is not None]
+    by_log = [p.label for p, sp in sorted(logged, key=lambda x: x[1].index)]
+    by_date = [p.label for p, _ in sorted(logged, key=lambda x: (x[0].end_naive_utc_s or 0.0, x[0].label))]
+    return fnd.checked(
+        at("order_matches_sweep_log", test=r.test),
+        by_log == by_date,
+        [r.cite(rel)],
+        by_log=by_log,
+        by_date=by_date,
+    )
 
 
 def runs_section(campaign: Campaign) -> Section:
