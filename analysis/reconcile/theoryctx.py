@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass, field
 
 from analysis import theory
-from analysis.campaign import Campaign
+from analysis.campaign import Campaign, RunData
 from analysis.gpus import GpuSpec, get_gpu
 from analysis.model_config import ModelConfig, load_model_config, model_config_from_dict
-from analysis.rundocs import gpu_name_from_summary
+from analysis.rundocs import Ceilings, gpu_name_from_summary
 from collector.raw.errors import AnatomyError
 
 
@@ -34,7 +34,7 @@ class TheoryCtx:
     kv_dtypes: dict[str, str] = field(default_factory=dict)  # engine -> KV dtype
     gpu_reason: str | None = None  # why there is no datasheet (e.g. the campaign ran on a CPU)
     model_reason: str | None = None
-    ceilings: object | None = None  # analysis.rundocs.Ceilings
+    ceilings: Ceilings | None = None
     ceilings_source: list[str] = field(default_factory=list)
     # own runs: run name -> (weight format, KV dtype, citation)
     run_formats: dict[str, tuple[str, str, str]] = field(default_factory=dict)
@@ -192,6 +192,8 @@ def _ceilings(campaign: Campaign, ctx: TheoryCtx) -> None:
 
 
 def build(campaign: Campaign) -> TheoryCtx:
+    """The campaign's theory: from the plans our own runs kept, else from what an imported campaign's files
+    name (the result files' model id, the fingerprint's GPU, the server logs' weight formats)."""
     if any(r.own for r in campaign.all_runs):
         cfg, src, reason = _own_model(campaign)
         ctx = TheoryCtx(cfg=cfg, gpu=None, model_source=src, model_reason=reason)
@@ -199,8 +201,18 @@ def build(campaign: Campaign) -> TheoryCtx:
         _own_formats(campaign, ctx)
         _ceilings(campaign, ctx)
         return ctx
-    cfg = None
-    model_src: list[str] = []
+    cfg, model_src = _imported_model(campaign)
+    gpu, gpu_src = _imported_gpu(campaign)
+    ctx = TheoryCtx(cfg=cfg, gpu=gpu, model_source=model_src, gpu_source=gpu_src)
+    for run in campaign.all_runs:
+        if run.engine not in ctx.weight_formats:
+            _imported_format(run, ctx)
+    return ctx
+
+
+def _imported_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str]]:
+    """The bundled config of the first model id (else tokenizer id) a result file names, and its citation;
+    a GGUF file name is no model id."""
     for run in campaign.all_runs:
         for p in run.points:
             for name in (p.result.model_id, p.result.tokenizer_id):
@@ -210,43 +222,44 @@ def build(campaign: Campaign) -> TheoryCtx:
                     cfg = load_model_config(name)
                 except AnatomyError:
                     continue
-                model_src = [p.cite("model_id" if name == p.result.model_id else "tokenizer_id")]
-                break
-            if cfg:
-                break
-        if cfg:
-            break
-    gpu = None
-    gpu_src: list[str] = []
+                return cfg, [p.cite("model_id" if name == p.result.model_id else "tokenizer_id")]
+    return None, []
+
+
+def _imported_gpu(campaign: Campaign) -> tuple[GpuSpec | None, list[str]]:
+    """The datasheet of the first GPU a run's fingerprint names, and its citation."""
     for run in campaign.all_runs:
         rel, fp = run.fingerprint
         name = gpu_name_from_fingerprint(fp) if fp is not None else None
-        if name:
-            try:
-                gpu = get_gpu(name)
-            except AnatomyError:
-                continue
-            gpus = getattr(fp, "gpus", None)
-            gpu_src = [run.cite(rel, gpus[0].line if gpus else None)]
-            break
-    ctx = TheoryCtx(cfg=cfg, gpu=gpu, model_source=model_src, gpu_source=gpu_src)
-    for run in campaign.all_runs:
-        rel, log = run.server_log
-        if log is None or run.engine in ctx.weight_formats:
+        if rel is None or not name:
             continue
-        if run.engine == "vllm" and getattr(log, "engine_config", None) is not None:
-            fmt = _dtype_format(log.engine_config.dtype)
-            if fmt:
-                ctx.weight_formats["vllm"] = fmt
-                ctx.weight_format_source["vllm"] = run.cite(rel, log.engine_config.line)
-                kv = log.engine_config.kv_cache_dtype
-                ctx.kv_dtypes["vllm"] = "bf16" if kv in (None, "auto") else kv
-        elif run.engine == "llamacpp" and getattr(log, "model_path", None):
-            fmt = _weight_format_from_gguf(log.model_path)
-            if fmt:
-                ctx.weight_formats["llamacpp"] = fmt
-                ctx.weight_format_source["llamacpp"] = run.cite(rel, log.lines.get("model_path"))
-                k = getattr(log, "kv_k_type", None)
-                # llama.cpp's default KV type is f16 (same bytes as bf16)
-                ctx.kv_dtypes["llamacpp"] = (k or "fp16").lower()
-    return ctx
+        try:
+            gpu = get_gpu(name)
+        except AnatomyError:
+            continue
+        gpus = getattr(fp, "gpus", None)
+        return gpu, [run.cite(rel, gpus[0].line if gpus else None)]
+    return None, []
+
+
+def _imported_format(run: RunData, ctx: TheoryCtx) -> None:
+    """The weight format (and KV dtype) an imported run's server log states: vLLM's engine config dtype,
+    llama.cpp's GGUF file name."""
+    rel, log = run.server_log
+    if rel is None or log is None:
+        return
+    if run.engine == "vllm" and getattr(log, "engine_config", None) is not None:
+        fmt = _dtype_format(log.engine_config.dtype)
+        if fmt:
+            ctx.weight_formats["vllm"] = fmt
+            ctx.weight_format_source["vllm"] = run.cite(rel, log.engine_config.line)
+            kv = log.engine_config.kv_cache_dtype
+            ctx.kv_dtypes["vllm"] = "bf16" if kv in (None, "auto") else kv
+    elif run.engine == "llamacpp" and getattr(log, "model_path", None):
+        fmt = _weight_format_from_gguf(log.model_path)
+        if fmt:
+            ctx.weight_formats["llamacpp"] = fmt
+            ctx.weight_format_source["llamacpp"] = run.cite(rel, log.lines.get("model_path"))
+            k = getattr(log, "kv_k_type", None)
+            # llama.cpp's default KV type is f16 (same bytes as bf16)
+            ctx.kv_dtypes["llamacpp"] = (k or "fp16").lower()
