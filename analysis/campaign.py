@@ -19,19 +19,26 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from analysis import metrics, rundocs
 from analysis.parse import parser_for
 from analysis.parse.bench_json import BenchResult
 from analysis.parse.events_jsonl import parse_events_jsonl
+from analysis.parse.fingerprint_txt import Fingerprint
+from analysis.parse.llamacpp_log import LlamacppServerLog
 from analysis.parse.peers import parse_result_json
+from analysis.parse.prometheus import PromSnapshot
 from analysis.parse.requests_jsonl import parse_requests_jsonl
+from analysis.parse.sampler_csv import SamplerTable
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
+from analysis.parse.sweep_log import SweepLog, SweepPoint
+from analysis.parse.vllm_log import VllmServerLog
 from analysis.rundocs import RunDocs, read_run_docs
 from analysis.windows import naive_as_utc_epoch_s
 from collector.raw.decisions import excluded_runs
 from collector.raw.errors import AnatomyError, ParseError, StoreError
+from collector.raw.records import EventRecord, RequestRecord, ScrapeRecord
 from collector.raw.store import RawStore, RunInfo, open_run, run_state, text_name, verify_run
 
 # Store bookkeeping that no parser covers: never measurement data.
@@ -40,27 +47,28 @@ REQUESTS_FILE = "requests.jsonl"
 # see is_experiment_run: issue #15's one-knob experiments, issue #26's deployment ladder, speculative decoding
 # and slot-history runs
 EXPERIMENT_PREFIXES = ("exp-", "ladder-", "spec-", "slots-hist-")
+_R = TypeVar("_R")  # the record type a RunData accessor looks for
 
 
 @dataclass
 class RequestLog:
-    """Our collector's request records of one run (analysis.parse.requests_jsonl.RequestRecord)."""
+    """Our collector's request records of one run (requests.jsonl)."""
 
-    records: list[Any]
+    records: list[RequestRecord]
 
 
 @dataclass
 class ScrapeLog:
-    """Our collector's sampler scrapes of one run (analysis.parse.scrapes_jsonl.ScrapeRecord)."""
+    """Our collector's sampler scrapes of one run (scrapes.jsonl)."""
 
-    records: list[Any]
+    records: list[ScrapeRecord]
 
 
 @dataclass
 class EventLog:
-    """Our collector's events of one run (analysis.parse.events_jsonl.EventRecord); line = index + 1."""
+    """Our collector's events of one run (events.jsonl); line = index + 1."""
 
-    records: list[Any]
+    records: list[EventRecord]
 
 
 # Own-run phase kinds (requests.jsonl `phase_kind`) -> the test kinds the reconciliations select on.
@@ -90,7 +98,7 @@ class BenchPoint:
     requested_output_len_tokens: int | None
     protocol_source: str | None  # citation of the requested lengths (a sweep log's Namespace line)
     protocol_borrowed: bool  # lengths taken from another run's log (this run kept none)
-    sweep_point: Any | None  # the matching analysis.parse.sweep_log.SweepPoint, if the run has a log
+    sweep_point: SweepPoint | None  # the matching point of the run's sweep log, if it has one
     order: int  # position in the sweep log (ground truth of the order), else by date
     kind: str | None = None  # own runs: the point's test kind (PHASE_TEST_KIND); None: the run's
     # which definitions the result's latencies/throughputs follow: metrics.CANONICAL (recomputed from
@@ -111,7 +119,7 @@ class BenchPoint:
         return self.run.cite(self.file, field_name)
 
     @property
-    def records(self) -> list[Any]:
+    def records(self) -> list[RequestRecord]:
         """The point's request records (``RequestRecord``: the lines of its run's requests.jsonl whose
         ``point`` is this point's label), in file order; [] for a run without that file."""
         _, log = self.run.requests
@@ -169,43 +177,54 @@ class RunData:
                 return rel, rec
         return None, None
 
-    @property
-    def sweep(self) -> tuple[str, Any] | tuple[None, None]:
-        return self.first("sweep_log")
-
-    @property
-    def sampler(self) -> tuple[str, Any] | tuple[None, None]:
-        return self.first("sampler_csv")
-
-    @property
-    def server_log(self) -> tuple[str, Any] | tuple[None, None]:
-        rel, rec = self.first("vllm_log")
-        return (rel, rec) if rel else self.first("llamacpp_log")
-
-    @property
-    def scrape(self) -> tuple[str, Any] | tuple[None, None]:
-        return self.first("prometheus")
-
-    @property
-    def fingerprint(self) -> tuple[str, Any] | tuple[None, None]:
-        return self.first("fingerprint_txt")
-
-    def _of_type(self, kind: type) -> tuple[str, Any] | tuple[None, None]:
+    def _of_type(self, kind: type[_R]) -> tuple[str, _R] | tuple[None, None]:
+        """The first file (by name) whose record is a ``kind``, and that record."""
         for rel in sorted(self.records):
-            if isinstance(self.records[rel], kind):
-                return rel, self.records[rel]
+            rec = self.records[rel]
+            if isinstance(rec, kind):
+                return rel, rec
         return None, None
 
     @property
-    def requests(self) -> tuple[str, Any] | tuple[None, None]:
+    def sweep(self) -> tuple[str, SweepLog] | tuple[None, None]:
+        return self._of_type(SweepLog)
+
+    @property
+    def sampler(self) -> tuple[str, SamplerTable] | tuple[None, None]:
+        return self._of_type(SamplerTable)
+
+    @property
+    def vllm_log(self) -> tuple[str, VllmServerLog] | tuple[None, None]:
+        return self._of_type(VllmServerLog)
+
+    @property
+    def llamacpp_log(self) -> tuple[str, LlamacppServerLog] | tuple[None, None]:
+        return self._of_type(LlamacppServerLog)
+
+    @property
+    def server_log(self) -> tuple[str, Any] | tuple[None, None]:
+        """The vLLM log, else the llama.cpp log (typed alike: ``vllm_log``, ``llamacpp_log``)."""
+        rel, rec = self.vllm_log
+        return (rel, rec) if rel else self.llamacpp_log
+
+    @property
+    def scrape(self) -> tuple[str, PromSnapshot] | tuple[None, None]:
+        return self._of_type(PromSnapshot)
+
+    @property
+    def fingerprint(self) -> tuple[str, Fingerprint] | tuple[None, None]:
+        return self._of_type(Fingerprint)
+
+    @property
+    def requests(self) -> tuple[str, RequestLog] | tuple[None, None]:
         return self._of_type(RequestLog)
 
     @property
-    def scrapes(self) -> tuple[str, Any] | tuple[None, None]:
+    def scrapes(self) -> tuple[str, ScrapeLog] | tuple[None, None]:
         return self._of_type(ScrapeLog)
 
     @property
-    def events(self) -> tuple[str, Any] | tuple[None, None]:
+    def events(self) -> tuple[str, EventLog] | tuple[None, None]:
         return self._of_type(EventLog)
 
     @property
@@ -395,18 +414,18 @@ def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_P
         run.points = sorted(_points_from_requests(run, percentiles), key=lambda p: p.order)
         return
     sweep_rel, sweep = run.sweep
-    by_file: dict[str, Any] = {}
+    by_file: dict[str, SweepPoint] = {}
     if sweep is not None:
-        for sp in sweep.points:
-            if sp.result_filename:
-                by_file[Path(sp.result_filename).name] = sp
+        for logged in sweep.points:
+            if logged.result_filename:
+                by_file[Path(logged.result_filename).name] = logged
     pts: list[BenchPoint] = []
     for rel, label, rec in _bench_results(run):
         sp = by_file.get(Path(rel).name)
         inp = rec.total_input_tokens / rec.completed if rec.total_input_tokens and rec.completed else None
         out_len = None
         src = None
-        if sp is not None:
+        if sp is not None and sweep_rel is not None:
             out_len = sp.namespace.get("random_output_len")
             src = run.cite(sweep_rel, sp.namespace_line)
         pts.append(
@@ -443,9 +462,9 @@ def _points_from_requests(
     analysis.metrics (canonical); kind, warm-up, requested lengths and order from the records (the plan's
     truth, written per request)."""
     rel, log = run.requests
-    if log is None or not log.records:
+    if rel is None or log is None or not log.records:
         return []
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[RequestRecord]] = {}
     for r in log.records:
         groups.setdefault(r.point, []).append(r)
     pts = []
@@ -495,7 +514,7 @@ def _borrow_protocol(campaign: Campaign) -> None:
             for q in logged
             if q.run.round == p.run.round
             and family(q.run.test_kind) == family(p.run.test_kind)
-            and q.sweep_point.namespace.get("random_input_len") == round(p.input_len_tokens)
+            and _namespace(q).get("random_input_len") == round(p.input_len_tokens)
         ]
         other_round = [
             q
@@ -507,12 +526,18 @@ def _borrow_protocol(campaign: Campaign) -> None:
         for cand in (same_round, other_round):
             if cand:
                 q = sorted(cand, key=lambda q: (q.run.name, q.order))[0]
-                out_len = q.sweep_point.namespace.get("random_output_len")
+                out_len = _namespace(q).get("random_output_len")
                 if isinstance(out_len, int | float):
                     p.requested_output_len_tokens = int(out_len)
                     p.protocol_source = q.protocol_source
                     p.protocol_borrowed = True
                     break
+
+
+def _namespace(p: BenchPoint) -> dict[str, Any]:
+    """The client's arguments (the sweep log's Namespace) of a logged point; {} for one the log does not
+    hold."""
+    return p.sweep_point.namespace if p.sweep_point is not None else {}
 
 
 VERIFY_HINT = "analyze reads only runs that verify; --no-verify reads them anyway, marked unverified"

@@ -4,7 +4,7 @@ so the same raw input gives byte-identical output."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,7 +113,7 @@ def align(campaign: Campaign, ctx: Context) -> None:
             align_own(run, ctx)
             continue
         rel, table = run.sampler
-        if table is None or not table.rows:
+        if rel is None or table is None or not table.rows:
             continue
         timings = [
             PointTiming(p.key, p.end_naive_utc_s, p.result.duration_s)
@@ -166,7 +166,7 @@ def _capacity_by_series(
                     }
                 )
         return out
-    rounds = [r for r in campaign.rounds if r is not None] or [None]
+    rounds: list[str | None] = [r for r in campaign.rounds if r is not None] or [None]
     f = found.find(metric="kv_pool_tokens_log", round=rounds[-1])
     if f is not None and f.available:
         out.append(
@@ -180,7 +180,12 @@ def _capacity_by_series(
         )
     for run in campaign.select(round=rounds[-1], engine="llamacpp"):
         rel, log = run.server_log
-        if log is not None and getattr(log, "n_slots", None) and getattr(log, "n_ctx_slot", None):
+        if (
+            rel is not None
+            and log is not None
+            and getattr(log, "n_slots", None)
+            and getattr(log, "n_ctx_slot", None)
+        ):
             out.append(
                 {
                     "series_key": series_id("llamacpp", th.weight_formats.get("llamacpp")),
@@ -230,7 +235,7 @@ def slo_plan(
     names = campaigns or campaign_names(roots)
     if not names:
         raise AnatomyError(f"{', '.join(map(str, roots))}: no campaigns in the raw store")
-    out = []
+    out: list[slo.SloAnswer | slo.RateAnswer] = []
     for name in names:
         campaign = load_campaign(roots, name)
         ctx = gated_context(campaign)
@@ -428,7 +433,7 @@ def write_comparison(
         def state_of(f: fnd.Finding) -> str | None:
             if f.campaign is None:  # across every campaign analysed
                 return worst_state(set(states.values()))
-            return worst_state({states.get(f.campaign), states.get(f.versus)})
+            return worst_state({states.get(f.campaign), states.get(f.versus) if f.versus else None})
 
         found = FindingSet(f if state_of(f) is None else replace(f, run_state=state_of(f)) for f in found)
     cdir = Path(out) / comparison.DIR_NAME
@@ -574,7 +579,7 @@ def runs_section(campaign: Campaign) -> Section:
     return Section(name="runs", tables={"run_states": table}, findings=findings)
 
 
-def worst_state(states: set[str | None]) -> str | None:
+def worst_state(states: Iterable[str | None]) -> str | None:
     """The least trusted of run states (unsealed, then sealed-failed, then sealed-complete); None for none."""
     known = [s for s in states if s is not None]
     return max(known, key=RUN_STATES.index) if known else None

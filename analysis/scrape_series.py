@@ -14,7 +14,7 @@ vLLM histograms and counters, llama.cpp's ``llamacpp:*`` counters (prompt and ge
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, parsed_samples
 from analysis.windows import (
@@ -93,7 +93,7 @@ def series(
         if samples is None:  # garbage for a body: a failed scrape
             continue
         ts.append(scrape_time_s(r.start_mono_ns, r.end_mono_ns))
-        lines.append(r.line)
+        lines.append(r.line or 0)  # 0: a record built in memory; every one read from a file has its line
         for col, name in names.items():
             v = counter_total(samples, name)
             raw[col].append(math.nan if v is None else v)
@@ -113,7 +113,7 @@ def point_window(send_mono_ns: Sequence[int], end_mono_ns: Sequence[int]) -> Win
     return Window(start_s=min(send_mono_ns) / NS_PER_S, end_s=max(end_mono_ns) / NS_PER_S)
 
 
-def window_data(ts: Sequence[float], cols: dict[str, Sequence[float]], win: Window) -> PointWindowData:
+def window_data(ts: Sequence[float], cols: Mapping[str, Sequence[float]], win: Window) -> PointWindowData:
     """Counter differences between the scrapes enclosing the window and gauge statistics inside it
     (the same record the sampler-CSV path builds)."""
     active = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -239,7 +239,7 @@ class PointTiming:
 
 def align_points(
     ts_s: Sequence[float],
-    columns: dict[str, Sequence[float]],
+    columns: Mapping[str, Sequence[float]],
     points: Sequence[PointTiming],
     counters: Sequence[str],
     gauges: Sequence[str],

@@ -5,16 +5,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 
-from analysis.campaign import Campaign
+from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.findings import Finding
 from analysis.keys import At
 from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.windows import ClockOffset, PointWindowData
+
+# a run's sampler series: (sample times, s; {counter or gauge column: one value per sample})
+SamplerSeries = tuple[list[float], dict[str, list[float]]]
 
 
-def run_at(run, weight_format: str | None, topic: str | None = None) -> At:
+class GateOutcome(Protocol):
+    """What the context reads of one gate's result on a point (``gates.GateResult``)."""
+
+    @property
+    def gate(self) -> str: ...
+    @property
+    def status(self) -> str: ...  # "pass" | "fail" | "unknown"
+    @property
+    def severity(self) -> str: ...  # "exclude" | "flag"
+
+
+def run_at(run: RunData, weight_format: str | None, topic: str | None = None) -> At:
     """The address of findings about one of our own runs (their key: ``runs.<run>.…``)."""
     return At(level="run", run=run.name, engine=run.engine, weight_format=weight_format, topic=topic)
 
@@ -38,37 +54,40 @@ class Section:
 @dataclass
 class Context:
     """Shared, computed-once state the sections read: the campaign, the aligned sampler windows per
-    point (key → windows.PointWindowData), the clock offsets per run, and the gate results per point."""
+    point, the clock offsets per run, and the gate results per point."""
 
     campaign: Campaign
-    windows: dict = field(default_factory=dict)
-    offsets: dict = field(default_factory=dict)  # run name -> (windows.ClockOffset, sampler citation)
-    gates: dict = field(default_factory=dict)  # point key -> list[gates.GateResult]
-    sampler_series: dict = field(default_factory=dict)  # run name -> (ts_s, {csv column: values})
-    sample_lines: dict = field(default_factory=dict)  # own run name -> scrapes.jsonl line of each sample
+    windows: dict[str, PointWindowData] = field(default_factory=dict)  # point key -> its window's data
+    # imported run name -> (the client clock's offset found, citation of the sampler CSV)
+    offsets: dict[str, tuple[ClockOffset, str]] = field(default_factory=dict)
+    gates: dict[str, list[GateOutcome]] = field(default_factory=dict)  # point key -> its gates' results
+    sampler_series: dict[str, SamplerSeries] = field(default_factory=dict)  # run name -> its series
+    sample_lines: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # own run -> scrapes.jsonl line per sample
 
-    def sample_line(self, run, row: int) -> int:
+    def sample_line(self, run: RunData, row: int) -> int:
         """The file line of one sample: the CSV line (row + 2: header, 1-based) or the scrape's JSONL line."""
         if run.name in self.sample_lines:
             return self.sample_lines[run.name][row]
         return row + 2
 
-    def sample_cite(self, run, row: int) -> str:
-        return run.cite(run.counter_source, self.sample_line(run, row))
+    def sample_cite(self, run: RunData, row: int) -> str:
+        return run.cite(run.counter_source or "", self.sample_line(run, row))
 
-    def window(self, point) -> object | None:
+    def window(self, point: BenchPoint) -> PointWindowData | None:
         return self.windows.get(point.key)
 
-    def gate_ok(self, point) -> bool:
+    def gate_ok(self, point: BenchPoint) -> bool:
         """No exclude-severity gate failed: the point may carry conclusions."""
         return not self.gate_failures(point)
 
-    def gate_failures(self, point) -> list[str]:
+    def gate_failures(self, point: BenchPoint) -> list[str]:
         return [
             g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and g.severity == "exclude"
         ]
 
-    def gate_flags(self, point) -> list[str]:
+    def gate_flags(self, point: BenchPoint) -> list[str]:
         return [g.gate for g in self.gates.get(point.key, []) if g.status == "fail" and g.severity == "flag"]
 
 

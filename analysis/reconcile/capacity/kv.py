@@ -5,6 +5,8 @@ flight, and predicted vs measured KV usage per concurrency point."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis import findings as fnd
@@ -51,19 +53,20 @@ def usage_tokens(kv_usage_fraction: float, pool_tokens: int) -> float:
 
 
 def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
-    rel, log = run.server_log
-    if log is None or run.engine != "vllm" or getattr(log, "kv_cache_tokens", None) is None:
+    rel, log = run.vllm_log
+    if rel is None or log is None or run.engine != "vllm" or log.kv_cache_tokens is None:
         return None
     if run.own or log.kv_cache_memory_gib is None:
         return None  # our own runs: reconciled exactly by the capacity section
-    row = {
+    mml = log.max_concurrency_tokens_per_request or log.max_model_len
+    row: dict[str, Any] = {
         "round": run.round or "",
         "test": run.test,
         "run": run.name,
         "kv_pool_gib_log": log.kv_cache_memory_gib,
         "kv_pool_tokens_log": log.kv_cache_tokens,
         "max_concurrency_log": log.max_concurrency_x,
-        "max_model_len_tokens": log.max_concurrency_tokens_per_request or log.max_model_len,
+        "max_model_len_tokens": mml,
         "source_gib": run.cite(rel, log.lines.get("kv_cache_memory_gib")),
         "source_tokens": run.cite(rel, log.lines.get("kv_cache_tokens")),
         "source_concurrency": run.cite(rel, log.lines.get("max_concurrency_x")),
@@ -73,7 +76,6 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
         pool_bytes = log.kv_cache_memory_gib * GIB
         blocks = theory.vllm_num_gpu_blocks(pool_bytes, BLOCK_SIZE_DEFAULT, kvb)
         lo, hi = theory.vllm_tokens_range_for_logged_gib(log.kv_cache_memory_gib, kvb, BLOCK_SIZE_DEFAULT)
-        mml = row["max_model_len_tokens"]
         row.update(
             {
                 "kv_bytes_per_token": kvb,
@@ -97,7 +99,7 @@ def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
         )
     rel_s, scrape = run.scrape
     cc = scrape.cache_config() if scrape is not None else None
-    if cc is not None:
+    if rel_s is not None and cc is not None:
         row["kv_pool_tokens_scrape"] = cc.kv_cache_size_tokens
         row["num_gpu_blocks_scrape"] = cc.num_gpu_blocks
         row["source_scrape"] = run.cite(rel_s, cc.line)
@@ -247,19 +249,20 @@ def _fit_findings(
     points (table kv_fit) and the slope, intercept and R², or why they are n/a."""
     at = At(round=rnd)
     ls = list(iter_points(campaign, round=rnd, engine="vllm", test_kind="length_sweep"))
+    # (point, peak usage fraction, tokens in flight): tokens in flight need the lengths
     usable = [
-        p
+        (p, peak, x)
         for p in ls
-        if _peak_usage(ctx, p) is not None
-        and p.requested_output_len_tokens is not None  # tokens in flight need the output length
+        if (peak := _peak_usage(ctx, p)) is not None and (x := _in_flight(p)) is not None
     ]
     if len(usable) < 2 or pool_tokens is None:
         return [], _fit_unavailable(campaign, rnd, ls)
-    rows = []
-    for p in usable:
-        peak = _peak_usage(ctx, p)
-        x = tokens_in_flight(p.concurrency, p.input_len_tokens, p.requested_output_len_tokens)
+    rows: list[dict[str, Any]] = []
+    xs, ys = [], []
+    for p, peak, x in usable:
         y = usage_tokens(peak, pool_tokens)
+        xs.append(x)
+        ys.append(y)
         rows.append(
             {
                 "round": rnd or "",
@@ -275,10 +278,11 @@ def _fit_findings(
                 "source": p.cite(),
             }
         )
-    fit = fits.least_squares([r["tokens_in_flight"] for r in rows], [r["peak_kv_usage_tokens"] for r in rows])
-    for r in rows:
-        r["fit_tokens"] = fit.predict(r["tokens_in_flight"])
-    src = [usable[0].run.cite(usable[0].run.counter_source, "kv_usage"), *[p.cite() for p in usable]]
+    fit = fits.least_squares(xs, ys)
+    for r, x in zip(rows, xs, strict=True):
+        r["fit_tokens"] = fit.predict(x)
+    first = usable[0][0].run
+    src = [first.cite(first.counter_source or "", "kv_usage"), *[p.cite() for p, _, _ in usable]]
     out = [
         fnd.measured(
             at("kv_fit_slope"),
@@ -294,6 +298,13 @@ def _fit_findings(
         fnd.measured(at("kv_fit_r2"), fit.r2, "", src),
     ]
     return rows, out
+
+
+def _in_flight(p: BenchPoint) -> float | None:
+    """tokens_in_flight of a point; None without its concurrency or lengths."""
+    if p.concurrency is None or p.input_len_tokens is None or p.requested_output_len_tokens is None:
+        return None
+    return tokens_in_flight(p.concurrency, p.input_len_tokens, p.requested_output_len_tokens)
 
 
 def _fit_unavailable(campaign: Campaign, rnd: str | None, ls: list[BenchPoint]) -> list[fnd.Finding]:

@@ -106,7 +106,13 @@ def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Fin
         "weights_loaded_gib",
         "peak_activation_gib",
     )
-    if rel is None or mem is None or mem.consumed_gib is None or log.kv_cache_memory_gib is None:
+    if (
+        rel is None
+        or log is None
+        or mem is None
+        or mem.consumed_gib is None
+        or log.kv_cache_memory_gib is None
+    ):
         why = (
             f"{run.cite(rel) if rel else run.name}: no 'Free memory on device … Actual usage is …' line "
             "(a CPU vLLM sizes its pool from VLLM_CPU_KVCACHE_SPACE, not from memory arithmetic)"
@@ -282,8 +288,8 @@ def _gpu_memory_used(at: At, run: RunData) -> list[fnd.Finding]:
     """What the fingerprint's ``nvidia-smi --query-gpu=memory.used`` read after the server started (MiB, the
     whole device: weights, KV, compute buffers and the CUDA context together); none where it was not kept."""
     frel, fp = run.fingerprint
-    used = getattr(fp, "gpu_memory_used_mib", None) if fp is not None else None
-    if not used:
+    used = fp.gpu_memory_used_mib if fp is not None else None
+    if frel is None or fp is None or not used:
         return []
     src = run.cite(frel, fp.lines.get("gpu_memory_used_mib"))
     detail = "nvidia-smi memory.used after the server started: weights, KV, compute buffers and context"
@@ -295,7 +301,7 @@ def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd
     tensor bytes of the served format."""
     rel, log = run.server_log
     bufs = getattr(log, "buffers", None) if log is not None else None
-    if not bufs:
+    if rel is None or not bufs:
         return [], [
             fnd.not_available(
                 at("model_buffer_gib"),

@@ -24,6 +24,7 @@ from analysis.findings import Finding
 from analysis.keys import At
 from analysis.parse.scrapes_jsonl import counter_total, parsed_samples
 from analysis.reconcile import Section, SectionInput, run_at
+from collector.raw.records import RequestRecord, ScrapeRecord
 
 TOPIC = "prefix_cache"
 VLLM_HITS, VLLM_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
@@ -59,7 +60,7 @@ def timings_counts(records: list[Any]) -> tuple[float, float] | None:
     return float(hits), float(hits + sum(x["prompt_n"] for x in t))
 
 
-def _boundary(scrapes: list[Any], point: str, tag: str) -> Any | None:
+def _boundary(scrapes: list[ScrapeRecord], point: str, tag: str) -> ScrapeRecord | None:
     found = [s for s in scrapes if s.tag == tag and s.point == point and s.ok]
     return found[-1] if found else None
 
@@ -68,9 +69,9 @@ def point_findings(run: RunData) -> list[Finding]:
     """One ``prefix_cache_hit_rate`` finding per non-warmup point of an own run."""
     rrel, reqs = run.requests
     srel, scr = run.scrapes
-    if reqs is None:
+    if rrel is None or reqs is None:
         return []
-    by_point: dict[str, list[Any]] = {}
+    by_point: dict[str, list[RequestRecord]] = {}
     for r in reqs.records:
         if r.phase_kind != "warmup":
             by_point.setdefault(r.point, []).append(r)
@@ -78,7 +79,7 @@ def point_findings(run: RunData) -> list[Finding]:
     for point in sorted(by_point):
         at = run_at(run, None, TOPIC)("prefix_cache_hit_rate", test=point)
         counts, sources = None, []
-        if scr is not None:
+        if srel is not None and scr is not None:
             a, b = _boundary(scr.records, point, "point_start"), _boundary(scr.records, point, "point_end")
             if a is not None and b is not None:
                 sa, sb = parsed_samples(a), parsed_samples(b)

@@ -50,14 +50,14 @@ def run(s: SectionInput) -> Section:
         ),
     ):
         sources = [f"{src}:{field}"] if src else []
-        if peak is None:
+        if peak is None or gpu is None:
             why = th.gpu_reason or "the GPU has no bundled datasheet"
             out.append(
                 fnd.measured(key, value, unit, sources, detail=f"{what}; no datasheet to compare: {why}")
             )
             continue
         detail = (
-            f"{what} ({th.gpu.display_name}); a datasheet peak is not reachable, so the tolerance is how far "  # type: ignore[union-attr]
+            f"{what} ({gpu.display_name}); a datasheet peak is not reachable, so the tolerance is how far "
             f"below it a healthy card still lands (±{tol:g} %); further off means a throttled card or a "
             "wrong datasheet entry"
         )
@@ -70,7 +70,7 @@ def run(s: SectionInput) -> Section:
                 theory=peak,
                 tolerance_pct=tol,
                 detail=detail,
-                datasheet_source=th.gpu.source,
+                datasheet_source=gpu.source,
             )
-        )  # type: ignore[union-attr]
+        )
     return Section(name="ceilings", findings=out)

@@ -17,7 +17,7 @@ from analysis import findings as fnd
 from analysis.campaign import BenchPoint
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at
-from analysis.windows import PointWindowData, window_indices
+from analysis.windows import window_indices
 
 PREFILL_SHARE, DECODE_SHARE = 0.5, 0.25  # of the datasheet peak: the split between the two kinds of second
 
@@ -44,7 +44,7 @@ def _at(p: BenchPoint) -> At:
 def _rates(ctx: Context, pts: list[BenchPoint]) -> list[float]:
     rates: list[float] = []
     for p in pts:
-        w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]
+        w = ctx.window(p)
         if w is None or p.run.name not in ctx.sampler_series:
             continue
         ts, cols = ctx.sampler_series[p.run.name]

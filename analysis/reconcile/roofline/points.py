@@ -9,6 +9,8 @@ point's boundary scrapes, is kept beside the client's p50 ITL.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis import findings as fnd
@@ -29,10 +31,14 @@ from analysis.reconcile.roofline.series import (
 from analysis.reconcile.theoryctx import TheoryCtx
 
 
-def _point_row(s: SweepSeries, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict:
+def _point_row(s: SweepSeries, p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict[str, Any]:
+    """One sweep point of the table roofline_points: its latencies, and its floors and achievement against
+    the datasheet's and the measured bandwidth."""
     r = p.result
-    mean_out = r.total_output_tokens / r.completed if r.completed else None
-    row = {
+    mean_out = (
+        r.total_output_tokens / r.completed if r.completed and r.total_output_tokens is not None else None
+    )
+    row: dict[str, Any] = {
         "series": s["series"],
         "round": s["round"],
         "run": s["run"],
@@ -51,7 +57,7 @@ def _point_row(s: SweepSeries, p: BenchPoint, ctx: Context, th: TheoryCtx) -> di
     }
     wb = s["weight_bytes_per_step"]
     kv_req = kv_bytes_per_request(s, p)
-    if wb is not None and kv_req is not None:
+    if wb is not None and kv_req is not None and p.concurrency is not None:
         row["bytes_per_step"] = step_bytes(s, p)
         for tag, bw in (
             ("datasheet", th.gpu.bandwidth_bytes_per_s if th.gpu else None),
@@ -75,13 +81,13 @@ def run(s: SectionInput) -> Section:
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
     series = sweep_series(campaign, th)
-    for s in series:
-        s_rows = [_point_row(s, p, ctx, th) for p in s["points"]]
+    for ser in series:
+        s_rows = [_point_row(ser, p, ctx, th) for p in ser["points"]]
         rows += s_rows
-        run = s["points"][0].run
+        run = ser["points"][0].run
         if not run.own:
             continue  # imported campaigns state these under their legacy keys (concurrency, engines)
-        findings += _own_series_findings(run, s, s_rows, ctx, th)
+        findings += _own_series_findings(run, ser, s_rows, ctx, th)
     if any(r.own for r in campaign.runs):
         findings += quantization_findings(series, rows, th)
     cols = [

@@ -65,7 +65,9 @@ def step_bytes(s: SweepSeries, p: BenchPoint) -> float | None:
     step" ratio divides."""
     kv = kv_bytes_per_request(s, p)
     wb = s["weight_bytes_per_step"]
-    return None if kv is None or wb is None else wb + p.concurrency * kv
+    if kv is None or wb is None or p.concurrency is None:
+        return None
+    return wb + p.concurrency * kv
 
 
 def achievement_pct(floor_ms: float, measured_ms: float) -> float:
