@@ -3,6 +3,7 @@ analysis.pipeline.SECTIONS calls them all the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +21,8 @@ SamplerSeries = tuple[list[float], dict[str, list[float]]]
 
 
 class GateOutcome(Protocol):
-    """What the context reads of one gate's result on a point (``gates.GateResult``)."""
+    """One gate's result on a point, as the sections read it (``gates.GateResult``, which this module cannot
+    import: gates reads the Context)."""
 
     @property
     def gate(self) -> str: ...
@@ -28,6 +30,12 @@ class GateOutcome(Protocol):
     def status(self) -> str: ...  # "pass" | "fail" | "unknown"
     @property
     def severity(self) -> str: ...  # "exclude" | "flag"
+    @property
+    def reason(self) -> str | None: ...  # labels_zh.REASONS code when not pass
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def detail(self) -> str: ...
 
 
 def run_at(run: RunData, weight_format: str | None, topic: str | None = None) -> At:
@@ -60,7 +68,7 @@ class Context:
     windows: dict[str, PointWindowData] = field(default_factory=dict)  # point key -> its window's data
     # imported run name -> (the client clock's offset found, citation of the sampler CSV)
     offsets: dict[str, tuple[ClockOffset, str]] = field(default_factory=dict)
-    gates: dict[str, list[GateOutcome]] = field(default_factory=dict)  # point key -> its gates' results
+    gates: dict[str, Sequence[GateOutcome]] = field(default_factory=dict)  # point key -> its gates' results
     sampler_series: dict[str, SamplerSeries] = field(default_factory=dict)  # run name -> its series
     sample_lines: dict[str, list[int]] = field(
         default_factory=dict
