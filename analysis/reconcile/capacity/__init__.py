@@ -12,11 +12,9 @@
 Each section module exposes ``run(s: SectionInput) -> Section``; analysis.pipeline.SECTIONS orders them.
 """
 
-from analysis.reconcile.capacity.pool import (
-    flag,
-    max_concurrency_measured,
-    pool_tokens_measured,
-    server_argv,
+from analysis.reconcile.capacity.pool import max_concurrency_measured, pool_tokens_measured, server_argv
+from collector.checks import (
+    flag_value as flag,  # the server's flag values, as the collector's checks read them
 )
 
 __all__ = ["flag", "max_concurrency_measured", "pool_tokens_measured", "server_argv"]

@@ -26,13 +26,13 @@ from analysis.keys import At
 from analysis.parse.scrapes_jsonl import parsed_samples
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.capacity.pool import (
-    flag,
     half_unit_pct,
     has_flag,
     logged_gib_tolerance_pct,
     server_argv,
 )
 from analysis.reconcile.theoryctx import TheoryCtx
+from collector.checks import flag_value as flag
 
 GIB = theory.GIB
 

@@ -48,18 +48,6 @@ def server_argv(run: RunData) -> tuple[list[str] | None, str | None]:
     return None, None
 
 
-def flag(argv: list[str], *names: str) -> str | None:
-    """The value of the last of `names` given as `--name value` or `--name=value`; None when absent."""
-    val = None
-    for i, a in enumerate(argv):
-        for n in names:
-            if a == n and i + 1 < len(argv):
-                val = argv[i + 1]
-            elif a.startswith(n + "="):
-                val = a.split("=", 1)[1]
-    return val
-
-
 def has_flag(argv: list[str], *names: str) -> bool:
     return any(a in names for a in argv)
 
