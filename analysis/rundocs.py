@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.raw.errors import AnatomyError
-from collector.raw.plan import parse_plan
+from collector.raw.plan import Plan, parse_plan
 
 PLAN_FILE = "plan.toml"
 PREDICTION_FILE = "prediction.json"
@@ -97,7 +97,7 @@ def gpu_name_from_summary(summary: dict[str, Any]) -> str | None:
     return None
 
 
-def read_plan(path: Path) -> Any:
+def read_plan(path: Path) -> Plan:
     """plan.toml as the collector typed it (``collector.raw.plan.Plan``)."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -110,7 +110,7 @@ def read_plan(path: Path) -> Any:
 class RunDocs:
     """What a run kept besides measurements; each field with the run-relative file it came from."""
 
-    plan: Any | None = None
+    plan: Plan | None = None
     prediction: Prediction | None = None
     ceilings: Ceilings | None = None
     fingerprint_summary: dict[str, Any] | None = None
