@@ -5,8 +5,10 @@
 - ``own``: our own runs' pool, exactly, from the server's flags and environment;
 - ``pool``: what both check with: what a server says its pool holds, and the one tolerance of a pool known
   from a rounded log;
-- ``memory``: the card's memory budget (weights, KV pool, the rest);
-- ``arith``: the capacity arithmetic per engine (concurrent requests of a length that fit the pool);
+- ``memory``: where the memory goes (vLLM's ledger and a hand estimate against the logged pool; llama.cpp's
+  buffers);
+- ``arith``: the arithmetic a reader does with an imported round's logged pool (requests that fit, MHA
+  instead of GQA, what an overload needs);
 - ``prefix_cache``: the KV blocks reused across requests (prefix-cache hit rate).
 
 Each section module exposes ``run(s: SectionInput) -> Section``; analysis.pipeline.SECTIONS orders them.

@@ -53,6 +53,8 @@ def usage_tokens(kv_usage_fraction: float, pool_tokens: int) -> float:
 
 
 def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
+    """An imported run's logged vLLM pool (GiB, tokens, maximum concurrency) beside the theory from the logged
+    pool bytes, one row of table kv_pool; None for our own runs and without a 'KV cache size' line."""
     rel, log = run.vllm_log
     if rel is None or log is None or run.engine != "vllm" or log.kv_cache_tokens is None:
         return None
