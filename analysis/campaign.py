@@ -169,14 +169,6 @@ class RunData:
         base = f"{self.cite_root}/{rel}" if self.cite_root else rel
         return base if where is None else f"{base}:{where}"
 
-    def first(self, module: str) -> tuple[str, Any] | tuple[None, None]:
-        """The first file (by name) parsed by `analysis.parse.<module>`, and its record."""
-        for rel in sorted(self.records):
-            rec = self.records[rel]
-            if type(rec).__module__ == f"analysis.parse.{module}":
-                return rel, rec
-        return None, None
-
     def _of_type(self, kind: type[_R]) -> tuple[str, _R] | tuple[None, None]:
         """The first file (by name) whose record is a ``kind``, and that record."""
         for rel in sorted(self.records):

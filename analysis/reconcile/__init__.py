@@ -70,9 +70,8 @@ class Context:
     offsets: dict[str, tuple[ClockOffset, str]] = field(default_factory=dict)
     gates: dict[str, Sequence[GateOutcome]] = field(default_factory=dict)  # point key -> its gates' results
     sampler_series: dict[str, SamplerSeries] = field(default_factory=dict)  # run name -> its series
-    sample_lines: dict[str, list[int]] = field(
-        default_factory=dict
-    )  # own run -> scrapes.jsonl line per sample
+    # own run name -> the scrapes.jsonl line of each sample
+    sample_lines: dict[str, list[int]] = field(default_factory=dict)
 
     def sample_line(self, run: RunData, row: int) -> int:
         """The file line of one sample: the CSV line (row + 2: header, 1-based) or the scrape's JSONL line."""
