@@ -72,6 +72,10 @@ declare -A EST=(
   [ladder-4-prefixcache-r2]=80 [ladder-5-batch-r2]=80
   [spec-off-f16]=30 [spec-k3-f16]=35 [spec-k8-f16]=40 [spec-k3-a08-f16]=30 [spec-k8-a08-f16]=30
   [slots-hist-np64-q4km]=80 [slots-hist-np256-q4km]=80
+  # issue #26 leftovers (the slot re-test's repeats, the ladder baseline on completions beside a chat repeat, the
+  # baseline's chat arm took 118-136 s last lease)
+  [slots-hist-np64-q4km-r2]=80 [slots-hist-np256-q4km-r2]=80
+  [ladder-0-completions]=120 [ladder-0-completions-r2]=120 [ladder-0-baseline-r3]=135
   [stepcost:spec-stepcost]=60
 )
 # collector.stepcost's grid: tokens per step 1..9 (k + 1 for k = 0..8 drafted tokens at one stream) and the
