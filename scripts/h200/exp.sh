@@ -75,7 +75,7 @@ declare -A EST=(
   # issue #26 leftovers (the slot re-test's repeats, the ladder baseline on completions beside a chat repeat, the
   # baseline's chat arm took 118-136 s last lease)
   [slots-hist-np64-q4km-r2]=80 [slots-hist-np256-q4km-r2]=80
-  [ladder-0-completions]=120 [ladder-0-completions-r2]=120 [ladder-0-baseline-r3]=135
+  [ladder-0-completions]=120 [ladder-0-completions-r2]=120 [ladder-0-baseline-r3]=135 [spec-off-f16-r2]=30
   [stepcost:spec-stepcost]=60
 )
 # collector.stepcost's grid: tokens per step 1..9 (k + 1 for k = 0..8 drafted tokens at one stream) and the
