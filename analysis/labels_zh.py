@@ -1285,6 +1285,16 @@ LADDER_ARMS: dict[str, str] = {
     "ladder-3-f16": "3 + 权重换 F16",
     "ladder-4-prefixcache": "4 + 前缀缓存",
     "ladder-5-batch": "5 + -b 256 -ub 256",
+    "ladder-0-completions": "0 默认配置，改用补全接口",
+}
+ENDPOINTS_ZH: dict[str, str] = {
+    "chat": "聊天接口（/v1/chat/completions）",
+    "completions": "补全接口（/v1/completions）",
+}
+SLOT_HISTORIES: dict[str, str] = {
+    "fresh": "新启动（只跑过预热）",
+    "sweep": "跑过并发 1、4、8、16 之后",
+    "after": "紧接着再一波",
 }
 FINDINGS.update(
     {
@@ -1301,6 +1311,30 @@ FINDINGS.update(
         ("speculative", "server_overhead_ms"): "服务器每个投机步比算子时间多出的开销",
         ("speculative", "break_even_alpha_kernels"): "不亏的最低接受率（只算算子时间）",
         ("speculative", "break_even_alpha_server"): "不亏的最低接受率（按服务器实测的每步开销）",
+        **{
+            ("ladder_endpoint", f"{m}{sfx}"): w + (" ÷ 聊天接口" if sfx else "（补全接口）")
+            for m, w in {
+                "goodput_max_req_s": "最高有效吞吐",
+                "gpu_busy_pct": "饱和时 GPU 忙碌比例",
+                "output_plateau_tok_s": "各速率中最高的输出 token/秒",
+                "p50_itl_at_3_ms": "3 请求/秒时的 p50 ITL",
+            }.items()
+            for sfx in ("", "_ratio")
+        },
+        (
+            "ladder_endpoint",
+            "chat_endpoint_caps",
+        ): "聊天接口的逐 token 主机开销是否封顶了服务器（补全接口须同时提高 GPU 忙碌与有效吞吐）",
+        **{
+            ("slot_history", f"{q}_{h}"): f"-np 64 相对 -np 256 的{w}差异（并发 32，{hz}）"
+            for q, w in {"p50_itl_diff_pct": " p50 ITL ", "throughput_diff_pct": "输出吞吐"}.items()
+            for h, hz in SLOT_HISTORIES.items()
+        },
+        **{
+            ("slot_history", f"p50_itl_diff_pct_slot_runs_{n}"): f"忙槽编号断成 {n} 段的那些波：p50 ITL 差异"
+            for n in range(1, 9)
+        },
+        ("slot_history", "slowdown_rises_with_slot_runs"): "段数每多一段，p50 ITL 差异都更大",
     }
 )
 _PREDICTED_QUANTITIES = {
@@ -1320,6 +1354,14 @@ FINDINGS.update(
             for r in (3, 6, 10, 15)
         },
         **{("speculative", f"predicted_{q}"): f"预测：{w}" for q, w in _PREDICTED_QUANTITIES.items()},
+        ("ladder_endpoint", "predicted_goodput_max_req_s"): "预测：补全接口的最高有效吞吐",
+        ("ladder_endpoint", "predicted_gpu_busy_pct"): "预测：补全接口饱和时的 GPU 忙碌比例",
+        ("ladder_endpoint", "predicted_p50_itl_ratio_vs_chat_at_3"): "预测：3 请求/秒时 p50 ITL，补全 ÷ 聊天",
+        **{
+            ("slot_history", f"predicted_{q}_{h}"): f"预测：-np 64 相对 -np 256 的{w}差异（{hz}）"
+            for q, w in {"p50_itl_diff_pct": " p50 ITL ", "throughput_diff_pct": "输出吞吐"}.items()
+            for h, hz in SLOT_HISTORIES.items()
+        },
     }
 )
 

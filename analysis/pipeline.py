@@ -29,6 +29,7 @@ from analysis.reconcile import (
     experiments,
     gates,
     ladder,
+    ladder_endpoint,
     length_costs,
     lengths,
     model_size,
@@ -43,6 +44,7 @@ from analysis.reconcile import (
     reproducibility,
     selection,
     slo,
+    slot_history,
     speculative,
     theoryctx,
     ttft,
@@ -287,6 +289,8 @@ SECTIONS = (
     experiments,
     model_size,  # issue #15 experiment 4
     ladder,  # issue #26: the deployment ladder
+    ladder_endpoint,  # issue #26: the chat-endpoint lead (the baseline on completions)
+    slot_history,  # issue #26 item 3: the slot re-test under request histories
     speculative,  # issue #26: speculative decoding by its mechanism
     provenance,
     point_details,  # issue #22: the reference study's claims in its own words

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from analysis.campaign import load_campaign
-from analysis.reconcile import Context, SectionInput, ladder, speculative
+from analysis.reconcile import Context, SectionInput, ladder, ladder_endpoint, slot_history, speculative
 from collector import stepcost
 from collector.raw.store import open_run
-from tests.by_hand import request_lines, ttft_ms
+from tests.by_hand import itls_ms, request_lines, ttft_ms
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "raw" / ladder.H200
@@ -200,3 +200,95 @@ def test_stepcost_cli_with_a_stand_in_bench(tmp_path):
 
     (t,) = parse_llama_bench_jsonl(info.path / "llama-bench-t.jsonl").tests
     assert (t.n_prompt, t.n_depth, t.samples_ns) == (2, 512, (3, 1, 2))
+
+
+# --- issue #26's leftovers: the slot re-test under request histories, the baseline on completions ---------
+
+SLOT_RUNS = tuple(f"slots-hist-np{n}-q4km{r}" for n in (64, 256) for r in ("", "-r2"))
+ENDPOINT_RUNS = (
+    *(f"ladder-0-baseline{r}" for r in ("", "-r2", "-r3")),
+    *(f"ladder-0-completions{r}" for r in ("", "-r2")),
+)
+
+
+def _section(tmp_path_factory, runs, module):
+    root = tmp_path_factory.mktemp("raw")
+    (root / ladder.H200).mkdir()
+    for run in runs:
+        (root / ladder.H200 / run).symlink_to(H200 / run)
+    c = load_campaign([root], ladder.H200)
+    return module.run(SectionInput(c, Context(campaign=c), None))
+
+
+@pytest.fixture(scope="module")
+def hist(tmp_path_factory):
+    return _section(tmp_path_factory, SLOT_RUNS, slot_history)
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory):
+    return _section(tmp_path_factory, ENDPOINT_RUNS, ladder_endpoint)
+
+
+def _wave_p50_itl_ms(run: str, label: str) -> float:
+    return statistics.median(
+        g for x in request_lines(H200 / run) if x["point"] == label and x["error"] is None for g in itls_ms(x)
+    )
+
+
+def _slot_id_runs(run: str) -> list[int]:
+    """Runs of consecutive busy slot ids of each c=32 wave (fresh, sweep, after), from server.log's
+    'launch_slot_ … processing task' lines alone: in log order, 8 warm-up requests, the fresh wave's 32, the
+    sweep's 3 + 4 + 8 + 16 + 32, the after wave's 32."""
+    ids = [int(m[1]) for m in re.finditer(r"launch_slot_: id +(\d+) \| task \d+ \| processing task",
+                                          (H200 / run / "server.log").read_text())]  # fmt: skip
+    assert len(ids) == 8 + 32 + 3 + 4 + 8 + 16 + 32 + 32
+    waves = [ids[8:40], ids[71:103], ids[103:135]]
+    return [1 + sum(b != a + 1 for a, b in zip(s, s[1:], strict=False)) for s in map(sorted, waves)]
+
+
+def test_slot_history_by_hand(hist):
+    waves = hist.tables["slot_history_waves"]
+    labels = {"fresh": "p01-fresh-c032-i1024-o256", "sweep": "p06-sweep-c032-i1024-o256",
+              "after": "p07-after-c032-i1024-o256"}  # fmt: skip
+    for run in SLOT_RUNS:
+        runs = _slot_id_runs(run)
+        for h, n_runs in zip(slot_history.HISTORIES, runs, strict=True):
+            row = waves[(waves.run == run) & (waves.history == h)].iloc[0]
+            assert row.p50_itl_ms == pytest.approx(_wave_p50_itl_ms(run, labels[h]), rel=1e-9)
+            assert row.busy_slot_runs == n_runs
+    # 256 slots never wrap around (135 requests): one run of ids per wave; 64 slots: fresh 1, later scattered
+    assert [_slot_id_runs(r) for r in SLOT_RUNS] == [[1, 3, 3], [1, 2, 3], [1, 1, 1], [1, 1, 1]]
+    f = {x.metric: x for x in hist.findings}
+    for h in slot_history.HISTORIES:
+        few = [_wave_p50_itl_ms(f"slots-hist-np64-q4km{r}", labels[h]) for r in ("", "-r2")]
+        many = [_wave_p50_itl_ms(f"slots-hist-np256-q4km{r}", labels[h]) for r in ("", "-r2")]
+        d = [(a / b - 1) * 100 for a, b in zip(few, many, strict=True)]
+        assert f[f"p50_itl_diff_pct_{h}"].value == pytest.approx(statistics.mean(d), rel=1e-9)
+        assert f[f"p50_itl_diff_pct_{h}"].extra["spread"] == pytest.approx(max(d) - min(d), rel=1e-9)
+    # measured: fresh -2.5 % (1 run of ids), after the sweep +26 / +13 % (3 / 2 runs), once more +42 % (3, 3)
+    assert f["p50_itl_diff_pct_fresh"].value == pytest.approx(-2.5, abs=0.1)
+    assert f["p50_itl_diff_pct_after"].value == pytest.approx(42.3, abs=0.1)
+    assert f["slowdown_rises_with_slot_runs"].value is True
+    preds = hist.tables["slot_history_predictions"].set_index("quantity")
+    assert preds.loc["p50_itl_diff_pct_fresh"].verdict == "confirmed"
+    assert preds.loc["p50_itl_diff_pct_after"].verdict == "refuted"  # predicted at most +30 %
+
+
+def test_completions_endpoint_against_chat(endpoint):
+    rows = endpoint.tables["ladder_endpoint"].set_index("endpoint")
+    for end, runs in (("chat", ENDPOINT_RUNS[:3]), ("completions", ENDPOINT_RUNS[3:])):
+        per_run = [max(_goodput_by_hand(r, rate)[2] for rate in (3.0, 6.0, 10.0, 15.0)) for r in runs]
+        assert rows.loc[end].goodput_max_req_s == pytest.approx(statistics.mean(per_run), rel=1e-9)
+        assert rows.loc[end].goodput_max_req_s_spread == pytest.approx(max(per_run) - min(per_run), rel=1e-9)
+    # the completions runs sent token ids (no endpoint field: the default), the chat runs text
+    assert all("endpoint" not in x for x in request_lines(H200 / "ladder-0-completions"))
+    assert {x.get("endpoint") for x in request_lines(H200 / "ladder-0-baseline-r3")} == {"chat"}
+    f = {x.metric: x for x in endpoint.findings}
+    # the lead needed completions to raise the GPU's busy share and goodput beyond the spread: neither rose
+    assert f["gpu_busy_pct"].value == pytest.approx(63.9, abs=0.1)
+    assert f["gpu_busy_pct_ratio"].extra["verdict"] == "within_spread"
+    assert f["goodput_max_req_s_ratio"].extra["verdict"] == "within_spread"
+    assert f["chat_endpoint_caps"].value is False
+    r, s = ladder_endpoint.ratio_spread(2.0, 0.2, 1.0, None)
+    assert (r, s) == (2.0, pytest.approx(0.2))

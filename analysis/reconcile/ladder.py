@@ -187,17 +187,19 @@ class Arm:
         return self.mean_spread(lambda rr: (row := rr.row_at(rate)) and row.get(col))
 
 
+def arm_of(campaign: Campaign, ctx: Context, name: str) -> Arm | None:
+    """The arm ``name`` with its repeats (``experiments.repeat_of``) in repeat order; None without a rate
+    run."""
+    runs = sorted(
+        (r for r in campaign.experiment_runs if ex.repeat_of(r.name, name) is not None),
+        key=lambda r: ex.repeat_of(r.name, name) or 0,
+    )
+    rrs = [rr for r in runs if (rr := _run_rates(r, ctx)) is not None]
+    return Arm(name, rrs) if rrs else None
+
+
 def _arms(campaign: Campaign, ctx: Context) -> list[Arm]:
-    out = []
-    for name in ARMS:
-        runs = sorted(
-            (r for r in campaign.experiment_runs if ex.repeat_of(r.name, name) is not None),
-            key=lambda r: ex.repeat_of(r.name, name) or 0,
-        )
-        rrs = [rr for r in runs if (rr := _run_rates(r, ctx)) is not None]
-        if rrs:
-            out.append(Arm(name, rrs))
-    return out
+    return [a for name in ARMS if (a := arm_of(campaign, ctx, name)) is not None]
 
 
 # --- tables -------------------------------------------------------------------------------------------------

@@ -60,6 +60,8 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         series_label=zh.series_label,
         fmt_value=zh.fmt_value,
         LADDER_ARMS=zh.LADDER_ARMS,
+        ENDPOINTS_ZH=zh.ENDPOINTS_ZH,
+        SLOT_HISTORIES=zh.SLOT_HISTORIES,
         has_data=zh.HAS_DATA,
     )
     return env
