@@ -442,18 +442,30 @@ def _total_finding(rows: list[dict], steps: list[Step]) -> fnd.Finding:
     )
 
 
+def prediction_row(pr: Predict, m: float | None, s: float | None) -> dict[str, Any]:
+    """One plan prediction against its measurement [m − s, m + s] (``experiments.verdict``; None when
+    unmeasured)."""
+    v = None if m is None else ex.verdict("bound", m, s, pr.lo, pr.hi)
+    return {"quantity": pr.quantity, "predicted_lo": pr.lo, "predicted_hi": pr.hi, "measured": m, "spread": s,
+            "verdict": v, "plan": pr.cite}  # fmt: skip
+
+
+def predicted(at: At, r: dict[str, Any], unit: str = "", **extra: Any) -> fnd.Finding:
+    """A prediction row as a finding citing its plan line: the measurement, or n/a when the runs hold none."""
+    extra = {k: r[k] for k in ("predicted_lo", "predicted_hi", "spread", "verdict")} | extra
+    if r["measured"] is None:
+        return fnd.not_available(at, unit, "unknown", "the runs hold no value for this quantity", [r["plan"]],
+                                 **extra)  # fmt: skip
+    return fnd.measured(at, r["measured"], unit, [r["plan"]], **extra)
+
+
 def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
-    out = []
-    for r in rows:
-        at = At(level="run", run=r["arm"], engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}")
-        extra = {k: r[k] for k in ("predicted_lo", "predicted_hi", "spread", "verdict", "step")}
-        extra["quantity_kind"] = "latency_ratio" if RATIO_AT.match(r["quantity"]) else "capacity"
-        if r["measured"] is None:
-            out.append(fnd.not_available(at, "", "unknown", "the runs hold no value for this quantity",
-                                         [r["plan"]], **extra))  # fmt: skip
-        else:
-            out.append(fnd.measured(at, r["measured"], "", [r["plan"]], **extra))
-    return out
+    return [
+        predicted(At(level="run", run=r["arm"], engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}"),
+                  r, step=r["step"],
+                  quantity_kind="latency_ratio" if RATIO_AT.match(r["quantity"]) else "capacity")
+        for r in rows
+    ]  # fmt: skip
 
 
 def run(s: SectionInput) -> Section:

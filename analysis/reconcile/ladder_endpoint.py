@@ -21,7 +21,6 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis.keys import At
 from analysis.reconcile import Section, SectionInput
-from analysis.reconcile import experiments as ex
 from analysis.reconcile import ladder as lad
 
 NAME = "ladder_endpoint"
@@ -94,24 +93,13 @@ def _measure(quantity: str, rows: list[dict]) -> tuple[float | None, float | Non
 def _prediction_rows(comp: lad.Arm, rows: list[dict]) -> list[dict]:
     out = []
     for pr in lad.plan_predictions(comp.runs[0].run, COMPLETIONS):
-        m, s = _measure(pr.quantity, rows)
-        v = None if m is None else ex.verdict("bound", m, s, pr.lo, pr.hi)
-        out.append({"quantity": pr.quantity, "predicted_lo": pr.lo, "predicted_hi": pr.hi, "measured": m,
-                    "spread": s, "verdict": v, "plan": pr.cite})  # fmt: skip
+        out.append(lad.prediction_row(pr, *_measure(pr.quantity, rows)))
     return out
 
 
 def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
-    out = []
-    for r in rows:
-        at = At(level="run", run=COMPLETIONS, engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}")
-        extra = {k: r[k] for k in ("predicted_lo", "predicted_hi", "spread", "verdict")}
-        if r["measured"] is None:
-            out.append(fnd.not_available(at, "", "unknown", "the runs hold no value for this quantity",
-                                         [r["plan"]], **extra))  # fmt: skip
-        else:
-            out.append(fnd.measured(at, r["measured"], "", [r["plan"]], **extra))
-    return out
+    at = At(level="run", run=COMPLETIONS, engine="llamacpp", topic=TOPIC)
+    return [lad.predicted(at(f"predicted_{r['quantity']}"), r) for r in rows]
 
 
 def run(s: SectionInput) -> Section:

@@ -32,7 +32,7 @@ from analysis.keys import At
 from analysis.reconcile import Section, SectionInput
 from analysis.reconcile import experiments as ex
 from analysis.reconcile.experiments.llamacpp import slot_runs_by_point
-from analysis.reconcile.ladder import plan_predictions
+from analysis.reconcile.ladder import plan_predictions, predicted, prediction_row
 
 NAME = "slot_history"
 TOPIC = "slot_history"
@@ -188,23 +188,13 @@ def _prediction_rows(few: dict, hs: list[History]) -> list[dict]:
         q, _, h = pr.quantity.rpartition("_")
         hist = by_name.get(h)
         m, s = hist.mean_spread(q) if hist is not None and q in QUANTITIES else (None, None)
-        v = None if m is None else ex.verdict("bound", m, s, pr.lo, pr.hi)
-        rows.append({"quantity": pr.quantity, "predicted_lo": pr.lo, "predicted_hi": pr.hi, "measured": m,
-                     "spread": s, "verdict": v, "plan": pr.cite})  # fmt: skip
+        rows.append(prediction_row(pr, m, s))
     return rows
 
 
 def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
-    out = []
-    for r in rows:
-        at = At(level="run", run=ARM_FEW, engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}")
-        extra = {k: r[k] for k in ("predicted_lo", "predicted_hi", "spread", "verdict")}
-        if r["measured"] is None:
-            out.append(fnd.not_available(at, "%", "unknown", "the runs hold no value for this quantity",
-                                         [r["plan"]], **extra))  # fmt: skip
-        else:
-            out.append(fnd.measured(at, r["measured"], "%", [r["plan"]], **extra))
-    return out
+    at = At(level="run", run=ARM_FEW, engine="llamacpp", topic=TOPIC)
+    return [predicted(at(f"predicted_{r['quantity']}"), r, "%") for r in rows]
 
 
 def run(s: SectionInput) -> Section:
