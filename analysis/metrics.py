@@ -16,6 +16,10 @@ Two views, both computed here and nowhere else; every number says which one it i
   campaign's files were written by that tool, so its numbers are of this definition too.
 
 Both views share ``output_tokens``, ``duration_s``, the throughputs and ``stats``: there they agree.
+
+Points imported from the other peers' result files keep their tool's own definitions, named after it
+(``AIPERF_DEFINITION``, ``GUIDELLM_DEFINITION``; ``definition_of`` picks a result's): analysis reads their
+summaries as written (analysis.parse.peers says how each maps onto vllm bench's names).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ from collector.raw.errors import AnatomyError
 
 CANONICAL = "canonical"
 VLLM_BENCH = "vllm-bench-compatible"
+AIPERF_DEFINITION = "aiperf"
+GUIDELLM_DEFINITION = "guidellm"
+# the tool a peer result was written by (analysis.parse.peers: BenchResult.extra["tool"]) -> its definition
+_PEER_DEFINITIONS = {"aiperf": AIPERF_DEFINITION, "guidellm": GUIDELLM_DEFINITION}
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 PERCENTILES = (50.0, 90.0, 99.0)  # the ones vllm bench writes: p50, p90, p99
@@ -40,6 +48,12 @@ PERCENTILES = (50.0, 90.0, 99.0)  # the ones vllm bench writes: p50, p90, p99
 # (issue #14 item 5); PERCENTILES are always computed too (the pages' p50/p99 answers, the knee's p90)
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"  # vllm bench's `date` field
+
+
+def definition_of(result: BenchResult) -> str:
+    """Which definitions an imported result's numbers follow: its tool's (AIPerf, GuideLLM), else vllm bench
+    serve's (``VLLM_BENCH``: a file that tool wrote)."""
+    return _PEER_DEFINITIONS.get(str(result.extra.get("tool")), VLLM_BENCH)
 
 
 # --- canonical, per request ---------------------------------------------------------------------------------
