@@ -79,7 +79,8 @@ GGUF_FILE_TYPES = {
 }
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # llama.cpp architecture names whose transformers model_type is spelt otherwise (the rest are the same)
-GGUF_ARCH_TYPES = {"qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss"}
+GGUF_ARCH_TYPES = {"qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v2"}
+GGUF_SIGMOID_GATING = 2  # llama.cpp's expert_gating_func for sigmoid routing: DeepSeek-V3 (V2: softmax, 1)
 
 
 # ----------------------------------------------------------------------------------------------- finding
@@ -412,7 +413,9 @@ def _gguf_shape(reader: gguf.GGUFReader, path: Path) -> dict:
         "tie_word_embeddings": "output.weight" not in tensors,
     }
     head_dim = key("attention.key_length", False)
-    if head_dim:
+    if key("attention.kv_lora_rank", False):
+        data.update(_gguf_mla(key, heads))
+    elif head_dim:
         data["head_dim"] = int(head_dim)
     for gguf_key, hf_key in (
         ("expert_count", "num_local_experts"),
@@ -424,6 +427,34 @@ def _gguf_shape(reader: gguf.GGUFReader, path: Path) -> dict:
         value = key(gguf_key, False)
         if value:
             data[hf_key] = int(value)
+    return data
+
+
+def _gguf_mla(key, heads: int) -> dict:
+    """Multi-head latent attention (llama.cpp's deepseek2) as config.json keys. llama.cpp's converter writes
+    the per-head sizes two ways: before MLA absorption key_length = nope + rope and value_length = v; after it
+    (head_count_kv 1, key_length = kv_lora_rank + rope) the per-head sizes move to key_length_mla and
+    value_length_mla. The cache holds kv_lora_rank + rope per token either way."""
+    rope = int(key("rope.dimension_count"))
+    qk = key("attention.key_length_mla", False) or key("attention.key_length")
+    v = key("attention.value_length_mla", False) or key("attention.value_length")
+    data = {
+        "kv_lora_rank": int(key("attention.kv_lora_rank")),
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": int(qk) - rope,
+        "v_head_dim": int(v),
+        "head_dim": int(qk),  # a query's and a key's width, as the theory reads an MLA config
+        "num_key_value_heads": heads,  # config.json's convention for MLA: one K and V per head, rebuilt
+    }
+    for gguf_key, hf_key in (
+        ("attention.q_lora_rank", "q_lora_rank"),
+        ("leading_dense_block_count", "first_k_dense_replace"),
+        ("expert_shared_count", "n_shared_experts"),
+    ):
+        if key(gguf_key, False):
+            data[hf_key] = int(key(gguf_key))
+    if key("expert_gating_func", False) == GGUF_SIGMOID_GATING:
+        data["model_type"] = "deepseek_v3"
     return data
 
 
