@@ -35,6 +35,7 @@ from analysis.reconcile import (
     kv,
     ladder,
     length_costs,
+    length_counters,
     lengths,
     memory,
     model_size,
@@ -292,6 +293,7 @@ SECTIONS = (
     point_details,  # issue #22: the reference study's claims in its own words
     capacity_arith,
     length_costs,
+    length_counters,
     overload_cadence,
     workload_totals,
     flops_phases,
