@@ -1512,3 +1512,6 @@ FINDINGS_FOR_ENGINE[("overload", "ttft_queue_share_pct", "llamacpp")] = (
     "过载时等待（TTFT − 请求自己的提示计算）占平均 TTFT 的比例"
 )
 FINDINGS[("selection", "best_at_every_budget_min_lead_pct")] = "每个预算下都是同一个系列最好：它最少领先多少"
+
+# the link under every table of a page to the CSV of what the table shows (analysis/report/table_downloads)
+DOWNLOAD_TABLE_CSV = "下载本表（CSV）"
