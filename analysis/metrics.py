@@ -275,22 +275,31 @@ class GoodputError(AnatomyError, ValueError):
     """A malformed ``--goodput`` pair (one line saying which and why)."""
 
 
-def parse_goodput(pairs: Sequence[str]) -> dict[str, float]:
-    """``["ttft:730", "tpot:50"]`` (``vllm bench serve --goodput KEY:VALUE``, ms; a pair may also hold several
-    space-separated ones) -> ``{"ttft_ms": 730.0, "tpot_ms": 50.0}`` in ``SLO_METRICS`` names."""
+def parse_key_ms(
+    pairs: Sequence[str], flag: str, names: dict[str, str], what: str, error: type[AnatomyError]
+) -> dict[str, float]:
+    """``KEY:MS`` pairs (a pair may also hold several space-separated ones) -> ``{names[KEY]: ms}``; a key
+    not in ``names``, a value that is not a finite number > 0 raise ``error`` naming ``flag`` and the pair
+    (``what``: what the value is, for that line)."""
     out: dict[str, float] = {}
     for pair in (p for item in pairs for p in item.split()):
         name, sep, value = pair.partition(":")
-        if not sep or name not in GOODPUT_NAMES:
-            raise GoodputError(f"--goodput {pair!r}: want KEY:MS with KEY one of {', '.join(GOODPUT_NAMES)}")
+        if not sep or name not in names:
+            raise error(f"{flag} {pair!r}: want KEY:MS with KEY one of {', '.join(names)}")
         try:
             ms = float(value)
         except ValueError:
-            raise GoodputError(f"--goodput {pair!r}: {value!r} is not a number of ms") from None
+            raise error(f"{flag} {pair!r}: {value!r} is not a number of ms") from None
         if not 0 < ms < float("inf"):
-            raise GoodputError(f"--goodput {pair!r}: an SLO is a positive number of ms")
-        out[GOODPUT_NAMES[name]] = ms
+            raise error(f"{flag} {pair!r}: {what} is a positive number of ms")
+        out[names[name]] = ms
     return out
+
+
+def parse_goodput(pairs: Sequence[str]) -> dict[str, float]:
+    """``["ttft:730", "tpot:50"]`` (``vllm bench serve --goodput KEY:VALUE``, ms; a pair may also hold several
+    space-separated ones) -> ``{"ttft_ms": 730.0, "tpot_ms": 50.0}`` in ``SLO_METRICS`` names."""
+    return parse_key_ms(pairs, "--goodput", GOODPUT_NAMES, "an SLO", GoodputError)
 
 
 def slo_values_ms(r: RequestRecord) -> dict[str, float | None]:

@@ -441,6 +441,19 @@ def test_init_plans_a_moe_model_for_vllm_and_says_what_the_theory_leaves_out(tmp
     assert "theory: MoE: 8 of 128 experts" in text and "routing skew" in text
 
 
+def _finish_gguf(w: gguf.GGUFWriter, path: Path) -> Path:
+    """A Q4_K_M file with a 300-token vocabulary and one small tensor: the reader needs nothing more to plan
+    it (the weights are not read)."""
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_token_list([f"t{i}" for i in range(300)])
+    w.add_tensor("output.weight", np.zeros((2, 2), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def _moe_gguf(path: Path, arch: str, experts: tuple[int, int, int]) -> Path:
     """A GGUF carrying the metadata llama.cpp's converter writes for Qwen3-30B-A3B (keys by gguf.Keys), with
     one small tensor: the reader needs nothing more to plan it (the weights are not read)."""
@@ -456,14 +469,7 @@ def _moe_gguf(path: Path, arch: str, experts: tuple[int, int, int]) -> Path:
     w.add_expert_count(experts[0])
     w.add_expert_used_count(experts[1])
     w.add_expert_feed_forward_length(experts[2])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    w.add_token_list([f"t{i}" for i in range(300)])
-    w.add_tensor("output.weight", np.zeros((2, 2), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish_gguf(w, path)
 
 
 def test_init_reads_a_moe_gguf_as_its_bundled_config(tmp_path):
@@ -504,14 +510,7 @@ def _deepseek_gguf(path: Path, absorbed: bool, rope: bool = True) -> Path:
     w.add_expert_shared_count(2)
     w.add_expert_feed_forward_length(1408)
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    w.add_token_list([f"t{i}" for i in range(300)])
-    w.add_tensor("output.weight", np.zeros((2, 2), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish_gguf(w, path)
 
 
 @pytest.mark.parametrize("absorbed", [False, True])

@@ -79,19 +79,7 @@ def parse_p99_budgets(pairs: list[str] | tuple[str, ...]) -> dict[str, float]:
     """``["ttft:730", "itl:50"]`` (or one ``"ttft:730 itl:50"``) → ``{"ttft": 730.0, "itl": 50.0}``: p99
     budgets, ms, with vllm bench serve's ``--goodput KEY:MS`` spelling (a budget on the p99, not a
     per-request SLO)."""
-    out: dict[str, float] = {}
-    for pair in (p for item in pairs for p in item.split()):
-        name, sep, value = pair.partition(":")
-        if not sep or name not in P99_BUDGET_KEYS:
-            raise SloError(f"--p99 {pair!r}: want KEY:MS with KEY one of {', '.join(P99_BUDGET_KEYS)}")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise SloError(f"--p99 {pair!r}: {value!r} is not a number of ms") from None
-        if not math.isfinite(ms) or ms <= 0:
-            raise SloError(f"--p99 {pair!r}: a budget is a positive number of ms")
-        out[name] = ms
-    return out
+    return metrics.parse_key_ms(pairs, "--p99", {k: k for k in P99_BUDGET_KEYS}, "a budget", SloError)
 
 
 def interpolate_log2(x_lo: float, y_lo: float, x_hi: float, y_hi: float, y: float) -> float:
