@@ -34,7 +34,7 @@ from pathlib import Path
 import gguf
 
 from analysis import theory as th
-from analysis.gpus import CPU, MIB, GpuSpec, match_nvidia_smi
+from analysis.gpus import CPU, MIB, GpuSpec, match_nvidia_smi, match_rocm_smi
 from analysis.model_config import (
     ModelConfig,
     bundled_model_names,
@@ -235,11 +235,28 @@ def detect_engine(model: Path, engine_path: Path | None, vllm_python: Path | Non
     )
 
 
-def detect_gpu(nvidia_smi: str = "nvidia-smi") -> Gpu:
-    """The first GPU nvidia-smi lists, matched to a datasheet entry; CPU when there is no nvidia-smi."""
+def _detect_amd(rocm_smi: str) -> Gpu | None:
+    """The first card rocm-smi lists (its JSON of product names and VRAM), matched to a datasheet entry; None
+    without rocm-smi or when it lists no card."""
+    from collector.fingerprint import ROCM_SMI_GPU_QUERY, rocm_smi_gpus  # local import: only AMD machines
+
+    exe = shutil.which(rocm_smi)
+    r = _run([exe, *ROCM_SMI_GPU_QUERY], NVIDIA_SMI_TIMEOUT_S) if exe else None
+    cards = rocm_smi_gpus(r.stdout) if r is not None and r.returncode == 0 else []
+    if not cards:
+        return None
+    name, mem = cards[0]["name"], cards[0].get("memory.total [MiB]", "").split()
+    mib = float(mem[0]) if mem else None
+    return Gpu(match_rocm_smi(name, mib) or CPU, smi_name=name, smi_memory_mib=mib, count=len(cards))
+
+
+def detect_gpu(nvidia_smi: str = "nvidia-smi", rocm_smi: str = "rocm-smi") -> Gpu:
+    """The first GPU nvidia-smi lists (else rocm-smi, on an AMD machine), matched to a datasheet entry; CPU
+    when there is neither."""
     exe = shutil.which(nvidia_smi)
     if exe is None:
-        return Gpu(CPU, note="no nvidia-smi on PATH: a CPU run (no datasheet ceilings)")
+        amd = _detect_amd(rocm_smi)
+        return amd or Gpu(CPU, note="no nvidia-smi or rocm-smi on PATH: a CPU run (no datasheet ceilings)")
     r = _run([exe, *NVIDIA_SMI_QUERY], NVIDIA_SMI_TIMEOUT_S)
     if r is None or r.returncode != 0:
         said = "" if r is None else (r.stderr or r.stdout).strip()

@@ -114,10 +114,11 @@ ROCM_SMI_JSON = (
 
 
 def test_an_amd_gpu_is_fingerprinted_through_rocm_smi(tmp_path, monkeypatch):
-    """Before: no nvidia-smi meant no GPU in the fingerprint, on an AMD machine too. A fake rocm-smi on PATH
-    (JSON for the query, its concise table otherwise): both texts kept verbatim, the summary lists both
-    cards."""
+    """Before: no nvidia-smi meant no GPU in the fingerprint and a CPU plan from init, on an AMD machine
+    too. A fake rocm-smi on PATH (JSON for the query, its concise table otherwise): both texts kept verbatim,
+    the summary lists both cards, init finds the MI300X."""
     from collector.fingerprint import gpu_info, summary
+    from collector.init import detect_gpu
 
     if shutil.which("nvidia-smi", path="/usr/bin:/bin"):
         pytest.skip("nvidia-smi is installed here: the fingerprint reads it first")
@@ -140,3 +141,6 @@ def test_an_amd_gpu_is_fingerprinted_through_rocm_smi(tmp_path, monkeypatch):
         {"name": "AMD Instinct MI300X", "memory.total [MiB]": "196592 MiB", "memory.used [MiB]": "285 MiB"},
         {"name": "AMD Instinct MI300X", "memory.total [MiB]": "196592 MiB", "memory.used [MiB]": "0 MiB"},
     ]
+    # collector init plans for the card it finds the same way (was: a CPU run)
+    gpu = detect_gpu()
+    assert (gpu.spec.name, gpu.count, gpu.smi_memory_mib) == ("mi300x", 2, 196592)

@@ -359,7 +359,7 @@ def test_init_for_the_tiny_folder_and_llama_server_on_path(box, tmp_path):
         assert pt.input_len + pt.output_len <= plan.model.max_model_len, pt.point_id
         assert (pt.concurrency > slots) == (pt.kind == "overload"), pt.point_id
     text = result.plan_path.read_text()
-    assert "no nvidia-smi on PATH" in text
+    assert "no nvidia-smi or rocm-smi on PATH" in text
 
 
 @pytest.mark.engines
