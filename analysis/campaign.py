@@ -102,7 +102,8 @@ class BenchPoint:
     order: int  # position in the sweep log (ground truth of the order), else by date
     kind: str | None = None  # own runs: the point's test kind (PHASE_TEST_KIND); None: the run's
     # which definitions the result's latencies/throughputs follow: metrics.CANONICAL (recomputed from
-    # requests.jsonl) or metrics.VLLM_BENCH (a file written by `vllm bench serve`)
+    # requests.jsonl), metrics.VLLM_BENCH (a file written by `vllm bench serve`) or the peer tool's own
+    # (metrics.AIPERF_DEFINITION, metrics.GUIDELLM_DEFINITION)
     metric_definition: str = metrics.VLLM_BENCH
 
     @property
@@ -434,6 +435,7 @@ def _build_points(run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_P
                 protocol_borrowed=False,
                 sweep_point=sp,
                 order=sp.index if sp is not None else -1,
+                metric_definition=metrics.definition_of(rec),
             )
         )
     if any(p.sweep_point is None for p in pts):

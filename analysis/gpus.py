@@ -313,6 +313,17 @@ def match_nvidia_smi(name: str, memory_mib: float | None = None) -> GpuSpec | No
     return spec
 
 
+def match_rocm_smi(name: str, memory_mib: float | None = None) -> GpuSpec | None:
+    """The datasheet entry for one card of ``rocm-smi --showproductname --showmeminfo vram``: its Card
+    Series (``AMD Instinct MI300X``) equal to an entry's display name, its VRAM (MiB), when given, within
+    the same 2 % as ``match_nvidia_smi`` asks; None when unknown."""
+    spec = next((g for g in GPUS.values() if _key(g.display_name) == _key(name)), None)
+    if spec is None or spec.memory_bytes is None or memory_mib is None:
+        return spec
+    expected_mib = spec.memory_bytes / MIB
+    return spec if abs(memory_mib - expected_mib) <= MEMORY_MATCH_TOLERANCE * expected_mib else None
+
+
 def gpu_names() -> list[str]:
     """The normalised names of the bundled GPUs."""
     return list(GPUS)

@@ -1234,6 +1234,47 @@ FINDINGS.update(
         ("length", "decode_seconds_mfu_p50_pct"): "纯解码秒（< 四分之一峰值）的 MFU 中位数",
     }
 )
+# issue #22, the claims left open by the first pass (analysis/reconcile/length_counters and the modules above)
+FINDINGS.update(
+    {
+        ("length", "mbu_one_axis_max_deviation_pct"): "按每次迭代 token 对齐两条轴：MBU 最大相对偏差",
+        (
+            "length",
+            "read_model_deviation_shortest_pct",
+        ): "二项读取模型（权重 + 运行数 × 上下文 × KV）vs 字节计数器：最短输入",
+        (
+            "length",
+            "read_model_deviation_longest_pct",
+        ): "二项读取模型（权重 + 运行数 × 上下文 × KV）vs 字节计数器：最长输入",
+        (
+            "length",
+            "flops_per_token_slope_gflop_per_context_token",
+        ): "每个迭代 token 的 FLOPs 随上下文的斜率（长度扫描各点拟合；截距与 R² 见来源）",
+        ("length", "decode_step_intensity_longest_flop_per_byte"): "最长输入时一个解码步的算术强度（理论）",
+        ("length", "p99_itl_at_smaller_budget_ms"): "分块预算降到四分之一时预计的 p99 ITL（预测，未测）",
+        (
+            "length",
+            "input_equals_output_throughput_at_input_tokens",
+        ): "输入吞吐等于输出吞吐时的输入长度（每请求平均输出）",
+        ("length", "kv_sawtooth_period_s"): "最长输入时 KV 占用锯齿的周期（自相关）",
+        ("length", "kv_sawtooth_swing_pp"): "最长输入时 KV 占用锯齿每个周期的谷峰差",
+        ("length", "kv_demand_at_double_longest_input_pct"): "输入加倍到最长输入两倍时的 KV 需求占池的比例",
+        ("overload", "sampler_samples"): "过载窗口内的 1 Hz 采样点数",
+        ("overload", "iterations_at_p50_step_s"): "过载窗口内全部迭代按 p50 步长计的墙钟时间",
+        ("overload", "recompute_wall_share_pct"): "重算被抢占请求占全程墙钟的比例（抢占数 × 平均预填充时间）",
+        ("concurrency", "sweep_sampler_span_s"): "并发扫描全程的采样时长",
+        ("concurrency", "sweep_iterations"): "并发扫描全程的迭代次数（迭代 token 直方图计数）",
+        ("telemetry", "kv_cells_gib"): "llama.cpp 全部槽位 KV 格子的显存（格数 × 每 token KV）",
+        (
+            "telemetry",
+            "ctx_needed_for_sweep_tokens",
+        ): "llama.cpp 跑自己的扫描所需的 -c（最高并发 ×（输入 + 输出））",
+        (
+            "ttft",
+            "block_rounding_tokens_per_request",
+        ): "每个请求最后一个 KV 块空出的 token（块数 × 16 − 上下文）",
+    }
+)
 COLUMNS.update(
     {
         "running_mean": "运行中请求（均值）",
@@ -1262,6 +1303,11 @@ REFERENCE_NA_REASONS: dict[str, str] = {
         "参考研究没有对 llama.cpp 做 1 Hz 采样（原文自述），这项随时间变化的数据不存在"
     ),
     "model_config_absent": "仓库里没有这个模型的 config.json（analysis/models/），无法按结构推算",
+    "reference_not_saved": "参考研究自己没有保存这份输出（原文自述），这项证据已不存在",
+    "other_model_no_campaign": (
+        "这条结论关于另一个模型：本站只为批次实测的模型生成结构页；它的配置在仓库里，"
+        "`collector plan --model Qwen3-30B-A3B` 给出同一笔账"
+    ),
 }
 REFERENCE_STATUSES: dict[str, str] = {
     "shown": "已展示",
@@ -1508,3 +1554,6 @@ FINDINGS_FOR_ENGINE[("overload", "ttft_queue_share_pct", "llamacpp")] = (
     "过载时等待（TTFT − 请求自己的提示计算）占平均 TTFT 的比例"
 )
 FINDINGS[("selection", "best_at_every_budget_min_lead_pct")] = "每个预算下都是同一个系列最好：它最少领先多少"
+
+# the link under every table of a page to the CSV of what the table shows (analysis/report/table_downloads)
+DOWNLOAD_TABLE_CSV = "下载本表（CSV）"

@@ -16,6 +16,10 @@ Two views, both computed here and nowhere else; every number says which one it i
   campaign's files were written by that tool, so its numbers are of this definition too.
 
 Both views share ``output_tokens``, ``duration_s``, the throughputs and ``stats``: there they agree.
+
+Points imported from the other peers' result files keep their tool's own definitions, named after it
+(``AIPERF_DEFINITION``, ``GUIDELLM_DEFINITION``; ``definition_of`` picks a result's): analysis reads their
+summaries as written (analysis.parse.peers says how each maps onto vllm bench's names).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ from collector.raw.errors import AnatomyError
 
 CANONICAL = "canonical"
 VLLM_BENCH = "vllm-bench-compatible"
+AIPERF_DEFINITION = "aiperf"
+GUIDELLM_DEFINITION = "guidellm"
+# the tool a peer result was written by (analysis.parse.peers: BenchResult.extra["tool"]) -> its definition
+_PEER_DEFINITIONS = {"aiperf": AIPERF_DEFINITION, "guidellm": GUIDELLM_DEFINITION}
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 PERCENTILES = (50.0, 90.0, 99.0)  # the ones vllm bench writes: p50, p90, p99
@@ -40,6 +48,12 @@ PERCENTILES = (50.0, 90.0, 99.0)  # the ones vllm bench writes: p50, p90, p99
 # (issue #14 item 5); PERCENTILES are always computed too (the pages' p50/p99 answers, the knee's p90)
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 BENCH_DATE_FORMAT = "%Y%m%d-%H%M%S"  # vllm bench's `date` field
+
+
+def definition_of(result: BenchResult) -> str:
+    """Which definitions an imported result's numbers follow: its tool's (AIPerf, GuideLLM), else vllm bench
+    serve's (``VLLM_BENCH``: a file that tool wrote)."""
+    return _PEER_DEFINITIONS.get(str(result.extra.get("tool")), VLLM_BENCH)
 
 
 # --- canonical, per request ---------------------------------------------------------------------------------
@@ -261,22 +275,31 @@ class GoodputError(AnatomyError, ValueError):
     """A malformed ``--goodput`` pair (one line saying which and why)."""
 
 
-def parse_goodput(pairs: Sequence[str]) -> dict[str, float]:
-    """``["ttft:730", "tpot:50"]`` (``vllm bench serve --goodput KEY:VALUE``, ms; a pair may also hold several
-    space-separated ones) -> ``{"ttft_ms": 730.0, "tpot_ms": 50.0}`` in ``SLO_METRICS`` names."""
+def parse_key_ms(
+    pairs: Sequence[str], flag: str, names: dict[str, str], what: str, error: type[AnatomyError]
+) -> dict[str, float]:
+    """``KEY:MS`` pairs (a pair may also hold several space-separated ones) -> ``{names[KEY]: ms}``; a key
+    not in ``names``, a value that is not a finite number > 0 raise ``error`` naming ``flag`` and the pair
+    (``what``: what the value is, for that line)."""
     out: dict[str, float] = {}
     for pair in (p for item in pairs for p in item.split()):
         name, sep, value = pair.partition(":")
-        if not sep or name not in GOODPUT_NAMES:
-            raise GoodputError(f"--goodput {pair!r}: want KEY:MS with KEY one of {', '.join(GOODPUT_NAMES)}")
+        if not sep or name not in names:
+            raise error(f"{flag} {pair!r}: want KEY:MS with KEY one of {', '.join(names)}")
         try:
             ms = float(value)
         except ValueError:
-            raise GoodputError(f"--goodput {pair!r}: {value!r} is not a number of ms") from None
+            raise error(f"{flag} {pair!r}: {value!r} is not a number of ms") from None
         if not 0 < ms < float("inf"):
-            raise GoodputError(f"--goodput {pair!r}: an SLO is a positive number of ms")
-        out[GOODPUT_NAMES[name]] = ms
+            raise error(f"{flag} {pair!r}: {what} is a positive number of ms")
+        out[names[name]] = ms
     return out
+
+
+def parse_goodput(pairs: Sequence[str]) -> dict[str, float]:
+    """``["ttft:730", "tpot:50"]`` (``vllm bench serve --goodput KEY:VALUE``, ms; a pair may also hold several
+    space-separated ones) -> ``{"ttft_ms": 730.0, "tpot_ms": 50.0}`` in ``SLO_METRICS`` names."""
+    return parse_key_ms(pairs, "--goodput", GOODPUT_NAMES, "an SLO", GoodputError)
 
 
 def slo_values_ms(r: RequestRecord) -> dict[str, float | None]:

@@ -31,6 +31,7 @@ from analysis.reconcile import (
     ladder,
     ladder_endpoint,
     length_costs,
+    length_counters,
     lengths,
     model_size,
     overload,
@@ -296,6 +297,7 @@ SECTIONS = (
     point_details,  # issue #22: the reference study's claims in its own words
     capacity_arith,
     length_costs,
+    length_counters,
     overload_cadence,
     workload_totals,
     flops_phases,

@@ -296,13 +296,26 @@ def analyze(
 
 @main.command()
 @_raw_roots
-@click.option("--ttft-p99-ms", "ttft", type=POSITIVE, required=True, help="p99 TTFT budget, ms.")
-@click.option("--itl-p99-ms", "itl", type=POSITIVE, default=None, help="p99 ITL budget, ms (optional).")
+@click.option(
+    "--p99",
+    "p99",
+    multiple=True,
+    help="A p99 budget as KEY:MS, KEY ttft (required) or itl — vllm bench serve's --goodput spelling, on the "
+    "p99 (--p99 ttft:730 --p99 itl:50, or one quoted 'ttft:730 itl:50').",
+)
+# the first spelling, kept working: the same budgets as --p99 ttft:MS / itl:MS
+@click.option("--ttft-p99-ms", "ttft", type=POSITIVE, default=None, hidden=True)
+@click.option("--itl-p99-ms", "itl", type=POSITIVE, default=None, hidden=True)
 @click.option("--engine", type=click.Choice(SLO_ENGINES), default=None, help="One engine only.")
 @click.option("--campaign", "campaigns", multiple=True, help="One campaign (repeatable); default: all.")
 @_one_line_errors
 def slo(
-    raws: tuple[Path, ...], ttft: float, itl: float | None, engine: str | None, campaigns: tuple[str, ...]
+    raws: tuple[Path, ...],
+    p99: tuple[str, ...],
+    ttft: float | None,
+    itl: float | None,
+    engine: str | None,
+    campaigns: tuple[str, ...],
 ):
     """The SLO planner: per campaign, round and engine, the highest concurrency meeting the p99 budget(s),
     interpolated between measured points, the goodput there and the engine settings that follow; per
@@ -310,7 +323,13 @@ def slo(
     from analysis.pipeline import slo_plan  # local import: heavy (pandas, altair)
     from analysis.reconcile import slo as slo_lib  # local import: heavy (pandas)
 
-    for ans in slo_plan(list(raws), ttft, itl, engine, list(campaigns) or None):
+    budgets = {
+        **{k: v for k, v in (("ttft", ttft), ("itl", itl)) if v is not None},
+        **slo_lib.parse_p99_budgets(p99),
+    }
+    if "ttft" not in budgets:
+        raise click.UsageError("needs a p99 TTFT budget: --p99 ttft:MS (e.g. --p99 ttft:730)")
+    for ans in slo_plan(list(raws), budgets["ttft"], budgets.get("itl"), engine, list(campaigns) or None):
         for line in slo_lib.describe_any(ans):
             click.echo(line)
 

@@ -1,8 +1,9 @@
 """What the measurement ran on: one function per source, each returning verbatim text for ``fingerprint/``.
 
-Sources: OS, CPU, memory, GPUs (nvidia-smi, when present), Python, the engine's version/build, the engine
-environment's ``pip freeze``, the exact server command line (secret arguments redacted), and the environment
-variables that change how an engine runs (an allow-list, values scrubbed: ``perf_env``).
+Sources: OS, CPU, memory, GPUs (nvidia-smi, else AMD's rocm-smi, when present), Python, the engine's
+version/build, the engine environment's ``pip freeze``, the exact server command line (secret arguments
+redacted), and the environment variables that change how an engine runs (an allow-list, values scrubbed:
+``perf_env``).
 ``summary.json`` repeats the few facts a reader looks for first.
 """
 
@@ -156,11 +157,48 @@ def memory_info() -> str:
     return _read("/proc/meminfo")
 
 
+# rocm-smi's product names and VRAM as JSON ({"card0": {"Card Series": …, "VRAM Total Memory (B)": …}, …})
+ROCM_SMI_GPU_QUERY = ["--showproductname", "--showmeminfo", "vram", "--json"]
+MIB = 2**20
+
+
+def rocm_smi_gpus(text: str) -> list[dict[str, str]]:
+    """Every card of ``rocm-smi --showproductname --showmeminfo vram --json``, in the summary's shape of an
+    nvidia-smi row (name, memory.total [MiB], memory.used [MiB]); the JSON is read from its first ``{``
+    (rocm-smi may print warnings before it); [] when there is none."""
+    start = text.find("{")
+    try:
+        data = json.JSONDecoder().raw_decode(text[start:])[0] if start >= 0 else {}
+    except ValueError:
+        return []
+    out = []
+    for card, info in sorted(data.items()) if isinstance(data, dict) else []:
+        if not card.startswith("card") or not isinstance(info, dict):
+            continue
+        # the key was "Card series" before ROCm 6, "Card Series" after
+        name = info.get("Card Series") or info.get("Card series") or info.get("Card SKU") or card
+        row = {"name": str(name).strip()}
+        for key, col in (
+            ("VRAM Total Memory (B)", "memory.total [MiB]"),
+            ("VRAM Total Used Memory (B)", "memory.used [MiB]"),
+        ):
+            if str(info.get(key, "")).strip().isdigit():
+                row[col] = f"{int(info[key]) // MIB} MiB"
+        out.append(row)
+    return out
+
+
 def gpu_info() -> dict[str, str] | None:
     """nvidia-smi's header (driver, CUDA), a CSV of every device's name, memory and clocks, and the
     interconnect matrix between devices (``topo -m``: NVLink, PCIe switch or host bridge between each pair,
-    which decides what a split model pays to cross GPUs); None without nvidia-smi."""
+    which decides what a split model pays to cross GPUs); on an AMD machine rocm-smi's summary and its JSON
+    of names and VRAM; None without either."""
     if not shutil.which("nvidia-smi"):
+        if shutil.which("rocm-smi"):
+            return {
+                "rocm-smi.txt": run_capture(["rocm-smi"], 60)[1],
+                "rocm-smi-gpus.json": run_capture(["rocm-smi", *ROCM_SMI_GPU_QUERY], 60)[1],
+            }
         return None
     return {
         "nvidia-smi.txt": run_capture(["nvidia-smi"], 60)[1],
@@ -261,6 +299,8 @@ def summary(files: dict[str, str], sp: ServerPlan) -> dict[str, Any]:
     if "nvidia-smi-gpus.csv" in files:
         rows = [r for r in files["nvidia-smi-gpus.csv"].splitlines() if r.strip()]
         gpus = [dict(zip(rows[0].split(", "), r.split(", "), strict=False)) for r in rows[1:]] if rows else []
+    elif "rocm-smi-gpus.json" in files:
+        gpus = rocm_smi_gpus(files["rocm-smi-gpus.json"])
     return {
         "os": platform.platform(),
         "cpu_model": cpu_model,

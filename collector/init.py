@@ -34,7 +34,7 @@ from pathlib import Path
 import gguf
 
 from analysis import theory as th
-from analysis.gpus import CPU, MIB, GpuSpec, match_nvidia_smi
+from analysis.gpus import CPU, MIB, GpuSpec, match_nvidia_smi, match_rocm_smi
 from analysis.model_config import (
     ModelConfig,
     bundled_model_names,
@@ -79,7 +79,8 @@ GGUF_FILE_TYPES = {
 }
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # llama.cpp architecture names whose transformers model_type is spelt otherwise (the rest are the same)
-GGUF_ARCH_TYPES = {"qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss"}
+GGUF_ARCH_TYPES = {"qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v2"}
+GGUF_SIGMOID_GATING = 2  # llama.cpp's expert_gating_func for sigmoid routing: DeepSeek-V3 (V2: softmax, 1)
 
 
 # ----------------------------------------------------------------------------------------------- finding
@@ -234,11 +235,28 @@ def detect_engine(model: Path, engine_path: Path | None, vllm_python: Path | Non
     )
 
 
-def detect_gpu(nvidia_smi: str = "nvidia-smi") -> Gpu:
-    """The first GPU nvidia-smi lists, matched to a datasheet entry; CPU when there is no nvidia-smi."""
+def _detect_amd(rocm_smi: str) -> Gpu | None:
+    """The first card rocm-smi lists (its JSON of product names and VRAM), matched to a datasheet entry; None
+    without rocm-smi or when it lists no card."""
+    from collector.fingerprint import ROCM_SMI_GPU_QUERY, rocm_smi_gpus  # local import: only AMD machines
+
+    exe = shutil.which(rocm_smi)
+    r = _run([exe, *ROCM_SMI_GPU_QUERY], NVIDIA_SMI_TIMEOUT_S) if exe else None
+    cards = rocm_smi_gpus(r.stdout) if r is not None and r.returncode == 0 else []
+    if not cards:
+        return None
+    name, mem = cards[0]["name"], cards[0].get("memory.total [MiB]", "").split()
+    mib = float(mem[0]) if mem else None
+    return Gpu(match_rocm_smi(name, mib) or CPU, smi_name=name, smi_memory_mib=mib, count=len(cards))
+
+
+def detect_gpu(nvidia_smi: str = "nvidia-smi", rocm_smi: str = "rocm-smi") -> Gpu:
+    """The first GPU nvidia-smi lists (else rocm-smi, on an AMD machine), matched to a datasheet entry; CPU
+    when there is neither."""
     exe = shutil.which(nvidia_smi)
     if exe is None:
-        return Gpu(CPU, note="no nvidia-smi on PATH: a CPU run (no datasheet ceilings)")
+        amd = _detect_amd(rocm_smi)
+        return amd or Gpu(CPU, note="no nvidia-smi or rocm-smi on PATH: a CPU run (no datasheet ceilings)")
     r = _run([exe, *NVIDIA_SMI_QUERY], NVIDIA_SMI_TIMEOUT_S)
     if r is None or r.returncode != 0:
         said = "" if r is None else (r.stderr or r.stdout).strip()
@@ -412,7 +430,9 @@ def _gguf_shape(reader: gguf.GGUFReader, path: Path) -> dict:
         "tie_word_embeddings": "output.weight" not in tensors,
     }
     head_dim = key("attention.key_length", False)
-    if head_dim:
+    if key("attention.kv_lora_rank", False):
+        data.update(_gguf_mla(key, heads))
+    elif head_dim:
         data["head_dim"] = int(head_dim)
     for gguf_key, hf_key in (
         ("expert_count", "num_local_experts"),
@@ -424,6 +444,34 @@ def _gguf_shape(reader: gguf.GGUFReader, path: Path) -> dict:
         value = key(gguf_key, False)
         if value:
             data[hf_key] = int(value)
+    return data
+
+
+def _gguf_mla(key, heads: int) -> dict:
+    """Multi-head latent attention (llama.cpp's deepseek2) as config.json keys. llama.cpp's converter writes
+    the per-head sizes two ways: before MLA absorption key_length = nope + rope and value_length = v; after it
+    (head_count_kv 1, key_length = kv_lora_rank + rope) the per-head sizes move to key_length_mla and
+    value_length_mla. The cache holds kv_lora_rank + rope per token either way."""
+    rope = int(key("rope.dimension_count"))
+    qk = key("attention.key_length_mla", False) or key("attention.key_length")
+    v = key("attention.value_length_mla", False) or key("attention.value_length")
+    data = {
+        "kv_lora_rank": int(key("attention.kv_lora_rank")),
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": int(qk) - rope,
+        "v_head_dim": int(v),
+        "head_dim": int(qk),  # a query's and a key's width, as the theory reads an MLA config
+        "num_key_value_heads": heads,  # config.json's convention for MLA: one K and V per head, rebuilt
+    }
+    for gguf_key, hf_key in (
+        ("attention.q_lora_rank", "q_lora_rank"),
+        ("leading_dense_block_count", "first_k_dense_replace"),
+        ("expert_shared_count", "n_shared_experts"),
+    ):
+        if key(gguf_key, False):
+            data[hf_key] = int(key(gguf_key))
+    if key("expert_gating_func", False) == GGUF_SIGMOID_GATING:
+        data["model_type"] = "deepseek_v3"
     return data
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from collector.fingerprint import collect, looks_like_secret, perf_env, plan_secrets, redact_args
 from collector.raw.plan import ServerPlan
@@ -83,3 +86,61 @@ def test_collect_writes_every_source(monkeypatch):
     meminfo = Path("/proc/meminfo").read_text().split("\n")[0].split()
     assert summary["mem_total_kib"] == int(meminfo[1]) and summary["engine"] == "llamacpp"
     assert json.loads(files["command.json"])["shell"] == "/bin/echo -m m.gguf"
+
+
+# rocm-smi 6.x on two MI300X, as `--showproductname --showmeminfo vram --json` prints it (a warning first)
+ROCM_SMI_JSON = (
+    "WARNING: AMD GPU device(s) is/are in a low-power state. Check power control/runtime_status\n"
+    + json.dumps(
+        {
+            "card0": {
+                "Card Series": "AMD Instinct MI300X",
+                "Card Model": "0x74a1",
+                "Card Vendor": "Advanced Micro Devices, Inc. [AMD/ATI]",
+                "Card SKU": "M3000100",
+                "VRAM Total Memory (B)": "206141652992",
+                "VRAM Total Used Memory (B)": "299008000",
+            },
+            # before ROCm 6 the key was spelt "Card series"
+            "card1": {
+                "Card series": "AMD Instinct MI300X",
+                "VRAM Total Memory (B)": "206141652992",
+                "VRAM Total Used Memory (B)": "0",
+            },
+        }
+    )
+    + "\n"
+)
+
+
+def test_an_amd_gpu_is_fingerprinted_through_rocm_smi(tmp_path, monkeypatch):
+    """Before: no nvidia-smi meant no GPU in the fingerprint and a CPU plan from init, on an AMD machine
+    too. A fake rocm-smi on PATH (JSON for the query, its concise table otherwise): both texts kept verbatim,
+    the summary lists both cards, init finds the MI300X."""
+    from collector.fingerprint import gpu_info, summary
+    from collector.init import detect_gpu
+
+    if shutil.which("nvidia-smi", path="/usr/bin:/bin"):
+        pytest.skip("nvidia-smi is installed here: the fingerprint reads it first")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "query.txt").write_text(ROCM_SMI_JSON)
+    fake = bin_dir / "rocm-smi"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$*" = "--showproductname --showmeminfo vram --json" ]; then\n'
+        f'  cat "{bin_dir}/query.txt"\nelse\n  echo "ROCm System Management Interface"\nfi\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    files = gpu_info()
+    assert files is not None and files["rocm-smi-gpus.json"] == ROCM_SMI_JSON
+    assert files["rocm-smi.txt"].startswith("ROCm System Management Interface")
+    base = {"cpu.txt": "", "memory.txt": "", "engine-version.txt": ""}
+    gpus = summary({**base, **files}, ServerPlan(engine="llamacpp", port=1, url="http://127.0.0.1:1"))["gpus"]
+    assert gpus == [
+        {"name": "AMD Instinct MI300X", "memory.total [MiB]": "196592 MiB", "memory.used [MiB]": "285 MiB"},
+        {"name": "AMD Instinct MI300X", "memory.total [MiB]": "196592 MiB", "memory.used [MiB]": "0 MiB"},
+    ]
+    # collector init plans for the card it finds the same way (was: a CPU run)
+    gpu = detect_gpu()
+    assert (gpu.spec.name, gpu.count, gpu.smi_memory_mib) == ("mi300x", 2, 196592)

@@ -9,6 +9,7 @@ real config.json contents of MoE / MLA / sliding-window models written to tmp. T
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 from pathlib import Path
@@ -358,7 +359,7 @@ def test_init_for_the_tiny_folder_and_llama_server_on_path(box, tmp_path):
         assert pt.input_len + pt.output_len <= plan.model.max_model_len, pt.point_id
         assert (pt.concurrency > slots) == (pt.kind == "overload"), pt.point_id
     text = result.plan_path.read_text()
-    assert "no nvidia-smi on PATH" in text
+    assert "no nvidia-smi or rocm-smi on PATH" in text
 
 
 @pytest.mark.engines
@@ -440,6 +441,19 @@ def test_init_plans_a_moe_model_for_vllm_and_says_what_the_theory_leaves_out(tmp
     assert "theory: MoE: 8 of 128 experts" in text and "routing skew" in text
 
 
+def _finish_gguf(w: gguf.GGUFWriter, path: Path) -> Path:
+    """A Q4_K_M file with a 300-token vocabulary and one small tensor: the reader needs nothing more to plan
+    it (the weights are not read)."""
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_token_list([f"t{i}" for i in range(300)])
+    w.add_tensor("output.weight", np.zeros((2, 2), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def _moe_gguf(path: Path, arch: str, experts: tuple[int, int, int]) -> Path:
     """A GGUF carrying the metadata llama.cpp's converter writes for Qwen3-30B-A3B (keys by gguf.Keys), with
     one small tensor: the reader needs nothing more to plan it (the weights are not read)."""
@@ -455,14 +469,7 @@ def _moe_gguf(path: Path, arch: str, experts: tuple[int, int, int]) -> Path:
     w.add_expert_count(experts[0])
     w.add_expert_used_count(experts[1])
     w.add_expert_feed_forward_length(experts[2])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    w.add_token_list([f"t{i}" for i in range(300)])
-    w.add_tensor("output.weight", np.zeros((2, 2), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish_gguf(w, path)
 
 
 def test_init_reads_a_moe_gguf_as_its_bundled_config(tmp_path):
@@ -474,6 +481,50 @@ def test_init_reads_a_moe_gguf_as_its_bundled_config(tmp_path):
     assert th.params_total(facts.cfg) == th.params_total(load_model_config("Qwen3-30B-A3B"))
     other = model_from_gguf(_moe_gguf(tmp_path / "other.gguf", "qwen3moe", (64, 4, 768)))
     assert other.config_ref == "" and other.cfg.moe is not None and other.cfg.moe.num_experts == 64
+
+
+def _deepseek_gguf(path: Path, absorbed: bool, rope: bool = True) -> Path:
+    """DeepSeek-V2-Lite's metadata as llama.cpp's converter writes it for arch deepseek2: before MLA
+    absorption (key_length 192 = nope 128 + rope 64, value_length 128, 16 KV heads) or after it (head_count_kv
+    1, key_length 576 = kv_lora_rank 512 + rope 64, the per-head sizes under key_length_mla and
+    value_length_mla)."""
+    w = gguf.GGUFWriter(path, "deepseek2")
+    w.add_context_length(163840)
+    w.add_embedding_length(2048)
+    w.add_block_count(27)
+    w.add_feed_forward_length(10944)
+    w.add_head_count(16)
+    w.add_head_count_kv(1 if absorbed else 16)
+    w.add_key_length(576 if absorbed else 192)
+    w.add_value_length(512 if absorbed else 128)
+    if absorbed:
+        w.add_key_length_mla(192)
+        w.add_value_length_mla(128)
+    w.add_kv_lora_rank(512)
+    if rope:
+        w.add_rope_dimension_count(64)
+    w.add_leading_dense_block_count(1)
+    w.add_vocab_size(102400)
+    w.add_expert_count(64)
+    w.add_expert_used_count(6)
+    w.add_expert_shared_count(2)
+    w.add_expert_feed_forward_length(1408)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+    return _finish_gguf(w, path)
+
+
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_init_reads_a_deepseek_gguf_with_its_mla_keys(tmp_path, absorbed):
+    """Refused before (the deepseek2 metadata has no head sizes where a dense model keeps them): both ways
+    llama.cpp writes MLA read as DeepSeek-V2-Lite's bundled config; without its rope size, one line naming
+    the file and the key."""
+    facts = model_from_gguf(_deepseek_gguf(tmp_path / "DeepSeek-V2-Lite-Q4_K_M.gguf", absorbed))
+    assert facts.config_ref == "DeepSeek-V2-Lite" and facts.weight_format == "q4_k_m"
+    bad = tmp_path / "no-rope.gguf"
+    with pytest.raises(
+        PlanError, match=rf"^{re.escape(str(bad))}: GGUF key 'deepseek2.rope.dimension_count' missing$"
+    ):
+        model_from_gguf(_deepseek_gguf(bad, absorbed, rope=False))
 
 
 @pytest.mark.engines

@@ -38,6 +38,7 @@ def test_aiperf_artifact_folder_becomes_a_point_with_its_numbers(tmp_path):
     assert pt.result.latency["ttft"].median_ms == doc["time_to_first_token"]["p50"]
     assert pt.result.latency["tpot"].percentiles_ms[99.0] == doc["inter_token_latency"]["p99"]
     assert pt.result.output_throughput_tok_s == doc["output_token_throughput"]["avg"]
+    assert pt.metric_definition == "aiperf"  # labelled by the tool that wrote it, not vllm-bench-compatible
     run = open_run(raw / "peers" / "my-aiperf-run")
     assert run.meta["engine"] == "llamacpp"
     copied = raw / "peers" / "my-aiperf-run" / "inputs.json"
@@ -61,6 +62,7 @@ def test_guidellm_report_gives_a_point_per_benchmark(tmp_path):
         assert pt.result.latency["ttft"].percentiles_ms[99.0] == ttft["percentiles"]["p99"]
         assert pt.result.latency["ttft"].percentiles_ms[99.9] == ttft["percentiles"]["p999"]
         assert pt.result.duration_s == b["duration"]
+        assert pt.metric_definition == "guidellm"
 
 
 @pytest.mark.skipif(not SEED.is_dir(), reason="the reference campaign is not beside the checkout")
@@ -80,6 +82,7 @@ def test_vllm_bench_serve_default_names_are_points_not_documents(tmp_path):
     assert "mine/results  unknown concurrency_sweep" in p.stdout and "pass --engine" in p.stdout
     pts = _points(raw, "mine")
     assert sorted(pt.concurrency for pt in pts) == [1, 4] and all(pt.result.completed for pt in pts)
+    assert {pt.metric_definition for pt in pts} == {"vllm-bench-compatible"}
 
 
 def test_a_folder_with_nothing_known_is_still_refused(tmp_path):

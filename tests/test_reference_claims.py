@@ -120,3 +120,19 @@ def test_power_share_from_the_sampler_by_hand(built):
     median = running[len(running) // 2]
     assert f["power_w_p50"] == pytest.approx(median, rel=0.02)
     assert f["value"] == pytest.approx(f["power_w_p50"] / 450 * 100)
+
+
+def test_claims_closed_last_by_hand(built):
+    """Two of the numbers that closed the last todo claims, from the raw files with the standard library: the
+    last KV block of a round-1 request (the reference's 8 tokens assumed 1,000-token prompts) and the KV the
+    length sweep would need at twice its longest prompt."""
+    f = _findings(built)
+    c1 = json.loads((SEED / "Round1" / "01-perf-test" / "c001.json").read_text())
+    context = c1["total_input_tokens"] // c1["completed"] + 256
+    assert f["round1.ttft.vllm.block_rounding_tokens_per_request"]["value"] == -context % 16 == 0
+    log = (SEED / "Round2" / "03-perf-test" / "vllm-server.head.log").read_text()
+    pool = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
+    longest = json.loads((SEED / "Round2" / "03-perf-test" / "len_4096.json").read_text())
+    need = longest["max_concurrency"] * (2 * longest["total_input_tokens"] // longest["completed"] + 256)
+    key = "round2.length.vllm.kv_demand_at_double_longest_input_pct"
+    assert f[key]["value"] == pytest.approx(need / pool * 100)

@@ -215,10 +215,15 @@ def test_slo_command(ref, ref_root):
     """`collector slo` prints the library's answer (gated points, as the pages use), bracketing files
     cited."""
 
-    res = CliRunner().invoke(
+    res = CliRunner().invoke(main, ["slo", "--raw", str(ref_root), "--p99", "ttft:730", "--engine", "vllm"])
+    assert res.exit_code == 0, res.output
+    # the first spelling still answers the same; a key the planner has no budget for is one line
+    old = CliRunner().invoke(
         main, ["slo", "--raw", str(ref_root), "--ttft-p99-ms", "730", "--engine", "vllm"]
     )
-    assert res.exit_code == 0, res.output
+    assert old.output == res.output
+    typo = CliRunner().invoke(main, ["slo", "--raw", str(ref_root), "--p99", "tpot:50"])
+    assert typo.exit_code != 0 and "--p99 'tpot:50': want KEY:MS with KEY one of ttft, itl" in typo.output
     r2 = next(a for a in slo.plan(ref, BUDGET_MS, engine="vllm") if a.round == "round2")
     assert f"highest concurrency meeting it: {r2.concurrency:.2f}" in res.output
     assert r2.lower.source in res.output and r2.upper.source in res.output

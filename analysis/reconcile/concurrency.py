@@ -62,7 +62,7 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx, percentiles: tuple[str
         "point": p.label,
         "key": p.key,
         "file": p.cite(),
-        "metric_definition": p.metric_definition,  # canonical (requests.jsonl) | vllm-bench-compatible
+        "metric_definition": p.metric_definition,  # canonical | vllm-bench-compatible | aiperf | guidellm
         "order": p.order,
         "warmup": p.warmup,
         "gate_ok": ctx.gate_ok(p),

@@ -227,6 +227,20 @@ def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding
                     ),
                 )
             )
+            blocks = blocks_for(need, BLOCK_SIZE_GPU)
+            out.append(
+                fnd.measured(
+                    at("block_rounding_tokens_per_request"),
+                    blocks * BLOCK_SIZE_GPU - need,
+                    "tokens",
+                    [top.protocol_source or top.cite()],
+                    blocks_per_request=blocks,
+                    tokens_per_request=need,
+                    input_len_tokens=top.input_len_tokens,
+                    block_size=BLOCK_SIZE_GPU,
+                    detail="the last block's unused slots: blocks × 16 − (prompt + output)",
+                )
+            )
     return out
 
 

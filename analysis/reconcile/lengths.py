@@ -615,12 +615,18 @@ def budget_findings(at: At, runs: list[RunData], campaign: Campaign, ctx: Contex
     return out
 
 
-def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
-    """Tokens per iteration as the one axis of both sweeps: the length sweep's MFU against the concurrency
-    sweep's MFU at the same tokens per iteration (log–log interpolation on the concurrency sweep), worst
-    deviation in %. Small: how busy the GPU is depends on how many tokens an iteration carries, not on how
-    they got there."""
+# the counter each utilisation divides (MFU: FLOPs, MBU: bytes read) -> the finding's metric
+ONE_AXIS = {"flops": "mfu_one_axis_max_deviation_pct", "read_bytes": "mbu_one_axis_max_deviation_pct"}
+_RATE = {"flops": ("FLOP/s", "FLOPs"), "read_bytes": ("bytes/s", "read-bytes")}  # words of the details
+
+
+def one_axis_finding(s: dict, rows: list[dict], ctx: Context, counter: str = "flops") -> fnd.Finding:
+    """Tokens per iteration as the one axis of both sweeps: the length sweep's MFU (``counter`` "flops") or
+    MBU ("read_bytes") against the concurrency sweep's at the same tokens per iteration (log–log
+    interpolation on the concurrency sweep), worst deviation in %. Small: how busy the GPU is depends on how
+    many tokens an iteration carries, not on how they got there."""
     at: At = s["at"]
+    metric = ONE_AXIS[counter]
     sweep = [
         p
         for r in s["runs"]
@@ -631,29 +637,29 @@ def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
     for p in sweep:
         tpi, _, _ = iterations(p, ctx)
         w = ctx.window(p)
-        mfu = None
-        if w is not None and w.delta("flops") and p.result.duration_s:
-            mfu = w.delta("flops") / p.result.duration_s
-        if tpi and mfu:
-            curve.append((tpi, mfu, p))
+        rate = None
+        if w is not None and w.delta(counter) and p.result.duration_s:
+            rate = w.delta(counter) / p.result.duration_s
+        if tpi and rate:
+            curve.append((tpi, rate, p))
     curve.sort(key=lambda x: x[0])
     lens = [
-        (r["tokens_per_iteration"], ctx.window(p).delta("flops") / p.result.duration_s, p)
+        (r["tokens_per_iteration"], ctx.window(p).delta(counter) / p.result.duration_s, p)
         for p, r in zip(s["points"], rows, strict=True)
-        if r["tokens_per_iteration"] and ctx.window(p) is not None and ctx.window(p).delta("flops")
+        if r["tokens_per_iteration"] and ctx.window(p) is not None and ctx.window(p).delta(counter)
     ]
     inside = [x for x in lens if curve and curve[0][0] <= x[0] <= curve[-1][0]]
     if len(curve) < 2 or not inside or len({c[0] for c in curve}) < len(curve):
         return fnd.not_available(
-            at("mfu_one_axis_max_deviation_pct"),
+            at(metric),
             "%",
             "no_sampler_csv"
             if s["points"][0].run.counter_source is None
             else "no_flops_counter"
             if not curve or not lens
             else "too_few_points",
-            "needs the FLOPs and iteration counters on both sweeps, with length points inside the "
-            "concurrency sweep's range of tokens per iteration",
+            f"needs the {_RATE[counter][1]} and iteration counters on both sweeps, with length points inside "
+            "the concurrency sweep's range of tokens per iteration",
             [p.cite() for p in s["points"]],
         )
     xs, ys = [c[0] for c in curve], [c[1] for c in curve]
@@ -661,16 +667,16 @@ def one_axis_finding(s: dict, rows: list[dict], ctx: Context) -> fnd.Finding:
     worst = max(devs, key=lambda k: abs(devs[k]))
     src = s["points"][0].run
     return fnd.measured(
-        at("mfu_one_axis_max_deviation_pct"),
+        at(metric),
         devs[worst],
         "%",
-        [src.cite(src.counter_source, "flops"), src.cite(src.counter_source, "iter_tok_cnt")]
+        [src.cite(src.counter_source, counter), src.cite(src.counter_source, "iter_tok_cnt")]
         + [p.cite() for _, _, p in inside],
         worst_point=worst,
         by_point=devs,
         concurrency_sweep_tokens_per_iteration=xs,
-        detail="achieved FLOP/s of each length point ÷ the concurrency sweep's at the same tokens per "
-        "iteration (log–log interpolation) − 1, the largest in magnitude",
+        detail=f"achieved {_RATE[counter][0]} of each length point ÷ the concurrency sweep's at the same "
+        "tokens per iteration (log–log interpolation) − 1, the largest in magnitude",
     )
 
 
@@ -683,7 +689,7 @@ def run(s: SectionInput) -> Section:
         rows += s_rows
         findings += series_findings(s, campaign, ctx, th, s_rows)
         findings += budget_findings(s["at"], s["runs"], campaign, ctx)
-        findings.append(one_axis_finding(s, s_rows, ctx))
+        findings += [one_axis_finding(s, s_rows, ctx, counter) for counter in ONE_AXIS]
     if not rows:
         for rnd in campaign.rounds:
             findings.append(

@@ -1,5 +1,7 @@
 """The overload run's cadence as the reference study states it: the mean interval between preemptions from
-the first to the last (the counter's steps on the sampler's clock), and the KV pool's highest use.
+the first to the last (the counter's steps on the sampler's clock), the KV pool's highest use, the samples
+and iterations of the window, the wall time its iterations take at the typical step, and the wall time the
+recomputation of preempted requests costs.
 
 Keys: ``<round>.overload.<metric>`` (imported campaigns; our vLLM overload runs: ``runs.<run>.overload.``).
 """
@@ -46,6 +48,59 @@ def stolen_share_pct(mean_decode_ms: float, steps: int, p50_step_ms: float) -> f
     return (mean_decode_ms - steps * p50_step_ms) / mean_decode_ms * 100.0
 
 
+# fewer samples than this in the window: its counter deltas say nothing about the run's cadence
+MIN_WINDOW_SAMPLES = 10
+
+
+def recompute_wall_share_pct(preemptions: float, mean_prefill_s: float, duration_s: float) -> float:
+    """Share of a run's wall time spent recomputing preempted requests, %: preemptions × the mean prefill
+    time of one request in the same window [s] ÷ the run's duration [s] × 100 (each preempted request is
+    prefilled once more, at about the cost of its first prefill)."""
+    return preemptions * mean_prefill_s / duration_s * 100.0
+
+
+def _window_totals(at: At, p: BenchPoint, w: PointWindowData, idx: range, src: list[str]) -> list:
+    """Samples and iterations in the window; the wall time its iterations take at the p50 step."""
+    out = [
+        fnd.measured(
+            at("sampler_samples"), len(idx), "count", src, window_s=w.window.end_s - w.window.start_s
+        )
+    ]
+    iters, itl = w.delta("iter_tok_cnt"), p.result.itl.p50_ms
+    if iters and itl and p.result.duration_s:
+        wall = iters * itl / 1000.0
+        out.append(
+            fnd.measured(
+                at("iterations_at_p50_step_s"),
+                wall,
+                "s",
+                src + [p.cite("median_itl_ms")],
+                iterations=iters,
+                p50_itl_ms=itl,
+                share_of_duration_pct=wall / p.result.duration_s * 100.0,
+            )
+        )
+    return out
+
+
+def _recompute(at: At, p: BenchPoint, w: PointWindowData, preemptions: float, src: list[str]) -> list:
+    prefill = w.mean_of("prefill_sum", "prefill_cnt")
+    if not prefill or not p.result.duration_s:
+        return []
+    return [
+        fnd.measured(
+            at("recompute_wall_share_pct"),
+            recompute_wall_share_pct(preemptions, prefill, p.result.duration_s),
+            "%",
+            src + [p.cite("duration")],
+            preemptions=preemptions,
+            mean_prefill_s=prefill,
+            recompute_s=preemptions * prefill,
+            duration_s=p.result.duration_s,
+        )
+    ]
+
+
 def _stolen(at: At, p: BenchPoint, w: PointWindowData, src: list[str]) -> list[fnd.Finding]:
     dec = w.mean_of("decode_sum", "decode_cnt")
     itl = p.result.itl.p50_ms
@@ -79,8 +134,12 @@ def run(s: SectionInput) -> Section:
             else At(level="run", run=p.run.name, engine="vllm", topic="overload")
         )
         src = [p.run.cite(p.run.counter_source)] if p.run.counter_source else [p.cite()]
+        enough = len(idx) >= MIN_WINDOW_SAMPLES
+        findings += _window_totals(at, p, w, idx, src) if enough else []
         if "preemptions" in cols:
             steps = step_times(ts, cols["preemptions"], idx)
+            if steps and enough:
+                findings += _recompute(at, p, w, sum(d for _, d in steps), src)
             iv = mean_interval_s(steps)
             if iv is not None:
                 findings.append(

@@ -71,6 +71,17 @@ def parse_slos(items: list[str] | None) -> dict[str, float]:
     return out
 
 
+# `collector slo --p99 KEY:MS`: the planner's budgets, named as vllm bench serve's --goodput names its SLOs
+P99_BUDGET_KEYS = ("ttft", "itl")
+
+
+def parse_p99_budgets(pairs: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """``["ttft:730", "itl:50"]`` (or one ``"ttft:730 itl:50"``) → ``{"ttft": 730.0, "itl": 50.0}``: p99
+    budgets, ms, with vllm bench serve's ``--goodput KEY:MS`` spelling (a budget on the p99, not a
+    per-request SLO)."""
+    return metrics.parse_key_ms(pairs, "--p99", {k: k for k in P99_BUDGET_KEYS}, "a budget", SloError)
+
+
 def interpolate_log2(x_lo: float, y_lo: float, x_hi: float, y_hi: float, y: float) -> float:
     """The x where y is reached, y linear in log2(x) between (x_lo, y_lo) and (x_hi, y_hi):
     x = 2^(log2 x_lo + (y − y_lo) ÷ (y_hi − y_lo) × (log2 x_hi − log2 x_lo))."""

@@ -1,10 +1,14 @@
 """Totals over a campaign's points: the requests it sent (every measured point, warm-ups left out, as the
-reference study counts them) and, per round and engine, the output tokens it got against what it asked for.
+reference study counts them), per round and engine the output tokens it got against what it asked for, and
+per imported concurrency sweep the sampler's span and the iterations the engine ran over the whole run.
 
-Keys: ``inventory.requests_total``; ``<round>.gates.<engine>.output_tokens_shortfall_total_pct``.
+Keys: ``inventory.requests_total``; ``<round>.gates.<engine>.output_tokens_shortfall_total_pct``;
+``<round>.concurrency.<engine>.sweep_sampler_span_s`` and ``sweep_iterations``.
 """
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
@@ -36,6 +40,29 @@ def _shortfall(points: pd.DataFrame) -> list[fnd.Finding]:
     return out
 
 
+def counter_rise(values: list[float]) -> float:
+    """How much a cumulative counter rose over a series, its unit: last − first valid sample."""
+    ok = [v for v in values if not math.isnan(v)]
+    return ok[-1] - ok[0] if ok else 0.0
+
+
+def _sweep_totals(s: SectionInput) -> list[fnd.Finding]:
+    out: list[fnd.Finding] = []
+    for run in s.campaign.runs:
+        if run.own or run.test_kind != "concurrency_sweep" or run.name not in s.ctx.sampler_series:
+            continue
+        ts, cols = s.ctx.sampler_series[run.name]
+        if len(ts) < 2 or "iter_tok_cnt" not in cols or run.counter_source is None:
+            continue
+        at = engine_at(run.round, run.engine, topic="concurrency")
+        src = [run.cite(run.counter_source)]
+        out.append(fnd.measured(at("sweep_sampler_span_s"), ts[-1] - ts[0], "s", src, samples=len(ts)))
+        out.append(
+            fnd.measured(at("sweep_iterations"), counter_rise(list(cols["iter_tok_cnt"])), "count", src)
+        )
+    return out
+
+
 def run(s: SectionInput) -> Section:
     points = s.points
     if points.empty:
@@ -52,4 +79,4 @@ def run(s: SectionInput) -> Section:
             runs=len(runs),
         )
     ]
-    return Section(name="workload_totals", findings=found + _shortfall(points))
+    return Section(name="workload_totals", findings=found + _shortfall(points) + _sweep_totals(s))

@@ -26,6 +26,7 @@ ANCHORS: dict[str, str] = {
     "q4km-bytes": "round2.single_stream_step_ratio",
     "flops-model": "round2.overload.flops_counter_excess_pct",
     "ignore-eos": "round2.gates.output_shortfall_total_pct",
+    "throughput-fork": "round2.length.vllm.input_equals_output_throughput_at_input_tokens",
 }
 
 

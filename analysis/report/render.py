@@ -33,6 +33,7 @@ from analysis.report import (
     raw_index_page,
     reference_block,
     structure_page,
+    table_downloads,
 )
 from analysis.report.context import RenderReport, SiteState, resolve_finding_refs
 from analysis.report.env import make_env
@@ -128,10 +129,18 @@ class SiteRenderer:
 
     def _flush(self) -> None:
         for page in self._pages:
-            target = self.out / page.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(resolve_finding_refs(self.site, page), encoding="utf-8")
+            self._write_page(page.path, resolve_finding_refs(self.site, page))
         self._pages.clear()
+        for rel in HANDWRITTEN_PAGES:  # their tables get their CSVs too
+            if (self.out / rel).is_file():
+                self._write_page(rel, (self.out / rel).read_text(encoding="utf-8"))
+
+    def _write_page(self, rel: str, text: str) -> None:
+        """A page's Markdown, with the CSV of what each of its tables shows beside it (issue #23)."""
+        text, files = table_downloads.attach(rel, text, labels_zh.DOWNLOAD_TABLE_CSV)
+        for path, data in {rel: text, **files}.items():
+            (self.out / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.out / path).write_text(data, encoding="utf-8")
 
     # -- results ---------------------------------------------------------------------------------------------
     def _load(self) -> tuple[list[CampaignResults], CampaignResults | None]:

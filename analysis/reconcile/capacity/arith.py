@@ -107,7 +107,7 @@ def _longest(rnd: str | None, campaign: Campaign, lengths: list[BenchPoint]) -> 
         return []
     need = p.input_len_tokens + p.requested_output_len_tokens
     at = engine_at(rnd, "vllm", topic="length")
-    return [
+    out = [
         fnd.measured(
             at("capacity_at_longest_input"),
             requests_that_fit(pool, need),
@@ -118,6 +118,21 @@ def _longest(rnd: str | None, campaign: Campaign, lengths: list[BenchPoint]) -> 
             nominal_concurrency=p.concurrency,
         )
     ]
+    if p.concurrency:
+        # the next length the reference proposes: twice the longest prompt, at the sweep's concurrency
+        double = p.concurrency * (2 * p.input_len_tokens + p.requested_output_len_tokens)
+        out.append(
+            fnd.measured(
+                at("kv_demand_at_double_longest_input_pct"),
+                double / pool * 100.0,
+                "%",
+                [src, p.cite()],
+                input_len_tokens=2 * p.input_len_tokens,
+                demand_tokens=double,
+                pool_tokens=pool,
+            )
+        )
+    return out
 
 
 def _overload(rnd: str | None, pool: int, src: str, kvb: float, points: list[BenchPoint]) -> list:
@@ -241,6 +256,18 @@ def _llamacpp(rnd: str | None, campaign: Campaign, th: TheoryCtx, vllm_pool: int
                     vllm_pool_tokens=vllm_pool,
                 )
             )
+        if kvb:
+            out.append(
+                fnd.measured(
+                    at("kv_cells_gib"),
+                    kv_gib(cells, kvb),
+                    "GiB",
+                    [src],
+                    kv_cells=cells,
+                    kv_bytes_per_token=kvb,
+                )
+            )
+        out += _llamacpp_ctx(at, campaign, rnd, cells, src)
         frel, fp = run.fingerprint
         if fp is not None and frel is not None and fp.gpu_memory_used_mib and kvb and th.cfg is not None:
             used = fp.gpu_memory_used_mib[-1] / 1024
@@ -259,6 +286,32 @@ def _llamacpp(rnd: str | None, campaign: Campaign, th: TheoryCtx, vllm_pool: int
             )
         return out
     return []
+
+
+def _llamacpp_ctx(at: At, campaign: Campaign, rnd: str | None, cells: int, src: str) -> list[fnd.Finding]:
+    """The context llama.cpp needs for its own sweep: the highest concurrency × (prompt + output) — one slot
+    per request, each slot as long as one request — against the cells it allocated."""
+    pts = [
+        p
+        for p in campaign.points(round=rnd, engine="llamacpp")
+        if not p.warmup and p.concurrency and p.input_len_tokens and p.requested_output_len_tokens
+    ]
+    if not pts:
+        return []
+    top = max(pts, key=lambda p: p.concurrency or 0)
+    per_slot = round(top.input_len_tokens) + top.requested_output_len_tokens  # type: ignore[arg-type]
+    need = top.concurrency * per_slot  # type: ignore[operator]
+    return [
+        fnd.measured(
+            at("ctx_needed_for_sweep_tokens"),
+            need,
+            "tokens",
+            [src, top.cite()],
+            slots=top.concurrency,
+            tokens_per_slot=per_slot,
+            share_of_cells_pct=need / cells * 100.0,
+        )
+    ]
 
 
 def _round(campaign: Campaign, rnd: str | None, th: TheoryCtx, prev_pool: int | None) -> list[fnd.Finding]:

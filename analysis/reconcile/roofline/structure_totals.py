@@ -1,7 +1,9 @@
-"""Two totals of the model's structure the reference study states as single numbers: the decoder layers'
-parameters as a share of the whole model, and one layer's matmul FLOPs per token.
+"""Totals of the model's structure the reference study states as single numbers: the decoder layers'
+parameters as a share of the whole model, one layer's matmul FLOPs per token, and (dense models) how many
+layers' attention one layer's MLP outweighs.
 
-Keys: ``model.params_decoder_layers_share_pct``, ``model.flops_per_layer_per_token``.
+Keys: ``model.params_decoder_layers_share_pct``, ``model.flops_per_layer_per_token``,
+``model.mlp_over_attention_params_per_layer``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ MODEL = At(topic="model")
 def layers_share_pct(params_per_layer: int, layers: int, params_total: int) -> float:
     """The decoder layers' share of all parameters, %: params per layer × layers ÷ total × 100."""
     return params_per_layer * layers / params_total * 100.0
+
+
+MLP_COMPONENTS = ("gate_proj", "up_proj", "down_proj")
+
+
+def mlp_over_attention(cfg) -> float:
+    """One layer's MLP parameters over its attention parameters, ratio: (gate + up + down) ÷ (q + k + v + o,
+    biases included)."""
+    per_layer = theory.params_per_layer_by_component(cfg)
+    mlp = sum(per_layer[k] for k in MLP_COMPONENTS)
+    return mlp / sum(theory.attention_params_by_component(cfg).values())
 
 
 def run(s: SectionInput) -> Section:
@@ -42,5 +55,14 @@ def run(s: SectionInput) -> Section:
                 "FLOPs/token",
                 src,
             ),
-        ],
+        ]
+        + (
+            [
+                fnd.measured(
+                    MODEL("mlp_over_attention_params_per_layer"), mlp_over_attention(cfg), "ratio", src
+                )
+            ]
+            if cfg.moe is None
+            else []
+        ),
     )
