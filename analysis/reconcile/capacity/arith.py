@@ -299,8 +299,9 @@ def _llamacpp_ctx(at: At, campaign: Campaign, rnd: str | None, cells: int, src: 
     if not pts:
         return []
     top = max(pts, key=lambda p: p.concurrency or 0)
-    per_slot = round(top.input_len_tokens) + top.requested_output_len_tokens  # type: ignore[arg-type]
-    need = top.concurrency * per_slot  # type: ignore[operator]
+    assert top.input_len_tokens and top.requested_output_len_tokens and top.concurrency  # filtered above
+    per_slot = round(top.input_len_tokens) + top.requested_output_len_tokens
+    need = top.concurrency * per_slot
     return [
         fnd.measured(
             at("ctx_needed_for_sweep_tokens"),
