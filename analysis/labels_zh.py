@@ -429,7 +429,10 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     ("gates", "gates_unknown"): "无法判定的自检项",
     ("gates", "all_passed"): "全部测量点通过自检",
     ("gates", "points_flagged"): "标记（保留但需留意）的测量点",
-    ("gates", "output_shortfall_total_pct"): "未按请求输出的 token 占请求总量的比例（不含过载测试）",
+    (
+        "gates",
+        "output_shortfall_total_pct",
+    ): "所有引擎合计：未按请求输出的 token 占请求总量的比例（不含过载测试）",
     ("reproducibility", "repeat_max_abs_throughput_delta_pct"): "同一轮内重复测量的吞吐最大差异",
     ("reproducibility", "max_abs_throughput_delta_pct"): "两轮之间吞吐的最大差异",
     ("reproducibility", "changed_between_rounds"): "两轮之间改变了什么",
@@ -1422,6 +1425,17 @@ PHRASES: dict[str, str] = {
         "llama.cpp 把新请求的提示{batch}和其他槽的解码放进同一步：这些步的间隔更长"
     ),
     "knee_batch": "（每步最多 {n} 个 token，日志的 n_batch）",
+    # what a capacity figure counts (analysis.reconcile.overload: the resident share's basis)
+    "capacity_basis.log_max_concurrency": "启动日志的最大并发",
+    "capacity_basis.slots": "槽数",
+    # halving --max-model-len against the overload's requests (PageContext.half_model_len_effect)
+    "half_len.rejected": "超过减半后的上限 {limit} token，会被直接拒绝",
+    "half_len.unchanged": "驻留数不会因此变化",
+    # the same causes in one clause (the answers on home and the overviews; in full on the curve page)
+    "knee_cause_brief.chunked_prefill": "vLLM 的分块预填充把新提示的块放进正在解码的迭代，这几次迭代变长",
+    "knee_cause_brief.prefill_steps": "新请求的预填充挤进正在解码的迭代，这几次迭代变长",
+    "knee_cause_brief.llamacpp_bimodal": "llama.cpp 处理新提示的那一步连同其他槽的解码一起算，间隔长出一截",
+    "knee_cause_brief.llamacpp_batch": "llama.cpp 把新提示和其他槽的解码放进同一步，这些步更长",
     # why an engine's sweep outputs came back short (analysis.reconcile.gates.shortfall_cause)
     "shortfall.early_stop": (
         "{engine} 的输出比所请求的少 {pct}（缺 {n} token）：请求写满之前就停了（没有按 ignore-eos 继续）"

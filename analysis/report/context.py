@@ -122,6 +122,22 @@ class PageContext:
         """The finding of the newest round (a campaign without rounds: its only one)."""
         return self.find(metric, topic, round=self.c.latest_round, **query)
 
+    def quantization_step_ratio(self) -> Finding | None:
+        """The newest single-stream step ratio vLLM ÷ llama.cpp where the two engines read different weight
+        bytes per step: only then does it measure what quantization saves (None else)."""
+        f = self.latest("single_stream_step_ratio")
+        if f is None or not f.available or (f.extra.get("weight_bytes_ratio") or 0) <= 1:
+            return None
+        return f
+
+    @staticmethod
+    def half_model_len_effect(overload: Finding, half: Finding) -> str:
+        """What halving ``--max-model-len`` does to the overload's requests: ``rejected`` where one request
+        (prompt + output tokens) exceeds the halved limit, ``unchanged`` else (blocks are allocated on
+        demand, so the residents do not change)."""
+        need = overload.extra["overload_input_len_tokens"] + overload.extra["overload_output_len_tokens"]
+        return "rejected" if need > half.extra["max_model_len_tokens"] else "unchanged"
+
     def of(self, series: Series, metric: str, topic: str | None = None) -> Finding | None:
         """One series' finding: our own campaigns' by run, an imported campaign's by round and engine."""
         return self.find(metric, topic, **series.select)
