@@ -155,8 +155,9 @@ class PageContext:
         """For each round, newest first, the findings each query selects, in the order of the queries."""
         for q in queries:
             self._known(q.get("topic"), q["metric"])
-        out = []
-        for r in list(reversed(self.c.rounds)) or [None]:
+        out: list[tuple[str | None, list[Finding]]] = []
+        rounds: list[str | None] = [*reversed(self.c.rounds)]
+        for r in rounds or [None]:
             hits: list[Finding] = []
             for q in queries:
                 hits += [f for f in self.findings(**{"round": r, **q}) if f not in hits]
@@ -198,6 +199,19 @@ class PageContext:
             raise RenderError(f"{self.page_path}: no table {name!r} in the results (have: {have})")
         return self.c.tables[name]
 
+    def _column_label(self, table: str, column: Any) -> str:
+        if not isinstance(column, str):
+            raise RenderError(
+                f"{self.page_path}: table {table!r}: column {column!r}: a template names a column, its label "
+                "lives in analysis/labels_zh.COLUMNS"
+            )
+        label = labels_zh.column_label(column, table)
+        if label is None:
+            raise RenderError(
+                f"{self.page_path}: table {table!r}: column {column!r} has no label (labels_zh)"
+            )
+        return label
+
     def has_table(self, name: str) -> bool:
         return (
             self.campaign is not None and name in self.campaign.tables and len(self.campaign.tables[name]) > 0
@@ -234,13 +248,15 @@ class PageContext:
     def table(
         self,
         name: str | Table,
-        columns: list[Any],
+        columns: list[str],
         where: dict[str, Any] | None = None,
         relabel: dict[str, dict[Any, str]] | None = None,
         optional: list[str] | None = None,
     ) -> str:
-        """A markdown table of chosen columns: ``columns`` = [(column, header), …] with headers from the
-        template (a bare column name takes its header from labels_zh.COLUMNS).
+        """A markdown table of chosen columns, each headed by its label in analysis/labels_zh
+        (``column_label``: one label per column name, a table's own where its column means something else).
+        A template names columns only: a header written in a template, or a column without a label, fails the
+        build.
 
         ``relabel`` maps a column's raw values to words (from the template, e.g. gate statuses). Text columns
         are left-aligned, numeric ones right-aligned. Columns named in ``optional`` are left out where the
@@ -249,10 +265,7 @@ class PageContext:
         tab = name if isinstance(name, Table) else self.t(name)
         if where:
             tab = tab.where(**where)
-        cols: list[tuple[str, str]] = [
-            (c, labels_zh.COLUMNS.get(c, c)) if isinstance(c, str) else (str(c[0]), str(c[1]))
-            for c in columns
-        ]
+        cols = [(c, self._column_label(tab.name, c)) for c in columns]
         if optional:
             cols = [
                 (c, h)

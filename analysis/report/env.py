@@ -60,6 +60,7 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         series_label=zh.series_label,
         fmt_value=zh.fmt_value,
         LADDER_ARMS=zh.LADDER_ARMS,
+        VALUES=zh.VALUE_LABELS,
         has_data=zh.HAS_DATA,
     )
     return env
