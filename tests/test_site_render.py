@@ -171,7 +171,8 @@ def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path, one_p
 def test_table_and_figure_render(tmp_path, one_page):
     text = one_page(
         tmp_path,
-        '# t\n{{ table("points", ["concurrency", "ttft_ms"]) }}\n{{ figure("throughput", caption="看拐点。") }}\n',
+        '# t\n{{ table("points", ["concurrency", "ttft_ms"]) }}\n'
+        '{{ figure("throughput", caption="看拐点。") }}\n',
     )
     assert "| 并发数 | 首 token 延迟（毫秒） |" in text  # headers from labels_zh.COLUMNS
     assert "| 64 | 1,235 |" in text

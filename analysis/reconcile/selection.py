@@ -554,9 +554,10 @@ def run(s: SectionInput) -> Section:
                     pts[i].cite("output_throughput") for i in front
                 ]
         # the figure draws every series (each weight format of an engine), the boundary compares engines
-        by_engine = sorted(round_series(campaign, th, rnd), key=lambda sr: _engine_order(sr["engine"]))
+        series = round_series(campaign, th, rnd)
+        by_engine = sorted(series, key=lambda sr: _engine_order(sr["engine"]))
         curve_rows += [row for sr in by_engine for row in _curve_rows(sr, ctx, fmt_of)]
-        guide_rows += guide(round_series(campaign, th, rnd), ctx, rnd)
+        guide_rows += guide(series, ctx, rnd)
         findings.append(_measured_boundary(at("boundary_measured_p99_ttft_ms"), measured, srcs, rnd))
         key = at("boundary_p99_ttft_ms")
         if len(fronts) < 2:

@@ -258,9 +258,10 @@ class PageContext:
         A template names columns only: a header written in a template, or a column without a label, fails the
         build.
 
-        ``relabel`` maps a column's raw values to words (from the template, e.g. gate statuses). Text columns
-        are left-aligned, numeric ones right-aligned. Columns named in ``optional`` are left out where the
-        table lacks them or has no value in them (a measured ceiling that only some campaigns have).
+        ``relabel`` maps a column's raw values to words (a set of labels_zh.VALUE_LABELS, e.g. gate
+        statuses). Text columns are left-aligned, numeric ones right-aligned. Columns named in ``optional``
+        are left out where the table lacks them or has no value in them (a measured ceiling that only some
+        campaigns have).
         """
         tab = name if isinstance(name, Table) else self.t(name)
         if where:
