@@ -220,7 +220,7 @@ def _lines_and_points(base: alt.Chart, d: pd.DataFrame, size: int = 50) -> alt.L
     if "main" in d and not d["main"].all():  # a series' other runs: thin, behind
         line = line.encode(strokeWidth=alt.condition("datum.main", alt.value(2.5), alt.value(1)))
         pts = pts.encode(size=alt.condition("datum.main", alt.value(size), alt.value(12)))
-    return alt.layer(line, pts)
+    return alt.LayerChart(layer=[line, pts])  # alt.layer types as a facet too; these have no facet channels
 
 
 def _sweeps(df: pd.DataFrame) -> pd.DataFrame:
@@ -639,8 +639,8 @@ def overload_timeline(df: pd.DataFrame) -> Drawn:
         d["run_zh"] = d["series_zh"]
     color = _color("run_zh", f["color"], d["run_zh"])
     panels = []
-    for _, cols, ykey in TIMELINE_PANELS:
-        cols = _present(d, *cols)
+    for _, wanted, ykey in TIMELINE_PANELS:
+        cols = _present(d, *wanted)
         if not cols:
             continue
         long = d.melt(
@@ -698,7 +698,7 @@ def engines_throughput(df: pd.DataFrame) -> Drawn:
     return _lines_and_points(base, d, size=60).properties(width=WIDTH, height=HEIGHT)
 
 
-def _round_columns(chart: alt.TopLevelMixin, d: pd.DataFrame, title: str) -> alt.TopLevelMixin:
+def _round_columns(chart: alt.LayerChart, d: pd.DataFrame, title: str) -> alt.LayerChart | alt.FacetChart:
     """A column per round, the latest first; a campaign without rounds keeps one panel."""
     order = _rounds_latest_first(d)
     if len(order) < 2:
@@ -825,8 +825,8 @@ def _has_floor(d: pd.DataFrame) -> bool:
 
 
 # the columns a roofline figure keeps beside its values
-ROOFLINE_KEEP = ("concurrency", "line_zh", "colour_zh", "main", "run_id", "gate_zh", "gate_ok", "panel_zh")
-ROOFLINE_KEEP += ("test_kind", "run", "campaign")
+ROOFLINE_KEEP: tuple[str, ...] = ("concurrency", "line_zh", "colour_zh", "main", "run_id", "gate_zh")
+ROOFLINE_KEEP += ("gate_ok", "panel_zh", "test_kind", "run", "campaign")
 
 
 def _dashed_layer(
@@ -1225,7 +1225,7 @@ def rate_throughput(df: pd.DataFrame) -> Drawn:
                 .mark_line(strokeDash=[4, 3], color=OTHER_COLOR)
                 .encode(x=x, y=alt.Y(f"{col}:Q"), detail="what:N")
             )
-            layer = alt.layer(ref, layer)
+            layer = alt.LayerChart(layer=[ref, layer])  # no facet channels to hoist
         panels.append(layer.properties(width=220, height=PANEL_HEIGHT))
     return alt.hconcat(*panels, title=f["title"])
 

@@ -429,7 +429,10 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     ("gates", "gates_unknown"): "无法判定的自检项",
     ("gates", "all_passed"): "全部测量点通过自检",
     ("gates", "points_flagged"): "标记（保留但需留意）的测量点",
-    ("gates", "output_shortfall_total_pct"): "未按请求输出的 token 占请求总量的比例（不含过载测试）",
+    (
+        "gates",
+        "output_shortfall_total_pct",
+    ): "所有引擎合计：未按请求输出的 token 占请求总量的比例（不含过载测试）",
     ("reproducibility", "repeat_max_abs_throughput_delta_pct"): "同一轮内重复测量的吞吐最大差异",
     ("reproducibility", "max_abs_throughput_delta_pct"): "两轮之间吞吐的最大差异",
     ("reproducibility", "changed_between_rounds"): "两轮之间改变了什么",
@@ -845,6 +848,12 @@ def finding_label(finding: Any, scope: bool = True) -> str:
     return name
 
 
+def column_label(column: str, table: str | None = None) -> str | None:
+    """A table column's header: the table's own label where its column means something else than the name
+    does elsewhere (TABLE_COLUMNS), else the column's one label (COLUMNS); None where neither has one."""
+    return TABLE_COLUMNS.get(table or "", {}).get(column) or COLUMNS.get(column)
+
+
 def unit_zh(unit: str) -> str:
     """The Chinese rendering of a finding's unit string (unknown units pass through unchanged)."""
     return UNITS.get(unit, unit)
@@ -1019,8 +1028,8 @@ def fmt_value(value: object, unit: str | None = None) -> str:
         return fmt_pct(100 * value)
     if unit in SCALED_UNITS:
         for size, name in SCALED_UNITS[unit]:
-            if abs(value) >= size:
-                return f"{fmt_num(value / size, sig=3)} {name}"
+            if abs(float(value)) >= size:
+                return f"{fmt_num(float(value) / size, sig=3)} {name}"
     text = fmt_num(value, sig=VALUE_SIG)
     u = unit_zh(unit)
     return f"{text} {u}".strip()
@@ -1293,6 +1302,267 @@ COLUMNS.update(
         "read_gb_per_iteration": "每次迭代读取（GB，计数器）",
     }
 )
+# the tables' other columns, one label per column name (ordered by the page that first shows one)
+COLUMNS.update(
+    {
+        # campaigns/cpu-tiny-qwen2/concurrency.md
+        "decode_share_pct": "解码占端到端",
+        "floor_ms": "带宽下限（毫秒）",
+        "max_waiting": "等待队列峰值",
+        "mbu_pct": "MBU",
+        "mfu_pct": "MFU",
+        "p99_itl_ms": "p99 ITL（毫秒）",
+        "p99_over_p50_itl": "p99 ÷ p50",
+        "waiting_drain_s": "清空用时（秒）",
+        "metric": "指标",
+        "p50_ms": "p50（毫秒）",
+        "p90_ms": "p90（毫秒）",
+        "p95_ms": "p95（毫秒）",
+        "p99.9_ms": "p99.9（毫秒）",
+        "p99_ms": "p99（毫秒）",
+        "duration_s": "时长（秒）",
+        "mean_itl_ms": "ITL 均值（毫秒）",
+        "mean_tpot_ms": "TPOT 均值（毫秒）",
+        "mean_ttft_ms": "平均 TTFT（毫秒）",
+        "p50_e2el_ms": "p50 E2E（毫秒）",
+        "p90_itl_ms": "p90 ITL（毫秒）",
+        "server_token_ms": "服务器自报每 token 时间（毫秒）",
+        # campaigns/cpu-tiny-qwen2/engines.md
+        "bandwidth_bytes_per_s": "数据手册带宽（字节/秒）",
+        "kv_bytes_per_token": "每 token KV（字节）",
+        "weight_bytes_per_step": "每步读取的权重",
+        "weight_floor_ms": "权重读取下限（毫秒）",
+        "roofline_achievement_pct": "下限达成率",
+        "roofline_floor_ms": "带宽下限（毫秒）",
+        "workload_shortfall_pct": "输出不足",
+        # campaigns/cpu-tiny-qwen2/experiments.md
+        "demand_over_pool": "需求 ÷ 池",
+        "first_stop_s": "首次抢占（点开始后，秒）",
+        "log_max_concurrency": "日志最大并发",
+        "max_running": "最多运行中",
+        "n_blocks": "块数",
+        "preemptions": "抢占次数",
+        "preemptions_predicted": "预测抢占次数",
+        "residents": "实测驻留",
+        "residents_predicted": "预测驻留",
+        "stop_tokens": "被抢占的流停在第几个 token",
+        "expected_value": "应有取值",
+        "definition_source": "定义来源",
+        "experiment": "实验",
+        "knob": "设置",
+        "knob_value": "计划中的取值",
+        "repeat": "第几次",
+        # campaigns/cpu-tiny-qwen2/index.md
+        "completed": "完成",
+        "failed": "失败",
+        "num_prompts": "请求数",
+        "requested_output_len_tokens": "请求输出长度（token）",
+        # campaigns/cpu-tiny-qwen2/kv.md
+        "block_size": "块大小（token）",
+        "blocks_metrics": "块数（/metrics）",
+        "blocks_theory": "块数（理论）",
+        "capacity_tokens": "KV 容量（token）",
+        "kv_cache_mib_log": "KV 缓冲区 MiB（日志）",
+        "kv_cache_mib_theory": "KV 缓冲区 MiB（理论）",
+        "kv_pool_tokens_log": "池 token 数（日志）",
+        "kv_pool_tokens_theory": "池 token 数（理论）",
+        "max_concurrency_log": "最大并发（日志）",
+        "max_concurrency_theory": "最大并发（理论）",
+        "n_ctx_slot_log": "每槽上下文（日志）",
+        "n_ctx_slot_theory": "每槽上下文（理论）",
+        "n_slots_log": "槽数（日志）",
+        "run": "运行",
+        "measured_peak_kv_usage_pct": "实测峰值占用",
+        "predicted_peak_kv_usage_pct": "预测峰值占用",
+        # campaigns/cpu-tiny-qwen2/lengths.md
+        "arithmetic_intensity_flop_per_byte": "算术强度（FLOP/字节）",
+        "mean_context_tokens": "平均上下文（token）",
+        "mean_prefill_ms": "平均预填充（毫秒）",
+        "peak_kv_usage_fraction": "峰值 KV 占用",
+        "tokens_per_iteration": "每次迭代 token",
+        # campaigns/cpu-tiny-qwen2/overload.md
+        "kv_usage_after_pct": "之后 KV 占用",
+        "kv_usage_before_pct": "之前 KV 占用",
+        "t_s": "时刻（秒）",
+        "tokens_freed_per_preemption": "每次释放（token）",
+        "mean_output_tokens_per_request": "平均输出 token",
+        # campaigns/cpu-tiny-qwen2/rates.md
+        "arrival": "到达分布",
+        "lateness_p50_ms": "迟到 p50（毫秒）",
+        "lateness_p99_ms": "迟到 p99（毫秒）",
+        "offered_rate_req_s": "调度提供（请求/秒）",
+        "p99_e2el_ms": "p99 E2E（毫秒）",
+        "shortfall_pct": "落后（%）",
+        # campaigns/cpu-tiny-qwen2/selection.md
+        "p99_ttft_budget_ms": "p99 TTFT 预算（毫秒）",
+        # campaigns/cpu-tiny-qwen2/slo.md
+        "bracketing": "夹点",
+        "request_throughput_req_s": "请求吞吐（请求/秒）",
+        # campaigns/cpu-tiny-qwen2/ttft.md
+        "ms": "平均时间（毫秒）",
+        "part": "组成",
+        # campaigns/h200-qwen2.5-7b-random/experiments.md
+        "kv_buffer_mib_log": "日志（MiB）",
+        "kv_buffer_mib_theory": "预测（MiB）",
+        "kv_type": "KV 类型",
+        "n_ctx_tokens": "-c（token）",
+        "baseline": "对照组 p50 ITL（毫秒）",
+        "delta_pct": "差异",
+        "distinguishable": "可区分",
+        "spread_borrowed": "离散借自重复组",
+        "spread_pct": "重复离散",
+        "treatment": "实验组 p50 ITL（毫秒）",
+        "variant": "组",
+        "versus_variant": "对照组",
+        "arm": "组",
+        "predicted_value": "账目预测（毫秒）",
+        "spread": "离散",
+        "verdict": "判定",
+        "intercept_ms": "截距 a（毫秒）",
+        "r2": "R²",
+        "slope_ms_per_stream": "斜率（毫秒/路）",
+        "busy_slot_runs": "连续编号段数",
+        "slot_id_max": "最大槽号",
+        "slot_id_min": "最小槽号",
+        "bw_eff_hi_tb_per_s": "上界",
+        "bw_eff_lo_tb_per_s": "下界",
+        "bw_eff_tb_per_s": "有效带宽（TB/s）",
+        "crossover_between": "交叉点落在",
+        "crossover_gb": "交叉点（GB/步）",
+        "intercept_hi_ms": "a 上界",
+        "intercept_lo_ms": "a 下界",
+        "layer_fit_ms_per_layer": "每层成本（毫秒）",
+        "layer_fit_r2": "加层数项 R²",
+        "achievement_pct": "达到下限",
+        "itl_minus_predicted_ms": "实测 − 预测（毫秒）",
+        "layers": "层数",
+        "predicted_itl_ms": "计划预测（毫秒）",
+        "residual_ms": "拟合残差（毫秒）",
+        "size": "大小",
+        "spread_ms": "重复离散（毫秒）",
+        "step_from_smaller_ms": "比上一档多（毫秒）",
+        "step_spread_ms": "其离散（毫秒）",
+        "weight_gb_per_step": "每步权重（GB）",
+        # campaigns/h200-qwen2.5-7b-random/ladder.md
+        "achieved_rate_req_s": "实际完成速率（请求/秒）",
+        "good_requests": "达标",
+        "goodput_req_s": "有效吞吐（请求/秒）",
+        "output_throughput_tok_s": "输出吞吐（token/秒）",
+        "p50_ttft_ms": "p50 TTFT（毫秒）",
+        "p99_ttft_ms": "p99 TTFT（毫秒）",
+        "request_rate_req_s": "提供速率（请求/秒）",
+        "requests": "请求",
+        "plan": "出处",
+        "predicted_hi": "上限",
+        "predicted_lo": "下限",
+        "quantity": "预测的量",
+        "good_share_at_unheld": "第一个守不住的速率下达标占比",
+        "goodput_max_req_s": "最高有效吞吐（请求/秒）",
+        "goodput_spread_req_s": "重复离散",
+        "gpu_busy_pct": "饱和时 GPU 忙碌",
+        "held_rate_req_s": "守住的速率",
+        "runs": "运行次数",
+        "saturation_req_s": "饱和速率（落后 > 10%）",
+        "step_ratio": "本步倍数",
+        "step_spread_pct": "离散",
+        "break_even_alpha_kernels": "不亏的 α（算子）",
+        "break_even_alpha_server": "不亏的 α（服务器）",
+        "k": "k",
+        "speedup_kernels_a0.6": "α 0.6 算子",
+        "speedup_kernels_a0.8": "α 0.8 算子",
+        "speedup_kernels_a0.9": "α 0.9 算子",
+        "speedup_kernels_a0.95": "α 0.95 算子",
+        "speedup_server_a0.6": "α 0.6 服务器",
+        "speedup_server_a0.8": "α 0.8 服务器",
+        "speedup_server_a0.9": "α 0.9 服务器",
+        "speedup_server_a0.95": "α 0.95 服务器",
+        "acceptance": "接受率",
+        "p50_tpot_c1_ms": "单流 p50 TPOT（毫秒）",
+        "speedup_kernels": "算子预计",
+        "step_kernels_ms": "算子一步（毫秒）",
+        "step_server_ms": "服务器一步（毫秒）",
+        "synthetic_alpha": "合成 α",
+        "tokens_per_step": "每步 token",
+        # campaigns/rtx4090-qwen2.5-7b/kv.md
+        "fit_tokens": "拟合值（token）",
+        "peak_kv_usage_tokens": "峰值 KV 占用（token）",
+        "tokens_in_flight": "在途 token",
+        "kv_pool_gib_log": "池大小（GiB，日志）",
+        # campaigns/rtx4090-qwen2.5-7b/reproducibility.md
+        "a_output_throughput_tokens_per_s": "前者吞吐（token/s）",
+        "b_output_throughput_tokens_per_s": "后者吞吐（token/s）",
+        "comparison": "比较",
+        "p50_itl_delta_pct": "p50 ITL 差异",
+        "changed": "是否改变",
+        # comparison.md
+        "a": "批次 A",
+        "achievement_datasheet_pct_a": "A 达成率",
+        "achievement_datasheet_pct_b": "B 达成率",
+        "b": "批次 B",
+        "series_key": "系列",
+        "speedup_measured": "实测加速比",
+        "speedup_theory_datasheet": "预测（数据手册带宽之比）",
+        "speedup_theory_measured_ceilings": "预测（实测带宽之比）",
+        "error_pct": "误差",
+        "heavier_format": "较重格式",
+        "lighter_format": "较轻格式",
+        "status": "结果",
+        "theory": "字节之比",
+        "value": "实测步长之比",
+        "achievement_datasheet_pct": "达成率（数据手册）",
+        "achievement_measured_pct": "达成率（实测上限）",
+        "floor_datasheet_ms": "下限（数据手册，毫秒）",
+        "floor_measured_ms": "下限（实测上限，毫秒）",
+        "p50_itl_ms": "p50 ITL（毫秒）",
+        "bandwidth_datasheet_bytes_per_s": "数据手册带宽",
+        "bandwidth_measured_bytes_per_s": "实测带宽上限",
+        "capacity_tokens_theory": "容量（理论）",
+        "gpu_display": "设备",
+        "knee_concurrency": "拐点并发",
+        "max_concurrency_measured": "测到的最高并发",
+        "peak_concurrency": "最高吞吐时的并发",
+        "peak_output_throughput_tokens_per_s": "峰值输出吞吐（token/s）",
+        "single_stream_concurrency": "并发",
+        "single_stream_p50_itl_ms": "实测 p50 ITL（毫秒）",
+        # structure/cpu-tiny-qwen2.md
+        "gib": "GiB",
+        "item": "项目",
+        "theory_gib": "理论 / 推算（GiB）",
+        "flops_per_token": "每层每 token FLOPs",
+        "matrix": "矩阵 / 运算",
+        "share_of_layer_pct": "占一层矩阵乘的比例",
+        "component": "组件",
+        "group": "类别",
+        "params": "参数量",
+        "params_per_layer": "每层参数量",
+        "share_pct": "占比",
+        "weight_bytes": "权重总字节",
+        "weight_bytes_read_per_step": "每个解码步读取",
+    }
+)
+# where one table's column means something else than the name does elsewhere (a round, not a campaign; a
+# difference, not a value): that table's label
+TABLE_COLUMNS: dict[str, dict[str, str]] = {
+    "reproducibility_changes": {"a": "第一轮", "b": "第二轮", "what": "项目"},
+    "comparison_pairs": {"speedup_measured": "实测加速比（A 步长 ÷ B 步长）"},
+    "experiment_diffs": {"variant": "实验组"},
+    "experiment_predictions": {"arm": "运行", "measured": "实测差（毫秒）", "spread": "离散（毫秒）"},
+    "reproducibility": {"delta_pct": "吞吐差异"},
+    "selection_guide": {"p99_ttft_ms": "该点 p99 TTFT（毫秒）"},
+}
+# words for a table column's coded values (a template's relabel=): one set per kind of value
+VALUE_LABELS: dict[str, dict[Any, str]] = {
+    "latency_metric": {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"},
+    "marked": {True: "是", False: ""},
+    "budget": {"none": "不限", None: "不限"},
+    "gate_status": {"pass": "通过", "fail": "**未通过**", "unknown": "无法判断"},
+    "arrival": {"poisson": "泊松", "gamma": "gamma", "constant": "等间隔"},
+    "gate_pass": {True: "通过", False: "未通过"},
+    "distinguishable": {True: "可区分", False: "不可区分"},
+    "yes_no": {True: "是", False: "否"},
+    "model_size": {"0.5b": "0.5B", "1.5b": "1.5B", "3b": "3B", "7b": "7B", "14b": "14B"},
+    "reconcile_status": {"ok": "吻合", "mismatch": "**不吻合**", "n/a": "无数据"},
+}
 # why a claim of the reference study has no number here (the ledger's n/a lines)
 REFERENCE_NA_REASONS: dict[str, str] = {
     "seed_head_log": (
@@ -1510,6 +1780,17 @@ PHRASES: dict[str, str] = {
         "llama.cpp 把新请求的提示{batch}和其他槽的解码放进同一步：这些步的间隔更长"
     ),
     "knee_batch": "（每步最多 {n} 个 token，日志的 n_batch）",
+    # what a capacity figure counts (analysis.reconcile.overload: the resident share's basis)
+    "capacity_basis.log_max_concurrency": "启动日志的最大并发",
+    "capacity_basis.slots": "槽数",
+    # halving --max-model-len against the overload's requests (PageContext.half_model_len_effect)
+    "half_len.rejected": "超过减半后的上限 {limit} token，会被直接拒绝",
+    "half_len.unchanged": "驻留数不会因此变化",
+    # the same causes in one clause (the answers on home and the overviews; in full on the curve page)
+    "knee_cause_brief.chunked_prefill": "vLLM 的分块预填充把新提示的块放进正在解码的迭代，这几次迭代变长",
+    "knee_cause_brief.prefill_steps": "新请求的预填充挤进正在解码的迭代，这几次迭代变长",
+    "knee_cause_brief.llamacpp_bimodal": "llama.cpp 处理新提示的那一步连同其他槽的解码一起算，间隔长出一截",
+    "knee_cause_brief.llamacpp_batch": "llama.cpp 把新提示和其他槽的解码放进同一步，这些步更长",
     # why an engine's sweep outputs came back short (analysis.reconcile.gates.shortfall_cause)
     "shortfall.early_stop": (
         "{engine} 的输出比所请求的少 {pct}（缺 {n} token）：请求写满之前就停了（没有按 ignore-eos 继续）"

@@ -1,7 +1,7 @@
 """Every page of every campaign says each number once and the same way: a number that links to a finding is
 that finding's value as formatted (or a count, a part or a scaling of it), and a key quantity that pages state
-in prose (the byte ratio of the weight formats, the single-stream step ratio, the recommended concurrency)
-shows one value on every page, at any precision.
+in prose (the byte ratio of the weight formats, the single-stream step ratio, the recommended concurrency, the
+crossover budget) shows one value on every page, at any precision.
 
 Runs on the site built once per test session (tests/browser.py: the reference campaign, raw/, a synthetic GPU
 campaign)."""
@@ -111,7 +111,26 @@ KEY_QUANTITIES = [
         re.compile(r"推荐的工作点[^：]*：并发 \[?(\d+)"),
         id="recommended-concurrency",
     ),
+    pytest.param(
+        "crossover p99 TTFT budget (the engine boundary): headline prose and its finding's row",
+        re.compile(
+            r"(?:预算低于约|选型分界约)\s*\[?([\d.]+)\s*(秒)"
+            r'|id="f-(?!round1-)[a-z0-9-]*selection-boundary-p99-ttft-ms"></span>[^|]*\|\s*([\d,.]+)\s*(毫秒|秒)'
+        ),
+        id="crossover-budget",
+    ),
 ]
+# a quantity shown in seconds here and milliseconds there is one number: compared in seconds
+TO_SECONDS = {"秒": 1.0, "毫秒": 1e-3}
+
+
+def _shown(match: tuple[str, ...] | str) -> str:
+    """The number a KEY_QUANTITIES pattern captured, in the quantity's one unit (patterns with a unit group
+    capture (number, unit) pairs, the first pair that matched)."""
+    if isinstance(match, str):
+        return match.replace(",", "")
+    number, unit = next((n, u) for n, u in zip(match[::2], match[1::2], strict=True) if n)
+    return f"{float(number.replace(',', '')) * TO_SECONDS[unit]:g}"
 
 
 @pytest.mark.parametrize(("what", "prose"), KEY_QUANTITIES)
@@ -124,7 +143,7 @@ def test_one_quantity_one_number_on_every_page(built, what, prose):
         seen: dict[str, set[str]] = {}
         for md in pages:
             for shown in prose.findall(md.read_text(encoding="utf-8")):
-                seen.setdefault(shown.replace(",", ""), set()).add(md.name)
+                seen.setdefault(_shown(shown), set()).add(md.name)
         # a headline at reader precision (3.2) and the evidence's digits (3.202) are one number: each value is
         # the most precise one rounded to its own digits, up to three significant ones (3.24 beside 3.202 is
         # not: at two decimals they read 3.24 and 3.20)

@@ -138,9 +138,20 @@ def test_a_missing_attribute_of_a_finding_fails(tmp_path, one_page):
 
 def test_missing_table_column_and_figure_fail(tmp_path, one_page):
     with pytest.raises(RenderError, match="no column 'tpot_ms'"):
-        one_page(tmp_path / "a", '# t\n{{ table("points", [("tpot_ms", "x")]) }}\n')
+        one_page(tmp_path / "a", '# t\n{{ table("points", ["tpot_ms"]) }}\n')
     with pytest.raises(RenderError, match="no figure 'latency'"):
         one_page(tmp_path / "b", '# t\n{{ figure("latency", caption="c") }}\n')
+
+
+def test_column_labels_come_from_labels_zh_only(tmp_path, one_page, monkeypatch):
+    """A header written in a template, or a column no label names, fails the build (one label per column)."""
+    from analysis import labels_zh
+
+    with pytest.raises(RenderError, match="its label lives in analysis/labels_zh"):
+        one_page(tmp_path / "a", '# t\n{{ table("points", [("concurrency", "并发")]) }}\n')
+    monkeypatch.delitem(labels_zh.COLUMNS, "ttft_ms")
+    with pytest.raises(RenderError, match="'ttft_ms' has no label"):
+        one_page(tmp_path / "b", '# t\n{{ table("points", ["ttft_ms"]) }}\n')
 
 
 def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path, one_page):
@@ -160,9 +171,10 @@ def test_finding_values_theory_error_and_failed_status_are_shown(tmp_path, one_p
 def test_table_and_figure_render(tmp_path, one_page):
     text = one_page(
         tmp_path,
-        '# t\n{{ table("points", [("concurrency", "并发"), ("ttft_ms", "TTFT（毫秒）")]) }}\n'
+        '# t\n{{ table("points", ["concurrency", "ttft_ms"]) }}\n'
         '{{ figure("throughput", caption="看拐点。") }}\n',
     )
+    assert "| 并发数 | 首 token 延迟（毫秒） |" in text  # headers from labels_zh.COLUMNS
     assert "| 64 | 1,235 |" in text
     assert "![吞吐随并发数的变化](figures/throughput.svg)" in text and "看拐点。" in text
     svg = (tmp_path / "docs" / "campaigns" / "demo" / "figures" / "throughput.svg").read_text()

@@ -496,6 +496,34 @@ def guide(series: list[dict], ctx: Context, rnd: str | None) -> list[dict]:
     return rows
 
 
+def _engine_order(engine: str) -> int:
+    return ENGINES.index(engine) if engine in ENGINES else len(ENGINES)
+
+
+def _curve_rows(series: dict, ctx: Context, fmt_of: dict) -> list[dict]:
+    """One series' sweep points as rows of the selection curve, each marked on or off the series' own Pareto
+    front (over its gated-in points)."""
+    allpts = series["points"]
+    pts = [p for p in allpts if ctx.gate_ok(p)]
+    cost, gain = [p.result.p99_ttft_ms for p in pts], [p.result.output_throughput_tok_s for p in pts]
+    on_front = [pts[i] for i in fits.pareto_front(cost, gain)] if pts else []
+    return [
+        {
+            "round": series["round"],
+            "engine": series["engine"],
+            "weight_format": fmt_of.get(p.key),
+            "test_kind": p.test_kind,
+            "concurrency": p.concurrency,
+            "p99_ttft_ms": p.result.p99_ttft_ms,
+            "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,
+            "gate_ok": ctx.gate_ok(p),
+            "on_front": p in on_front,
+            "source": p.cite("p99_ttft_ms"),
+        }
+        for p in allpts
+    ]
+
+
 def run(s: SectionInput) -> Section:
     campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
@@ -519,28 +547,17 @@ def run(s: SectionInput) -> Section:
             cost = [p.result.p99_ttft_ms for p in pts]
             gain = [p.result.output_throughput_tok_s for p in pts]
             front = fits.pareto_front(cost, gain) if pts else []
-            for p in allpts:
-                curve_rows.append(
-                    {
-                        "round": rnd or "",
-                        "engine": engine,
-                        "weight_format": fmt_of.get(p.key),
-                        "test_kind": p.test_kind,
-                        "concurrency": p.concurrency,
-                        "p99_ttft_ms": p.result.p99_ttft_ms,
-                        "output_throughput_tokens_per_s": p.result.output_throughput_tok_s,
-                        "gate_ok": ctx.gate_ok(p),
-                        "on_front": p in [pts[i] for i in front],
-                        "source": p.cite("p99_ttft_ms"),
-                    }
-                )
             measured[engine] = (cost, gain)
             if front:
                 fronts[engine] = ([cost[i] for i in front], [gain[i] for i in front])
                 srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [
                     pts[i].cite("output_throughput") for i in front
                 ]
-        guide_rows += guide(round_series(campaign, th, rnd), ctx, rnd)
+        # the figure draws every series (each weight format of an engine), the boundary compares engines
+        series = round_series(campaign, th, rnd)
+        by_engine = sorted(series, key=lambda sr: _engine_order(sr["engine"]))
+        curve_rows += [row for sr in by_engine for row in _curve_rows(sr, ctx, fmt_of)]
+        guide_rows += guide(series, ctx, rnd)
         findings.append(_measured_boundary(at("boundary_measured_p99_ttft_ms"), measured, srcs, rnd))
         key = at("boundary_p99_ttft_ms")
         if len(fronts) < 2:

@@ -122,6 +122,22 @@ class PageContext:
         """The finding of the newest round (a campaign without rounds: its only one)."""
         return self.find(metric, topic, round=self.c.latest_round, **query)
 
+    def quantization_step_ratio(self) -> Finding | None:
+        """The newest single-stream step ratio vLLM ÷ llama.cpp where the two engines read different weight
+        bytes per step: only then does it measure what quantization saves (None else)."""
+        f = self.latest("single_stream_step_ratio")
+        if f is None or not f.available or (f.extra.get("weight_bytes_ratio") or 0) <= 1:
+            return None
+        return f
+
+    @staticmethod
+    def half_model_len_effect(overload: Finding, half: Finding) -> str:
+        """What halving ``--max-model-len`` does to the overload's requests: ``rejected`` where one request
+        (prompt + output tokens) exceeds the halved limit, ``unchanged`` else (blocks are allocated on
+        demand, so the residents do not change)."""
+        need = overload.extra["overload_input_len_tokens"] + overload.extra["overload_output_len_tokens"]
+        return "rejected" if need > half.extra["max_model_len_tokens"] else "unchanged"
+
     def of(self, series: Series, metric: str, topic: str | None = None) -> Finding | None:
         """One series' finding: our own campaigns' by run, an imported campaign's by round and engine."""
         return self.find(metric, topic, **series.select)
@@ -139,8 +155,9 @@ class PageContext:
         """For each round, newest first, the findings each query selects, in the order of the queries."""
         for q in queries:
             self._known(q.get("topic"), q["metric"])
-        out = []
-        for r in list(reversed(self.c.rounds)) or [None]:
+        out: list[tuple[str | None, list[Finding]]] = []
+        rounds: list[str | None] = [*reversed(self.c.rounds)]
+        for r in rounds or [None]:
             hits: list[Finding] = []
             for q in queries:
                 hits += [f for f in self.findings(**{"round": r, **q}) if f not in hits]
@@ -182,6 +199,19 @@ class PageContext:
             raise RenderError(f"{self.page_path}: no table {name!r} in the results (have: {have})")
         return self.c.tables[name]
 
+    def _column_label(self, table: str, column: Any) -> str:
+        if not isinstance(column, str):
+            raise RenderError(
+                f"{self.page_path}: table {table!r}: column {column!r}: a template names a column, its label "
+                "lives in analysis/labels_zh.COLUMNS"
+            )
+        label = labels_zh.column_label(column, table)
+        if label is None:
+            raise RenderError(
+                f"{self.page_path}: table {table!r}: column {column!r} has no label (labels_zh)"
+            )
+        return label
+
     def has_table(self, name: str) -> bool:
         return (
             self.campaign is not None and name in self.campaign.tables and len(self.campaign.tables[name]) > 0
@@ -218,25 +248,25 @@ class PageContext:
     def table(
         self,
         name: str | Table,
-        columns: list[Any],
+        columns: list[str],
         where: dict[str, Any] | None = None,
         relabel: dict[str, dict[Any, str]] | None = None,
         optional: list[str] | None = None,
     ) -> str:
-        """A markdown table of chosen columns: ``columns`` = [(column, header), …] with headers from the
-        template (a bare column name takes its header from labels_zh.COLUMNS).
+        """A markdown table of chosen columns, each headed by its label in analysis/labels_zh
+        (``column_label``: one label per column name, a table's own where its column means something else).
+        A template names columns only: a header written in a template, or a column without a label, fails the
+        build.
 
-        ``relabel`` maps a column's raw values to words (from the template, e.g. gate statuses). Text columns
-        are left-aligned, numeric ones right-aligned. Columns named in ``optional`` are left out where the
-        table lacks them or has no value in them (a measured ceiling that only some campaigns have).
+        ``relabel`` maps a column's raw values to words (a set of labels_zh.VALUE_LABELS, e.g. gate
+        statuses). Text columns are left-aligned, numeric ones right-aligned. Columns named in ``optional``
+        are left out where the table lacks them or has no value in them (a measured ceiling that only some
+        campaigns have).
         """
         tab = name if isinstance(name, Table) else self.t(name)
         if where:
             tab = tab.where(**where)
-        cols: list[tuple[str, str]] = [
-            (c, labels_zh.COLUMNS.get(c, c)) if isinstance(c, str) else (str(c[0]), str(c[1]))
-            for c in columns
-        ]
+        cols = [(c, self._column_label(tab.name, c)) for c in columns]
         if optional:
             cols = [
                 (c, h)

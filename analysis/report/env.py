@@ -62,6 +62,7 @@ def make_env(templates_dir: Path) -> jinja2.Environment:
         LADDER_ARMS=zh.LADDER_ARMS,
         ENDPOINTS_ZH=zh.ENDPOINTS_ZH,
         SLOT_HISTORIES=zh.SLOT_HISTORIES,
+        VALUES=zh.VALUE_LABELS,
         has_data=zh.HAS_DATA,
     )
     return env

@@ -19,6 +19,7 @@ from analysis.report.results import CampaignResults
 
 TEMPLATE = "home.md.j2"
 PATH = "index.md"
+GAP_LABELS_LISTED = 3  # quantities a 没测的 line names before it counts the rest
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,20 @@ class Gap:
     @property
     def folders(self) -> list[str]:
         return sorted({m[3] for m in self.missing if m[3]})
+
+    @property
+    def labels(self) -> list[str]:
+        """What it leaves without a number, each quantity once (labels without round or engine)."""
+        return list(dict.fromkeys(labels_zh.finding_label(f, scope=False) for f in self.findings))
+
+    @property
+    def labels_listed(self) -> list[str]:
+        """The quantities the home page names (a trust line stays one line: the rest are counted)."""
+        return self.labels[:GAP_LABELS_LISTED]
+
+    @property
+    def labels_unlisted(self) -> int:
+        return len(self.labels) - len(self.labels_listed)
 
 
 def _folder(f: Finding) -> str:

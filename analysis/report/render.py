@@ -220,9 +220,8 @@ class SiteRenderer:
         )
         self._with_counts(ledger is not None)
 
-        short_name = site.env.get_template(
-            "_campaigns.j2"
-        ).module.short  # a campaign's name is template prose
+        # a campaign's name is template prose (a macro, which the module's static type does not list)
+        short_name = site.env.get_template("_campaigns.j2").module.short  # type: ignore[attr-defined]
         nav_zh = labels_zh.NAV
         nav: list[Any] = [{home.title: home.path}]
         for c, pages in reports:
