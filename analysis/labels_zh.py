@@ -103,6 +103,15 @@ REASONS: dict[str, str] = {
 
 # --- column names of the tidy tables -------------------------------------------------------------------
 COLUMNS: dict[str, str] = {
+    "endpoint": "接口",
+    "goodput_max_req_s_spread": "最高有效吞吐的离散",
+    "gpu_busy_pct_spread": "GPU 忙碌的离散",
+    "output_plateau_tok_s": "最高输出（token/秒）",
+    "output_plateau_tok_s_spread": "最高输出的离散",
+    "p50_itl_at_3_ms": "3 请求/秒时的 p50 ITL（毫秒）",
+    "p50_itl_at_3_ms_spread": "p50 ITL 的离散",
+    "history": "请求历史",
+    "slots": "槽数",
     "round": "轮次",
     "engine": "引擎",
     "test": "测试",
