@@ -275,8 +275,7 @@ def _planned_within(
         s["engine"],
         s["points"],
         budget_ms,
-        gate_ok=ctx.gate_ok,
-        weight_format_of=th.weight_format_for,
+        readers=slo.PointReaders(gate_ok=ctx.gate_ok, weight_format_of=th.weight_format_for),
     )
     return _within_budget(s, ans)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -282,43 +283,55 @@ def plan(
     """The planner's answer per round and engine of a campaign (see the module docstring), and for each
     further sweep run of our own with a weight format the engine's first run does not have (level
     ``run``): every series the campaign measured is planned."""
+    readers = PointReaders(gate_ok, window_max_running, weight_format_of)
     answers = []
     for rnd in campaign.rounds:
         for eng in ENGINES if engine is None else (engine,):
             first = sweep_points(campaign, rnd, eng)
-            ans = plan_sweep(
-                campaign.name,
-                rnd,
-                eng,
-                first,
-                ttft_p99_ms,
-                itl_p99_ms,
-                gate_ok,
-                window_max_running,
-                weight_format_of,
-            )
+            ans = plan_sweep(campaign.name, rnd, eng, first, ttft_p99_ms, itl_p99_ms, readers)
             if ans is None:
                 continue
             answers.append(ans)
             formats = {ans.weight_format}
             for run in campaign.select(round=rnd, engine=eng):
                 pts = run_sweep_points(run) if run.own and run.name != ans.run else []
-                more = plan_sweep(
-                    campaign.name,
-                    rnd,
-                    eng,
-                    pts,
-                    ttft_p99_ms,
-                    itl_p99_ms,
-                    gate_ok,
-                    window_max_running,
-                    weight_format_of,
-                )
+                more = plan_sweep(campaign.name, rnd, eng, pts, ttft_p99_ms, itl_p99_ms, readers)
                 if more is not None and more.weight_format not in formats:
                     formats.add(more.weight_format)
                     more.level = "run"
                     answers.append(more)
     return answers
+
+
+@dataclass(frozen=True)
+class PointReaders:
+    """What the planner asks of each point beyond its result: whether its gates let it carry conclusions
+    (None: every point does), the running gauge's highest sample in its window, the weight format its run
+    served (None: not known)."""
+
+    gate_ok: Callable[[BenchPoint], bool] | None = None
+    max_running: Callable[[BenchPoint], float | None] | None = None
+    weight_format_of: Callable | None = None
+
+
+def _sweep_concurrency(p: BenchPoint) -> int:
+    """A sweep point's concurrency (every sweep point has one: concurrency.run_sweep_points)."""
+    assert p.concurrency is not None
+    return p.concurrency
+
+
+def _measured(p: BenchPoint, readers: PointReaders) -> Measured:
+    return Measured(
+        concurrency=_sweep_concurrency(p),
+        p99_ttft_ms=p.result.p99_ttft_ms,
+        p99_itl_ms=p.result.itl.p99_ms,
+        request_throughput_req_s=p.result.request_throughput_req_s,
+        output_throughput_tok_s=p.result.output_throughput_tok_s,
+        source=p.cite("p99_ttft_ms"),
+        run=p.run.name,
+        label=p.label,
+        max_running=readers.max_running(p) if readers.max_running else None,
+    )
 
 
 def plan_sweep(
@@ -328,53 +341,59 @@ def plan_sweep(
     sweep: list[BenchPoint],
     ttft_p99_ms: float,
     itl_p99_ms: float | None = None,
-    gate_ok: Callable[[BenchPoint], bool] | None = None,
-    window_max_running: Callable[[BenchPoint], float | None] | None = None,
-    weight_format_of: Callable | None = None,
+    readers: PointReaders = PointReaders(),
 ) -> SloAnswer | None:
     """The planner's answer for one concurrency sweep (one series: a round's engine, or one run of our own);
     None for a sweep without points. The selection page's best-per-budget table asks this for every series
     and budget."""
-    allpts = sorted(sweep, key=lambda p: p.concurrency)
+    allpts = sorted(sweep, key=_sweep_concurrency)
     if not allpts:
         return None
-    ok = [p for p in allpts if gate_ok is None or gate_ok(p)]
+    ok = [p for p in allpts if readers.gate_ok is None or readers.gate_ok(p)]
     ans = SloAnswer(
         campaign=campaign,
         round=rnd,
         engine=eng,
-        weight_format=_weight_format(allpts[0], weight_format_of),
+        weight_format=_weight_format(allpts[0], readers.weight_format_of),
         run=allpts[0].run.name,
         ttft_p99_ms=ttft_p99_ms,
         itl_p99_ms=itl_p99_ms,
         excluded=[p.cite() for p in allpts if p not in ok],
     )
-    by_m = {}
-    for p in ok:
-        m = Measured(
-            concurrency=p.concurrency,
-            p99_ttft_ms=p.result.p99_ttft_ms,
-            p99_itl_ms=p.result.itl.p99_ms,
-            request_throughput_req_s=p.result.request_throughput_req_s,
-            output_throughput_tok_s=p.result.output_throughput_tok_s,
-            source=p.cite("p99_ttft_ms"),
-            run=p.run.name,
-            label=p.label,
-            max_running=window_max_running(p) if window_max_running else None,
-        )
-        ans.points.append(m)
-        by_m[id(m)] = p
+    ans.points = [_measured(p, readers) for p in ok]
     if not ans.points:
         return ans
+    by_m = {id(m): p for m, p in zip(ans.points, ok, strict=True)}
     budgets = [("ttft", "p99_ttft_ms", ttft_p99_ms)]
     if itl_p99_ms is not None:
         budgets.append(("itl", "p99_itl_ms", itl_p99_ms))
+    best = _binding_crossing(ans, budgets)
+    ref = by_m[id(ans.points[-1 if ans.status == "highest_meets" else 0])]
+    top = best[2] - 1 if ans.status == "bracketed" and best else len(ans.points) - 1  # the answer's point
+    if ans.status != "none_meet":
+        ans.non_monotone = [
+            m.concurrency for m in ans.points[:top] if not all(_meets(m, attr, b) for _, attr, b in budgets)
+        ]
+    if ans.status == "bracketed" and best is not None:
+        ref = _answer_bracketed(ans, best, by_m)
+    else:
+        ans.next_concurrency = _next_point(ans.points, ans.status)
+        if ans.next_concurrency is not None:
+            ans.stanza = plan_stanza(ans.next_concurrency, ref)
+    ans.settings = _settings(ans, ref)
+    return ans
+
+
+def _binding_crossing(ans: SloAnswer, budgets: list[tuple[str, str, float]]) -> tuple[float, str, int] | None:
+    """Set the answer's status from every budget's crossing: none_meet when some budget is missed at every
+    point, bracketed when some budget is crossed between two points, else highest_meets; return the
+    binding crossing (the lowest interpolated concurrency, the budget's name, the upper point's index)."""
     best: tuple[float, str, int] | None = None
     statuses = []
     for name, attr, b in budgets:
         status, i = _crossing(ans.points, attr, b)
         statuses.append(status)
-        if status == "bracketed":
+        if status == "bracketed" and i is not None:
             lo, hi = ans.points[i - 1], ans.points[i]
             c = interpolate_log2(lo.concurrency, getattr(lo, attr), hi.concurrency, getattr(hi, attr), b)
             if best is None or c < best[0]:
@@ -385,37 +404,33 @@ def plan_sweep(
         ans.status = "bracketed"
     else:
         ans.status = "highest_meets"
-    ref = by_m[id(ans.points[-1 if ans.status == "highest_meets" else 0])]
-    top = best[2] - 1 if ans.status == "bracketed" and best else len(ans.points) - 1  # the answer's point
-    if ans.status != "none_meet":
-        ans.non_monotone = [
-            m.concurrency for m in ans.points[:top] if not all(_meets(m, attr, b) for _, attr, b in budgets)
-        ]
-    if ans.status == "bracketed" and best is not None:
-        c, ans.binding, i = best
-        ans.concurrency, ans.lower, ans.upper = c, ans.points[i - 1], ans.points[i]
-        lo, hi = ans.lower, ans.upper
-        # the throughputs at the answer: linear in log2(concurrency) between the bracketing points, as p99 is
-        for attr in ("request_throughput_req_s", "output_throughput_tok_s"):
-            v_lo, v_hi = getattr(lo, attr), getattr(hi, attr)
-            if v_lo is not None and v_hi is not None:
-                setattr(ans, attr, value_at_log2(lo.concurrency, v_lo, hi.concurrency, v_hi, c))
-        ref = by_m[id(lo)]
-        slos = {"ttft_ms": ttft_p99_ms} | ({"itl_ms": itl_p99_ms} if itl_p99_ms is not None else {})
-        g = point_goodput(ref, slos)
-        if g is None:
-            ans.goodput_reason = (
-                "no per-request records (no requests.jsonl): the bench files hold percentiles, and "
-                "which requests met every SLO at once is not in them"
-            )
-        else:
-            ans.goodput_good, ans.goodput_req_s = g
+    return best
+
+
+def _answer_bracketed(
+    ans: SloAnswer, best: tuple[float, str, int], by_m: dict[int, BenchPoint]
+) -> BenchPoint:
+    """Fill a bracketed answer: the interpolated concurrency and throughputs, the exact goodput at the lower
+    bracketing point; return that point (the settings' reference)."""
+    c, ans.binding, i = best
+    ans.concurrency, ans.lower, ans.upper = c, ans.points[i - 1], ans.points[i]
+    lo, hi = ans.lower, ans.upper
+    # the throughputs at the answer: linear in log2(concurrency) between the bracketing points, as p99 is
+    for attr in ("request_throughput_req_s", "output_throughput_tok_s"):
+        v_lo, v_hi = getattr(lo, attr), getattr(hi, attr)
+        if v_lo is not None and v_hi is not None:
+            setattr(ans, attr, value_at_log2(lo.concurrency, v_lo, hi.concurrency, v_hi, c))
+    ref = by_m[id(lo)]
+    slos = {"ttft_ms": ans.ttft_p99_ms} | ({"itl_ms": ans.itl_p99_ms} if ans.itl_p99_ms is not None else {})
+    g = point_goodput(ref, slos)
+    if g is None:
+        ans.goodput_reason = (
+            "no per-request records (no requests.jsonl): the bench files hold percentiles, and "
+            "which requests met every SLO at once is not in them"
+        )
     else:
-        ans.next_concurrency = _next_point(ans.points, ans.status)
-        if ans.next_concurrency is not None:
-            ans.stanza = plan_stanza(ans.next_concurrency, ref)
-    ans.settings = _settings(ans, ref)
-    return ans
+        ans.goodput_good, ans.goodput_req_s = g
+    return ref
 
 
 # --- request rate (open-loop sweeps: a kind = "rate" phase) -------------------------------------------------
@@ -664,7 +679,11 @@ def rate_answer_findings(ans: RateAnswer) -> list[fnd.Finding]:
     at = At(level="run", run=ans.run, engine=ans.engine, weight_format=ans.weight_format, topic="slo")(
         "slo_request_rate_req_s"
     )
-    budget = {"ttft_p99_budget_ms": ans.ttft_p99_ms, "itl_p99_budget_ms": ans.itl_p99_ms, "load": "open-loop"}
+    budget: dict[str, Any] = {
+        "ttft_p99_budget_ms": ans.ttft_p99_ms,
+        "itl_p99_budget_ms": ans.itl_p99_ms,
+        "load": "open-loop",
+    }
     if ans.status != "bracketed" or ans.lower is None or ans.upper is None:
         detail = {
             "no_points": "no gated rate point",
@@ -743,81 +762,99 @@ def describe(ans: SloAnswer) -> list[str]:
             "  no gated sweep point to plan from"
             + (f" ({len(ans.excluded)} excluded)" if ans.excluded else "")
         ]
-    if ans.status == "bracketed":
-        lo, hi = ans.lower, ans.upper
-        out.append(f"  highest concurrency meeting it: {ans.concurrency:.2f} (binding: p99 {ans.binding})")
-        out.append(f"  method: {ans.method}")
-        attr, name = ("p99_itl_ms", "ITL") if ans.binding == "itl" else ("p99_ttft_ms", "TTFT")
-        out.append(
-            f"  bracketing points: c={lo.concurrency} p99 {name} {getattr(lo, attr):.1f} ms ({lo.source}); "
-            f"c={hi.concurrency} p99 {name} {getattr(hi, attr):.1f} ms ({hi.source})"
-        )
-        if ans.request_throughput_req_s is not None:
-            out.append(
-                f"  request throughput there (same interpolation): {ans.request_throughput_req_s:.3f} req/s"
-            )
-        if ans.goodput_req_s is not None:
-            out.append(
-                f"  goodput at c={lo.concurrency} (exact, per request): {ans.goodput_req_s:.3f} req/s "
-                f"({ans.goodput_good} good requests)"
-            )
-        else:
-            out.append(f"  goodput: n/a — {ans.goodput_reason}")
+    if ans.status == "bracketed" and ans.lower is not None and ans.upper is not None:
+        out += _describe_bracketed(ans, ans.lower, ans.upper)
     else:
-        what = (
-            "the highest measured concurrency meets it"
-            if ans.status == "highest_meets"
-            else "no measured point meets it"
-        )
-        out.append(f"  not bracketed: {what}")
-        if ans.next_concurrency is None:
-            out.append(
-                "  concurrency 1 already misses the budget: no concurrency meets it on this configuration"
-            )
-        else:
-            out.append(f"  measure next: concurrency {ans.next_concurrency}; plan stanza:")
-            out += ["    " + line for line in (ans.stanza or "").splitlines()]
+        out += _describe_not_bracketed(ans)
     if ans.non_monotone:
         out.append(
             f"  note: p99 not monotone in concurrency: lower concurrencies {ans.non_monotone} miss the budget"
         )
+    return out + _describe_settings(ans)
+
+
+def _describe_bracketed(ans: SloAnswer, lo: Measured, hi: Measured) -> list[str]:
+    out = [
+        f"  highest concurrency meeting it: {ans.concurrency:.2f} (binding: p99 {ans.binding})",
+        f"  method: {ans.method}",
+    ]
+    attr, name = ("p99_itl_ms", "ITL") if ans.binding == "itl" else ("p99_ttft_ms", "TTFT")
+    out.append(
+        f"  bracketing points: c={lo.concurrency} p99 {name} {getattr(lo, attr):.1f} ms ({lo.source}); "
+        f"c={hi.concurrency} p99 {name} {getattr(hi, attr):.1f} ms ({hi.source})"
+    )
+    if ans.request_throughput_req_s is not None:
+        out.append(
+            f"  request throughput there (same interpolation): {ans.request_throughput_req_s:.3f} req/s"
+        )
+    if ans.goodput_req_s is not None:
+        out.append(
+            f"  goodput at c={lo.concurrency} (exact, per request): {ans.goodput_req_s:.3f} req/s "
+            f"({ans.goodput_good} good requests)"
+        )
+    else:
+        out.append(f"  goodput: n/a — {ans.goodput_reason}")
+    return out
+
+
+def _describe_not_bracketed(ans: SloAnswer) -> list[str]:
+    what = (
+        "the highest measured concurrency meets it"
+        if ans.status == "highest_meets"
+        else "no measured point meets it"
+    )
+    out = [f"  not bracketed: {what}"]
+    if ans.next_concurrency is None:
+        out.append("  concurrency 1 already misses the budget: no concurrency meets it on this configuration")
+    else:
+        out.append(f"  measure next: concurrency {ans.next_concurrency}; plan stanza:")
+        out += ["    " + line for line in (ans.stanza or "").splitlines()]
+    return out
+
+
+def _describe_settings(ans: SloAnswer) -> list[str]:
+    """The deployment settings (``_settings``) as lines: the admission limit, vLLM's --max-num-seqs and
+    pool residents, llama.cpp's slots and context."""
     s = ans.settings
+    out = []
     if "admission_limit" in s:
         out.append(
             f"  admit at most {s['admission_limit']} requests in flight in front of the server (429 beyond)"
         )
     if "max_num_seqs" in s or "residents_pool" in s:
-        line = (
-            f"  vLLM --max-num-seqs {s['max_num_seqs']} (the KV capacity: the log's max concurrency, "
-            "rounded down)"
-            if "max_num_seqs" in s
-            else "  vLLM"
-        )
-        if "residents_pool" in s:
-            line += (
-                f"; the KV pool ({s['kv_pool_tokens']:,} tokens, "
-                f"{s['kv_blocks']:,} blocks of {s['block_size']}) "
-                f"holds {s['residents_pool']} requests of {s['request_tokens']} tokens; the max_model_len "
-                f"{s['max_model_len']} line: {s['max_concurrency_log']}x"
-            )
-            if ans.lower is not None and ans.lower.max_running is not None:
-                line += f"; measured residents at c={ans.lower.concurrency}: {ans.lower.max_running:g}"
-        out.append(line)
-        if "half_max_model_len" in s:
-            out.append(
-                f"  --max-model-len {s['half_max_model_len']}: the line becomes "
-                f"{s['half_max_concurrency_line']:.2f}x; the pool (sized by memory) and these requests' "
-                f"residents stay {s['half_residents_pool']}"
-                + (
-                    " — but these requests no longer fit and are refused"
-                    if s["half_refuses_requests"]
-                    else ""
-                )
-            )
+        out += _describe_vllm_settings(ans)
     elif "np_slots" in s:
         out.append(
             f"  llama.cpp -np ≥ {s['np_slots']} with -c ≥ {s['ctx_tokens_min']} "
             f"({s['request_tokens']} tokens a slot)"
+        )
+    return out
+
+
+def _describe_vllm_settings(ans: SloAnswer) -> list[str]:
+    s = ans.settings
+    line = (
+        f"  vLLM --max-num-seqs {s['max_num_seqs']} (the KV capacity: the log's max concurrency, "
+        "rounded down)"
+        if "max_num_seqs" in s
+        else "  vLLM"
+    )
+    if "residents_pool" in s:
+        line += (
+            f"; the KV pool ({s['kv_pool_tokens']:,} tokens, "
+            f"{s['kv_blocks']:,} blocks of {s['block_size']}) "
+            f"holds {s['residents_pool']} requests of {s['request_tokens']} tokens; the max_model_len "
+            f"{s['max_model_len']} line: {s['max_concurrency_log']}x"
+        )
+        if ans.lower is not None and ans.lower.max_running is not None:
+            line += f"; measured residents at c={ans.lower.concurrency}: {ans.lower.max_running:g}"
+    out = [line]
+    if "half_max_model_len" in s:
+        out.append(
+            f"  --max-model-len {s['half_max_model_len']}: the line becomes "
+            f"{s['half_max_concurrency_line']:.2f}x; the pool (sized by memory) and these requests' "
+            f"residents stay {s['half_residents_pool']}"
+            + (" — but these requests no longer fit and are refused" if s["half_refuses_requests"] else "")
         )
     return out
 
@@ -829,8 +866,12 @@ def answer_findings(ans: SloAnswer) -> list[fnd.Finding]:
         if ans.level == "run"
         else engine_at(ans.round, ans.engine, ans.weight_format, topic="slo")
     )
-    budget = {"ttft_p99_budget_ms": ans.ttft_p99_ms, "itl_p99_budget_ms": ans.itl_p99_ms, "load": ans.load}
-    if ans.status != "bracketed":
+    budget: dict[str, Any] = {
+        "ttft_p99_budget_ms": ans.ttft_p99_ms,
+        "itl_p99_budget_ms": ans.itl_p99_ms,
+        "load": ans.load,
+    }
+    if ans.status != "bracketed" or ans.lower is None or ans.upper is None:
         detail = {
             "no_points": "no gated sweep point",
             "highest_meets": "the highest measured concurrency meets the budget",
@@ -957,7 +998,7 @@ def goodput_findings(
                     )
                 )
                 continue
-            gp, p = max(rows, key=lambda t: (t[0], -t[1].concurrency))
+            gp, p = max(rows, key=lambda t: (t[0], -_sweep_concurrency(t[1])))
             out.append(
                 fnd.measured(
                     sweep_at("goodput_max_req_s"),
