@@ -23,7 +23,7 @@ from analysis import findings as fnd
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
-from analysis.reconcile.engines import shortfall_pct
+from analysis.reconcile.engines.points import shortfall_pct
 from analysis.reconcile.lengths import pool_tokens, prefill_ms
 from analysis.reconcile.roofline import sweep_series
 from analysis.windows import PointWindowData
