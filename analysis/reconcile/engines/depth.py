@@ -25,7 +25,7 @@ from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.engines.points import shortfall_pct
 from analysis.reconcile.lengths import pool_tokens, prefill_ms
-from analysis.reconcile.roofline import sweep_series
+from analysis.reconcile.roofline import SweepSeries, sweep_series
 from analysis.windows import PointWindowData
 
 BLOCK_SIZE_GPU = 16  # vLLM's default KV block on GPU (kv.py reconciles the pool with it)
@@ -53,7 +53,7 @@ def workload_prefill_per_decode(input_tokens: float, output_tokens: float) -> fl
     return input_tokens / output_tokens
 
 
-def _at(s: dict, run: RunData, topic: str) -> At:
+def _at(s: SweepSeries, run: RunData, topic: str) -> At:
     if run.own:
         return run_at(run, s["weight_format"], topic=topic)
     return engine_at(s["round"] or None, s["engine"], s["weight_format"], topic=topic)
@@ -96,7 +96,7 @@ def _dip_evidence(p: BenchPoint, lower: BenchPoint, higher: BenchPoint | None, c
     }
 
 
-def engine_findings(s: dict, ctx: Context) -> list[fnd.Finding]:
+def engine_findings(s: SweepSeries, ctx: Context) -> list[fnd.Finding]:
     pts: list[BenchPoint] = [p for p in s["points"] if p.result.output_throughput_tok_s]
     if not pts:
         return []
@@ -232,7 +232,7 @@ def _kv_pool_blocks(at: At, top: BenchPoint, campaign: Campaign) -> fnd.Finding 
     )
 
 
-def ttft_findings(s: dict, campaign: Campaign, ctx: Context) -> list[fnd.Finding]:
+def ttft_findings(s: SweepSeries, campaign: Campaign, ctx: Context) -> list[fnd.Finding]:
     pts: list[BenchPoint] = s["points"]
     run = pts[0].run
     at = _at(s, run, "ttft")

@@ -14,6 +14,7 @@ from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.concurrency import sweep_points
 from analysis.reconcile.roofline import (
+    SweepSeries,
     achievement_pct,
     mean_context_tokens,
     roofline_floor_ms,
@@ -35,7 +36,7 @@ def shortfall_pct(total_output_tokens: int, completed: int, requested_output_len
     return (1.0 - total_output_tokens / (completed * requested_output_len)) * 100.0
 
 
-def byte_ledger(series: list[dict], bandwidth_bytes_per_s: float | None) -> list[dict]:
+def byte_ledger(series: list[SweepSeries], bandwidth_bytes_per_s: float | None) -> list[dict]:
     """One row per series identity (engine × weight format): the bytes a decode step reads and its floor."""
     out: list[dict] = []
     seen: set[tuple[str, str | None]] = set()
@@ -93,7 +94,7 @@ def _throughput_ratio(at: At, by_engine: dict, ctx: Context) -> fnd.Finding:
 
 
 def _point_row(
-    rnd: str | None, series: dict, p: BenchPoint, head: str | None, ctx: Context, bw: float | None
+    rnd: str | None, series: SweepSeries, p: BenchPoint, head: str | None, ctx: Context, bw: float | None
 ) -> dict:
     """One sweep point of an engine's series: throughput, ITL, and where theory allows the roofline floor
     (ms) and how much of the requested output the engine produced."""

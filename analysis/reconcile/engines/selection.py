@@ -27,7 +27,7 @@ from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At, slug
 from analysis.reconcile import Context, Section, SectionInput, engine_at, slo
 from analysis.reconcile.concurrency import peak_throughput_finding, sweep_points
-from analysis.reconcile.roofline import step_bytes, step_ratio, sweep_series, throughput_ratio
+from analysis.reconcile.roofline import SweepSeries, step_bytes, step_ratio, sweep_series, throughput_ratio
 from analysis.reconcile.theoryctx import TheoryCtx
 
 BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
@@ -122,10 +122,10 @@ def budget_ladder_ms(p99_ttft_ms: list[float], extra_ms: tuple[float, ...] = ())
     return sorted(out)
 
 
-def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[dict]:
+def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[SweepSeries]:
     """The series that compete in a round (``roofline.sweep_series``: an imported round's engines, our own
     runs), one per engine and weight format (the first sweep of each: a later one is a repeat)."""
-    out: list[dict] = []
+    out: list[SweepSeries] = []
     for s in sweep_series(campaign, th):
         if s["round"] == (rnd or "") and all(
             (o["engine"], o["weight_format"]) != (s["engine"], s["weight_format"]) for o in out
@@ -134,15 +134,15 @@ def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[dic
     return out
 
 
-def _ident(s: dict) -> dict:
+def _ident(s: SweepSeries) -> dict:
     return {"engine": s["engine"], "weight_format": s["weight_format"], "run": s["run"]}
 
 
-def _same_engine(ss: list[dict]) -> bool:
+def _same_engine(ss: list[SweepSeries]) -> bool:
     return len({s["engine"] for s in ss}) == 1
 
 
-def _within_budget(s: dict, ans: slo.SloAnswer | None) -> dict:
+def _within_budget(s: SweepSeries, ans: slo.SloAnswer | None) -> dict:
     """One series at one budget: the planner's concurrency and output tokens/s there, with the bracketing
     points (``at_least``: the highest measured point is within the budget, so the series sustains at least
     that; nothing: no point is within it)."""
@@ -180,7 +180,7 @@ def _within_budget(s: dict, ans: slo.SloAnswer | None) -> dict:
     }
 
 
-def _measured_within(s: dict, budget_ms: float, gate_ok) -> dict | None:
+def _measured_within(s: SweepSeries, budget_ms: float, gate_ok) -> dict | None:
     """One series' measured gated point with the most output tokens/s among those with p99 TTFT ≤ the
     budget, as a ``_within_budget`` row; None when no point is within it."""
     pts = [
@@ -193,7 +193,7 @@ def _measured_within(s: dict, budget_ms: float, gate_ok) -> dict | None:
     ]
     if not pts:
         return None
-    p = max(pts, key=lambda q: (q.result.output_throughput_tok_s, -q.concurrency))
+    p = max(pts, key=lambda q: (q.result.output_throughput_tok_s or 0.0, -(q.concurrency or 0)))
     return _ident(s) | {
         "status": "measured",
         "at_least": False,
@@ -216,7 +216,7 @@ def most_within(*rows: dict | None) -> dict:
 
 
 def best_per_budget(
-    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[dict]
+    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[SweepSeries]
 ) -> tuple[list[fnd.Finding], list[dict]]:
     """Per budget of the ladder, the series delivering the most output tokens/s within it (findings, one per
     budget, and the table rows, one per budget and series)."""
@@ -266,7 +266,7 @@ def best_per_budget(
 
 
 def _planned_within(
-    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, s: dict, budget_ms: float
+    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, s: SweepSeries, budget_ms: float
 ) -> dict:
     """One series at one budget by the SLO planner (``slo.plan_sweep``), as a ``_within_budget`` row."""
     ans = slo.plan_sweep(
@@ -354,7 +354,7 @@ def _same_best(at: At, per_budget: list[fnd.Finding]) -> list[fnd.Finding]:
     ]
 
 
-def _step_bytes_at(s: dict, concurrency: int) -> float | None:
+def _step_bytes_at(s: SweepSeries, concurrency: int) -> float | None:
     """The bytes one decode step of the series reads at its point of that concurrency (roofline.step_bytes:
     the same count as the engines page's and the quantization finding's byte ratio)."""
     p = next((q for q in s["points"] if q.concurrency == concurrency), None)
@@ -380,8 +380,8 @@ def bytes_reason(byte_ratio: float | None, speed_ratio: float) -> str | None:
 
 def _lead(
     key: At,
-    a: tuple[dict, float, list[str], int],
-    b: tuple[dict, float, list[str], int],
+    a: tuple[SweepSeries, float, list[str], int],
+    b: tuple[SweepSeries, float, list[str], int],
     ratio,
     **extra,
 ):
@@ -411,7 +411,7 @@ def _lead(
     )
 
 
-def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Finding]:
+def advantages(ctx: Context, rnd: str | None, series: list[SweepSeries]) -> list[fnd.Finding]:
     """The single-stream and the peak-throughput advantage between the round's two series (the first two when
     there are more: one per engine and format)."""
     at = At(round=rnd, topic="selection")
@@ -476,14 +476,14 @@ def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Fi
     return out
 
 
-def guide(series: list[dict], ctx: Context, rnd: str | None) -> list[dict]:
+def guide(series: list[SweepSeries], ctx: Context, rnd: str | None) -> list[dict]:
     """The budget table on measured points only: per series the campaign has (engine and weight format)
     and budget of BUDGETS_MS, the gated point with the most output tokens/s and p99 TTFT under the budget."""
     rows = []
     for s in series:
         pts = [p for p in s["points"] if ctx.gate_ok(p)]
-        cost = [p.result.p99_ttft_ms for p in pts]
-        gain = [p.result.output_throughput_tok_s for p in pts]
+        cost = [_known(p.result.p99_ttft_ms) for p in pts]
+        gain = [_known(p.result.output_throughput_tok_s) for p in pts]
         for b in BUDGETS_MS:
             pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
             rows.append(
