@@ -24,8 +24,6 @@ from analysis.reconcile import (
     concurrency,
     concurrency_depth,
     differences,
-    engines,
-    engines_depth,
     experiments,
     gates,
     ladder,
@@ -43,7 +41,6 @@ from analysis.reconcile import (
     rates,
     repro_tails,
     reproducibility,
-    selection,
     slo,
     slot_history,
     speculative,
@@ -54,6 +51,9 @@ from analysis.reconcile import (
 from analysis.reconcile.capacity import arith as capacity_arith
 from analysis.reconcile.capacity import kv, memory, prefix_cache
 from analysis.reconcile.capacity import own as capacity
+from analysis.reconcile.engines import depth as engines_depth
+from analysis.reconcile.engines import points as engines
+from analysis.reconcile.engines import selection
 from analysis.reconcile.roofline import ceilings, flops_phases, structure, structure_totals
 from analysis.reconcile.roofline import points as roofline
 from analysis.windows import PointTiming, align_points

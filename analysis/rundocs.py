@@ -16,6 +16,7 @@ from typing import Any
 
 from collector.raw.errors import AnatomyError
 from collector.raw.plan import Plan, parse_plan
+from collector.raw.prediction import PredictionDoc
 
 PLAN_FILE = "plan.toml"
 PREDICTION_FILE = "prediction.json"
@@ -38,24 +39,10 @@ def _json(path: Path) -> Any:
         raise RunDocError(f"{path}: not JSON ({err})") from None
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """prediction.json: ``inputs`` (what `collector plan` was asked), ``prediction`` (its dict, or None when
-    it refused: ``error`` says why, e.g. a GPU without a datasheet)."""
-
-    inputs: dict[str, Any]
-    prediction: dict[str, Any] | None
-    error: str | None
-
-
-def read_prediction(path: Path) -> Prediction:
-    d = _json(path)
-    if not isinstance(d, dict) or d.get("v") != 1 or not isinstance(d.get("inputs"), dict):
-        raise RunDocError(f"{path}: expected a prediction object of version 1 with 'inputs'")
-    pred = d.get("prediction")
-    if pred is not None and not isinstance(pred, dict):
-        raise RunDocError(f"{path}: 'prediction' should be an object or null")
-    return Prediction(inputs=d["inputs"], prediction=pred, error=d.get("error"))
+def read_prediction(path: Path) -> PredictionDoc:
+    """prediction.json through the raw contract's schema (``collector.raw.prediction``): ``inputs`` (what
+    `collector plan` was asked), ``prediction`` (its numbers, or None when it refused: ``error`` says why)."""
+    return PredictionDoc.from_dict(_json(path), path)
 
 
 @dataclass(frozen=True)
@@ -111,7 +98,7 @@ class RunDocs:
     """What a run kept besides measurements; each field with the run-relative file it came from."""
 
     plan: Plan | None = None
-    prediction: Prediction | None = None
+    prediction: PredictionDoc | None = None
     ceilings: Ceilings | None = None
     fingerprint_summary: dict[str, Any] | None = None
     model_config_file: str | None = None

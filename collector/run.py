@@ -56,6 +56,7 @@ from collector.loadgen import (
 from collector.preflight import check_values, preflight
 from collector.raw.errors import AnatomyError, RunError, StoreError
 from collector.raw.plan import Plan, PointPlan, load_plan
+from collector.raw.prediction import PredictedTheory, PredictionDoc, PredictionInputs
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
 from collector.raw.secrets import scrub, scrub_obj
 from collector.raw.store import RawStore, Run, Stream
@@ -222,30 +223,32 @@ def _flag_int(args: Sequence[str], *names: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def write_prediction(run: Run, plan: Plan) -> dict[str, Any]:
-    """Theory for this model/GPU/flags from ``collector plan``'s library, written before any request."""
+def write_prediction(run: Run, plan: Plan) -> PredictionDoc:
+    """Theory for this model/GPU/flags from ``collector plan``'s library, written before any request
+    (through the raw contract's schema, ``collector.raw.prediction``)."""
     m = plan.model
-    llamacpp = plan.server.engine == "llamacpp"  # only a llama.cpp server's -c and -np are inputs
-    asked = SheetInputs(
-        m.config,
-        m.gpu,
-        m.kv_pool_gib,
-        m.max_model_len,
-        m.kv_dtype,
-        m.weight_format,
-        m.block_size,
+    llamacpp = plan.server.engine == "llamacpp"
+    inputs = PredictionInputs(
+        model=m.config,
+        gpu=m.gpu,
+        kv_pool_gib=m.kv_pool_gib,
+        max_model_len=m.max_model_len,
+        kv_dtype=m.kv_dtype,
+        weight_format=m.weight_format,
+        block_size=m.block_size,
         llama_cpp_ctx_total=_flag_int(plan.server.args, "-c", "--ctx-size") if llamacpp else None,
         llama_cpp_slots=_flag_int(plan.server.args, "-np", "--parallel") if llamacpp else None,
     )
-    inputs = {
-        k: v for k, v in dataclasses.asdict(asked).items() if llamacpp or not k.startswith("llama_cpp_")
-    }
-    doc: dict[str, Any] = {"v": 1, "inputs": inputs, "prediction": None, "error": None}
     try:
-        doc["prediction"] = theory_sheet(asked)
+        data = theory_sheet(SheetInputs(**dataclasses.asdict(inputs)))
     except AnatomyError as err:
-        doc["error"] = str(err)
-    run.write_json("prediction.json", doc, source="collector.theory_sheet.theory_sheet")
+        doc = PredictionDoc(inputs, None, str(err))
+    else:  # checked as the file will hold it: a key the sheet gains without the schema fails the run here
+        theory = PredictedTheory.from_dict(
+            json.loads(json.dumps(data)), "collector.theory_sheet.theory_sheet"
+        )
+        doc = PredictionDoc(inputs, theory, None)
+    run.write_json("prediction.json", doc.to_dict(), source="collector.theory_sheet.theory_sheet")
     if Path(
         m.config
     ).is_file():  # a config.json path (not a bundled name): keep the exact file beside the theory

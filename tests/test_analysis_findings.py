@@ -11,7 +11,7 @@ import pytest
 from analysis import findings as fnd
 from analysis import labels_zh as zh
 from analysis.keys import At, series_id, slug
-from analysis.reconcile.selection import bytes_reason
+from analysis.reconcile.engines.selection import bytes_reason
 
 R2 = At(round="round2")
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.reconcile import concurrency, engines, gates, overload, roofline, ttft
+from analysis.reconcile import concurrency, gates, overload, roofline, ttft
 from analysis.reconcile.capacity import kv
+from analysis.reconcile.engines import points as engines
 
 
 def test_overload_formulas():

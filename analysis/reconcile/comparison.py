@@ -97,7 +97,7 @@ def _num(v) -> float | None:
 def series_rows(c: CampaignSummary) -> list[dict]:
     """Per series of one campaign: the single-stream step, its floors, achievement, knee, peak, capacity."""
     pts = _latest_series(c.tables.get("roofline_points", pd.DataFrame()))
-    out = []
+    out: list[dict] = []
     if not len(pts):
         return out
     for key, g in pts.groupby("series_key", sort=True):
@@ -184,185 +184,187 @@ def _quant_rows(c: CampaignSummary) -> list[dict]:
     return rows
 
 
+def _series_findings(r: dict) -> list[fnd.Finding]:
+    """One series of one campaign: its single-stream step, roofline achievement (datasheet and measured
+    ceilings), knee, peak throughput and KV capacity."""
+    pre = At(
+        cross=True,
+        campaign=r["campaign"],
+        level="series",
+        series=r["series_key"],
+        engine=r["engine"],
+        weight_format=_str(r["weight_format"]),
+    )
+    src = [f"{r['campaign']}/{r['source']}"]
+    out = [
+        fnd.measured(
+            pre("single_stream_p50_itl_ms"),
+            r["single_stream_p50_itl_ms"],
+            "ms",
+            src,
+            concurrency=r["single_stream_concurrency"],
+            floor_datasheet_ms=r["floor_datasheet_ms"],
+            floor_measured_ms=r["floor_measured_ms"],
+            gpu=r["gpu"],
+        )
+    ]
+    for tag, reason in (("datasheet", "no_gpu_datasheet"), ("measured", "no_measured_ceiling")):
+        key = pre(
+            "roofline_achievement_pct" if tag == "datasheet" else "roofline_achievement_measured_ceiling_pct"
+        )
+        v = r[f"achievement_{tag}_pct"]
+        if v is None:
+            why = f"{r['campaign']}: no {tag} bandwidth for a floor"
+            out.append(fnd.not_available(key, "%", reason, why, src))
+        else:
+            floor, bw = r[f"floor_{tag}_ms"], r[f"bandwidth_{tag}_bytes_per_s"]
+            out.append(fnd.measured(key, v, "%", src, floor_ms=floor, bandwidth_bytes_per_s=bw))
+    if r["knee_concurrency"] is None:
+        why = f"no point up to concurrency {r['max_concurrency_measured']} has p99 ITL > 2 × p50"
+        out.append(fnd.not_available(pre("knee_concurrency"), "requests", "no_knee", why, src))
+    else:
+        out.append(fnd.measured(pre("knee_concurrency"), int(r["knee_concurrency"]), "requests", src))
+    out.append(
+        fnd.measured(
+            pre("peak_output_throughput_tokens_per_s"),
+            r["peak_output_throughput_tokens_per_s"],
+            "tokens/s",
+            src,
+            concurrency=r["peak_concurrency"],
+        )
+    )
+    if r.get("capacity_tokens") is not None:
+        th = r.get("capacity_tokens_theory")
+        out.append(
+            fnd.measured(
+                pre("capacity_tokens"),
+                r["capacity_tokens"],
+                "tokens",
+                [f"{r['campaign']}/{r['capacity_source']}"],
+                theory=float(th) if th is not None else None,
+                tolerance_pct=_capacity_tolerance(r) if th is not None else None,
+                detail="vLLM: logged KV pool tokens; llama.cpp: slots × n_ctx_slot — vs theory",
+            )
+        )
+    return out
+
+
+def _floor_speedup(ra: dict, rb: dict, col: str) -> float | None:
+    """Two series' roofline floors' ratio (``col``: datasheet or measured ceilings); None unless both."""
+    return speedup(ra[col], rb[col]) if ra[col] and rb[col] else None
+
+
+def _pair(a: str, b: str, key: str, ra: dict, rb: dict) -> tuple[fnd.Finding, dict]:
+    """One series measured on two campaigns of the same model (``a`` the slower card): the single-stream
+    speedup against the ratio of their floors; the finding and the pairs table's row."""
+    pre = At(
+        cross=True,
+        campaign=a,
+        versus=b,
+        level="series",
+        series=key,
+        engine=ra["engine"],
+        weight_format=_str(ra["weight_format"]),
+    )
+    meas = speedup(ra["single_stream_p50_itl_ms"], rb["single_stream_p50_itl_ms"])
+    th_ds = _floor_speedup(ra, rb, "floor_datasheet_ms")
+    th_ms = _floor_speedup(ra, rb, "floor_measured_ms")
+    finding = fnd.measured(
+        pre("single_stream_speedup"),
+        meas,
+        "ratio",
+        [f"{a}/{ra['source']}", f"{b}/{rb['source']}"],
+        theory=th_ds,
+        tolerance_pct=SPEEDUP_TOLERANCE_PCT if th_ds is not None else None,
+        theory_measured_ceilings=th_ms,
+        faster=b if meas > 1 else a,
+        detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio "
+        "of their roofline floors (bytes per step ÷ bandwidth), datasheet; measured "
+        "ceilings alongside",
+    )
+    row = {
+        "a": a,
+        "b": b,
+        "series_key": key,
+        "speedup_measured": meas,
+        "speedup_theory_datasheet": th_ds,
+        "speedup_theory_measured_ceilings": th_ms,
+        "achievement_datasheet_pct_a": ra["achievement_datasheet_pct"],
+        "achievement_datasheet_pct_b": rb["achievement_datasheet_pct"],
+    }
+    return finding, row
+
+
+def _pairs(
+    summaries: list[CampaignSummary], by: dict[tuple[str, str], dict]
+) -> tuple[list[fnd.Finding], list[dict]]:
+    """Every series two campaigns of the same model share (a step ratio between different models says
+    nothing about the cards)."""
+    names = sorted(c.name for c in summaries)
+    shape = {c.name: c.model_shape for c in summaries}
+    card = {c.name: c for c in summaries}
+    found, rows = [], []
+    for a, b in (slower_first(card[x], card[y]) for x, y in combinations(names, 2)):
+        if shape[a] is None or shape[a] != shape[b]:
+            continue
+        for key in sorted({k for (cn, k) in by if cn == a} & {k for (cn, k) in by if cn == b}):
+            finding, row = _pair(a, b, key, by[(a, key)], by[(b, key)])
+            found.append(finding)
+            rows.append(row)
+    return found, rows
+
+
+def _quant_findings(c: CampaignSummary, quant: list[dict]) -> list[fnd.Finding]:
+    """A campaign's quantization step ratios restated for the comparison (n/a with one format per engine)."""
+    own = [q for q in quant if q["campaign"] == c.name]
+    if not own:
+        at = At(cross=True, campaign=c.name, topic="quantization")("step_ratio")
+        return [
+            fnd.not_available(
+                at, "ratio", "no_second_format", f"{c.name} measured one weight format per engine"
+            )
+        ]
+    out = []
+    for q in own:
+        f = c.findings[q["key"]]
+        qkey = (
+            At(cross=True, campaign=c.name, topic="quantization")("step_ratio")
+            if q.get("cross_engine")
+            else f.at.with_(cross=True, campaign=c.name)
+        )
+        if f.value is None:
+            out.append(fnd.not_available(qkey, "ratio", f.reason or "unknown", f.detail or "", f.sources))
+            continue
+        out.append(
+            fnd.measured(
+                qkey,
+                f.value,
+                "ratio",
+                [f"{c.name}/{s}" for s in f.sources],
+                theory=f.theory,
+                tolerance_pct=f.tolerance_pct,
+                detail=f.detail,
+                cross_engine=bool(q.get("cross_engine")),
+                achievement_pct=f.extra.get("achievement_pct"),
+                gap_direction=f.extra.get("gap_direction"),
+            )
+        )
+    return out
+
+
 def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], FindingSet]:
     """Tables and findings of the comparison of two or more analysed campaigns."""
     found = FindingSet()
     series: list[dict] = []
     for c in summaries:
         series += series_rows(c)
-    by = {(r["campaign"], r["series_key"]): r for r in series}
     for r in series:
-        pre = At(
-            cross=True,
-            campaign=r["campaign"],
-            level="series",
-            series=r["series_key"],
-            engine=r["engine"],
-            weight_format=_str(r["weight_format"]),
-        )
-        src = [f"{r['campaign']}/{r['source']}"]
-        found.add(
-            fnd.measured(
-                pre("single_stream_p50_itl_ms"),
-                r["single_stream_p50_itl_ms"],
-                "ms",
-                src,
-                concurrency=r["single_stream_concurrency"],
-                floor_datasheet_ms=r["floor_datasheet_ms"],
-                floor_measured_ms=r["floor_measured_ms"],
-                gpu=r["gpu"],
-            )
-        )
-        for tag, reason in (("datasheet", "no_gpu_datasheet"), ("measured", "no_measured_ceiling")):
-            key = pre(
-                "roofline_achievement_pct"
-                if tag == "datasheet"
-                else "roofline_achievement_measured_ceiling_pct"
-            )
-            v = r[f"achievement_{tag}_pct"]
-            if v is None:
-                found.add(
-                    fnd.not_available(
-                        key, "%", reason, f"{r['campaign']}: no {tag} bandwidth for a floor", src
-                    )
-                )
-            else:
-                found.add(
-                    fnd.measured(
-                        key,
-                        v,
-                        "%",
-                        src,
-                        floor_ms=r[f"floor_{tag}_ms"],
-                        bandwidth_bytes_per_s=r[f"bandwidth_{tag}_bytes_per_s"],
-                    )
-                )
-        if r["knee_concurrency"] is None:
-            found.add(
-                fnd.not_available(
-                    pre("knee_concurrency"),
-                    "requests",
-                    "no_knee",
-                    f"no point up to concurrency {r['max_concurrency_measured']} has p99 ITL > 2 × p50",
-                    src,
-                )
-            )
-        else:
-            found.add(fnd.measured(pre("knee_concurrency"), int(r["knee_concurrency"]), "requests", src))
-        found.add(
-            fnd.measured(
-                pre("peak_output_throughput_tokens_per_s"),
-                r["peak_output_throughput_tokens_per_s"],
-                "tokens/s",
-                src,
-                concurrency=r["peak_concurrency"],
-            )
-        )
-        if r.get("capacity_tokens") is not None:
-            th = r.get("capacity_tokens_theory")
-            found.add(
-                fnd.measured(
-                    pre("capacity_tokens"),
-                    r["capacity_tokens"],
-                    "tokens",
-                    [f"{r['campaign']}/{r['capacity_source']}"],
-                    theory=float(th) if th is not None else None,
-                    tolerance_pct=_capacity_tolerance(r) if th is not None else None,
-                    detail="vLLM: logged KV pool tokens; llama.cpp: slots × n_ctx_slot — vs theory",
-                )
-            )
-    names = sorted(c.name for c in summaries)
-    pair_rows = []
-    shape = {c.name: c.model_shape for c in summaries}
-    card = {c.name: c for c in summaries}
-    for a, b in (slower_first(card[x], card[y]) for x, y in combinations(names, 2)):
-        if shape[a] is None or shape[a] != shape[b]:
-            continue  # a step ratio between different models says nothing about the cards
-        for key in sorted({k for (cn, k) in by if cn == a} & {k for (cn, k) in by if cn == b}):
-            ra, rb = by[(a, key)], by[(b, key)]
-            pre = At(
-                cross=True,
-                campaign=a,
-                versus=b,
-                level="series",
-                series=key,
-                engine=ra["engine"],
-                weight_format=_str(ra["weight_format"]),
-            )
-            src = [f"{a}/{ra['source']}", f"{b}/{rb['source']}"]
-            meas = speedup(ra["single_stream_p50_itl_ms"], rb["single_stream_p50_itl_ms"])
-            th_ds = (
-                speedup(ra["floor_datasheet_ms"], rb["floor_datasheet_ms"])
-                if ra["floor_datasheet_ms"] and rb["floor_datasheet_ms"]
-                else None
-            )
-            th_ms = (
-                speedup(ra["floor_measured_ms"], rb["floor_measured_ms"])
-                if ra["floor_measured_ms"] and rb["floor_measured_ms"]
-                else None
-            )
-            found.add(
-                fnd.measured(
-                    pre("single_stream_speedup"),
-                    meas,
-                    "ratio",
-                    src,
-                    theory=th_ds,
-                    tolerance_pct=SPEEDUP_TOLERANCE_PCT if th_ds is not None else None,
-                    theory_measured_ceilings=th_ms,
-                    faster=b if meas > 1 else a,
-                    detail=f"p50 ITL on {a} ÷ p50 ITL on {b} at the lowest concurrency; theory: the ratio "
-                    "of their roofline floors (bytes per step ÷ bandwidth), datasheet; measured "
-                    "ceilings alongside",
-                )
-            )
-            pair_rows.append(
-                {
-                    "a": a,
-                    "b": b,
-                    "series_key": key,
-                    "speedup_measured": meas,
-                    "speedup_theory_datasheet": th_ds,
-                    "speedup_theory_measured_ceilings": th_ms,
-                    "achievement_datasheet_pct_a": ra["achievement_datasheet_pct"],
-                    "achievement_datasheet_pct_b": rb["achievement_datasheet_pct"],
-                }
-            )
+        for f in _series_findings(r):
+            found.add(f)
+    pair_found, pair_rows = _pairs(summaries, {(r["campaign"], r["series_key"]): r for r in series})
     quant = [q for c in summaries for q in _quant_rows(c)]
-    for c in summaries:
-        if not any(q["campaign"] == c.name for q in quant):
-            found.add(
-                fnd.not_available(
-                    At(cross=True, campaign=c.name, topic="quantization")("step_ratio"),
-                    "ratio",
-                    "no_second_format",
-                    f"{c.name} measured one weight format per engine",
-                )
-            )
-        for q in (q for q in quant if q["campaign"] == c.name):
-            f = c.findings[q["key"]]
-            qkey = (
-                At(cross=True, campaign=c.name, topic="quantization")("step_ratio")
-                if q.get("cross_engine")
-                else f.at.with_(cross=True, campaign=c.name)
-            )
-            if f.value is None:
-                found.add(fnd.not_available(qkey, "ratio", f.reason or "unknown", f.detail or "", f.sources))
-            else:
-                found.add(
-                    fnd.measured(
-                        qkey,
-                        f.value,
-                        "ratio",
-                        [f"{c.name}/{s}" for s in f.sources],
-                        theory=f.theory,
-                        tolerance_pct=f.tolerance_pct,
-                        detail=f.detail,
-                        cross_engine=bool(q.get("cross_engine")),
-                        achievement_pct=f.extra.get("achievement_pct"),
-                        gap_direction=f.extra.get("gap_direction"),
-                    )
-                )
+    for f in pair_found + [f for c in summaries for f in _quant_findings(c, quant)]:
+        found.add(f)
     roof = []
     for c in summaries:
         pts = _latest_series(c.tables.get("roofline_points", pd.DataFrame()))

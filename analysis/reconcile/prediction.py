@@ -9,14 +9,18 @@ with no datasheet) gets n/a findings that quote the recorded error.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pandas as pd
 
 from analysis import findings as fnd
-from analysis.campaign import RunData
+from analysis.campaign import BenchPoint, RunData
+from analysis.keys import At
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.capacity import max_concurrency_measured, pool_tokens_measured
 from analysis.reconcile.concurrency import run_sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
+from collector.raw.prediction import PredictedTheory
 
 # An estimated pool (no --kv-pool-gib) is the vLLM-style guess: ±10 % is what it can promise.
 ESTIMATED_POOL_TOLERANCE_PCT = 10.0
@@ -41,222 +45,233 @@ def model_buffer_mib(log) -> float | None:
     return sum(bufs) if bufs else None
 
 
-def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
-    pre = run_at(run, th.weight_format_for(run), topic="prediction")
-    doc = run.docs.prediction
-    keys = (("decode_step_ms", "ms"), ("kv_pool_tokens", "tokens"), ("max_concurrency", "requests"))
-    if doc is None or doc.prediction is None:
-        why = (
-            "no prediction.json in the run"
-            if doc is None
-            else f"{run.cite(run.docs.files['prediction'], 'error')}: {doc.error}"
-        )
-        srcs = [run.cite(run.docs.files["prediction"])] if doc is not None else []
-        return [], [fnd.not_available(pre(k), u, "no_prediction", why, srcs) for k, u in keys]
-    pred = doc.prediction
-    prel = run.docs.files["prediction"]
-    rows: list[dict] = []
-    out: list[fnd.Finding] = []
+@dataclass
+class _RunPrediction:
+    """One run's recorded prediction while its rows (the table) and findings are gathered."""
+
+    run: RunData
+    pred: PredictedTheory
+    prel: str  # the run-relative prediction file
+    pre: At  # quantity -> the finding's address
+    rows: list[dict] = field(default_factory=list)
+    out: list[fnd.Finding] = field(default_factory=list)
+
+    def cite(self, key: str) -> str:
+        """A citation of one key of the prediction file (``prediction.<name>``)."""
+        return self.run.cite(self.prel, key)
 
     def row(
+        self,
         quantity: str,
         unit: str,
-        predicted: float | None,
-        pkey: str,
-        measured: float | None,
-        msrc: str | None,
+        predicted: tuple[float | None, str],
+        measured: tuple[float | None, str | None],
         **extra,
     ) -> None:
-        rows.append(
+        """A table row: (predicted value, its key in the file), (measured value, its citation)."""
+        (pval, pkey), (mval, msrc) = predicted, measured
+        self.rows.append(
             {
-                "run": run.name,
-                "engine": run.engine,
+                "run": self.run.name,
+                "engine": self.run.engine,
                 "quantity": quantity,
                 "unit": unit,
-                "predicted": predicted,
-                "measured": measured,
-                "ratio": ratio(measured, predicted) if measured is not None and predicted else None,
-                "predicted_source": run.cite(prel, pkey),
+                "predicted": pval,
+                "measured": mval,
+                "ratio": ratio(mval, pval) if mval is not None and pval else None,
+                "predicted_source": self.cite(pkey),
                 "measured_source": msrc or "",
                 **extra,
             }
         )
 
-    sweep = run_sweep_points(run)
-    c1 = min(sweep, key=lambda p: p.concurrency) if sweep else None
-    floor = pred.get("decode_step_floor_ms")
+
+def _no_prediction(run: RunData, pre: At) -> list[fnd.Finding]:
+    """n/a findings quoting why the run has no prediction (no file, or `collector plan` refused)."""
+    doc = run.docs.prediction
+    keys = (("decode_step_ms", "ms"), ("kv_pool_tokens", "tokens"), ("max_concurrency", "requests"))
+    why = (
+        "no prediction.json in the run"
+        if doc is None
+        else f"{run.cite(run.docs.files['prediction'], 'error')}: {doc.error}"
+    )
+    srcs = [run.cite(run.docs.files["prediction"])] if doc is not None else []
+    return [fnd.not_available(pre(k), u, "no_prediction", why, srcs) for k, u in keys]
+
+
+def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+    pre = run_at(run, th.weight_format_for(run), topic="prediction")
+    doc = run.docs.prediction
+    if doc is None or doc.prediction is None:
+        return [], _no_prediction(run, pre)
+    rp = _RunPrediction(run, doc.prediction, run.docs.files["prediction"], pre)
+    _decode_step(rp)
+    _kv_pool_and_concurrency(rp)
+    _weights(rp)
+    return rp.rows, rp.out
+
+
+def _decode_step(rp: _RunPrediction) -> None:
+    """The single-stream decode step (p50 ITL at the lowest concurrency) vs the predicted floor."""
+    pre, pred, floor_key = rp.pre, rp.pred, "prediction.decode_step_floor_ms"
+    sweep = run_sweep_points(rp.run)
+    c1 = min(sweep, key=lambda p: p.concurrency or 0) if sweep else None
+    floor = pred.decode_step_floor_ms
     if c1 is None:
-        out.append(
-            fnd.not_available(
-                pre("decode_step_ms"),
-                "ms",
-                "no_concurrency_1",
-                f"{run.name}: no sweep point to set against the floor",
-            )
-        )
-    elif floor is None:
-        out.append(
+        why = f"{rp.run.name}: no sweep point to set against the floor"
+        rp.out.append(fnd.not_available(pre("decode_step_ms"), "ms", "no_concurrency_1", why))
+        return
+    if floor is None:
+        rp.out.append(
             fnd.not_available(
                 pre("decode_step_ms"),
                 "ms",
                 "no_gpu_datasheet",
-                f"{run.cite(prel, 'prediction.decode_step_floor_ms')}: no floor predicted "
-                f"(device {pred.get('gpu')!r} has no datasheet bandwidth)",
-                [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
+                f"{rp.cite(floor_key)}: no floor predicted (device {pred.gpu!r} has no datasheet bandwidth)",
+                [c1.cite("p50_itl_ms"), rp.cite(floor_key)],
                 p50_itl_ms=c1.result.itl.p50_ms,
                 concurrency=c1.concurrency,
             )
         )
-    elif (itl := c1.result.itl.p50_ms) is None:
-        out.append(
+        return
+    itl = c1.result.itl.p50_ms
+    if itl is None:
+        why = f"{c1.key}: no request completed with a second token, so no ITL to set against the floor"
+        rp.out.append(
             fnd.not_available(
                 pre("decode_step_ms"),
                 "ms",
                 "point_cut",
-                f"{c1.key}: no request completed with a second token, so no ITL to set against the floor",
+                why,
                 [c1.cite("p50_itl_ms")],
                 concurrency=c1.concurrency,
             )
         )
-    else:
-        row(
-            "decode_step_ms",
-            "ms",
-            floor,
-            "prediction.decode_step_floor_ms",
-            itl,
-            c1.cite("p50_itl_ms"),
-            concurrency=c1.concurrency,
-            context_tokens_predicted=pred.get("decode_context_tokens"),
-        )
-        out.append(
-            fnd.measured(
-                pre("decode_step_ms"),
-                itl,
-                "ms",
-                [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
-                predicted_floor_ms=floor,
-                floor_achievement_pct=floor_achievement_pct(floor, itl),
-                concurrency=c1.concurrency,
-                predicted_context_tokens=pred.get("decode_context_tokens"),
-                gpu=pred.get("gpu"),
-                detail="measured p50 ITL at the lowest concurrency; the prediction is a floor "
-                "(bytes read per step ÷ datasheet bandwidth), so measured ≥ predicted",
-            )
-        )
-        out.append(
-            fnd.checked(
-                pre("decode_step_above_floor"),
-                itl >= floor,
-                [c1.cite("p50_itl_ms"), run.cite(prel, "prediction.decode_step_floor_ms")],
-                detail="a step faster than its memory floor would mean the byte ledger or the "
-                "bandwidth is wrong",
-                floor_ms=floor,
-                measured_ms=itl,
-            )
-        )
-        tps = pred.get("decode_tokens_per_s_single_stream")
-        if c1.concurrency == 1 and tps:
-            row(
-                "decode_tokens_per_s_single_stream",
-                "tokens/s",
-                tps,
-                "prediction.decode_tokens_per_s_single_stream",
-                c1.result.output_throughput_tok_s,
-                c1.cite("output_throughput"),
-                concurrency=1,
-            )
+        return
+    _decode_step_measured(rp, c1, floor, itl)
 
-    given = pred.get("kv_pool_source") == "given"
-    tol_pool = 0.0 if given else ESTIMATED_POOL_TOLERANCE_PCT
+
+def _decode_step_measured(rp: _RunPrediction, c1: BenchPoint, floor: float, itl: float) -> None:
+    pre, pred, floor_key = rp.pre, rp.pred, "prediction.decode_step_floor_ms"
+    srcs = [c1.cite("p50_itl_ms"), rp.cite(floor_key)]
+    rp.row(
+        "decode_step_ms",
+        "ms",
+        (floor, floor_key),
+        (itl, c1.cite("p50_itl_ms")),
+        concurrency=c1.concurrency,
+        context_tokens_predicted=pred.decode_context_tokens,
+    )
+    rp.out.append(
+        fnd.measured(
+            pre("decode_step_ms"),
+            itl,
+            "ms",
+            srcs,
+            predicted_floor_ms=floor,
+            floor_achievement_pct=floor_achievement_pct(floor, itl),
+            concurrency=c1.concurrency,
+            predicted_context_tokens=pred.decode_context_tokens,
+            gpu=pred.gpu,
+            detail="measured p50 ITL at the lowest concurrency; the prediction is a floor "
+            "(bytes read per step ÷ datasheet bandwidth), so measured ≥ predicted",
+        )
+    )
+    rp.out.append(
+        fnd.checked(
+            pre("decode_step_above_floor"),
+            itl >= floor,
+            srcs,
+            detail="a step faster than its memory floor would mean the byte ledger or the bandwidth is wrong",
+            floor_ms=floor,
+            measured_ms=itl,
+        )
+    )
+    tps = pred.decode_tokens_per_s_single_stream
+    if c1.concurrency == 1 and tps:
+        rp.row(
+            "decode_tokens_per_s_single_stream",
+            "tokens/s",
+            (tps, "prediction.decode_tokens_per_s_single_stream"),
+            (c1.result.output_throughput_tok_s, c1.cite("output_throughput")),
+            concurrency=1,
+        )
+
+
+def _kv_pool_and_concurrency(rp: _RunPrediction) -> None:
+    """The server's KV pool (tokens) and full-length concurrency vs the prediction: exact for a given
+    pool, ±10 % for an estimated one (vLLM's logged concurrency also ±0.005 for its 2-decimal print)."""
+    run, pred, pre = rp.run, rp.pred, rp.pre
+    vllm = run.engine == "vllm"
+    tol_pool = 0.0 if pred.kv_pool_source == "given" else ESTIMATED_POOL_TOLERANCE_PCT
     meas_pool, pool_src = pool_tokens_measured(run)
-    pkey = "prediction.vllm_kv_cache_tokens" if run.engine == "vllm" else "prediction.kv_pool_tokens"
-    pred_pool = pred.get(pkey.split(".", 1)[1])
-    if meas_pool is None or pred_pool is None:
-        out.append(
-            fnd.not_available(
-                pre("kv_pool_tokens"),
-                "tokens",
-                "no_kv_pool_line",
-                f"{run.name}: no pool line in the server log",
-            )
-        )
+    pkey = "prediction.vllm_kv_cache_tokens" if vllm else "prediction.kv_pool_tokens"
+    pred_pool = pred.vllm_kv_cache_tokens if vllm else pred.kv_pool_tokens
+    if meas_pool is None or pool_src is None:
+        why = f"{run.name}: no pool line in the server log"
+        rp.out.append(fnd.not_available(pre("kv_pool_tokens"), "tokens", "no_kv_pool_line", why))
     else:
-        row(
-            "kv_pool_tokens",
-            "tokens",
-            pred_pool,
-            pkey,
-            meas_pool,
-            pool_src,
-            pool_source=pred.get("kv_pool_source"),
-        )
-        out.append(
+        source = pred.kv_pool_source
+        rp.row("kv_pool_tokens", "tokens", (pred_pool, pkey), (meas_pool, pool_src), pool_source=source)
+        rp.out.append(
             fnd.measured(
                 pre("kv_pool_tokens"),
                 meas_pool,
                 "tokens",
-                [pool_src, run.cite(prel, pkey)],
+                [pool_src, rp.cite(pkey)],
                 theory=float(pred_pool),
                 tolerance_pct=tol_pool,
-                pool_source=pred.get("kv_pool_source"),
+                pool_source=source,
                 detail="the server's pool (vLLM: logged size; llama.cpp: slots × n_ctx_slot) vs the "
                 "prediction (given pool: exact; estimated pool: ±10 %)",
             )
         )
     meas_c, c_src = max_concurrency_measured(run)
-    ckey = "prediction.max_concurrency_vllm" if run.engine == "vllm" else "prediction.max_concurrency"
-    pred_c = pred.get(ckey.split(".", 1)[1])
-    if meas_c is None or pred_c is None:
-        out.append(
-            fnd.not_available(
-                pre("max_concurrency"),
-                "requests",
-                "no_kv_pool_line",
-                f"{run.name}: no concurrency line in the server log",
-            )
+    ckey = "prediction.max_concurrency_vllm" if vllm else "prediction.max_concurrency"
+    pred_c = pred.max_concurrency_vllm if vllm else pred.max_concurrency
+    if meas_c is None or c_src is None:
+        why = f"{run.name}: no concurrency line in the server log"
+        rp.out.append(fnd.not_available(pre("max_concurrency"), "requests", "no_kv_pool_line", why))
+        return
+    tol_c = tol_pool + (0.005 / pred_c * 100 if vllm else 0.0)
+    rp.row("max_concurrency", "requests", (pred_c, ckey), (meas_c, c_src))
+    rp.out.append(
+        fnd.measured(
+            pre("max_concurrency"),
+            meas_c,
+            "requests",
+            [c_src, rp.cite(ckey)],
+            theory=float(pred_c),
+            tolerance_pct=tol_c,
+            detail="vLLM: logged maximum concurrency; llama.cpp: slots — vs pool ÷ max_model_len",
         )
-    else:
-        tol_c = tol_pool + (0.005 / pred_c * 100 if run.engine == "vllm" else 0.0)
-        row("max_concurrency", "requests", pred_c, ckey, meas_c, c_src)
-        out.append(
-            fnd.measured(
-                pre("max_concurrency"),
-                meas_c,
-                "requests",
-                [c_src, run.cite(prel, ckey)],
-                theory=float(pred_c),
-                tolerance_pct=tol_c,
-                detail="vLLM: logged maximum concurrency; llama.cpp: slots — vs pool ÷ max_model_len",
-            )
-        )
+    )
+
+
+def _weights(rp: _RunPrediction) -> None:
+    """llama.cpp's model buffers (MiB, from its log) vs the GGUF recipe's predicted weight bytes."""
+    run, pred = rp.run, rp.pred
     rel, log = run.server_log
-    if run.engine == "llamacpp" and log is not None and pred.get("weight_bytes"):
-        mib = model_buffer_mib(log)
-        if mib is not None:
-            wp = pred["weight_bytes"] / MIB
-            row(
-                "weight_mib",
-                "MiB",
-                wp,
-                "prediction.weight_bytes",
-                mib,
-                run.cite(rel),
-                weight_format=pred.get("weight_format"),
-            )
-            out.append(
-                fnd.measured(
-                    pre("weight_mib"),
-                    mib,
-                    "MiB",
-                    [run.cite(rel), run.cite(prel, "prediction.weight_bytes")],
-                    theory=wp,
-                    tolerance_pct=WEIGHT_BYTES_TOLERANCE_PCT,
-                    predicted_weight_format=pred.get("weight_format"),
-                    detail="Σ llama.cpp 'model buffer size' lines vs the GGUF recipe's tensor bytes",
-                )
-            )
-    return rows, out
+    if run.engine != "llamacpp" or rel is None or log is None or not pred.weight_bytes:
+        return
+    mib = model_buffer_mib(log)
+    if mib is None:
+        return
+    wp = pred.weight_bytes / MIB
+    wkey = "prediction.weight_bytes"
+    rp.row("weight_mib", "MiB", (wp, wkey), (mib, run.cite(rel)), weight_format=pred.weight_format)
+    rp.out.append(
+        fnd.measured(
+            rp.pre("weight_mib"),
+            mib,
+            "MiB",
+            [run.cite(rel), rp.cite(wkey)],
+            theory=wp,
+            tolerance_pct=WEIGHT_BYTES_TOLERANCE_PCT,
+            predicted_weight_format=pred.weight_format,
+            detail="Σ llama.cpp 'model buffer size' lines vs the GGUF recipe's tensor bytes",
+        )
+    )
 
 
 def run(s: SectionInput) -> Section:

@@ -121,7 +121,7 @@ class SpecRun:
 
 def _last_counters(run: RunData) -> tuple[float | None, float | None, float | None]:
     rel, scrapes = run.scrapes
-    if scrapes is None:
+    if scrapes is None or rel is None:
         return None, None, None
     ok = [r for r in scrapes.records if r.source == "metrics" and r.ok]
     if not ok:

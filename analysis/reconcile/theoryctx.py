@@ -114,10 +114,10 @@ def _own_model(campaign: Campaign) -> tuple[ModelConfig | None, list[str], str |
                 None,
             )
         pred = d.prediction.prediction if d.prediction else None
-        if pred and isinstance(pred.get("config"), dict) and pred.get("model_type"):
-            data = {**pred["config"], "model_type": pred["model_type"]}
+        if pred and pred.model_type:
+            data = {**pred.config, "model_type": pred.model_type}
             cfg = model_config_from_dict(
-                data, name=str(pred.get("model") or run.name), source=run.info.path / d.files["prediction"]
+                data, name=pred.model or run.name, source=run.info.path / d.files["prediction"]
             )
             return cfg, [run.cite(d.files["prediction"], "prediction.config")], None
         if d.prediction and d.prediction.error:

@@ -2,7 +2,7 @@
 the campaign's default p99 TTFT budget (analysis.reconcile.slo.default_budget_ms: the reference study's 730
 ms for the imported campaign, a budget every sweep of our own brackets where one exists), how it was
 interpolated, the goodput there, the engine settings that follow, and the point to measure next where the
-sweep does not bracket the budget. The analysis is analysis/reconcile/slo.py; the prose is
+sweep does not bracket the budget. The analysis is analysis/reconcile/slo/; the prose is
 site/templates/campaign/slo.md.j2."""
 
 from __future__ import annotations

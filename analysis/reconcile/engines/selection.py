@@ -17,6 +17,7 @@ campaign's two series are two weight formats of one engine), each a finding per 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -26,7 +27,7 @@ from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At, slug
 from analysis.reconcile import Context, Section, SectionInput, engine_at, slo
 from analysis.reconcile.concurrency import peak_throughput_finding, sweep_points
-from analysis.reconcile.roofline import step_bytes, step_ratio, sweep_series, throughput_ratio
+from analysis.reconcile.roofline import SweepSeries, step_bytes, step_ratio, sweep_series, throughput_ratio
 from analysis.reconcile.theoryctx import TheoryCtx
 
 BUDGETS_MS = (500.0, 1000.0, 2000.0, math.inf)
@@ -121,10 +122,10 @@ def budget_ladder_ms(p99_ttft_ms: list[float], extra_ms: tuple[float, ...] = ())
     return sorted(out)
 
 
-def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[dict]:
+def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[SweepSeries]:
     """The series that compete in a round (``roofline.sweep_series``: an imported round's engines, our own
     runs), one per engine and weight format (the first sweep of each: a later one is a repeat)."""
-    out: list[dict] = []
+    out: list[SweepSeries] = []
     for s in sweep_series(campaign, th):
         if s["round"] == (rnd or "") and all(
             (o["engine"], o["weight_format"]) != (s["engine"], s["weight_format"]) for o in out
@@ -133,15 +134,15 @@ def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[dic
     return out
 
 
-def _ident(s: dict) -> dict:
+def _ident(s: SweepSeries) -> dict:
     return {"engine": s["engine"], "weight_format": s["weight_format"], "run": s["run"]}
 
 
-def _same_engine(ss: list[dict]) -> bool:
+def _same_engine(ss: list[SweepSeries]) -> bool:
     return len({s["engine"] for s in ss}) == 1
 
 
-def _within_budget(s: dict, ans: slo.SloAnswer | None) -> dict:
+def _within_budget(s: SweepSeries, ans: slo.SloAnswer | None) -> dict:
     """One series at one budget: the planner's concurrency and output tokens/s there, with the bracketing
     points (``at_least``: the highest measured point is within the budget, so the series sustains at least
     that; nothing: no point is within it)."""
@@ -179,7 +180,7 @@ def _within_budget(s: dict, ans: slo.SloAnswer | None) -> dict:
     }
 
 
-def _measured_within(s: dict, budget_ms: float, gate_ok) -> dict | None:
+def _measured_within(s: SweepSeries, budget_ms: float, gate_ok) -> dict | None:
     """One series' measured gated point with the most output tokens/s among those with p99 TTFT ≤ the
     budget, as a ``_within_budget`` row; None when no point is within it."""
     pts = [
@@ -192,7 +193,7 @@ def _measured_within(s: dict, budget_ms: float, gate_ok) -> dict | None:
     ]
     if not pts:
         return None
-    p = max(pts, key=lambda q: (q.result.output_throughput_tok_s, -q.concurrency))
+    p = max(pts, key=lambda q: (q.result.output_throughput_tok_s or 0.0, -(q.concurrency or 0)))
     return _ident(s) | {
         "status": "measured",
         "at_least": False,
@@ -215,19 +216,15 @@ def most_within(*rows: dict | None) -> dict:
 
 
 def best_per_budget(
-    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[dict]
+    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[SweepSeries]
 ) -> tuple[list[fnd.Finding], list[dict]]:
     """Per budget of the ladder, the series delivering the most output tokens/s within it (findings, one per
     budget, and the table rows, one per budget and series)."""
     at = At(round=rnd, topic="selection")
     if len(series) < 2:
+        why = f"one series in {rnd or 'the campaign'}: nothing to choose between"
         return [
-            fnd.not_available(
-                at("best_within_budget_tokens_per_s"),
-                "tokens/s",
-                "engine_missing",
-                f"one series in {rnd or 'the campaign'}: nothing to choose between",
-            )
+            fnd.not_available(at("best_within_budget_tokens_per_s"), "tokens/s", "engine_missing", why)
         ], []
     p99 = [
         p.result.p99_ttft_ms
@@ -236,11 +233,8 @@ def best_per_budget(
         if ctx.gate_ok(p) and p.result.p99_ttft_ms is not None
     ]
     if not p99:
-        return [
-            fnd.not_available(
-                at("best_within_budget_tokens_per_s"), "tokens/s", "too_few_points", "no gated-in sweep point"
-            )
-        ], []
+        key = at("best_within_budget_tokens_per_s")
+        return [fnd.not_available(key, "tokens/s", "too_few_points", "no gated-in sweep point")], []
     page_budget, _ = slo.default_budget_ms(campaign)
     findings: list[fnd.Finding] = []
     rows: list[dict] = []
@@ -248,77 +242,87 @@ def best_per_budget(
     for b in budget_ladder_ms(p99, (page_budget,)):
         per = [
             most_within(
-                _within_budget(
-                    s,
-                    slo.plan_sweep(
-                        campaign.name,
-                        rnd,
-                        s["engine"],
-                        s["points"],
-                        b,
-                        gate_ok=ctx.gate_ok,
-                        weight_format_of=th.weight_format_for,
-                    ),
-                ),
-                _measured_within(s, b, ctx.gate_ok),
-                tighter[i],
+                _planned_within(campaign, ctx, th, rnd, s, b), _measured_within(s, b, ctx.gate_ok), tighter[i]
             )
             for i, s in enumerate(series)
         ]
         tighter = list(per)
-        rated = sorted(
-            (r for r in per if r["output_tokens_per_s"] is not None),
-            key=lambda r: -r["output_tokens_per_s"],
-        )
-        best = rated[0]  # the ladder starts at the lowest measured p99: some series is within every budget
-        runner = rated[1] if len(rated) > 1 else None
-        lead = (
-            (throughput_ratio(best["output_tokens_per_s"], runner["output_tokens_per_s"]) - 1) * 100
-            if runner is not None
-            else None
-        )
-        # a lower bound below the best may still be above it: measured further up, it could lead
-        certain = not any(r["at_least"] for r in rated[1:])
         basis = "page" if b == page_budget else "ladder"
-        for r in per:
-            rows.append(
-                {
-                    "round": rnd or "",
-                    "p99_ttft_budget_ms": b,
-                    "budget_basis": basis,
-                    **{k: v for k, v in r.items() if k != "sources"},
-                    "best": r is best,
-                    "source": "; ".join(r.get("sources", [])),
-                }
-            )
-        findings.append(
-            fnd.measured(
-                at("best_within_budget_tokens_per_s", test=slug(f"p99_ttft_{b:g}ms")),
-                best["output_tokens_per_s"],
-                "tokens/s",
-                [src for r in per for src in r.get("sources", [])],
-                budget_ms=b,
-                budget_basis=basis,
-                best_engine=best["engine"],
-                best_weight_format=best["weight_format"],
-                best_concurrency=best["concurrency"],
-                best_at_least=best["at_least"],
-                runner_up_engine=runner["engine"] if runner else None,
-                runner_up_weight_format=runner["weight_format"] if runner else None,
-                runner_up_tokens_per_s=runner["output_tokens_per_s"] if runner else None,
-                lead_pct=lead,
-                tie=lead is not None and lead < TIE_PCT,
-                certain=certain,
-                same_engine=_same_engine(series),
-                by_series=[{k: v for k, v in r.items() if k != "sources"} for r in per],
-                detail="per series the SLO planner's answer (highest concurrency with p99 TTFT ≤ budget, p99 "
-                "linear in log2(concurrency) between the bracketing points) and the output tokens/s there "
-                "(same interpolation); best: the most tokens/s; at_least: the highest measured point is "
-                "within the budget",
-            )
-        )
+        finding, best = _best_at_budget(at, b, basis, per, _same_engine(series))
+        rows += [
+            {
+                "round": rnd or "",
+                "p99_ttft_budget_ms": b,
+                "budget_basis": basis,
+                **{k: v for k, v in r.items() if k != "sources"},
+                "best": r is best,
+                "source": "; ".join(r.get("sources", [])),
+            }
+            for r in per
+        ]
+        findings.append(finding)
     findings += _same_best(at, findings)
     return findings, rows
+
+
+def _planned_within(
+    campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, s: SweepSeries, budget_ms: float
+) -> dict:
+    """One series at one budget by the SLO planner (``slo.plan_sweep``), as a ``_within_budget`` row."""
+    ans = slo.plan_sweep(
+        campaign.name,
+        rnd,
+        s["engine"],
+        s["points"],
+        budget_ms,
+        readers=slo.PointReaders(gate_ok=ctx.gate_ok, weight_format_of=th.weight_format_for),
+    )
+    return _within_budget(s, ans)
+
+
+def _best_at_budget(
+    at: At, b: float, basis: str, per: list[dict], same_engine: bool
+) -> tuple[fnd.Finding, dict]:
+    """The series with the most output tokens/s within budget ``b`` (ms), with its lead over the runner-up
+    (%); and that series' row."""
+    rated = sorted(
+        (r for r in per if r["output_tokens_per_s"] is not None),
+        key=lambda r: -r["output_tokens_per_s"],
+    )
+    best = rated[0]  # the ladder starts at the lowest measured p99: some series is within every budget
+    runner = rated[1] if len(rated) > 1 else None
+    lead = (
+        (throughput_ratio(best["output_tokens_per_s"], runner["output_tokens_per_s"]) - 1) * 100
+        if runner is not None
+        else None
+    )
+    # a lower bound below the best may still be above it: measured further up, it could lead
+    certain = not any(r["at_least"] for r in rated[1:])
+    finding = fnd.measured(
+        at("best_within_budget_tokens_per_s", test=slug(f"p99_ttft_{b:g}ms")),
+        best["output_tokens_per_s"],
+        "tokens/s",
+        [src for r in per for src in r.get("sources", [])],
+        budget_ms=b,
+        budget_basis=basis,
+        best_engine=best["engine"],
+        best_weight_format=best["weight_format"],
+        best_concurrency=best["concurrency"],
+        best_at_least=best["at_least"],
+        runner_up_engine=runner["engine"] if runner else None,
+        runner_up_weight_format=runner["weight_format"] if runner else None,
+        runner_up_tokens_per_s=runner["output_tokens_per_s"] if runner else None,
+        lead_pct=lead,
+        tie=lead is not None and lead < TIE_PCT,
+        certain=certain,
+        same_engine=same_engine,
+        by_series=[{k: v for k, v in r.items() if k != "sources"} for r in per],
+        detail="per series the SLO planner's answer (highest concurrency with p99 TTFT ≤ budget, p99 "
+        "linear in log2(concurrency) between the bracketing points) and the output tokens/s there "
+        "(same interpolation); best: the most tokens/s; at_least: the highest measured point is "
+        "within the budget",
+    )
+    return finding, best
 
 
 def _same_best(at: At, per_budget: list[fnd.Finding]) -> list[fnd.Finding]:
@@ -350,7 +354,7 @@ def _same_best(at: At, per_budget: list[fnd.Finding]) -> list[fnd.Finding]:
     ]
 
 
-def _step_bytes_at(s: dict, concurrency: int) -> float | None:
+def _step_bytes_at(s: SweepSeries, concurrency: int) -> float | None:
     """The bytes one decode step of the series reads at its point of that concurrency (roofline.step_bytes:
     the same count as the engines page's and the quantization finding's byte ratio)."""
     p = next((q for q in s["points"] if q.concurrency == concurrency), None)
@@ -376,8 +380,8 @@ def bytes_reason(byte_ratio: float | None, speed_ratio: float) -> str | None:
 
 def _lead(
     key: At,
-    a: tuple[dict, float, list[str], int],
-    b: tuple[dict, float, list[str], int],
+    a: tuple[SweepSeries, float, list[str], int],
+    b: tuple[SweepSeries, float, list[str], int],
     ratio,
     **extra,
 ):
@@ -407,7 +411,7 @@ def _lead(
     )
 
 
-def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Finding]:
+def advantages(ctx: Context, rnd: str | None, series: list[SweepSeries]) -> list[fnd.Finding]:
     """The single-stream and the peak-throughput advantage between the round's two series (the first two when
     there are more: one per engine and format)."""
     at = At(round=rnd, topic="selection")
@@ -472,14 +476,14 @@ def advantages(ctx: Context, rnd: str | None, series: list[dict]) -> list[fnd.Fi
     return out
 
 
-def guide(series: list[dict], ctx: Context, rnd: str | None) -> list[dict]:
+def guide(series: list[SweepSeries], ctx: Context, rnd: str | None) -> list[dict]:
     """The budget table on measured points only: per series the campaign has (engine and weight format)
     and budget of BUDGETS_MS, the gated point with the most output tokens/s and p99 TTFT under the budget."""
     rows = []
     for s in series:
         pts = [p for p in s["points"] if ctx.gate_ok(p)]
-        cost = [p.result.p99_ttft_ms for p in pts]
-        gain = [p.result.output_throughput_tok_s for p in pts]
+        cost = [_known(p.result.p99_ttft_ms) for p in pts]
+        gain = [_known(p.result.output_throughput_tok_s) for p in pts]
         for b in BUDGETS_MS:
             pick = fits.best_within_budget(cost, gain, b) if pts else fits.BudgetPick(b, None, None, None)
             rows.append(
@@ -500,12 +504,13 @@ def _engine_order(engine: str) -> int:
     return ENGINES.index(engine) if engine in ENGINES else len(ENGINES)
 
 
-def _curve_rows(series: dict, ctx: Context, fmt_of: dict) -> list[dict]:
+def _curve_rows(series: SweepSeries, ctx: Context, fmt_of: dict) -> list[dict]:
     """One series' sweep points as rows of the selection curve, each marked on or off the series' own Pareto
     front (over its gated-in points)."""
     allpts = series["points"]
     pts = [p for p in allpts if ctx.gate_ok(p)]
-    cost, gain = [p.result.p99_ttft_ms for p in pts], [p.result.output_throughput_tok_s for p in pts]
+    cost = [_known(p.result.p99_ttft_ms) for p in pts]
+    gain = [_known(p.result.output_throughput_tok_s) for p in pts]
     on_front = [pts[i] for i in fits.pareto_front(cost, gain)] if pts else []
     return [
         {
@@ -524,6 +529,89 @@ def _curve_rows(series: dict, ctx: Context, fmt_of: dict) -> list[dict]:
     ]
 
 
+def _known(value: float | None) -> float:
+    """A gated-in point's p99 TTFT or output tokens/s: a point without them fails its gates."""
+    assert value is not None
+    return value
+
+
+@dataclass
+class _RoundCurves:
+    """One round's measured (p99 TTFT, output tokens/s) per engine over its gated-in points, the Pareto
+    fronts of those and the citations of the front points."""
+
+    measured: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    fronts: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    srcs: list[str] = field(default_factory=list)
+
+
+def _round_curves(s: SectionInput, rnd: str | None) -> _RoundCurves:
+    ctx, out = s.ctx, _RoundCurves()
+    for engine in ENGINES:
+        # gated-out points (failed requests, short outputs) cannot be recommended: they are drawn, not picked
+        allpts = sweep_points(s.campaign, rnd, engine)
+        pts = [p for p in allpts if ctx.gate_ok(p)]
+        cost = [_known(p.result.p99_ttft_ms) for p in pts]
+        gain = [_known(p.result.output_throughput_tok_s) for p in pts]
+        front = fits.pareto_front(cost, gain) if pts else []
+        out.measured[engine] = (cost, gain)
+        if front:
+            out.fronts[engine] = ([cost[i] for i in front], [gain[i] for i in front])
+            out.srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [
+                pts[i].cite("output_throughput") for i in front
+            ]
+    return out
+
+
+def _boundary(key: At, fronts: dict[str, tuple[list[float], list[float]]], srcs: list[str]) -> fnd.Finding:
+    """The p99 TTFT budget where the better engine changes: the first crossing of the two Pareto envelopes."""
+    (ac, ag), (bc, bg) = fronts["vllm"], fronts["llamacpp"]
+    xs = fits.envelope_crossings(ac, ag, bc, bg)
+    if not xs:
+        lead = _better(max(ac[0], bc[0]), fronts)
+        why = f"{lead} is better at every shared budget"
+        return fnd.not_available(key, "ms", "no_crossing", why, srcs, better=lead)
+    x = xs[0]
+    below = _better(x * 0.99, fronts)
+    return fnd.measured(
+        key,
+        x,
+        "ms",
+        srcs,
+        all_boundaries_ms=xs,
+        better_below=below,
+        better_above="vllm" if below == "llamacpp" else "llamacpp",
+        only_engine_below_ms={"engine": "vllm" if ac[0] < bc[0] else "llamacpp", "ms": max(ac[0], bc[0])},
+        # what each engine delivers at the crossing (equal there, up to the interpolation)
+        tokens_per_s_at_boundary={e: fits.envelope_gain(x, *fronts[e]) for e in ENGINES},
+    )
+
+
+def _best_under_1000(rnd: str | None, guide_rows: list[dict], srcs: list[str]) -> list[fnd.Finding]:
+    """Per engine, the most output tokens/s of its first series with p99 TTFT under 1000 ms (a second
+    weight format is a run of our own)."""
+    out = []
+    for engine in ENGINES:
+        row = next(
+            (
+                r
+                for r in guide_rows
+                if r["round"] == (rnd or "") and r["engine"] == engine and r["p99_ttft_budget_ms"] == 1000
+            ),
+            None,
+        )
+        if row is None:
+            continue
+        at = engine_at(rnd, engine, _fmt(row["weight_format"]), topic="selection")
+        k = at("best_under_1000ms_tokens_per_s")
+        if row["output_throughput_tokens_per_s"] is None:
+            out.append(fnd.not_available(k, "tokens/s", "unknown", "no point has p99 TTFT < 1000 ms"))
+        else:
+            tps = row["output_throughput_tokens_per_s"]
+            out.append(fnd.measured(k, tps, "tokens/s", srcs, concurrency=row["concurrency"]))
+    return out
+
+
 def run(s: SectionInput) -> Section:
     campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
@@ -536,91 +624,21 @@ def run(s: SectionInput) -> Section:
     )
     for rnd in campaign.rounds:
         at = At(round=rnd, topic="selection")
-        fronts: dict[str, tuple[list[float], list[float]]] = {}
-        measured: dict[str, tuple[list[float], list[float]]] = {}
-        srcs: list[str] = []
-        for engine in ENGINES:
-            # gated-out points (failed requests, short outputs) cannot be recommended: they are drawn, not
-            # picked
-            allpts = sweep_points(campaign, rnd, engine)
-            pts = [p for p in allpts if ctx.gate_ok(p)]
-            cost = [p.result.p99_ttft_ms for p in pts]
-            gain = [p.result.output_throughput_tok_s for p in pts]
-            front = fits.pareto_front(cost, gain) if pts else []
-            measured[engine] = (cost, gain)
-            if front:
-                fronts[engine] = ([cost[i] for i in front], [gain[i] for i in front])
-                srcs += [pts[i].cite("p99_ttft_ms") for i in front] + [
-                    pts[i].cite("output_throughput") for i in front
-                ]
+        curves = _round_curves(s, rnd)
         # the figure draws every series (each weight format of an engine), the boundary compares engines
         series = round_series(campaign, th, rnd)
         by_engine = sorted(series, key=lambda sr: _engine_order(sr["engine"]))
         curve_rows += [row for sr in by_engine for row in _curve_rows(sr, ctx, fmt_of)]
         guide_rows += guide(series, ctx, rnd)
-        findings.append(_measured_boundary(at("boundary_measured_p99_ttft_ms"), measured, srcs, rnd))
-        key = at("boundary_p99_ttft_ms")
-        if len(fronts) < 2:
-            findings.append(
-                fnd.not_available(
-                    key, "ms", "engine_missing", f"needs both engines' sweeps in {rnd or 'the campaign'}"
-                )
-            )
+        findings.append(
+            _measured_boundary(at("boundary_measured_p99_ttft_ms"), curves.measured, curves.srcs, rnd)
+        )
+        if len(curves.fronts) < 2:
+            why = f"needs both engines' sweeps in {rnd or 'the campaign'}"
+            findings.append(fnd.not_available(at("boundary_p99_ttft_ms"), "ms", "engine_missing", why))
             continue
-        (ac, ag), (bc, bg) = fronts["vllm"], fronts["llamacpp"]
-        xs = fits.envelope_crossings(ac, ag, bc, bg)
-        if not xs:
-            lead = _better(max(ac[0], bc[0]), fronts)
-            findings.append(
-                fnd.not_available(
-                    key, "ms", "no_crossing", f"{lead} is better at every shared budget", srcs, better=lead
-                )
-            )
-        else:
-            x = xs[0]
-            below = _better(x * 0.99, fronts)
-            findings.append(
-                fnd.measured(
-                    key,
-                    x,
-                    "ms",
-                    srcs,
-                    all_boundaries_ms=xs,
-                    better_below=below,
-                    better_above="vllm" if below == "llamacpp" else "llamacpp",
-                    only_engine_below_ms={
-                        "engine": "vllm" if ac[0] < bc[0] else "llamacpp",
-                        "ms": max(ac[0], bc[0]),
-                    },
-                    # what each engine delivers at the crossing (equal there, up to the interpolation)
-                    tokens_per_s_at_boundary={e: fits.envelope_gain(x, *fronts[e]) for e in ENGINES},
-                )
-            )
-        for engine in ENGINES:
-            for row in guide_rows:
-                if (
-                    row["round"] == (rnd or "")
-                    and row["engine"] == engine
-                    and row["p99_ttft_budget_ms"] == 1000
-                ):
-                    k = engine_at(rnd, engine, _fmt(row["weight_format"]), topic="selection")(
-                        "best_under_1000ms_tokens_per_s"
-                    )
-                    if row["output_throughput_tokens_per_s"] is None:
-                        findings.append(
-                            fnd.not_available(k, "tokens/s", "unknown", "no point has p99 TTFT < 1000 ms")
-                        )
-                    else:
-                        findings.append(
-                            fnd.measured(
-                                k,
-                                row["output_throughput_tokens_per_s"],
-                                "tokens/s",
-                                srcs,
-                                concurrency=row["concurrency"],
-                            )
-                        )
-                    break  # the engine's first series (a second weight format is a run of our own)
+        findings.append(_boundary(at("boundary_p99_ttft_ms"), curves.fronts, curves.srcs))
+        findings += _best_under_1000(rnd, guide_rows, curves.srcs)
     budget_rows: list[dict] = []
     for rnd in campaign.rounds:
         series = round_series(campaign, th, rnd)
