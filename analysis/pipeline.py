@@ -22,38 +22,38 @@ from analysis.reconcile import (
     SectionInput,
     comparison,
     concurrency,
-    concurrency_depth,
     differences,
     experiments,
     gates,
     ladder,
     ladder_endpoint,
-    length_costs,
     length_counters,
     lengths,
     model_size,
     overload,
-    overload_cadence,
-    overload_depth,
     point_details,
     prediction,
     provenance,
     rates,
-    repro_tails,
     reproducibility,
     slo,
     slot_history,
     speculative,
     theoryctx,
     ttft,
-    workload_totals,
 )
 from analysis.reconcile.capacity import arith as capacity_arith
 from analysis.reconcile.capacity import kv, memory, prefix_cache
 from analysis.reconcile.capacity import own as capacity
+from analysis.reconcile.concurrency import depth as concurrency_depth
 from analysis.reconcile.engines import depth as engines_depth
 from analysis.reconcile.engines import points as engines
 from analysis.reconcile.engines import selection
+from analysis.reconcile.gates import totals as workload_totals
+from analysis.reconcile.lengths import costs as length_costs
+from analysis.reconcile.overload import cadence as overload_cadence
+from analysis.reconcile.overload import depth as overload_depth
+from analysis.reconcile.reproducibility import tails as repro_tails
 from analysis.reconcile.roofline import ceilings, flops_phases, structure, structure_totals
 from analysis.reconcile.roofline import points as roofline
 from analysis.windows import PointTiming, align_points

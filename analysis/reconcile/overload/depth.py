@@ -8,7 +8,7 @@ tokens it schedules, with the same formula as ``theory.request_flops``: its agre
 overload proves that both count the same work the same way, not that the GPU performed it (a hardware counter
 would); during preemption it is the only counter that sees the recomputed prefill.
 
-Keys as overload.py's: the round's ``overload.<metric>`` describe its headline point; every other overload
+Keys as overload.points': the round's ``overload.<metric>`` describe its headline point; every other overload
 point of our own runs gets ``runs.<run>.overload.<metric>``.
 """
 
@@ -22,9 +22,9 @@ from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
-from analysis.reconcile.concurrency_depth import pool_ceiling_requests
+from analysis.reconcile.concurrency.depth import pool_ceiling_requests
 from analysis.reconcile.lengths import budget_tokens, pool_tokens
-from analysis.reconcile.overload import headline, overload_points, point_cut, tokens_freed
+from analysis.reconcile.overload.points import headline, overload_points, point_cut, tokens_freed
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
@@ -32,7 +32,7 @@ from analysis.windows import window_indices
 # request.
 LITTLE_TOLERANCE_PCT = 10.0
 # tokens freed per preemption come from 1 Hz KV-usage differences that other requests finishing blur
-# (overload.py)
+# (overload.points)
 RECOMPUTE_TOLERANCE_PCT = 25.0
 # a mean of the 1 Hz gauge over fewer samples than this says little about the queue (the CPU smoke points)
 LITTLE_MIN_SAMPLES = 30
@@ -366,7 +366,7 @@ def _counter_conflict(
     per = None
     cols = ctx.sampler_series[p.run.name][1] if p.run.name in ctx.sampler_series else {}
     if events and pool and "kv_usage" in cols:
-        # tokens each preemption freed, as overload.py measures it: Δkv_usage × pool ÷ Δpreemptions per sample
+        # tokens each preemption freed (overload.points): Δkv_usage × pool ÷ Δpreemptions per sample
         vals = [tokens_freed(cols["kv_usage"][i - 1], cols["kv_usage"][i], pool, d) for _, d, i in events]
         per = sum(vals) / len(vals)
     extra = flops - theo

@@ -15,7 +15,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis.keys import At
 from analysis.reconcile import Section, SectionInput, engine_at
-from analysis.reconcile.gates import shortfall_total_pct
+from analysis.reconcile.gates.checks import shortfall_total_pct
 
 
 def _shortfall(points: pd.DataFrame) -> list[fnd.Finding]:

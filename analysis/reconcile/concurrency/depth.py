@@ -19,7 +19,7 @@ from analysis import fits
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
-from analysis.reconcile.concurrency import throughput_gain
+from analysis.reconcile.concurrency.points import throughput_gain
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx

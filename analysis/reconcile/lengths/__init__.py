@@ -1,0 +1,14 @@
+"""Lengths: the length sweep (``series``: KV per token, prefill cost per token, the chunked-prefill budget,
+the step against the context) and what each length costs (``costs``). ``run`` is the series section;
+analysis.pipeline.SECTIONS runs ``costs`` as its own section."""
+
+from analysis.reconcile.lengths.series import (
+    budget_tokens,
+    iterations,
+    pool_tokens,
+    prefill_ms,
+    run,
+    series,
+)
+
+__all__ = ["budget_tokens", "iterations", "pool_tokens", "prefill_ms", "run", "series"]
