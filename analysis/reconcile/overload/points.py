@@ -16,16 +16,20 @@ cannot carry conclusions), and every other overload point gets the same findings
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from analysis import findings as fnd
 from analysis import metrics
-from analysis.campaign import BenchPoint, Campaign, iter_points
+from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
-from analysis.windows import window_indices
+from analysis.windows import PointWindowData, window_indices
+from collector.raw.records import RequestRecord
 
 
 def oversubscription(concurrency: int, input_len: float, output_len: float, pool_tokens: int) -> float:
@@ -107,31 +111,36 @@ def overload_points(campaign: Campaign, rnd: str | None) -> list[BenchPoint]:
     return list(iter_points(campaign, round=rnd, test_kind="overload"))
 
 
-def _pool_tokens(run, campaign: Campaign) -> tuple[int | None, str | None]:
+def _pool_tokens(run: RunData, campaign: Campaign) -> tuple[int, str] | None:
+    """The KV pool (tokens) the server's start-up log states, and its citation: the run's own log, else
+    (an imported vLLM run without one) another vLLM run's of the same round; None when no log states it."""
     rel, log = run.server_log
-    if log is not None and getattr(log, "kv_cache_tokens", None):
+    if rel is not None and log is not None and getattr(log, "kv_cache_tokens", None):
         return log.kv_cache_tokens, run.cite(rel, log.lines.get("kv_cache_tokens"))
     if run.engine == "llamacpp" or run.own:
-        return None, None  # a collector run's pool is its own server's, never another run's
+        return None  # a collector run's pool is its own server's, never another run's
     for r in campaign.select(round=run.round, engine="vllm"):
         rel, log = r.server_log
-        if log is not None and getattr(log, "kv_cache_tokens", None):
+        if rel is not None and log is not None and getattr(log, "kv_cache_tokens", None):
             return log.kv_cache_tokens, r.cite(rel, log.lines.get("kv_cache_tokens"))
-    return None, None
+    return None
 
 
 def _abort_reason(p: BenchPoint) -> tuple[str | None, str | None]:
     """Why the collector stopped the point (events.jsonl `point_end.aborted`), and its citation."""
     rel, log = p.run.events
-    for i, e in enumerate(log.records if log is not None else [], 1):
+    if rel is None or log is None:
+        return None, None
+    for i, e in enumerate(log.records, 1):
         if e.kind == "point_end" and e.get("point") == p.label and e.get("aborted"):
             return str(e.get("aborted")), p.run.cite(rel, i)
     return None, None
 
 
-def _requests(p: BenchPoint) -> tuple[str | None, list]:
+def _requests(p: BenchPoint) -> tuple[str, list[RequestRecord]] | None:
+    """The point's request records and the file they come from; None for a run without requests.jsonl."""
     rel, log = p.run.requests
-    return rel, [r for r in (log.records if log is not None else []) if r.point == p.label]
+    return None if rel is None or log is None else (rel, [r for r in log.records if r.point == p.label])
 
 
 def _input_len(p: BenchPoint) -> float | None:
@@ -139,41 +148,58 @@ def _input_len(p: BenchPoint) -> float | None:
     request) as the collector sent it."""
     if p.input_len_tokens:
         return p.input_len_tokens
-    _, recs = _requests(p)
-    return float(recs[0].input_len) if recs else None
+    found = _requests(p)
+    return float(found[1][0].input_len) if found and found[1] else None
+
+
+SLOT_KEYS = (("concurrency_over_slots", "ratio"), ("output_tokens_per_request", "tokens"))
+
+
+@dataclass(frozen=True)
+class Slots:
+    """A llama.cpp server's slots as its start-up log states them: how many (-np), the context of each
+    (n_ctx_slot, tokens) and the citation of the slot count."""
+
+    n_slots: int
+    n_ctx_slot: int
+    source: str
+
+
+def _slots(p: BenchPoint) -> Slots | None:
+    rel, log = p.run.server_log
+    if rel is None or log is None:
+        return None
+    n_slots, n_ctx = getattr(log, "n_slots", None), getattr(log, "n_ctx_slot", None)
+    if n_slots is None or n_ctx is None:
+        return None
+    return Slots(n_slots, n_ctx, p.run.cite(rel, log.lines.get("n_slots")))
 
 
 def _llamacpp_findings(pre: At, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
     """Slots vs concurrency and truncation at the slot context (llama.cpp's answer to too little KV)."""
-    out: list[fnd.Finding] = []
-    rel, log = p.run.server_log
-    n_slots = getattr(log, "n_slots", None) if log is not None else None
-    n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
-    slot_src = p.run.cite(rel, log.lines.get("n_slots")) if n_slots else None
-    out_len = p.requested_output_len_tokens
-    in_len = round(_input_len(p)) if _input_len(p) else None
-    rrel, recs = _requests(p)
-    if n_slots is None or n_ctx is None:
-        for k, u in (("concurrency_over_slots", "ratio"), ("output_tokens_per_request", "tokens")):
-            out.append(
-                fnd.not_available(
-                    pre(k), u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log", [p.cite()]
-                )
+    slots = _slots(p)
+    if slots is None:
+        return [
+            fnd.not_available(
+                pre(k), u, "no_kv_pool_line", "no n_slots / n_ctx_slot line in the log", [p.cite()]
             )
-        return out
-    out.append(
+            for k, u in SLOT_KEYS
+        ]
+    assert p.concurrency is not None, "an overload point has a concurrency"
+    out = [
         fnd.measured(
             pre("concurrency_over_slots"),
-            p.concurrency / n_slots,
+            p.concurrency / slots.n_slots,
             "ratio",
-            [slot_src, p.cite("max_concurrency")],
+            [slots.source, p.cite("max_concurrency")],
             concurrency=p.concurrency,
-            slots=n_slots,
+            slots=slots.n_slots,
             detail="concurrency ÷ slots (-np): at most 1, every request gets a slot at once and none "
             "waits in the server's deferred queue",
         )
-    )
-    if out_len is None or in_len is None:
+    ]
+    in_len = _input_len(p)
+    if p.requested_output_len_tokens is None or not in_len:
         out.append(
             fnd.not_available(
                 pre("output_tokens_per_request"),
@@ -184,78 +210,262 @@ def _llamacpp_findings(pre: At, p: BenchPoint, cut: bool) -> list[fnd.Finding]:
             )
         )
         return out
-    limit = slot_output_limit_tokens(out_len, in_len, n_ctx)
-    if not recs:
-        r = p.result
-        if r.completed:
-            out.append(
-                fnd.measured(
-                    pre("output_tokens_per_request"),
-                    r.total_output_tokens / r.completed,
-                    "tokens",
-                    [p.cite("total_output_tokens"), p.cite("completed"), slot_src],
-                    theory=float(limit),
-                    tolerance_pct=0.0,
-                    requested_output_tokens=out_len,
-                    n_ctx_slot=n_ctx,
-                    detail="mean output per request vs min(requested, n_ctx_slot − prompt)",
-                )
-            )
-        return out
+    limit = slot_output_limit_tokens(p.requested_output_len_tokens, round(in_len), slots.n_ctx_slot)
+    found = _requests(p)
+    if found is None or not found[1]:
+        return out + _slot_output_from_result(pre, p, slots, limit)
+    rel, recs = found
     done = metrics.completed(recs)
     if cut or not done:
-        streamed = [sum(r.chunk_tokens) for r in recs]
-        out.append(
-            fnd.not_available(
-                pre("output_tokens_per_request"),
-                "tokens",
-                "point_cut",
-                (
-                    "the point was cut before its requests finished: how far each had got is kept, nothing "
-                    "is concluded"
-                ),
-                [p.run.cite(rrel, "chunk_tokens"), slot_src],
-                slot_limit_tokens=limit,
-                streamed_tokens_min=min(streamed) if streamed else None,
-                streamed_tokens_max=max(streamed) if streamed else None,
-                requests=len(recs),
-            )
+        return [*out, _slot_output_cut(pre, p, rel, recs, slots, limit)]
+    return out + _slot_output_findings(pre, p, rel, done, slots, limit, round(in_len))
+
+
+def _slot_output_from_result(pre: At, p: BenchPoint, slots: Slots, limit: int) -> list[fnd.Finding]:
+    """A run without per-request records: the mean output per request from the result's totals."""
+    r = p.result
+    if not r.completed or r.total_output_tokens is None:
+        return []
+    return [
+        fnd.measured(
+            pre("output_tokens_per_request"),
+            r.total_output_tokens / r.completed,
+            "tokens",
+            [p.cite("total_output_tokens"), p.cite("completed"), slots.source],
+            theory=float(limit),
+            tolerance_pct=0.0,
+            requested_output_tokens=p.requested_output_len_tokens,
+            n_ctx_slot=slots.n_ctx_slot,
+            detail="mean output per request vs min(requested, n_ctx_slot − prompt)",
         )
-        return out
+    ]
+
+
+def _slot_output_cut(
+    pre: At, p: BenchPoint, rel: str, recs: list[RequestRecord], slots: Slots, limit: int
+) -> fnd.Finding:
+    """A point cut before its requests finished: how far each request had got, nothing concluded."""
+    streamed = [sum(r.chunk_tokens) for r in recs]
+    return fnd.not_available(
+        pre("output_tokens_per_request"),
+        "tokens",
+        "point_cut",
+        "the point was cut before its requests finished: how far each had got is kept, nothing is concluded",
+        [p.run.cite(rel, "chunk_tokens"), slots.source],
+        slot_limit_tokens=limit,
+        streamed_tokens_min=min(streamed) if streamed else None,
+        streamed_tokens_max=max(streamed) if streamed else None,
+        requests=len(recs),
+    )
+
+
+def _slot_output_findings(
+    pre: At, p: BenchPoint, rel: str, done: list[RequestRecord], slots: Slots, limit: int, in_len: int
+) -> list[fnd.Finding]:
+    """The completed requests truncated at the slot context, and their mean output against the slot's
+    limit."""
     toks = [metrics.output_tokens(r) for r in done]
     truncated = [r for r, n in zip(done, toks, strict=True) if n < r.max_tokens]
     reasons: dict[str, int] = {}
     for r in done:
         reasons[str(r.finish_reason)] = reasons.get(str(r.finish_reason), 0) + 1
-    out.append(
+    return [
         fnd.measured(
             pre("truncated_requests"),
             len(truncated),
             "requests",
-            [p.run.cite(rrel, "usage.completion_tokens"), p.run.cite(rrel, "finish_reason")],
+            [p.run.cite(rel, "usage.completion_tokens"), p.run.cite(rel, "finish_reason")],
             completed=len(done),
             finish_reasons=reasons,
             detail="completed requests that got fewer tokens than max_tokens",
-        )
-    )
-    out.append(
+        ),
         fnd.measured(
             pre("output_tokens_per_request"),
             sum(toks) / len(toks),
             "tokens",
-            [p.run.cite(rrel, "usage.completion_tokens"), slot_src, p.protocol_source or p.cite()],
+            [p.run.cite(rel, "usage.completion_tokens"), slots.source, p.protocol_source or p.cite()],
             theory=float(limit),
             tolerance_pct=0.0,
             min_tokens=min(toks),
             max_tokens=max(toks),
-            requested_output_tokens=out_len,
+            requested_output_tokens=p.requested_output_len_tokens,
             input_tokens=in_len,
-            n_ctx_slot=n_ctx,
+            n_ctx_slot=slots.n_ctx_slot,
             detail="mean output per completed request vs min(requested, n_ctx_slot − prompt): a slot's "
             "context is fixed and context shift is off, so generation stops when the slot is full",
-        )
+        ),
+    ]
+
+
+class PreemptionEvent(TypedDict):
+    """One sampler step in which the preemption counter rose (a row of the overload_preemptions table)."""
+
+    round: str
+    run: str
+    t_s: float
+    row: int
+    preemptions: float
+    kv_usage_before_pct: float
+    kv_usage_after_pct: float
+    tokens_freed_per_preemption: float | None
+    source: str
+
+
+def _completion_finding(pre: At, p: BenchPoint, cut: bool) -> fnd.Finding:
+    """Did every request the point sent come back complete (else why the collector cut it)."""
+    r = p.result
+    why, why_src = _abort_reason(p)
+    return fnd.checked(
+        pre("all_requests_completed"),
+        not cut,
+        [p.cite("completed"), p.cite("failed"), *([why_src] if why_src else [])],
+        detail=(
+            "every request sent came back complete"
+            if not cut
+            else f"cut: {why}"
+            if why
+            else "some requests failed or never came back"
+        ),
+        completed=r.completed,
+        num_prompts=r.num_prompts,
+        failed=r.failed,
+        aborted=why,
     )
-    return out
+
+
+def _borrowed(p: BenchPoint) -> dict[str, Any]:
+    """The extra fields of a finding whose requested lengths come from another run's log."""
+    return {"protocol_borrowed": True, "protocol_source": p.protocol_source} if p.protocol_borrowed else {}
+
+
+def _slot_oversubscription_finding(pre: At, p: BenchPoint) -> fnd.Finding:
+    """llama.cpp: one request's context against its slot (slots do not share KV cells)."""
+    log_rel, log = p.run.server_log
+    n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
+    out_len, in_len = p.requested_output_len_tokens, _input_len(p)
+    if log_rel is None or log is None or n_ctx is None or out_len is None or not in_len:
+        return fnd.not_available(
+            pre("oversubscription"),
+            "ratio",
+            "no_server_log",
+            "slot context or requested lengths unknown",
+            [p.cite()],
+        )
+    return fnd.measured(
+        pre("oversubscription"),
+        slot_oversubscription(in_len, out_len, n_ctx),
+        "ratio",
+        [
+            p.run.cite(log_rel, log.lines.get("n_ctx_slot")),
+            p.protocol_source or p.cite("total_input_tokens"),
+        ],
+        demand_tokens=in_len + out_len,
+        pool_tokens=n_ctx,
+        basis="per_slot",
+        detail=("one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells"),
+    )
+
+
+def _pool_oversubscription_finding(pre: At, p: BenchPoint, campaign: Campaign) -> fnd.Finding:
+    """vLLM: the KV all concurrent requests demand against the pool the start-up log states."""
+    pool = _pool_tokens(p.run, campaign)
+    out_len = p.requested_output_len_tokens
+    if pool is None or out_len is None or not p.input_len_tokens or p.concurrency is None:
+        return fnd.not_available(
+            pre("oversubscription"),
+            "ratio",
+            "no_server_log",
+            "pool or requested lengths unknown",
+            [p.cite()],
+        )
+    pool_tokens, pool_src = pool
+    return fnd.measured(
+        pre("oversubscription"),
+        oversubscription(p.concurrency, p.input_len_tokens, out_len, pool_tokens),
+        "ratio",
+        [
+            pool_src,
+            p.cite("max_concurrency"),
+            p.cite("total_input_tokens"),
+            *([p.protocol_source] if p.protocol_source else []),
+        ],
+        demand_tokens=p.concurrency * (p.input_len_tokens + out_len),
+        pool_tokens=pool_tokens,
+        basis="pool",
+        **_borrowed(p),
+    )
+
+
+def _request_count_findings(pre: At, p: BenchPoint) -> list[fnd.Finding]:
+    """How many requests failed and how many completed."""
+    r = p.result
+    if r.failed is None:
+        failed = fnd.not_available(
+            pre("failed_requests"),
+            "requests",
+            "unknown",
+            "the result records no failed count",
+            [p.cite()],
+        )
+    else:
+        failed = fnd.measured(pre("failed_requests"), r.failed, "requests", [p.cite("failed")])
+    completed = fnd.measured(
+        pre("completed_requests"),
+        r.completed,
+        "requests",
+        [p.cite("completed")],
+        num_prompts=r.num_prompts,
+    )
+    return [failed, completed]
+
+
+def _output_complete_finding(pre: At, p: BenchPoint, cut: bool) -> fnd.Finding:
+    """Did the completed requests get every output token they asked for."""
+    r = p.result
+    out_len = p.requested_output_len_tokens
+    if out_len is None:
+        return fnd.not_available(
+            pre("output_tokens_complete"),
+            "bool",
+            "no_sweep_log",
+            "requested output length unknown",
+            [p.cite("total_output_tokens")],
+        )
+    if cut or not r.completed:
+        return fnd.not_available(
+            pre("output_tokens_complete"),
+            "bool",
+            "point_cut",
+            "no request of the point completed: nothing to count",
+            [p.cite("completed")],
+        )
+    ok = r.total_output_tokens == r.completed * out_len
+    return fnd.checked(
+        pre("output_tokens_complete"),
+        ok,
+        [
+            p.cite("total_output_tokens"),
+            p.cite("completed"),
+            *([p.protocol_source] if p.protocol_source else []),
+        ],
+        detail=None
+        if ok or p.run.engine != "llamacpp"
+        else "llama.cpp truncates at the slot context: see output_tokens_per_request",
+        total_output_tokens=r.total_output_tokens,
+        expected_tokens=r.completed * out_len,
+        **_borrowed(p),
+    )
+
+
+def _request_findings(pre: At, p: BenchPoint, campaign: Campaign, cut: bool) -> list[fnd.Finding]:
+    """What the client saw of the point: completion, KV demand, request counts, output tokens."""
+    llama = p.run.engine == "llamacpp"
+    return [
+        _completion_finding(pre, p, cut),
+        _slot_oversubscription_finding(pre, p) if llama else _pool_oversubscription_finding(pre, p, campaign),
+        *_request_count_findings(pre, p),
+        _output_complete_finding(pre, p, cut),
+    ]
 
 
 def _point_findings(
@@ -264,163 +474,17 @@ def _point_findings(
     campaign: Campaign,
     ctx: Context,
     rnd: str | None,
-    timeline_rows: list[dict],
-    event_rows: list[dict],
+    timeline_rows: list[dict[str, Any]],
+    event_rows: list[PreemptionEvent],
 ) -> list[fnd.Finding]:
-    findings: list[fnd.Finding] = []
-    r = p.result
+    """Every overload finding of one point (the rows of its timeline and preemptions appended to the
+    tables' rows)."""
     cut = point_cut(p)
-    llama = p.run.engine == "llamacpp"
-    out_len = p.requested_output_len_tokens
-    in_len = _input_len(p)
-    borrowed = (
-        {"protocol_borrowed": True, "protocol_source": p.protocol_source} if p.protocol_borrowed else {}
-    )
-    why, why_src = _abort_reason(p)
-    findings.append(
-        fnd.checked(
-            pre("all_requests_completed"),
-            not cut,
-            [p.cite("completed"), p.cite("failed"), *([why_src] if why_src else [])],
-            detail=(
-                "every request sent came back complete"
-                if not cut
-                else f"cut: {why}"
-                if why
-                else "some requests failed or never came back"
-            ),
-            completed=r.completed,
-            num_prompts=r.num_prompts,
-            failed=r.failed,
-            aborted=why,
-        )
-    )
-    log_rel, log = p.run.server_log
-    if llama:
-        n_ctx = getattr(log, "n_ctx_slot", None) if log is not None else None
-        if n_ctx is None or out_len is None or not in_len:
-            findings.append(
-                fnd.not_available(
-                    pre("oversubscription"),
-                    "ratio",
-                    "no_server_log",
-                    "slot context or requested lengths unknown",
-                    [p.cite()],
-                )
-            )
-        else:
-            findings.append(
-                fnd.measured(
-                    pre("oversubscription"),
-                    slot_oversubscription(in_len, out_len, n_ctx),
-                    "ratio",
-                    [
-                        p.run.cite(log_rel, log.lines.get("n_ctx_slot")),
-                        p.protocol_source or p.cite("total_input_tokens"),
-                    ],
-                    demand_tokens=in_len + out_len,
-                    pool_tokens=n_ctx,
-                    basis="per_slot",
-                    detail=(
-                        "one request's context ÷ its slot (n_ctx_slot): llama.cpp slots do not share KV cells"
-                    ),
-                )
-            )
-    else:
-        pool, pool_src = _pool_tokens(p.run, campaign)
-        if pool is None or out_len is None or not p.input_len_tokens:
-            findings.append(
-                fnd.not_available(
-                    pre("oversubscription"),
-                    "ratio",
-                    "no_server_log",
-                    "pool or requested lengths unknown",
-                    [p.cite()],
-                )
-            )
-        else:
-            findings.append(
-                fnd.measured(
-                    pre("oversubscription"),
-                    oversubscription(p.concurrency, p.input_len_tokens, out_len, pool),
-                    "ratio",
-                    [
-                        pool_src,
-                        p.cite("max_concurrency"),
-                        p.cite("total_input_tokens"),
-                        *([p.protocol_source] if p.protocol_source else []),
-                    ],
-                    demand_tokens=p.concurrency * (p.input_len_tokens + out_len),
-                    pool_tokens=pool,
-                    basis="pool",
-                    **borrowed,
-                )
-            )
-    if r.failed is None:
-        findings.append(
-            fnd.not_available(
-                pre("failed_requests"),
-                "requests",
-                "unknown",
-                "the result records no failed count",
-                [p.cite()],
-            )
-        )
-    else:
-        findings.append(fnd.measured(pre("failed_requests"), r.failed, "requests", [p.cite("failed")]))
-    findings.append(
-        fnd.measured(
-            pre("completed_requests"),
-            r.completed,
-            "requests",
-            [p.cite("completed")],
-            num_prompts=r.num_prompts,
-        )
-    )
-    if out_len is None:
-        findings.append(
-            fnd.not_available(
-                pre("output_tokens_complete"),
-                "bool",
-                "no_sweep_log",
-                "requested output length unknown",
-                [p.cite("total_output_tokens")],
-            )
-        )
-    elif cut or not r.completed:
-        findings.append(
-            fnd.not_available(
-                pre("output_tokens_complete"),
-                "bool",
-                "point_cut",
-                "no request of the point completed: nothing to count",
-                [p.cite("completed")],
-            )
-        )
-    else:
-        ok = r.total_output_tokens == r.completed * out_len
-        findings.append(
-            fnd.checked(
-                pre("output_tokens_complete"),
-                ok,
-                [
-                    p.cite("total_output_tokens"),
-                    p.cite("completed"),
-                    *([p.protocol_source] if p.protocol_source else []),
-                ],
-                detail=None
-                if ok or not llama
-                else "llama.cpp truncates at the slot context: see output_tokens_per_request",
-                total_output_tokens=r.total_output_tokens,
-                expected_tokens=r.completed * out_len,
-                **borrowed,
-            )
-        )
-    if llama:
+    findings = _request_findings(pre, p, campaign, cut)
+    if p.run.engine == "llamacpp":
         findings += _llamacpp_findings(pre, p, cut)
     findings += _versus_sweep(pre, p, campaign, rnd, cut)
     w = ctx.window(p)
-    srel = p.run.counter_source
     if w is None or p.run.name not in ctx.sampler_series:
         for k, u in (("mean_running_requests", "requests"), *RESIDENT_KEYS, *PREEMPTION_KEYS):
             findings.append(
@@ -430,13 +494,50 @@ def _point_findings(
             )
         return findings
     ts, cols = ctx.sampler_series[p.run.name]
+    timeline_rows += _timeline_rows(p, rnd, w, ts, cols)
+    findings += _running_findings(pre, p, w)
+    if "preemptions" not in cols:
+        for k, u in PREEMPTION_KEYS:
+            findings.append(
+                fnd.not_available(
+                    pre(k),
+                    u,
+                    "no_preemption_counter",
+                    f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
+                    "that outgrows it is truncated (see output_tokens_per_request)",
+                    [_counter_source(p)],
+                )
+            )
+        return findings
+    pool = _pool_tokens(p.run, campaign)
+    pool_tokens = pool[0] if pool is not None else None
+    events = _preemption_events(p, rnd, ctx, w, ts, cols, pool_tokens)
+    event_rows += events
+    findings += _preemption_count_findings(pre, p, ctx, w)
+    findings += _preemption_event_findings(pre, events, pool_tokens)
+    return findings
+
+
+def _counter_source(p: BenchPoint) -> str:
+    """The citation of the point's run's counter file (the sampler CSV, else scrapes.jsonl)."""
+    srel = p.run.counter_source
+    assert srel is not None, "a point with sampler series has a counter file"
+    return p.run.cite(srel)
+
+
+def _timeline_rows(
+    p: BenchPoint, rnd: str | None, w: PointWindowData, ts: Sequence[float], cols: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The overload_timeline table's rows of one point: KV usage, running and waiting requests and the
+    preemptions since the window opened, one row per sample inside the window."""
     idx = window_indices(ts, w.window)
     has_pre = "preemptions" in cols
     # the sample just before the window anchors the cumulative counter
     i0 = max(0, idx.start - 1)
     pre_base = cols["preemptions"][i0] if has_pre else None
+    rows: list[dict[str, Any]] = []
     for i in range(idx.start, idx.stop):
-        row = {
+        row: dict[str, Any] = {
             "round": rnd or "",
             "run": p.run.name,
             "engine": p.run.engine,
@@ -449,59 +550,71 @@ def _point_findings(
                 row["kv_usage_pct" if c == "kv_usage" else c] = cols[c][i] * scale
         if has_pre:
             row["preemptions"] = cols["preemptions"][i] - pre_base
-        timeline_rows.append(row)
-    mean_run = w.gauges["running"].mean if "running" in w.gauges else None
-    if llama:
+        rows.append(row)
+    return rows
+
+
+def _log_limit(p: BenchPoint) -> tuple[float | None, str]:
+    """The concurrency the server's start-up log says it holds (llama.cpp: its slots; vLLM: its maximum
+    concurrency for full-length requests), and how the running gauge's mean reads against it."""
+    _, log = p.run.server_log
+    if p.run.engine == "llamacpp":
         max_conc = getattr(log, "n_slots", None) if log is not None else None
-        detail = "mean of llamacpp:requests_processing over the window; the server's limit is its slots (-np)"
-    else:
-        max_conc = getattr(log, "max_concurrency_x", None) if log is not None else None
-        detail = (
-            "mean of the running gauge over the window; the log's maximum concurrency is for requests of "
-            "max_model_len tokens, which these reach only at their last token"
+        return (
+            max_conc,
+            "mean of llamacpp:requests_processing over the window; the server's limit is its slots (-np)",
         )
+    max_conc = getattr(log, "max_concurrency_x", None) if log is not None else None
+    return max_conc, (
+        "mean of the running gauge over the window; the log's maximum concurrency is for requests of "
+        "max_model_len tokens, which these reach only at their last token"
+    )
+
+
+def _running_findings(pre: At, p: BenchPoint, w: PointWindowData) -> list[fnd.Finding]:
+    """The mean running requests over the window, and what the server really held against its limit."""
+    mean_run = w.gauges["running"].mean if "running" in w.gauges else None
+    max_conc, detail = _log_limit(p)
+    srel = p.run.counter_source
+    assert srel is not None, "a point with a window has a counter file"
     if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)):
-        findings.append(
-            fnd.not_available(
-                pre("mean_running_requests"),
-                "requests",
-                "counter_not_enclosed",
-                "no running gauge inside the window",
-                [p.run.cite(srel)],
-            )
+        mean = fnd.not_available(
+            pre("mean_running_requests"),
+            "requests",
+            "counter_not_enclosed",
+            "no running gauge inside the window",
+            [p.run.cite(srel)],
         )
     else:
-        findings.append(
-            fnd.measured(
-                pre("mean_running_requests"),
-                mean_run,
-                "requests",
-                [p.run.cite(srel, "running")],
-                detail=detail,
-                max_concurrency_log=max_conc,
-                max_waiting=w.gauges["waiting"].max if "waiting" in w.gauges else None,
-            )
+        mean = fnd.measured(
+            pre("mean_running_requests"),
+            mean_run,
+            "requests",
+            [p.run.cite(srel, "running")],
+            detail=detail,
+            max_concurrency_log=max_conc,
+            max_waiting=w.gauges["waiting"].max if "waiting" in w.gauges else None,
         )
-    findings += _residents(pre, p, w, log, log_rel, mean_run, max_conc, llama)
-    if not has_pre:
-        for k, u in PREEMPTION_KEYS:
-            findings.append(
-                fnd.not_available(
-                    pre(k),
-                    u,
-                    "no_preemption_counter",
-                    f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
-                    "that outgrows it is truncated (see output_tokens_per_request)",
-                    [p.run.cite(srel)],
-                )
-            )
-        return findings
-    pool, _ = _pool_tokens(p.run, campaign)
-    ev_start = len(event_rows)
+    return [mean, *_residents(pre, p, w, mean_run, max_conc)]
+
+
+def _preemption_events(
+    p: BenchPoint,
+    rnd: str | None,
+    ctx: Context,
+    w: PointWindowData,
+    ts: Sequence[float],
+    cols: dict[str, Any],
+    pool: int | None,
+) -> list[PreemptionEvent]:
+    """The samples inside the window (and the one closing it) in which the preemption counter rose: KV usage
+    before and after, and the tokens each preemption freed."""
+    idx = window_indices(ts, w.window)
+    out: list[PreemptionEvent] = []
     for i in range(max(idx.start, 1), idx.stop + 1 if idx.stop < len(ts) else idx.stop):
         d = cols["preemptions"][i] - cols["preemptions"][i - 1]
         if d > 0 and not math.isnan(d):
-            event_rows.append(
+            out.append(
                 {
                     "round": rnd or "",
                     "run": p.run.name,
@@ -518,8 +631,17 @@ def _point_findings(
                     "source": ctx.sample_cite(p.run, i),
                 }
             )
+    return out
+
+
+def _preemption_count_findings(pre: At, p: BenchPoint, ctx: Context, w: PointWindowData) -> list[fnd.Finding]:
+    """How many preemptions the window holds, and the share of inter-token intervals they can touch."""
+    r = p.result
+    srel = p.run.counter_source
+    assert srel is not None, "a point with a window has a counter file"
     n_pre = w.delta("preemptions")
-    findings.append(
+    assert n_pre is not None, "the preemption counter is in the window's deltas"
+    out = [
         fnd.measured(
             pre("preemptions"),
             int(n_pre),
@@ -527,9 +649,10 @@ def _point_findings(
             [p.run.cite(srel, "preemptions")],
             sampler_rows=[ctx.sample_line(p.run, w.first_row), ctx.sample_line(p.run, w.last_row)],
         )
-    )
+    ]
+    out_len = p.requested_output_len_tokens
     if out_len and r.completed:
-        findings.append(
+        out.append(
             fnd.measured(
                 pre("itl_share_touched_by_preemptions_pct"),
                 itl_share_touched_pct(n_pre, r.completed, out_len),
@@ -540,7 +663,7 @@ def _point_findings(
             )
         )
     else:
-        findings.append(
+        out.append(
             fnd.not_available(
                 pre("itl_share_touched_by_preemptions_pct"),
                 "%",
@@ -549,53 +672,51 @@ def _point_findings(
                 [p.cite("completed")],
             )
         )
-    ev = event_rows[ev_start:]
-    if ev:
-        freed = [e["tokens_freed_per_preemption"] for e in ev if e["tokens_freed_per_preemption"] is not None]
-        findings.append(
-            fnd.measured(
-                pre("kv_usage_at_preemption_pct"),
-                sum(e["kv_usage_before_pct"] for e in ev) / len(ev),
-                "%",
-                [e["source"] for e in ev][:5],
-                events=len(ev),
-                min_pct=min(e["kv_usage_before_pct"] for e in ev),
-            )
-        )
-        if freed:
-            findings.append(
-                fnd.measured(
-                    pre("tokens_freed_per_preemption"),
-                    sum(freed) / len(freed),
-                    "tokens",
-                    [e["source"] for e in ev][:5],
-                    pool_tokens=pool,
-                    detail="mean over preemption samples of Δkv_usage × pool ÷ Δpreemptions "
-                    "(other requests finishing in the same second blur it)",
-                )
-            )
-        else:
-            findings.append(
-                fnd.not_available(
-                    pre("tokens_freed_per_preemption"),
-                    "tokens",
-                    "no_kv_pool_line",
-                    "pool size unknown",
-                    [e["source"] for e in ev][:5],
-                )
-            )
-    else:
-        findings.append(
+    return out
+
+
+def _preemption_event_findings(pre: At, ev: list[PreemptionEvent], pool: int | None) -> list[fnd.Finding]:
+    """The KV usage at which the preemptions fired, and the tokens each freed."""
+    if not ev:
+        return [
             fnd.not_available(
                 pre("kv_usage_at_preemption_pct"), "%", "unknown", "no preemption inside the window"
-            )
-        )
-        findings.append(
+            ),
             fnd.not_available(
                 pre("tokens_freed_per_preemption"), "tokens", "unknown", "no preemption inside the window"
+            ),
+        ]
+    sources = [e["source"] for e in ev][:5]
+    out = [
+        fnd.measured(
+            pre("kv_usage_at_preemption_pct"),
+            sum(e["kv_usage_before_pct"] for e in ev) / len(ev),
+            "%",
+            sources,
+            events=len(ev),
+            min_pct=min(e["kv_usage_before_pct"] for e in ev),
+        )
+    ]
+    freed = [f for e in ev if (f := e["tokens_freed_per_preemption"]) is not None]
+    if freed:
+        out.append(
+            fnd.measured(
+                pre("tokens_freed_per_preemption"),
+                sum(freed) / len(freed),
+                "tokens",
+                sources,
+                pool_tokens=pool,
+                detail="mean over preemption samples of Δkv_usage × pool ÷ Δpreemptions "
+                "(other requests finishing in the same second blur it)",
             )
         )
-    return findings
+    else:
+        out.append(
+            fnd.not_available(
+                pre("tokens_freed_per_preemption"), "tokens", "no_kv_pool_line", "pool size unknown", sources
+            )
+        )
+    return out
 
 
 def _sweep_twin(p: BenchPoint, campaign: Campaign, rnd: str | None) -> BenchPoint | None:
@@ -623,7 +744,7 @@ def _versus_sweep(
         return [fnd.not_available(pre(k), u, why[0], why[1], [p.cite()]) for k, u in VERSUS_SWEEP_KEYS]
     assert twin is not None
     t = twin.result
-    both = {
+    both: dict[str, Any] = {
         "concurrency": p.concurrency,
         "overload_input_len_tokens": p.input_len_tokens,
         "overload_output_len_tokens": p.requested_output_len_tokens,
@@ -675,11 +796,15 @@ def _versus_sweep(
     return out
 
 
-def _residents(pre: At, p: BenchPoint, w, log, log_rel, mean_run, max_conc, llama: bool) -> list[fnd.Finding]:
+def _residents(
+    pre: At, p: BenchPoint, w: PointWindowData, mean_run: float | None, max_conc: float | None
+) -> list[fnd.Finding]:
     """How many requests the server really held under overload: the running gauge's maximum (what the
     scheduler admitted; vLLM's --max-num-seqs caps it) and its mean against the limit the log states."""
     out: list[fnd.Finding] = []
     srel = p.run.counter_source
+    assert srel is not None, "a point with a window has a counter file"
+    log_rel, log = p.run.server_log
     g = w.gauges.get("running")
     top = g.max if g is not None else None
     args = getattr(log, "non_default_args", None) or {}
@@ -716,7 +841,13 @@ def _residents(pre: At, p: BenchPoint, w, log, log_rel, mean_run, max_conc, llam
             )
         )
     else:
-        line = log.lines.get("n_slots" if llama else "max_concurrency_x") if log is not None else None
+        line = (
+            log.lines.get("n_slots" if p.run.engine == "llamacpp" else "max_concurrency_x")
+            if log is not None
+            else None
+        )
+        assert log_rel is not None, "a limit comes from the server log"
+
         out.append(
             fnd.measured(
                 pre("resident_share_of_log_max_pct"),
@@ -725,7 +856,7 @@ def _residents(pre: At, p: BenchPoint, w, log, log_rel, mean_run, max_conc, llam
                 [p.run.cite(srel, "running"), p.run.cite(log_rel, line)],
                 mean_running=mean_run,
                 log_max_concurrency=max_conc,
-                basis="slots" if llama else "log_max_concurrency",
+                basis="slots" if p.run.engine == "llamacpp" else "log_max_concurrency",
                 detail="mean running requests over the window ÷ the limit the start-up log states",
             )
         )
@@ -735,8 +866,8 @@ def _residents(pre: At, p: BenchPoint, w, log, log_rel, mean_run, max_conc, llam
 def run(s: SectionInput) -> Section:
     campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
-    timeline_rows: list[dict] = []
-    event_rows: list[dict] = []
+    timeline_rows: list[dict[str, Any]] = []
+    event_rows: list[PreemptionEvent] = []
     for rnd in campaign.rounds:
         pre = At(round=rnd, topic="overload")
         ov = overload_points(campaign, rnd)
