@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from analysis import findings as fnd
 from analysis import fits, theory
-from analysis.campaign import BenchPoint
+from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput
-from analysis.reconcile.lengths import budget_tokens, iterations, series
+from analysis.reconcile.lengths import LengthSeries, budget_tokens, iterations, series
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import PointWindowData, window_indices
 
@@ -178,8 +178,8 @@ def _intensity(at: At, rows: list[dict], th: TheoryCtx, wb: float, kvb: float) -
     ]
 
 
-def _budget(at: At, s: dict, campaign) -> list[fnd.Finding]:
-    pts = [p for p in s["points"] if p.result.completed]
+def _budget(at: At, s: LengthSeries, campaign: Campaign) -> list[fnd.Finding]:
+    pts = [p for p in s.points if p.result.completed]
     budget, bsrc, _ = budget_tokens(pts[0].run, campaign) if pts else (None, None, None)
     if not pts or not budget or bsrc is None:
         return []
@@ -273,12 +273,12 @@ def run(s: SectionInput) -> Section:
     campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     for sr in series(campaign, th):
-        if sr["engine"] != "vllm":
+        if sr.engine != "vllm":
             continue
-        at: At = sr["at"]
-        pts = sorted((p for p in sr["points"] if ctx.gate_ok(p)), key=lambda p: p.input_len_tokens or 0)
+        at = sr.at
+        pts = sorted((p for p in sr.points if ctx.gate_ok(p)), key=lambda p: p.input_len_tokens or 0)
         rows = [r for r in (_row(p, ctx) for p in pts) if r is not None]
-        wb, kvb = sr["wb"], sr["kvb"]
+        wb, kvb = sr.wb, sr.kvb
         if wb and kvb:
             findings += _read_model(at, rows, wb, kvb) + _intensity(at, rows, th, wb, kvb)
         findings += _flops_fit(at, rows) + _budget(at, sr, campaign)

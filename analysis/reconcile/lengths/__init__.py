@@ -3,6 +3,7 @@ the step against the context) and what each length costs (``costs``). ``run`` is
 analysis.pipeline.SECTIONS runs ``costs`` as its own section."""
 
 from analysis.reconcile.lengths.series import (
+    LengthSeries,
     budget_tokens,
     iterations,
     pool_tokens,
@@ -11,4 +12,4 @@ from analysis.reconcile.lengths.series import (
     series,
 )
 
-__all__ = ["budget_tokens", "iterations", "pool_tokens", "prefill_ms", "run", "series"]
+__all__ = ["LengthSeries", "budget_tokens", "iterations", "pool_tokens", "prefill_ms", "run", "series"]
