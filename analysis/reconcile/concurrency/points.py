@@ -5,14 +5,18 @@ checked against theory per output token. Also builds the master per-point table 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis import findings as fnd
 from analysis import fits, metrics
-from analysis.campaign import BenchPoint, Campaign, iter_points
+from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.keys import At
+from analysis.parse.bench_json import BenchResult
 from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.theoryctx import TheoryCtx
+from analysis.windows import PointWindowData
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "p50", "p90", "p99")
@@ -32,7 +36,7 @@ def achieved_rate(delta: float | None, duration_s: float) -> float | None:
     return delta / duration_s
 
 
-def utilization_pct(achieved_per_s: float | None, peak_per_s: float) -> float | None:
+def utilization_pct(achieved_per_s: float | None, peak_per_s: float | None) -> float | None:
     """Achieved ÷ datasheet peak × 100, %. MFU for FLOP/s, MBU for bytes/s."""
     return None if achieved_per_s is None or not peak_per_s else achieved_per_s / peak_per_s * 100.0
 
@@ -48,12 +52,31 @@ def percentile_stats(campaign: Campaign) -> tuple[str, ...]:
     return tuple(metrics.percentile_name(q) for q in campaign.percentiles)
 
 
-def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx, percentiles: tuple[str, ...] = ()) -> dict:
+def point_row(
+    p: BenchPoint, ctx: Context, th: TheoryCtx, percentiles: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One point's row of the ``points`` table; its latency columns are ``STATS`` and the analysis-time
     ``percentiles`` (names as ``percentile_stats``), each ``<stat>_<metric>_ms``; a percentile the point's
-    file does not hold (a bench file writes its own set) is None."""
+    file does not hold (a bench file writes its own set) is None. The table's columns come in this order."""
     r = p.result
-    row: dict = {
+    row = {**_summary_columns(p, ctx, th), **_latency_columns(r, percentiles)}
+    # internal consistency of the summary itself
+    if r.output_throughput_tok_s is not None and r.total_output_tokens:
+        row["output_tokens_from_throughput"] = tokens_from_throughput(r.output_throughput_tok_s, r.duration_s)
+    w = ctx.window(p)
+    if w is not None:
+        row.update(_sampler_columns(w))
+        row.update(_utilization_columns(w, r, th))
+    if th.cfg is not None and p.input_len_tokens and p.requested_output_len_tokens and r.total_output_tokens:
+        per_req = th.request_flops(round(p.input_len_tokens), p.requested_output_len_tokens)
+        row["theory_gflop_per_output_token"] = per_req * r.completed / r.total_output_tokens / 1e9
+    return row
+
+
+def _summary_columns(p: BenchPoint, ctx: Context, th: TheoryCtx) -> dict[str, Any]:
+    """Which point this is, its gates, its protocol and its result file's totals and throughputs."""
+    r = p.result
+    return {
         "round": p.run.round or "",
         "engine": p.run.engine,
         "weight_format": th.weight_format_for(p.run),
@@ -78,65 +101,70 @@ def point_row(p: BenchPoint, ctx: Context, th: TheoryCtx, percentiles: tuple[str
         "duration_s": r.duration_s,
         "total_input_tokens": r.total_input_tokens,
         "total_output_tokens": r.total_output_tokens,
-        "mean_output_tokens_per_request": (r.total_output_tokens / r.completed) if r.completed else None,
+        "mean_output_tokens_per_request": (
+            r.total_output_tokens / r.completed if r.completed and r.total_output_tokens is not None else None
+        ),
         "request_throughput_req_per_s": r.request_throughput_req_s,
         "output_throughput_tokens_per_s": r.output_throughput_tok_s,
         "total_throughput_tokens_per_s": r.total_token_throughput_tok_s,
         "max_concurrent_requests": r.max_concurrent_requests,
     }
-    for m in METRICS:
-        for s in (*STATS, *(q for q in percentiles if q not in STATS)):
-            # no completed request: the summary's zeros are not latencies (a point cut short, e.g. by a
-            # deadline)
-            row[f"{s}_{m}_ms"] = r.stat_ms(s, m) if r.completed else None
-    # internal consistency of the summary itself
-    if r.output_throughput_tok_s is not None and r.total_output_tokens:
-        row["output_tokens_from_throughput"] = tokens_from_throughput(r.output_throughput_tok_s, r.duration_s)
-    w = ctx.window(p)
-    if w is not None:
-        row.update(
-            {
-                "window_start_s": w.window.start_s,
-                "window_end_s": w.window.end_s,
-                "sampler_first_row": w.first_row,
-                "sampler_last_row": w.last_row,
-                "activity_end_lag_s": w.end_lag_s,
-                "preemptions": w.delta("preemptions"),
-                "mean_queue_ms": _ms(w.mean_of("queue_sum", "queue_cnt")),
-                "mean_prefill_ms": _ms(w.mean_of("prefill_sum", "prefill_cnt")),
-                "mean_decode_ms": _ms(w.mean_of("decode_sum", "decode_cnt")),
-                "requests_counted": w.delta("queue_cnt"),
-                "tokens_per_iteration": w.mean_of("iter_tok_sum", "iter_tok_cnt"),
-                "iterations": w.delta("iter_tok_cnt"),
-                "flops_delta": w.delta("flops"),
-                "read_bytes_delta": w.delta("read_bytes"),
-                "mean_running": _g(w, "running", "mean"),
-                "max_running": _g(w, "running", "max"),
-                "mean_waiting": _g(w, "waiting", "mean"),
-                "max_waiting": _g(w, "waiting", "max"),
-                "peak_kv_usage_fraction": _g(w, "kv_usage", "max"),
-            }
-        )
-        flops_s = achieved_rate(w.delta("flops"), r.duration_s)
-        bytes_s = achieved_rate(w.delta("read_bytes"), r.duration_s)
-        row["achieved_tflops_per_s"] = None if flops_s is None else flops_s / 1e12
-        row["achieved_gb_per_s"] = None if bytes_s is None else bytes_s / 1e9
-        if th.gpu is not None:
-            row["mfu_pct"] = utilization_pct(flops_s, th.gpu.bf16_flops_per_s)
-            row["mbu_pct"] = utilization_pct(bytes_s, th.gpu.bandwidth_bytes_per_s)
-        if w.delta("flops") is not None and r.total_output_tokens:
-            row["measured_gflop_per_output_token"] = w.delta("flops") / r.total_output_tokens / 1e9
-    if th.cfg is not None and p.input_len_tokens and p.requested_output_len_tokens and r.total_output_tokens:
-        per_req = th.request_flops(round(p.input_len_tokens), p.requested_output_len_tokens)
-        row["theory_gflop_per_output_token"] = per_req * r.completed / r.total_output_tokens / 1e9
-    return row
+
+
+def _latency_columns(r: BenchResult, percentiles: tuple[str, ...]) -> dict[str, float | None]:
+    """``<stat>_<metric>_ms`` for every metric and statistic (None without a completed request: the
+    summary's zeros are not latencies — a point cut short, e.g. by a deadline)."""
+    stats = (*STATS, *(q for q in percentiles if q not in STATS))
+    return {f"{s}_{m}_ms": r.stat_ms(s, m) if r.completed else None for m in METRICS for s in stats}
+
+
+def _sampler_columns(w: PointWindowData) -> dict[str, Any]:
+    """The point's window on the sampler's clock and what the server's counters and gauges say inside it."""
+    return {
+        "window_start_s": w.window.start_s,
+        "window_end_s": w.window.end_s,
+        "sampler_first_row": w.first_row,
+        "sampler_last_row": w.last_row,
+        "activity_end_lag_s": w.end_lag_s,
+        "preemptions": w.delta("preemptions"),
+        "mean_queue_ms": _ms(w.mean_of("queue_sum", "queue_cnt")),
+        "mean_prefill_ms": _ms(w.mean_of("prefill_sum", "prefill_cnt")),
+        "mean_decode_ms": _ms(w.mean_of("decode_sum", "decode_cnt")),
+        "requests_counted": w.delta("queue_cnt"),
+        "tokens_per_iteration": w.mean_of("iter_tok_sum", "iter_tok_cnt"),
+        "iterations": w.delta("iter_tok_cnt"),
+        "flops_delta": w.delta("flops"),
+        "read_bytes_delta": w.delta("read_bytes"),
+        "mean_running": _g(w, "running", "mean"),
+        "max_running": _g(w, "running", "max"),
+        "mean_waiting": _g(w, "waiting", "mean"),
+        "max_waiting": _g(w, "waiting", "max"),
+        "peak_kv_usage_fraction": _g(w, "kv_usage", "max"),
+    }
+
+
+def _utilization_columns(w: PointWindowData, r: BenchResult, th: TheoryCtx) -> dict[str, Any]:
+    """Achieved FLOP/s and bytes/s over the point, MFU/MBU against the datasheet, FLOPs per output token."""
+    flops_s = achieved_rate(w.delta("flops"), r.duration_s)
+    bytes_s = achieved_rate(w.delta("read_bytes"), r.duration_s)
+    out: dict[str, Any] = {
+        "achieved_tflops_per_s": None if flops_s is None else flops_s / 1e12,
+        "achieved_gb_per_s": None if bytes_s is None else bytes_s / 1e9,
+    }
+    if th.gpu is not None:
+        out["mfu_pct"] = utilization_pct(flops_s, th.gpu.bf16_flops_per_s)
+        out["mbu_pct"] = utilization_pct(bytes_s, th.gpu.bandwidth_bytes_per_s)
+    flops = w.delta("flops")
+    if flops is not None and r.total_output_tokens:
+        out["measured_gflop_per_output_token"] = flops / r.total_output_tokens / 1e9
+    return out
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def _g(w, name: str, stat: str) -> float | None:
+def _g(w: PointWindowData, name: str, stat: str) -> float | None:
     g = w.gauges.get(name)
     return None if g is None else getattr(g, stat)
 
@@ -180,7 +208,7 @@ def sweep_points(campaign: Campaign, rnd: str | None, engine: str) -> list[Bench
     return run_sweep_points(runs[0])
 
 
-def run_sweep_points(run) -> list[BenchPoint]:
+def run_sweep_points(run: RunData) -> list[BenchPoint]:
     """One run's concurrency-sweep points (warm-up and other phases left out), in run order."""
     return [
         p for p in run.points if not p.warmup and p.concurrency is not None and p.test_kind in SWEEP_KINDS
@@ -202,147 +230,140 @@ def _point_ids(p: BenchPoint, th: TheoryCtx) -> dict[str, object]:
     }
 
 
-def run(s: SectionInput) -> Section:
-    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
-    findings: list[fnd.Finding] = []
-    lat_rows = []
-    for p in iter_points(campaign):
-        if p.test_kind not in SWEEP_KINDS:
-            continue
-        for m in METRICS:
-            for s in STATS:
-                v = p.result.stat_ms(s, m)
-                if v is not None:
-                    lat_rows.append(
-                        {
-                            **_point_ids(p, th),
-                            "metric": m,
-                            "stat": s,
-                            "value_ms": v,
-                            "gate_ok": ctx.gate_ok(p),
-                        }
-                    )
-    latency = pd.DataFrame(
-        lat_rows,
-        columns=[
-            *POINT_ID_COLUMNS,
-            "metric",
-            "stat",
-            "value_ms",
-            "gate_ok",
-        ],
-    )
-    thr_rows = []
-    for p in iter_points(campaign):
-        if p.test_kind not in SWEEP_KINDS:
-            continue
+def _sweep_kind_points(campaign: Campaign) -> list[BenchPoint]:
+    """Every measured point of a concurrency sweep or engine comparison, in campaign order."""
+    return [p for p in iter_points(campaign) if p.test_kind in SWEEP_KINDS]
+
+
+def _latency_table(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFrame:
+    """The concurrency_latency table: one row per sweep point, metric and statistic the point's file holds."""
+    rows = [
+        {**_point_ids(p, th), "metric": m, "stat": s, "value_ms": v, "gate_ok": ctx.gate_ok(p)}
+        for p in _sweep_kind_points(campaign)
+        for m in METRICS
+        for s in STATS
+        if (v := p.result.stat_ms(s, m)) is not None
+    ]
+    return pd.DataFrame(rows, columns=[*POINT_ID_COLUMNS, "metric", "stat", "value_ms", "gate_ok"])
+
+
+def _throughput_table(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFrame:
+    """The concurrency_throughput table: output and total tokens/s per sweep point."""
+    rows = [
+        {**_point_ids(p, th), "series": series, "tokens_per_s": v, "gate_ok": ctx.gate_ok(p)}
+        for p in _sweep_kind_points(campaign)
         for series, v in (
             ("output", p.result.output_throughput_tok_s),
             ("total", p.result.total_token_throughput_tok_s),
-        ):
-            thr_rows.append(
-                {
-                    **_point_ids(p, th),
-                    "series": series,
-                    "tokens_per_s": v,
-                    "gate_ok": ctx.gate_ok(p),
-                }
+        )
+    ]
+    return pd.DataFrame(rows, columns=[*POINT_ID_COLUMNS, "series", "tokens_per_s", "gate_ok"])
+
+
+UTILIZATION_COLUMNS = (
+    "round",
+    "engine",
+    "weight_format",
+    "test",
+    "test_kind",
+    "point",
+    "concurrency",
+    "input_len_tokens",
+    "gate_ok",
+    "achieved_tflops_per_s",
+    "achieved_gb_per_s",
+    "mfu_pct",
+    "mbu_pct",
+    "tokens_per_iteration",
+    "measured_gflop_per_output_token",
+    "theory_gflop_per_output_token",
+)
+
+
+def _utilization_table(points: pd.DataFrame) -> pd.DataFrame:
+    """The concurrency_utilization table: the measured points with an MFU, their utilization columns."""
+    if "mfu_pct" not in points.columns:
+        return pd.DataFrame(columns=list(UTILIZATION_COLUMNS))
+    return points[points["mfu_pct"].notna() & ~points["warmup"]].reindex(columns=list(UTILIZATION_COLUMNS))
+
+
+def _sweep_findings(
+    rnd: str | None, engine: str, campaign: Campaign, ctx: Context, th: TheoryCtx, points: pd.DataFrame
+) -> list[fnd.Finding]:
+    """One engine's sweep in one round: knee, peak and single-stream throughput, the gain, the counters."""
+    pts = sweep_points(campaign, rnd, engine)
+    if not pts:
+        return [
+            fnd.not_available(
+                engine_at(rnd, engine, th.weight_formats.get(engine))("knee_concurrency"),
+                "requests",
+                "no_such_test",
+                f"no {engine} sweep in {rnd or 'the campaign'}",
             )
-    throughput = pd.DataFrame(
-        thr_rows,
-        columns=[
-            *POINT_ID_COLUMNS,
-            "series",
-            "tokens_per_s",
-            "gate_ok",
-        ],
+        ]
+    # a campaign of our own may run one engine with several formats: these findings rest on its first run
+    at = engine_at(rnd, engine, th.weight_format_for(pts[0].run))
+    which: dict[str, Any] = {"rests_on_run": pts[0].run.name}
+    out = [
+        knee_finding(at, pts, ctx, rests_on=[p.key for p in pts], **which),
+        peak_throughput_finding(at, pts, ctx, **which),
+    ]
+    c1 = next((p for p in pts if p.concurrency == 1), None)
+    if c1 is not None:
+        out.append(
+            fnd.measured(
+                at("single_stream_output_throughput_tokens_per_s"),
+                c1.result.output_throughput_tok_s,
+                "tokens/s",
+                [c1.cite("output_throughput")],
+                **which,
+            )
+        )
+    out.append(throughput_gain_finding(at, c1, [p for p in pts if ctx.gate_ok(p)], which))
+    out.extend(_counter_findings(at, engine, pts, points))
+    return out
+
+
+def _consistency_finding(rnd: str | None, points: pd.DataFrame) -> fnd.Finding | None:
+    """The summaries' own consistency in one round: throughput × duration against the token totals, the
+    worst point's error; None when no point has both."""
+    sub = points[(points["round"] == (rnd or ""))]
+    errs = [
+        abs(fits.error_pct(row["output_tokens_from_throughput"], row["total_output_tokens"]))
+        for _, row in sub.iterrows()
+        if row.get("output_tokens_from_throughput") is not None and row["total_output_tokens"]
+    ]
+    if not errs:
+        return None
+    worst = max(errs)
+    return fnd.Finding(
+        at=At(round=rnd, topic="consistency", metric="max_throughput_duration_error_pct"),
+        value=worst,
+        unit="%",
+        sources=tuple(sub["file"].tolist()[:1]),
+        tolerance_pct=CONSISTENCY_TOLERANCE_PCT,
+        status="ok" if worst <= CONSISTENCY_TOLERANCE_PCT else "mismatch",
+        detail=(
+            "max over points of |output_throughput × duration − total_output_tokens| ÷ total_output_tokens"
+        ),
     )
 
+
+def run(s: SectionInput) -> Section:
+    campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
+    findings: list[fnd.Finding] = []
     for rnd in campaign.rounds:
         for engine in ("vllm", "llamacpp"):
-            pts = sweep_points(campaign, rnd, engine)
-            if not pts:
-                findings.append(
-                    fnd.not_available(
-                        engine_at(rnd, engine, th.weight_formats.get(engine))("knee_concurrency"),
-                        "requests",
-                        "no_such_test",
-                        f"no {engine} sweep in {rnd or 'the campaign'}",
-                    )
-                )
-                continue
-            # a campaign of our own may run one engine with several formats: these findings rest on its first
-            # run
-            at = engine_at(rnd, engine, th.weight_format_for(pts[0].run))
-            which = {"rests_on_run": pts[0].run.name}
-            findings.append(knee_finding(at, pts, ctx, rests_on=[p.key for p in pts], **which))
-            findings.append(peak_throughput_finding(at, pts, ctx, **which))
-            c1 = next((p for p in pts if p.concurrency == 1), None)
-            if c1 is not None:
-                findings.append(
-                    fnd.measured(
-                        at("single_stream_output_throughput_tokens_per_s"),
-                        c1.result.output_throughput_tok_s,
-                        "tokens/s",
-                        [c1.cite("output_throughput")],
-                        **which,
-                    )
-                )
-            findings.append(throughput_gain_finding(at, c1, [p for p in pts if ctx.gate_ok(p)], which))
-            findings.extend(_counter_findings(at, engine, pts, points, campaign))
-
-        # consistency of the summaries: throughput × duration = totals
-        sub = points[(points["round"] == (rnd or ""))]
-        errs = []
-        for _, row in sub.iterrows():
-            if row.get("output_tokens_from_throughput") is not None and row["total_output_tokens"]:
-                errs.append(
-                    abs(fits.error_pct(row["output_tokens_from_throughput"], row["total_output_tokens"]))
-                )
-        if errs:
-            worst = max(errs)
-            findings.append(
-                fnd.Finding(
-                    at=At(round=rnd, topic="consistency", metric="max_throughput_duration_error_pct"),
-                    value=worst,
-                    unit="%",
-                    sources=tuple(sub["file"].tolist()[:1]),
-                    tolerance_pct=CONSISTENCY_TOLERANCE_PCT,
-                    status="ok" if worst <= CONSISTENCY_TOLERANCE_PCT else "mismatch",
-                    detail=(
-                        "max over points of |output_throughput × duration − total_output_tokens| ÷ "
-                        "total_output_tokens"
-                    ),
-                )
-            )
-    util_cols = [
-        "round",
-        "engine",
-        "weight_format",
-        "test",
-        "test_kind",
-        "point",
-        "concurrency",
-        "input_len_tokens",
-        "gate_ok",
-        "achieved_tflops_per_s",
-        "achieved_gb_per_s",
-        "mfu_pct",
-        "mbu_pct",
-        "tokens_per_iteration",
-        "measured_gflop_per_output_token",
-        "theory_gflop_per_output_token",
-    ]
-    if "mfu_pct" in points.columns:
-        util = points[points["mfu_pct"].notna() & ~points["warmup"]].reindex(columns=util_cols)
-    else:
-        util = pd.DataFrame(columns=util_cols)
+            findings += _sweep_findings(rnd, engine, campaign, ctx, th, points)
+        consistency = _consistency_finding(rnd, points)
+        if consistency is not None:
+            findings.append(consistency)
     return Section(
         name="concurrency",
         tables={
-            "concurrency_latency": latency,
-            "concurrency_throughput": throughput,
-            "concurrency_utilization": util,
+            "concurrency_latency": _latency_table(campaign, ctx, th),
+            "concurrency_throughput": _throughput_table(campaign, ctx, th),
+            "concurrency_utilization": _utilization_table(points),
             "latency_percentiles": percentile_table(campaign, ctx, th),
         },
         findings=findings,
@@ -407,9 +428,11 @@ def knee_cause(p: BenchPoint, bimodal: bool) -> tuple[str, str | None]:
     rel, log = p.run.server_log
     if p.run.engine == "llamacpp":
         line = log.lines.get("ctx:n_batch") if log is not None else None
-        return ("llamacpp_bimodal" if bimodal else "llamacpp_batch"), p.run.cite(rel, line) if line else None
+        return ("llamacpp_bimodal" if bimodal else "llamacpp_batch"), (
+            p.run.cite(rel, line) if line and rel is not None else None
+        )
     ec = getattr(log, "engine_config", None)
-    if ec is not None and ec.enable_chunked_prefill:
+    if rel is not None and ec is not None and ec.enable_chunked_prefill:
         return "chunked_prefill", p.run.cite(rel, ec.line)
     return "prefill_steps", None
 
@@ -426,25 +449,31 @@ def change_direction(before: float, after: float) -> str:
     return "up" if after > before else "down" if after < before else "same"
 
 
-def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:
+def _conc(p: BenchPoint) -> int:
+    """A sweep point's concurrency (run_sweep_points keeps only points that have one)."""
+    assert p.concurrency is not None, f"{p.key}: a sweep point has a concurrency"
+    return p.concurrency
+
+
+def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: Any) -> fnd.Finding:
     """The sweep's knee (fits.knee: the first concurrency whose p99 ITL exceeds 2 × its p50) with p50, p90
     and p99 there and just below it, how p50 moved (p50_shape), how many intervals stretched (tail_share)
     and why (knee_cause); n/a when no point breaks. ``extra`` fields ride along (which run, which points)."""
-    xs = [p.concurrency for p in pts]
-    p50 = [p.result.itl.p50_ms for p in pts]
-    p99 = [p.result.itl.p99_ms for p in pts]
+    xs = [_conc(p) for p in pts]
+    p50 = [v for p in pts if (v := p.result.itl.p50_ms) is not None]
+    p99 = [v for p in pts if (v := p.result.itl.p99_ms) is not None]
     srcs = [p.cite("p50_itl_ms") for p in pts] + [p.cite("p99_itl_ms") for p in pts]
-    k = fits.knee(xs, p50, p99) if all(v is not None for v in p50 + p99) else None
+    k = fits.knee(xs, p50, p99) if len(p50) == len(pts) and len(p99) == len(pts) else None
     if k is None:
         return fnd.not_available(
             at("knee_concurrency"), "requests", "no_knee", "no sweep point has p99 ITL > 2 × p50 ITL", srcs
         )
     kp = next(p for p in pts if p.concurrency == k)
     # the sweep point just below the knee: what the tail looked like before it broke
-    below = max((p for p in pts if p.concurrency < k), key=lambda p: p.concurrency, default=None)
-    k50, k90 = kp.result.itl.p50_ms, kp.result.itl.p90_ms
+    below = max((p for p in pts if _conc(p) < k), key=_conc, default=None)
+    k50, k90, k99 = kp.result.itl.p50_ms, kp.result.itl.p90_ms, kp.result.itl.p99_ms
+    assert k50 is not None and k99 is not None, "the knee is found only where every point has both"
     b50 = below.result.itl.p50_ms if below else None
-    k99 = kp.result.itl.p99_ms
     cause, cause_src = knee_cause(kp, k90 is not None and k99 > TAIL_FACTOR * k90)
     return fnd.measured(
         at("knee_concurrency"),
@@ -471,9 +500,9 @@ def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -
     )
 
 
-def peak_throughput_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: object) -> fnd.Finding:
+def peak_throughput_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: Any) -> fnd.Finding:
     """The sweep's highest output tokens/s and where it was reached; n/a when no point completed a request."""
-    rated = [p for p in pts if p.result.output_throughput_tok_s is not None]
+    rated = [(p, v) for p in pts if (v := p.result.output_throughput_tok_s) is not None]
     if not rated:
         return fnd.not_available(
             at("peak_output_throughput_tokens_per_s"),
@@ -482,10 +511,10 @@ def peak_throughput_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra
             "no sweep point completed a request: no output throughput",
             [p.cite("p50_itl_ms") for p in pts],
         )
-    best = max(rated, key=lambda p: p.result.output_throughput_tok_s)
+    best, tokens_per_s = max(rated, key=lambda x: x[1])
     return fnd.measured(
         at("peak_output_throughput_tokens_per_s"),
-        best.result.output_throughput_tok_s,
+        tokens_per_s,
         "tokens/s",
         [best.cite("output_throughput")],
         concurrency=best.concurrency,
@@ -501,114 +530,108 @@ def throughput_gain(single_tokens_per_s: float, top_tokens_per_s: float) -> floa
 
 
 def throughput_gain_finding(
-    at: At, c1: BenchPoint | None, gated_in: list[BenchPoint], which: dict
+    at: At, c1: BenchPoint | None, gated_in: list[BenchPoint], which: dict[str, Any]
 ) -> fnd.Finding:
     """The throughput gain of one sweep (findings under ``at``, topic concurrency)."""
     key = at("throughput_gain_single_to_max", topic="concurrency")
-    rated = [p for p in gated_in if p.result.output_throughput_tok_s]
-    if c1 is None or not c1.result.output_throughput_tok_s:
+    single = c1.result.output_throughput_tok_s if c1 is not None else None
+    if c1 is None or not single:
         return fnd.not_available(key, "ratio", "no_concurrency_1", "no sweep point at concurrency 1", **which)
-    top = max(rated, key=lambda p: p.concurrency, default=None)
+    rated = [(p, v) for p in gated_in if (v := p.result.output_throughput_tok_s)]
+    top, top_tokens_per_s = max(rated, key=lambda x: _conc(x[0]), default=(None, 0.0))
     if top is None or top.concurrency == 1:
         return fnd.not_available(
             key, "ratio", "too_few_points", "no gated-in point above concurrency 1", **which
         )
     return fnd.measured(
         key,
-        throughput_gain(c1.result.output_throughput_tok_s, top.result.output_throughput_tok_s),
+        throughput_gain(single, top_tokens_per_s),
         "ratio",
         [c1.cite("output_throughput"), top.cite("output_throughput")],
-        single_tokens_per_s=c1.result.output_throughput_tok_s,
-        top_tokens_per_s=top.result.output_throughput_tok_s,
+        single_tokens_per_s=single,
+        top_tokens_per_s=top_tokens_per_s,
         top_concurrency=top.concurrency,
         # the word the page uses: more, less or the same output tokens/s at the top than at one stream
-        direction=change_direction(c1.result.output_throughput_tok_s, top.result.output_throughput_tok_s),
+        direction=change_direction(single, top_tokens_per_s),
         detail="output tokens/s at the highest gated-in sweep concurrency ÷ at concurrency 1",
         **which,
     )
 
 
-def _counter_findings(
-    at: At, engine: str, pts: list[BenchPoint], points: pd.DataFrame, campaign: Campaign
-) -> list:
+COUNTER_KEYS = (
+    "max_mfu_pct",
+    "max_mbu_pct",
+    "flops_per_output_token_gflop",
+    "tokens_per_iteration_at_max_concurrency",
+)
+
+
+def _counter_findings(at: At, engine: str, pts: list[BenchPoint], points: pd.DataFrame) -> list[fnd.Finding]:
     """MFU/MBU, tokens per iteration and the FLOPs counter against theory, where the sampler has them."""
-    out: list[fnd.Finding] = []
+    if engine != "vllm":
+        return []
     rows = points[points["key"].isin({p.key for p in pts})]
-    have = "mfu_pct" in rows.columns and rows["mfu_pct"].notna().any()
     run = pts[0].run
     srel = run.counter_source
-    if engine != "vllm":
-        return out
-    names = (
-        "max_mfu_pct",
-        "max_mbu_pct",
-        "flops_per_output_token_gflop",
-        "tokens_per_iteration_at_max_concurrency",
-    )
-    if not have:
-        for n in names:
-            out.append(
-                fnd.not_available(
-                    at(n),
-                    "%" if n.endswith("pct") else "",
-                    "no_sampler_csv",
-                    f"{run.cite_root} kept no sampler CSV with the MFU counters",
-                )
+    if "mfu_pct" not in rows.columns or not rows["mfu_pct"].notna().any() or srel is None:
+        return [
+            fnd.not_available(
+                at(n),
+                "%" if n.endswith("pct") else "",
+                "no_sampler_csv",
+                f"{run.cite_root} kept no sampler CSV with the MFU counters",
             )
-        return out
+            for n in COUNTER_KEYS
+        ]
     r = rows.dropna(subset=["mfu_pct"])
     i_mfu = r["mfu_pct"].idxmax()
     i_mbu = r["mbu_pct"].idxmax()
-    src = run.cite(srel, "flops")
-    out.append(
+    top = r.loc[r["concurrency"].idxmax()]
+    return [
         fnd.measured(
             at("max_mfu_pct"),
             float(r.loc[i_mfu, "mfu_pct"]),
             "%",
-            [src, r.loc[i_mfu, "file"]],
+            [run.cite(srel, "flops"), r.loc[i_mfu, "file"]],
             concurrency=int(r.loc[i_mfu, "concurrency"]),
-        )
-    )
-    out.append(
+        ),
         fnd.measured(
             at("max_mbu_pct"),
             float(r.loc[i_mbu, "mbu_pct"]),
             "%",
             [run.cite(srel, "read_bytes"), r.loc[i_mbu, "file"]],
             concurrency=int(r.loc[i_mbu, "concurrency"]),
-        )
-    )
-    # FLOPs counter vs theory: the total over the sweep, per output token
-    rr = r.dropna(subset=["theory_gflop_per_output_token", "measured_gflop_per_output_token"])
-    if len(rr):
-        meas = float(
-            (rr["measured_gflop_per_output_token"] * rr["total_output_tokens"]).sum()
-            / rr["total_output_tokens"].sum()
-        )
-        theo = float(
-            (rr["theory_gflop_per_output_token"] * rr["total_output_tokens"]).sum()
-            / rr["total_output_tokens"].sum()
-        )
-        out.append(
-            fnd.measured(
-                at("flops_per_output_token_gflop"),
-                meas,
-                "GFLOP/token",
-                [src],
-                theory=theo,
-                tolerance_pct=FLOPS_TOLERANCE_PCT,
-                detail="Δestimated_flops_per_gpu_total over the sweep ÷ output tokens; theory: "
-                "prefill(S) + Σ decode(S+k), k=1..O−1, per request",
-            )
-        )
-    top = r.loc[r["concurrency"].idxmax()]
-    out.append(
+        ),
+        *_flops_per_token_finding(at, r, run.cite(srel, "flops")),
         fnd.measured(
             at("tokens_per_iteration_at_max_concurrency"),
             float(top["tokens_per_iteration"]),
             "tokens/iteration",
             [run.cite(srel, "iter_tok_sum"), run.cite(srel, "iter_tok_cnt")],
             concurrency=int(top["concurrency"]),
+        ),
+    ]
+
+
+def _output_weighted_mean(rows: pd.DataFrame, column: str) -> float:
+    """A per-output-token column over several points, weighted by each point's output tokens."""
+    return float((rows[column] * rows["total_output_tokens"]).sum() / rows["total_output_tokens"].sum())
+
+
+def _flops_per_token_finding(at: At, r: pd.DataFrame, src: str) -> list[fnd.Finding]:
+    """The FLOPs counter against theory: the total over the sweep, per output token (none without theory)."""
+    rr = r.dropna(subset=["theory_gflop_per_output_token", "measured_gflop_per_output_token"])
+    if not len(rr):
+        return []
+    return [
+        fnd.measured(
+            at("flops_per_output_token_gflop"),
+            _output_weighted_mean(rr, "measured_gflop_per_output_token"),
+            "GFLOP/token",
+            [src],
+            theory=_output_weighted_mean(rr, "theory_gflop_per_output_token"),
+            tolerance_pct=FLOPS_TOLERANCE_PCT,
+            detail="Δestimated_flops_per_gpu_total over the sweep ÷ output tokens; theory: "
+            "prefill(S) + Σ decode(S+k), k=1..O−1, per request",
         )
-    )
-    return out
+    ]
