@@ -11,6 +11,8 @@ Keys: ``<round>.concurrency.<engine>.<metric>`` and ``runs.<run>.concurrency.<me
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -60,16 +62,80 @@ def drain(ts: list[float], waiting: list[float], idx: range) -> tuple[float | No
     return peak, None, i_peak
 
 
-def _at(s: dict, run: RunData) -> At:
+Series = dict[str, Any]  # a sweep series as roofline.sweep_series builds it
+
+
+def _at(s: Series, run: RunData) -> At:
     if run.own:
         return run_at(run, s["weight_format"], topic="concurrency")
     return engine_at(s["round"] or None, s["engine"], s["weight_format"], topic="concurrency")
 
 
-def _row(s: dict, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryCtx) -> dict:
+class DepthRow(TypedDict):
+    """One sweep point (a row of the concurrency_depth table); every column on every row: a series whose
+    points all lack some (no request completed) keeps them."""
+
+    series: str
+    round: str
+    run: str
+    engine: str
+    weight_format: str | None
+    concurrency: int | None
+    output_throughput_tokens_per_s: float | None
+    p50_itl_ms: float | None
+    p99_itl_ms: float | None
+    mean_ttft_ms: float | None
+    mean_e2el_ms: float | None
+    gate_ok: bool
+    source: str
+    max_waiting: float | None
+    waiting_drain_s: float | None
+    floor_ms: float | None
+    mfu_pct: float | None
+    mbu_pct: float | None
+    p99_over_p50_itl: float | None
+    decode_share_pct: float | None
+    waiting_peak_source: str | None
+
+
+def _waiting(p: BenchPoint, ctx: Context) -> tuple[float | None, float | None, str | None]:
+    """The waiting queue's peak inside the point's window, the seconds it took to drain, and the peak
+    sample's citation (all None without a waiting gauge)."""
+    w = ctx.window(p)
+    if w is None or p.run.name not in ctx.sampler_series:
+        return None, None, None
+    ts, cols = ctx.sampler_series[p.run.name]
+    if "waiting" not in cols:
+        return None, None, None
+    peak, dr, i_peak = drain(ts, cols["waiting"], window_indices(ts, w.window))
+    return peak, dr, ctx.sample_cite(p.run, i_peak) if i_peak is not None else None
+
+
+def _floor_ms(s: Series, p: BenchPoint, th: TheoryCtx) -> float | None:
+    """The point's bandwidth floor of one decode step, ms (roofline.roofline_floor_ms at its mean context)."""
     r = p.result
-    mean_out = r.total_output_tokens / r.completed if r.completed else None
-    row: dict = {
+    mean_out = (
+        r.total_output_tokens / r.completed if r.completed and r.total_output_tokens is not None else None
+    )
+    wb, kvb = s["weight_bytes_per_step"], s["kv_bytes_per_token"]
+    bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None
+    if wb is None or kvb is None or not bw or not p.input_len_tokens or not mean_out or p.concurrency is None:
+        return None
+    return roofline_floor_ms(wb, p.concurrency, mean_context_tokens(p.input_len_tokens, mean_out) * kvb, bw)
+
+
+def _points_value(points: pd.DataFrame, p: BenchPoint, column: str) -> float | None:
+    pr = points[points["key"] == p.key]
+    return float(pr[column].iloc[0]) if column in pr and len(pr) and not pd.isna(pr[column].iloc[0]) else None
+
+
+def _row(s: Series, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryCtx) -> DepthRow:
+    r = p.result
+    done = bool(r.completed)
+    p50, p99 = (r.itl.p50_ms, r.itl.p99_ms) if done else (None, None)
+    ttft, e2el = (r.mean_ttft_ms, r.e2el.mean_ms) if done else (None, None)
+    peak, drain_s, peak_src = _waiting(p, ctx)
+    return {
         "series": s["series"],
         "round": s["round"],
         "run": p.run.name,
@@ -77,241 +143,246 @@ def _row(s: dict, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryC
         "weight_format": s["weight_format"],
         "concurrency": p.concurrency,
         "output_throughput_tokens_per_s": r.output_throughput_tok_s,
-        "p50_itl_ms": r.itl.p50_ms if r.completed else None,
-        "p99_itl_ms": r.itl.p99_ms if r.completed else None,
-        "mean_ttft_ms": r.mean_ttft_ms if r.completed else None,
-        "mean_e2el_ms": r.e2el.mean_ms if r.completed else None,
+        "p50_itl_ms": p50,
+        "p99_itl_ms": p99,
+        "mean_ttft_ms": ttft,
+        "mean_e2el_ms": e2el,
         "gate_ok": ctx.gate_ok(p),
         "source": p.cite(),
-        "max_waiting": None,
-        "waiting_drain_s": None,
-        "floor_ms": None,
-        "mfu_pct": None,
-        "mbu_pct": None,
-        # every column on every row: a series whose points all lack them (no request completed) keeps them
-        "p99_over_p50_itl": None,
-        "decode_share_pct": None,
-        "waiting_peak_source": None,
+        "max_waiting": peak,
+        "waiting_drain_s": drain_s,
+        "floor_ms": _floor_ms(s, p, th),
+        "mfu_pct": _points_value(points, p, "mfu_pct"),
+        "mbu_pct": _points_value(points, p, "mbu_pct"),
+        "p99_over_p50_itl": p99 / p50 if p50 and p99 else None,
+        "decode_share_pct": decode_share_pct(e2el, ttft) if e2el and ttft is not None else None,
+        "waiting_peak_source": peak_src,
     }
-    if row["p50_itl_ms"] and row["p99_itl_ms"]:
-        row["p99_over_p50_itl"] = row["p99_itl_ms"] / row["p50_itl_ms"]
-    if row["mean_e2el_ms"] and row["mean_ttft_ms"] is not None:
-        row["decode_share_pct"] = decode_share_pct(row["mean_e2el_ms"], row["mean_ttft_ms"])
-    w = ctx.window(p)
-    if w is not None and p.run.name in ctx.sampler_series:
-        ts, cols = ctx.sampler_series[p.run.name]
-        if "waiting" in cols:
-            peak, dr, i_peak = drain(ts, cols["waiting"], window_indices(ts, w.window))
-            row["max_waiting"], row["waiting_drain_s"] = peak, dr
-            row["waiting_peak_source"] = ctx.sample_cite(p.run, i_peak) if i_peak is not None else None
-    pr = points[points["key"] == p.key]
-    for c in ("mfu_pct", "mbu_pct"):
-        if c in pr and len(pr) and not pd.isna(pr[c].iloc[0]):
-            row[c] = float(pr[c].iloc[0])
-    wb, kvb = s["weight_bytes_per_step"], s["kv_bytes_per_token"]
-    bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None
-    if wb is not None and kvb is not None and bw and p.input_len_tokens and mean_out:
-        row["floor_ms"] = roofline_floor_ms(
-            wb, p.concurrency, mean_context_tokens(p.input_len_tokens, mean_out) * kvb, bw
-        )
-    return row
 
 
-def series_findings(
-    s: dict, rows: list[dict], campaign: Campaign, ctx: Context, th: TheoryCtx
-) -> list[fnd.Finding]:
-    pts: list[BenchPoint] = s["points"]
-    run = pts[0].run
-    at = _at(s, run)
-    out: list[fnd.Finding] = []
-    ok = [
-        (p, r)
-        for p, r in zip(pts, rows, strict=True)
-        if ctx.gate_ok(p) and r["output_throughput_tokens_per_s"]
+def _conc(p: BenchPoint) -> int:
+    """A sweep point's concurrency (sweep points all have one)."""
+    assert p.concurrency is not None, f"{p.key}: a sweep point has a concurrency"
+    return p.concurrency
+
+
+@dataclass(frozen=True)
+class DepthView:
+    """What every finding of one sweep series reads: where its findings go, its points and rows, the
+    gated-in points with an output throughput (``ok``), every point's citation and the series' first run."""
+
+    s: Series
+    at: At
+    points: list[BenchPoint]
+    rows: list[DepthRow]
+    ok: list[tuple[BenchPoint, DepthRow]]
+    srcs: list[str]
+    run: RunData
+
+    @staticmethod
+    def of(s: Series, rows: list[DepthRow], ctx: Context) -> DepthView:
+        pts: list[BenchPoint] = s["points"]
+        ok = [
+            (p, r)
+            for p, r in zip(pts, rows, strict=True)
+            if ctx.gate_ok(p) and r["output_throughput_tokens_per_s"]
+        ]
+        return DepthView(s, _at(s, pts[0].run), pts, rows, ok, [p.cite() for p in pts], pts[0].run)
+
+
+def series_findings(v: DepthView, campaign: Campaign, th: TheoryCtx) -> list[fnd.Finding]:
+    """Everything one sweep series says beyond the curve, one finding family each (the module's docstring)."""
+    return [
+        _per_slot_finding(v),
+        *_itl_ratio_findings(v),
+        *_decode_share_findings(v),
+        _waiting_finding(v),
+        _crossover_finding(v, th),
+        # the concurrency the KV pool allows at this workload
+        _ceiling(v.at, v.s, v.points, campaign),
+        _step_marginal_finding(v, th),
     ]
-    srcs = [p.cite() for p in pts]
-    single = next(((p, r) for p, r in ok if p.concurrency == 1), None)
-    top = max(ok, key=lambda x: x[0].concurrency) if ok else None
-    # 1. per-slot efficiency (the throughput gain itself is concurrency.throughput_gain_single_to_max)
+
+
+def _per_slot_finding(v: DepthView) -> fnd.Finding:
+    """Per-slot efficiency (the throughput gain itself is concurrency.throughput_gain_single_to_max)."""
+    rated = [(p, r, t) for p, r in v.ok if (t := r["output_throughput_tokens_per_s"])]
+    single = next(((p, t) for p, _, t in rated if p.concurrency == 1), None)
+    top = max(rated, key=lambda x: _conc(x[0])) if rated else None
     if single is None or top is None or top[0].concurrency == 1:
-        out.append(
-            fnd.not_available(
-                at("per_slot_efficiency_pct"),
-                "%",
-                "no_concurrency_1",
-                "needs concurrency 1 and a higher gated-in point",
-                srcs,
-            )
+        return fnd.not_available(
+            v.at("per_slot_efficiency_pct"),
+            "%",
+            "no_concurrency_1",
+            "needs concurrency 1 and a higher gated-in point",
+            v.srcs,
         )
-    else:
-        g = throughput_gain(
-            single[1]["output_throughput_tokens_per_s"], top[1]["output_throughput_tokens_per_s"]
-        )
-        out.append(
-            fnd.measured(
-                at("per_slot_efficiency_pct"),
-                per_slot_efficiency_pct(g, top[0].concurrency),
-                "%",
-                [top[0].cite("output_throughput"), single[0].cite("output_throughput")],
-                max_concurrency=top[0].concurrency,
-                throughput_gain=g,
-                detail="output tokens/s at the highest gated-in concurrency ÷ at 1, ÷ that concurrency: "
-                "what each slot keeps of the single stream's speed",
-            )
-        )
-    # 2. p99 / p50 ITL
-    rr = [(p, r) for p, r in ok if r.get("p99_over_p50_itl")]
-    if rr:
-        p, r = max(rr, key=lambda x: x[1]["p99_over_p50_itl"])
-        out.append(
-            fnd.measured(
-                at("itl_p99_over_p50_max"),
-                r["p99_over_p50_itl"],
-                "ratio",
-                [p.cite("p99_itl_ms"), p.cite("p50_itl_ms")],
-                concurrency=p.concurrency,
-                by_concurrency={str(q.concurrency): x["p99_over_p50_itl"] for q, x in rr},
-            )
-        )
-    # 3. decode share of E2E at the highest concurrency
-    dd = [(p, r) for p, r in ok if r.get("decode_share_pct") is not None]
-    if dd:
-        p, r = max(dd, key=lambda x: x[0].concurrency)
-        out.append(
-            fnd.measured(
-                at("decode_share_of_e2e_pct"),
-                r["decode_share_pct"],
-                "%",
-                [p.cite("mean_e2el_ms"), p.cite("mean_ttft_ms")],
-                concurrency=p.concurrency,
-                by_concurrency={str(q.concurrency): x["decode_share_pct"] for q, x in dd},
-                detail="(mean E2E − mean TTFT) ÷ mean E2E at the highest concurrency",
-            )
-        )
-    # 4. the waiting queue's peak and drain
-    ww = [(p, r) for p, r in zip(pts, rows, strict=True) if r["max_waiting"] is not None]
-    if not ww:
-        out.append(
-            fnd.not_available(
-                at("waiting_queue_peak"),
-                "requests",
-                "no_sampler_csv",
-                f"{run.cite_root} kept no sampler CSV / scrapes with a waiting gauge",
-                srcs,
-            )
-        )
-    else:
-        p, r = max(ww, key=lambda x: (x[1]["max_waiting"], x[0].concurrency))
-        out.append(
-            fnd.measured(
-                at("waiting_queue_peak"),
-                r["max_waiting"],
-                "requests",
-                [r.get("waiting_peak_source") or run.cite(run.counter_source, "waiting")],
-                concurrency=p.concurrency,
-                drain_s=r["waiting_drain_s"],
-                by_concurrency={str(q.concurrency): x["max_waiting"] for q, x in ww},
-                detail="the waiting gauge's highest sample in any sweep window; drain: seconds from that "
-                "sample to the first later sample showing the queue empty (None: not empty before "
-                "the window ended)",
-            )
-        )
-    # 5. MFU overtakes MBU (interpolated)
-    um = sorted(
-        ((p, r) for p, r in ok if r["mfu_pct"] is not None and r["mbu_pct"] is not None),
-        key=lambda x: x[0].concurrency,
+    top_p, _, top_t = top
+    g = throughput_gain(single[1], top_t)
+    return fnd.measured(
+        v.at("per_slot_efficiency_pct"),
+        per_slot_efficiency_pct(g, _conc(top_p)),
+        "%",
+        [top_p.cite("output_throughput"), single[0].cite("output_throughput")],
+        max_concurrency=top_p.concurrency,
+        throughput_gain=g,
+        detail="output tokens/s at the highest gated-in concurrency ÷ at 1, ÷ that concurrency: "
+        "what each slot keeps of the single stream's speed",
     )
-    if len(um) < 2:
-        out.append(
-            fnd.not_available(
-                at("mfu_mbu_crossover_concurrency"),
-                "requests",
-                # a vLLM run without any sampler has no counter at all (llama.cpp has no FLOPs counter anyway)
-                "no_sampler_csv"
-                if run.counter_source is None and run.engine == "vllm"
-                else "no_flops_counter"
-                if th.gpu
-                else "no_gpu_datasheet",
-                f"{run.cite_root}: no FLOPs / read-bytes counters, or no datasheet",
-                srcs,
-            )
+
+
+def _itl_ratio_findings(v: DepthView) -> list[fnd.Finding]:
+    """The largest p99 ÷ p50 ITL over the gated-in points (none without a ratio)."""
+    rr = [(p, x) for p, r in v.ok if (x := r["p99_over_p50_itl"])]
+    if not rr:
+        return []
+    p, ratio = max(rr, key=lambda x: x[1])
+    return [
+        fnd.measured(
+            v.at("itl_p99_over_p50_max"),
+            ratio,
+            "ratio",
+            [p.cite("p99_itl_ms"), p.cite("p50_itl_ms")],
+            concurrency=p.concurrency,
+            by_concurrency={str(q.concurrency): x for q, x in rr},
         )
-    else:
-        xs = [p.concurrency for p, _ in um]
-        cross = fits.loglog_crossings(xs, [r["mfu_pct"] for _, r in um], [r["mbu_pct"] for _, r in um])
-        msrc = [run.cite(run.counter_source, "flops"), run.cite(run.counter_source, "read_bytes")]
-        if cross:
-            out.append(
-                fnd.measured(
-                    at("mfu_mbu_crossover_concurrency"),
-                    cross[0],
-                    "requests",
-                    msrc + [p.cite() for p, _ in um],
-                    all_crossings=cross,
-                    detail="log–log interpolation of MFU and MBU between measured concurrencies",
-                )
-            )
-        else:
-            lead = "MBU" if um[0][1]["mbu_pct"] > um[0][1]["mfu_pct"] else "MFU"
-            out.append(
-                fnd.not_available(
-                    at("mfu_mbu_crossover_concurrency"),
-                    "requests",
-                    "no_crossing",
-                    f"{lead} leads at every concurrency",
-                    msrc,
-                )
-            )
-    # 6. the concurrency the KV pool allows at this workload
-    out.append(_ceiling(at, s, pts, campaign))
-    # 7. batching economics: the measured step's growth against the floor's, 1 → max
-    fl = [(p, r) for p, r in ok if r["floor_ms"] and r["p50_itl_ms"]]
-    lo = next(((p, r) for p, r in fl if p.concurrency == 1), None)
-    hi = max(fl, key=lambda x: x[0].concurrency) if fl else None
+    ]
+
+
+def _decode_share_findings(v: DepthView) -> list[fnd.Finding]:
+    """The decode share of E2E at the highest concurrency (none without a share)."""
+    dd = [(p, x) for p, r in v.ok if (x := r["decode_share_pct"]) is not None]
+    if not dd:
+        return []
+    p, share = max(dd, key=lambda x: _conc(x[0]))
+    return [
+        fnd.measured(
+            v.at("decode_share_of_e2e_pct"),
+            share,
+            "%",
+            [p.cite("mean_e2el_ms"), p.cite("mean_ttft_ms")],
+            concurrency=p.concurrency,
+            by_concurrency={str(q.concurrency): x for q, x in dd},
+            detail="(mean E2E − mean TTFT) ÷ mean E2E at the highest concurrency",
+        )
+    ]
+
+
+def _waiting_finding(v: DepthView) -> fnd.Finding:
+    """The waiting queue's peak over the sweep and how fast it drained."""
+    ww = [(p, r, x) for p, r in zip(v.points, v.rows, strict=True) if (x := r["max_waiting"]) is not None]
+    counter = v.run.counter_source
+    if not ww or counter is None:
+        return fnd.not_available(
+            v.at("waiting_queue_peak"),
+            "requests",
+            "no_sampler_csv",
+            f"{v.run.cite_root} kept no sampler CSV / scrapes with a waiting gauge",
+            v.srcs,
+        )
+    p, r, peak = max(ww, key=lambda x: (x[2], _conc(x[0])))
+    return fnd.measured(
+        v.at("waiting_queue_peak"),
+        peak,
+        "requests",
+        [r["waiting_peak_source"] or v.run.cite(counter, "waiting")],
+        concurrency=p.concurrency,
+        drain_s=r["waiting_drain_s"],
+        by_concurrency={str(q.concurrency): x for q, _, x in ww},
+        detail="the waiting gauge's highest sample in any sweep window; drain: seconds from that "
+        "sample to the first later sample showing the queue empty (None: not empty before "
+        "the window ended)",
+    )
+
+
+def _crossover_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
+    """The concurrency at which MFU overtakes MBU (log–log interpolation between measured concurrencies)."""
+    um = sorted(
+        (
+            (p, mfu, mbu)
+            for p, r in v.ok
+            if (mfu := r["mfu_pct"]) is not None and (mbu := r["mbu_pct"]) is not None
+        ),
+        key=lambda x: _conc(x[0]),
+    )
+    counter = v.run.counter_source
+    if len(um) < 2 or counter is None:
+        return fnd.not_available(
+            v.at("mfu_mbu_crossover_concurrency"),
+            "requests",
+            # a vLLM run without any sampler has no counter at all (llama.cpp has no FLOPs counter anyway)
+            "no_sampler_csv"
+            if counter is None and v.run.engine == "vllm"
+            else "no_flops_counter"
+            if th.gpu
+            else "no_gpu_datasheet",
+            f"{v.run.cite_root}: no FLOPs / read-bytes counters, or no datasheet",
+            v.srcs,
+        )
+    cross = fits.loglog_crossings([_conc(p) for p, _, _ in um], [x for _, x, _ in um], [x for _, _, x in um])
+    msrc = [v.run.cite(counter, "flops"), v.run.cite(counter, "read_bytes")]
+    if not cross:
+        lead = "MBU" if um[0][2] > um[0][1] else "MFU"
+        return fnd.not_available(
+            v.at("mfu_mbu_crossover_concurrency"),
+            "requests",
+            "no_crossing",
+            f"{lead} leads at every concurrency",
+            msrc,
+        )
+    return fnd.measured(
+        v.at("mfu_mbu_crossover_concurrency"),
+        cross[0],
+        "requests",
+        msrc + [p.cite() for p, _, _ in um],
+        all_crossings=cross,
+        detail="log–log interpolation of MFU and MBU between measured concurrencies",
+    )
+
+
+def _step_marginal_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
+    """Batching economics: the measured step's growth against the floor's, concurrency 1 to the highest."""
+    fl = [(p, itl, f) for p, r in v.ok if (f := r["floor_ms"]) and (itl := r["p50_itl_ms"])]
+    lo = next(((p, itl, f) for p, itl, f in fl if p.concurrency == 1), None)
+    hi = max(fl, key=lambda x: _conc(x[0])) if fl else None
     if lo is None or hi is None or hi[0].concurrency == 1:
-        out.append(
-            fnd.not_available(
-                at("step_marginal_ms_per_request"),
-                "ms/request",
-                "no_gpu_datasheet" if not th.gpu or not th.gpu.bandwidth_bytes_per_s else "no_concurrency_1",
-                th.gpu_reason or "needs concurrency 1, a higher point and a bandwidth floor",
-                srcs,
-            )
+        return fnd.not_available(
+            v.at("step_marginal_ms_per_request"),
+            "ms/request",
+            "no_gpu_datasheet" if not th.gpu or not th.gpu.bandwidth_bytes_per_s else "no_concurrency_1",
+            th.gpu_reason or "needs concurrency 1, a higher point and a bandwidth floor",
+            v.srcs,
         )
-    else:
-        (pl, rl), (ph, rh) = lo, hi
-        # the chord from concurrency 1 to the highest (fits.chord_slope), of the measured step and of the
-        # floor: step growth against floor growth over the same two ends; engines'
-        # itl_marginal_ms_per_request is the least-squares slope over every point instead
-        meas = fits.chord_slope(pl.concurrency, rl["p50_itl_ms"], ph.concurrency, rh["p50_itl_ms"])
-        floor = fits.chord_slope(pl.concurrency, rl["floor_ms"], ph.concurrency, rh["floor_ms"])
-        out.append(
-            fnd.measured(
-                at("step_marginal_ms_per_request"),
-                meas,
-                "ms/request",
-                [ph.cite("p50_itl_ms"), pl.cite("p50_itl_ms"), *th.gpu_source],
-                floor_ms_per_request=floor,
-                step_growth=rh["p50_itl_ms"] / rl["p50_itl_ms"],
-                floor_growth=rh["floor_ms"] / rl["floor_ms"],
-                over_floor=meas / floor if floor else None,
-                concurrency=[pl.concurrency, ph.concurrency],
-                detail="chord slope: (p50 ITL at the highest concurrency − at 1) ÷ (c − 1), against the "
-                "same for the bandwidth floor (one more request's mean KV bytes ÷ bandwidth); not the "
-                "least-squares slope over every point (engines' itl_marginal_ms_per_request)",
-            )
-        )
-    return out
+    (pl, itl_l, floor_l), (ph, itl_h, floor_h) = lo, hi
+    # the chord from concurrency 1 to the highest (fits.chord_slope), of the measured step and of the
+    # floor: step growth against floor growth over the same two ends; engines'
+    # itl_marginal_ms_per_request is the least-squares slope over every point instead
+    meas = fits.chord_slope(_conc(pl), itl_l, _conc(ph), itl_h)
+    floor = fits.chord_slope(_conc(pl), floor_l, _conc(ph), floor_h)
+    return fnd.measured(
+        v.at("step_marginal_ms_per_request"),
+        meas,
+        "ms/request",
+        [ph.cite("p50_itl_ms"), pl.cite("p50_itl_ms"), *th.gpu_source],
+        floor_ms_per_request=floor,
+        step_growth=itl_h / itl_l,
+        floor_growth=floor_h / floor_l,
+        over_floor=meas / floor if floor else None,
+        concurrency=[pl.concurrency, ph.concurrency],
+        detail="chord slope: (p50 ITL at the highest concurrency − at 1) ÷ (c − 1), against the "
+        "same for the bandwidth floor (one more request's mean KV bytes ÷ bandwidth); not the "
+        "least-squares slope over every point (engines' itl_marginal_ms_per_request)",
+    )
 
 
-def _ceiling(at: At, s: dict, pts: list[BenchPoint], campaign: Campaign) -> fnd.Finding:
+def _ceiling(at: At, s: Series, pts: list[BenchPoint], campaign: Campaign) -> fnd.Finding:
     """Requests that fit at once at the sweep's request shape: the pool (vLLM, by whole blocks) or the slots
     whose context holds a request (llama.cpp), capped by the server's own sequence limit where it logged
     one."""
     p = pts[0]
     need = (p.input_len_tokens or 0) + (p.requested_output_len_tokens or 0)
     rel, log = p.run.server_log
-    if not need or log is None:
+    if not need or rel is None or log is None:
         return fnd.not_available(
             at("concurrency_ceiling_at_workload"),
             "requests",
@@ -340,7 +411,7 @@ def _ceiling(at: At, s: dict, pts: list[BenchPoint], campaign: Campaign) -> fnd.
             detail="llama.cpp: every slot whose context (n_ctx_slot) holds prompt + output runs one request",
         )
     pool, pool_src = pool_tokens(p.run, campaign)
-    if pool is None:
+    if pool is None or pool_src is None:
         return fnd.not_available(
             at("concurrency_ceiling_at_workload"),
             "requests",
@@ -371,11 +442,11 @@ def _ceiling(at: At, s: dict, pts: list[BenchPoint], campaign: Campaign) -> fnd.
 def run(s: SectionInput) -> Section:
     campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
-    rows: list[dict] = []
-    for s in sweep_series(campaign, th):
-        s_rows = [_row(s, p, ctx, points, th) for p in s["points"]]
+    rows: list[DepthRow] = []
+    for series in sweep_series(campaign, th):
+        s_rows = [_row(series, p, ctx, points, th) for p in series["points"]]
         rows += s_rows
-        findings += series_findings(s, s_rows, campaign, ctx, th)
+        findings += series_findings(DepthView.of(series, s_rows, ctx), campaign, th)
     return Section(
         name="concurrency_depth", tables={"concurrency_depth": pd.DataFrame(rows)}, findings=findings
     )
