@@ -123,7 +123,7 @@ def run(s: SectionInput) -> Section:
     campaign, ctx = s.campaign, s.ctx
     findings: list[fnd.Finding] = []
     for p in campaign.points(engine="vllm", test_kind="overload"):
-        w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]
+        w = ctx.window(p)
         if p.warmup or w is None or p.run.name not in ctx.sampler_series:
             continue
         ts, cols = ctx.sampler_series[p.run.name]
