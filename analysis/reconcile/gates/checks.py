@@ -13,10 +13,11 @@ import pandas as pd
 
 from analysis import findings as fnd
 from analysis import metrics
-from analysis.campaign import BenchPoint, Campaign, iter_points
+from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.keys import At
 from analysis.parse.requests_jsonl import RequestRecord
 from analysis.reconcile import Context, Section, SectionInput
+from collector.raw.records import EventRecord
 
 GATE_ORDER = (
     "completed",
@@ -76,11 +77,11 @@ def gate_output_tokens(total_output_tokens: int, completed: int, requested_outpu
     return total_output_tokens == completed * requested_output_len
 
 
-def prefix_caching_enabled(run) -> tuple[bool | None, str | None]:
+def prefix_caching_enabled(run: RunData) -> tuple[bool | None, str | None]:
     """What the server log says about prefix caching: (enabled?, citation); (None, None) if it does not.
     vLLM states it in its engine-config line; llama.cpp's start-up excerpt does not."""
     rel, log = run.server_log
-    if log is None:
+    if rel is None or log is None:
         return None, None
     cfg = getattr(log, "engine_config", None)
     if cfg is not None and cfg.enable_prefix_caching is not None:
@@ -120,24 +121,27 @@ def stream_counts_agree(r: RequestRecord) -> bool:
     )
 
 
-def _own_checks(run) -> dict[tuple[str, str | None], tuple[object, int]]:
+OwnChecks = dict[tuple[str, str | None], tuple[EventRecord, int]]
+
+
+def _own_checks(run: RunData) -> OwnChecks:
     """(check name, point or None for start-up) -> (the check event, its events.jsonl line); last one wins."""
     rel, log = run.events
-    out = {}
+    out: OwnChecks = {}
     for i, e in enumerate(log.records if log is not None else [], 1):
         if e.kind == "check":
             out[(e.get("name"), e.get("point") if e.get("scope") == "point" else None)] = (e, i)
     return out
 
 
-def client_gate(run, point: str) -> GateResult:
+def client_gate(run: RunData, point: str) -> GateResult:
     """Our load client's self-check for one point: its ``client_probe`` events (event-loop lag, one per
     load-client process) judged together by ``analysis.metrics.client_saturated``; unknown for runs whose
     collector did not record them yet."""
     rel, log = run.events
     hits = [(i, e) for i, e in enumerate(log.records if log is not None else [], 1)
             if e.kind == "client_probe" and e.get("point") == point]  # fmt: skip
-    if not hits:
+    if not hits or rel is None:
         return GateResult(
             "client_not_saturated",
             "unknown",
@@ -157,231 +161,231 @@ def client_gate(run, point: str) -> GateResult:
     return GateResult("client_not_saturated", status, reason, run.cite(rel, line), detail)
 
 
-def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
-    """A collector run's point: the gates are the collector's own recorded self-checks (events.jsonl),
-    plus the stream-count agreement read from requests.jsonl."""
-    run = p.run
-    erel, _ = run.events
-    checks = _own_checks(run)
-    out: list[GateResult] = []
+def _cite_event(run: RunData, line: int | None = None) -> str | None:
+    """The citation of the run's events.jsonl (at a line); None for a run without one."""
+    rel, _ = run.events
+    return None if rel is None else run.cite(rel, line)
 
-    def from_check(gate: str, name: str, point: str | None) -> None:
-        hit = checks.get((name, point))
-        if hit is None:
-            out.append(
-                GateResult(gate, "unknown", "unknown", run.cite(erel) if erel else None, f"no {name} check")
-            )
-            return
-        e, line = hit
-        ok = e.get("ok")
-        status = "unknown" if ok is None else ("pass" if ok else "fail")
-        out.append(
-            GateResult(
-                gate,
-                status,
-                None if ok else (OWN_REASONS.get(gate) if ok is False else "unknown"),
-                run.cite(erel, line),
-                str(e.get("detail", "")),
-            )
-        )
 
-    for name, gate in OWN_POINT_CHECKS.items():
-        from_check(gate, name, p.label)
-    rrel, _ = run.requests
+def _own_check_gate(run: RunData, checks: OwnChecks, gate: str, name: str, point: str | None) -> GateResult:
+    """A gate decided by one check the collector recorded (events.jsonl ``check``): pass, fail or unknown."""
+    hit = checks.get((name, point))
+    if hit is None:
+        return GateResult(gate, "unknown", "unknown", _cite_event(run), f"no {name} check")
+    e, line = hit
+    ok = e.get("ok")
+    status = "unknown" if ok is None else ("pass" if ok else "fail")
+    return GateResult(
+        gate,
+        status,
+        None if ok else (OWN_REASONS.get(gate) if ok is False else "unknown"),
+        _cite_event(run, line),
+        str(e.get("detail", "")),
+    )
+
+
+def _stream_counts_gate(p: BenchPoint) -> GateResult:
+    """The client's streamed token counts against the server's usage, over the point's completed requests."""
+    rrel, _ = p.run.requests
     recs = [r for r in p.records if r.ok]
     bad = [r.request_id for r in recs if not stream_counts_agree(r)]
     absurd = [r.request_id for r in recs if not metrics.token_counts_plausible(r)]  # 2^62 tokens …
     sources = sorted({str(r.token_count_source) for r in recs})
-    out.append(
-        GateResult(
-            "stream_token_counts",
-            "pass" if not bad and not absurd else "fail",
-            None if not bad and not absurd else "token_counts_unreliable",
-            run.cite(rrel, "chunk_tokens") if rrel else None,
-            f"{len(bad)} of {len(recs)} requests disagree with usage.completion_tokens; "
-            + (f"{len(absurd)} claim more tokens than max_tokens; " if absurd else "")
-            + f"token_count_source {sources}",
-        )
+    return GateResult(
+        "stream_token_counts",
+        "pass" if not bad and not absurd else "fail",
+        None if not bad and not absurd else "token_counts_unreliable",
+        p.run.cite(rrel, "chunk_tokens") if rrel else None,
+        f"{len(bad)} of {len(recs)} requests disagree with usage.completion_tokens; "
+        + (f"{len(absurd)} claim more tokens than max_tokens; " if absurd else "")
+        + f"token_count_source {sources}",
     )
-    out.append(client_gate(run, p.label))
-    from_check("greedy", "greedy_sampling", None)
-    # prefix caching: off at start-up and no cache hit during the point
-    start_hit, point_hit = (
-        checks.get(("prefix_caching_off", None)),
-        checks.get(("prefix_cache_hits", p.label)),
-    )
-    oks = [h[0].get("ok") for h in (start_hit, point_hit) if h is not None]
-    src = [run.cite(erel, h[1]) for h in (start_hit, point_hit) if h is not None]
+
+
+def _own_prefix_caching_gate(run: RunData, checks: OwnChecks, point: str) -> GateResult:
+    """Prefix caching: off at start-up and no cache hit during the point."""
+    hits = [
+        h for h in (checks.get(("prefix_caching_off", None)), checks.get(("prefix_cache_hits", point))) if h
+    ]
+    oks = [e.get("ok") for e, _ in hits]
+    src = [_cite_event(run, line) for _, line in hits]
+    detail = "; ".join(str(e.get("detail", "")) for e, _ in hits)
     if False in oks:
-        out.append(
-            GateResult(
-                "prefix_caching_off",
-                "fail",
-                "prefix_caching_on",
-                src[0],
-                "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h),
-            )
-        )
-    elif oks and all(o is True for o in oks):
-        out.append(
-            GateResult(
-                "prefix_caching_off",
-                "pass",
-                None,
-                src[0],
-                "; ".join(str(h[0].get("detail", "")) for h in (start_hit, point_hit) if h),
-            )
-        )
-    else:
-        out.append(
-            GateResult("prefix_caching_off", "unknown", "unknown", src[0] if src else None, "not decided")
-        )
+        return GateResult("prefix_caching_off", "fail", "prefix_caching_on", src[0], detail)
+    if oks and all(o is True for o in oks):
+        return GateResult("prefix_caching_off", "pass", None, src[0], detail)
+    return GateResult("prefix_caching_off", "unknown", "unknown", src[0] if src else None, "not decided")
+
+
+def _own_preemptions_gate(p: BenchPoint, checks: OwnChecks) -> GateResult:
+    """No preemption during the point (the collector's counter check), unless it is an overload point."""
     hit = checks.get(("preemptions", p.label))
     if hit is None or hit[0].get("ok") is None:
-        out.append(
-            GateResult(
-                "no_preemptions",
-                "unknown",
-                "unknown",
-                run.cite(erel, hit[1]) if hit else None,
-                str(hit[0].get("detail", "")) if hit else "no preemptions check",
-            )
+        return GateResult(
+            "no_preemptions",
+            "unknown",
+            "unknown",
+            _cite_event(p.run, hit[1]) if hit else None,
+            str(hit[0].get("detail", "")) if hit else "no preemptions check",
         )
-    else:
-        e, line = hit
-        d = (e.get("facts") or {}).get("preemptions_delta")
-        ok = p.test_kind == "overload" or d == 0
-        out.append(
-            GateResult(
-                "no_preemptions",
-                "pass" if ok else "fail",
-                None if ok else "preemptions_outside_overload",
-                run.cite(erel, line),
-                str(e.get("detail", "")),
-            )
-        )
+    e, line = hit
+    d = (e.get("facts") or {}).get("preemptions_delta")
+    ok = p.test_kind == "overload" or d == 0
+    return GateResult(
+        "no_preemptions",
+        "pass" if ok else "fail",
+        None if ok else "preemptions_outside_overload",
+        _cite_event(p.run, line),
+        str(e.get("detail", "")),
+    )
+
+
+def _own_fingerprint_gate(run: RunData) -> GateResult:
     fp = run.docs.files.get("fingerprint_summary")
-    out.append(
-        GateResult(
-            "fingerprint",
-            "pass" if fp else "fail",
-            None if fp else "no_fingerprint",
-            run.cite(fp) if fp else None,
-            "present" if fp else "missing",
-        )
+    return GateResult(
+        "fingerprint",
+        "pass" if fp else "fail",
+        None if fp else "no_fingerprint",
+        run.cite(fp) if fp else None,
+        "present" if fp else "missing",
     )
-    return out
 
 
-def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
-    if p.run.own:
-        return evaluate_own_point(p, ctx)
+def evaluate_own_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
+    """A collector run's point: the gates are the collector's own recorded self-checks (events.jsonl),
+    plus the stream-count agreement read from requests.jsonl."""
+    checks = _own_checks(p.run)
+    return [
+        *(_own_check_gate(p.run, checks, gate, name, p.label) for name, gate in OWN_POINT_CHECKS.items()),
+        _stream_counts_gate(p),
+        client_gate(p.run, p.label),
+        _own_check_gate(p.run, checks, "greedy", "greedy_sampling", None),
+        _own_prefix_caching_gate(p.run, checks, p.label),
+        _own_preemptions_gate(p, checks),
+        _own_fingerprint_gate(p.run),
+    ]
+
+
+def _completed_gate(p: BenchPoint) -> GateResult:
     r = p.result
-    out: list[GateResult] = []
     ok = gate_completed(r.num_prompts, r.completed)
-    out.append(
-        GateResult(
-            "completed",
-            "pass" if ok else "fail",
-            None if ok else "completed_below_requested",
-            p.cite("completed"),
-            f"{r.completed}/{r.num_prompts}",
-        )
+    return GateResult(
+        "completed",
+        "pass" if ok else "fail",
+        None if ok else "completed_below_requested",
+        p.cite("completed"),
+        f"{r.completed}/{r.num_prompts}",
     )
+
+
+def _failures_gate(p: BenchPoint) -> GateResult:
+    r = p.result
     if r.failed is None:
-        out.append(GateResult("no_failures", "unknown", "unknown", p.cite("failed"), "no failed count"))
-    else:
-        out.append(
-            GateResult(
-                "no_failures",
-                "pass" if r.failed == 0 else "fail",
-                None if r.failed == 0 else "failed_requests",
-                p.cite("failed"),
-                f"failed={r.failed}",
-            )
-        )
+        return GateResult("no_failures", "unknown", "unknown", p.cite("failed"), "no failed count")
+    return GateResult(
+        "no_failures",
+        "pass" if r.failed == 0 else "fail",
+        None if r.failed == 0 else "failed_requests",
+        p.cite("failed"),
+        f"failed={r.failed}",
+    )
+
+
+def _output_tokens_gate(p: BenchPoint) -> GateResult:
+    r = p.result
     if p.requested_output_len_tokens is None or r.total_output_tokens is None:
-        out.append(
-            GateResult(
-                "output_tokens",
-                "unknown",
-                "no_sweep_log",
-                p.cite("total_output_tokens"),
-                "requested output length unknown",
-            )
+        return GateResult(
+            "output_tokens",
+            "unknown",
+            "no_sweep_log",
+            p.cite("total_output_tokens"),
+            "requested output length unknown",
         )
-    else:
-        want = r.completed * p.requested_output_len_tokens
-        ok = gate_output_tokens(r.total_output_tokens, r.completed, p.requested_output_len_tokens)
-        out.append(
-            GateResult(
-                "output_tokens",
-                "pass" if ok else "fail",
-                None if ok else "output_tokens_short",
-                p.cite("total_output_tokens"),
-                f"{r.total_output_tokens}/{want}",
-            )
-        )
-    if p.sweep_point is None:
-        out.append(GateResult("greedy", "unknown", "no_sweep_log", None, "no client log kept for this run"))
-    else:
-        t = p.sweep_point.namespace.get("temperature")
-        ok = t == 0
-        sweep_rel, _ = p.run.sweep
-        out.append(
-            GateResult(
-                "greedy",
-                "pass" if ok else "fail",
-                None if ok else "temperature_not_zero",
-                p.run.cite(sweep_rel, p.sweep_point.namespace_line),
-                f"temperature={t!r}",
-            )
-        )
+    want = r.completed * p.requested_output_len_tokens
+    ok = gate_output_tokens(r.total_output_tokens, r.completed, p.requested_output_len_tokens)
+    return GateResult(
+        "output_tokens",
+        "pass" if ok else "fail",
+        None if ok else "output_tokens_short",
+        p.cite("total_output_tokens"),
+        f"{r.total_output_tokens}/{want}",
+    )
+
+
+def _greedy_gate(p: BenchPoint) -> GateResult:
+    """Sampling forced greedy (temperature 0 in the client's sweep log)."""
+    sweep_rel, _ = p.run.sweep
+    if p.sweep_point is None or sweep_rel is None:
+        return GateResult("greedy", "unknown", "no_sweep_log", None, "no client log kept for this run")
+    t = p.sweep_point.namespace.get("temperature")
+    ok = t == 0
+    return GateResult(
+        "greedy",
+        "pass" if ok else "fail",
+        None if ok else "temperature_not_zero",
+        p.run.cite(sweep_rel, p.sweep_point.namespace_line),
+        f"temperature={t!r}",
+    )
+
+
+def _prefix_caching_gate(p: BenchPoint) -> GateResult:
     enabled, src = prefix_caching_enabled(p.run)
     if enabled is None:
         # a log that is there but silent on it (llama.cpp's start-up lines) is not a missing log
         why = "no_server_log" if src is None else "prefix_cache_not_logged"
-        out.append(GateResult("prefix_caching_off", "unknown", why, src, "server log does not say"))
-    else:
-        out.append(
-            GateResult(
-                "prefix_caching_off",
-                "fail" if enabled else "pass",
-                "prefix_caching_on" if enabled else None,
-                src,
-                f"prefix_caching={enabled}",
-            )
-        )
-    w = ctx.window(p)
-    if w is None or w.delta("preemptions") is None:
-        out.append(
-            GateResult("no_preemptions", "unknown", "no_sampler_csv", None, "no counter for this point")
-        )
-    else:
-        n = w.delta("preemptions")
-        overload = p.test_kind == "overload"
-        ok = overload or n == 0
-        srel = p.run.counter_source
-        out.append(
-            GateResult(
-                "no_preemptions",
-                "pass" if ok else "fail",
-                None if ok else "preemptions_outside_overload",
-                p.run.cite(srel, "preemptions"),
-                f"preemptions={n:g}" + (" (overload run: expected)" if overload else ""),
-            )
-        )
-    frel, fp = p.run.fingerprint
-    out.append(
-        GateResult(
-            "fingerprint",
-            "pass" if fp is not None else "fail",
-            None if fp is not None else "no_fingerprint",
-            p.run.cite(frel) if frel else None,
-            "present" if fp is not None else "missing",
-        )
+        return GateResult("prefix_caching_off", "unknown", why, src, "server log does not say")
+    return GateResult(
+        "prefix_caching_off",
+        "fail" if enabled else "pass",
+        "prefix_caching_on" if enabled else None,
+        src,
+        f"prefix_caching={enabled}",
     )
-    return out
+
+
+def _preemptions_gate(p: BenchPoint, ctx: Context) -> GateResult:
+    """No preemption inside the point's window (the sampler's counter), unless it is an overload point."""
+    w = ctx.window(p)
+    n = w.delta("preemptions") if w is not None else None
+    srel = p.run.counter_source
+    if n is None or srel is None:
+        return GateResult("no_preemptions", "unknown", "no_sampler_csv", None, "no counter for this point")
+    overload = p.test_kind == "overload"
+    ok = overload or n == 0
+    return GateResult(
+        "no_preemptions",
+        "pass" if ok else "fail",
+        None if ok else "preemptions_outside_overload",
+        p.run.cite(srel, "preemptions"),
+        f"preemptions={n:g}" + (" (overload run: expected)" if overload else ""),
+    )
+
+
+def _fingerprint_gate(p: BenchPoint) -> GateResult:
+    frel, fp = p.run.fingerprint
+    return GateResult(
+        "fingerprint",
+        "pass" if fp is not None else "fail",
+        None if fp is not None else "no_fingerprint",
+        p.run.cite(frel) if frel else None,
+        "present" if fp is not None else "missing",
+    )
+
+
+def evaluate_point(p: BenchPoint, ctx: Context) -> list[GateResult]:
+    """Every gate of one point, in GATE_ORDER's families: our runs from the collector's own checks, an
+    imported run's from its files."""
+    if p.run.own:
+        return evaluate_own_point(p, ctx)
+    return [
+        _completed_gate(p),
+        _failures_gate(p),
+        _output_tokens_gate(p),
+        _greedy_gate(p),
+        _prefix_caching_gate(p),
+        _preemptions_gate(p, ctx),
+        _fingerprint_gate(p),
+    ]
 
 
 def evaluate(campaign: Campaign, ctx: Context) -> None:
@@ -411,42 +415,36 @@ def _output_shortfall(at: At, pts: list[BenchPoint]) -> fnd.Finding:
     total. Output tokens/s counts only the tokens delivered: a short request means fewer decode steps at the
     same rate, not a higher rate. Overload points are left out: truncation there is by design."""
     key = at("output_shortfall_total_pct")
+    # (point, tokens asked for, tokens delivered) of every point whose requested output is known
     known = [
-        p
+        (p, p.result.completed * want, got)
         for p in pts
-        if p.requested_output_len_tokens and p.result.completed and p.result.total_output_tokens is not None
+        if (want := p.requested_output_len_tokens) and p.result.completed
+        if (got := p.result.total_output_tokens) is not None
     ]
     if not known:
         return fnd.not_available(key, "%", "no_sweep_log", "no point with a known requested output length")
     expected: dict[str, int] = {}
     short: dict[str, int] = {}
     cause: dict[str, str] = {}
-    for p in known:
-        want = p.result.completed * p.requested_output_len_tokens
+    for p, want, got in known:
         expected[p.run.engine] = expected.get(p.run.engine, 0) + want
-        short[p.run.engine] = short.get(p.run.engine, 0) + max(0, want - p.result.total_output_tokens)
-        if p.result.total_output_tokens < want:
+        short[p.run.engine] = short.get(p.run.engine, 0) + max(0, want - got)
+        if got < want:
             cause[p.run.engine] = max(cause.get(p.run.engine, ""), shortfall_cause(p))
     total_expected, total_short = sum(expected.values()), sum(short.values())
+    came_short = [p for p, want, got in known if got < want]
     return fnd.measured(
         key,
         shortfall_total_pct(total_expected, total_expected - total_short),
         "%",
-        [
-            p.cite("total_output_tokens")
-            for p in known
-            if p.result.total_output_tokens < p.result.completed * p.requested_output_len_tokens
-        ][:5],
+        [p.cite("total_output_tokens") for p in came_short][:5],
         expected_tokens=total_expected,
         missing_tokens=total_short,
         by_engine_pct={e: shortfall_total_pct(expected[e], expected[e] - short[e]) for e in sorted(expected)},
         by_engine_missing_tokens={e: short[e] for e in sorted(expected)},
         by_engine_cause=cause,
-        points_short=sum(
-            1
-            for p in known
-            if p.result.total_output_tokens < p.result.completed * p.requested_output_len_tokens
-        ),
+        points_short=len(came_short),
         points=len(known),
     )
 
@@ -461,11 +459,9 @@ def _sample_sizes(at: At, pts: list[BenchPoint]) -> list[fnd.Finding]:
     sized = [p for p in pts if p.result.num_prompts]
     if not sized:
         return []
-    n = [int(p.result.num_prompts) for p in sized]
+    n = [int(p.result.num_prompts or 0) for p in sized]  # all non-zero: ``sized``
     cite = [p.cite("completed") for p in sized][:1]
-    one_wave = sorted(
-        {int(p.concurrency) for p in sized if p.concurrency and p.result.num_prompts <= p.concurrency}
-    )
+    one_wave = sorted({int(c) for p in sized if (c := p.concurrency) and (p.result.num_prompts or 0) <= c})
     return [
         fnd.measured(at("sweep_requests_per_point_min"), min(n), "requests", cite),
         fnd.measured(at("sweep_requests_per_point_max"), max(n), "requests", cite),
@@ -479,103 +475,106 @@ def _sample_sizes(at: At, pts: list[BenchPoint]) -> list[fnd.Finding]:
     ]
 
 
+GATE_COLUMNS = (
+    "round",
+    "engine",
+    "test",
+    "point",
+    "warmup",
+    "gate",
+    "severity",
+    "status",
+    "reason",
+    "detail",
+    "source",
+)
+
+
+def _gates_table(campaign: Campaign, ctx: Context) -> pd.DataFrame:
+    """The gates table: one row per point (warm-ups included) and gate."""
+    rows = [
+        {
+            "round": p.run.round or "",
+            "engine": p.run.engine,
+            "test": p.run.test,
+            "point": p.label,
+            "warmup": p.warmup,
+            "gate": g.gate,
+            "severity": SEVERITY[g.gate],
+            "status": g.status,
+            "reason": g.reason or "",
+            "detail": g.detail,
+            "source": g.source or "",
+        }
+        for p in iter_points(campaign, include_warmup=True)
+        for g in ctx.gates[p.key]
+    ]
+    return pd.DataFrame(rows, columns=list(GATE_COLUMNS))
+
+
+def _by_gate(pts: list[BenchPoint], ctx: Context) -> dict[str, dict[str, int]]:
+    """How many points passed, failed and could not be checked, per gate (in GATE_ORDER, gates seen only)."""
+    out = {}
+    for gate in GATE_ORDER:
+        res = [g for p in pts for g in ctx.gates[p.key] if g.gate == gate]
+        if res:
+            out[gate] = {s: sum(g.status == s for g in res) for s in ("pass", "fail", "unknown")}
+    return out
+
+
+def _round_findings(rnd: str | None, pts: list[BenchPoint], ctx: Context) -> list[fnd.Finding]:
+    """What the gates say about one round's points: how many, which failed or were flagged, which gates
+    could not be checked, and whether all passed."""
+    failed = sorted(f"{p.run.test}/{p.label}" for p in pts if not ctx.gate_ok(p))
+    flagged = sorted(f"{p.run.test}/{p.label}" for p in pts if ctx.gate_flags(p))
+    unknown = sorted({g.gate for p in pts for g in ctx.gates[p.key] if g.status == "unknown"})
+    at = At(round=rnd, topic="gates")
+    srcs = [g.source for p in pts for g in ctx.gates[p.key] if g.status == "fail" and g.source]
+    by_gate = _by_gate(pts, ctx)
+    return [
+        fnd.measured(at("points_total"), len(pts), "count", [p.cite() for p in pts][:1]),
+        fnd.Finding(
+            at=at("points_failed"),
+            value=failed,
+            unit="list",
+            sources=tuple(srcs),
+            status="ok" if not failed else "mismatch",
+            detail=(
+                "points failing an exclude-severity gate: kept in tables and figures, left out of conclusions"
+            ),
+        ),
+        fnd.measured(
+            at("points_flagged"),
+            flagged,
+            "list",
+            [],
+            detail="points failing only flag-severity gates: used, and listed",
+        ),
+        fnd.measured(at("points_failed_count"), len(failed), "count", srcs),
+        fnd.measured(
+            at("gates_unknown"),
+            unknown,
+            "list",
+            [],
+            detail="gates that could not be checked for some point (file missing)",
+        ),
+        _output_shortfall(at, [p for p in pts if not p.warmup and p.test_kind != "overload"]),
+        *_sample_sizes(at, [p for p in pts if not p.warmup and p.test_kind in SWEEP_KINDS]),
+        fnd.measured(
+            at("all_passed"),
+            not failed and not flagged,
+            "bool",
+            srcs,
+            by_gate=by_gate,
+            severity={g: SEVERITY[g] for g in by_gate},
+        ),
+    ]
+
+
 def run(s: SectionInput) -> Section:
     campaign, ctx = s.campaign, s.ctx
-    rows = []
-    for p in iter_points(campaign, include_warmup=True):
-        for g in ctx.gates[p.key]:
-            rows.append(
-                {
-                    "round": p.run.round or "",
-                    "engine": p.run.engine,
-                    "test": p.run.test,
-                    "point": p.label,
-                    "warmup": p.warmup,
-                    "gate": g.gate,
-                    "severity": SEVERITY[g.gate],
-                    "status": g.status,
-                    "reason": g.reason or "",
-                    "detail": g.detail,
-                    "source": g.source or "",
-                }
-            )
-    table = pd.DataFrame(
-        rows,
-        columns=[
-            "round",
-            "engine",
-            "test",
-            "point",
-            "warmup",
-            "gate",
-            "severity",
-            "status",
-            "reason",
-            "detail",
-            "source",
-        ],
-    )
     findings: list[fnd.Finding] = []
     for rnd in campaign.rounds:
         pts = [p for p in iter_points(campaign, include_warmup=True) if p.run.round == rnd]
-        failed = sorted(f"{p.run.test}/{p.label}" for p in pts if not ctx.gate_ok(p))
-        flagged = sorted(f"{p.run.test}/{p.label}" for p in pts if ctx.gate_flags(p))
-        unknown = sorted({g.gate for p in pts for g in ctx.gates[p.key] if g.status == "unknown"})
-        at = At(round=rnd, topic="gates")
-        srcs = [g.source for p in pts for g in ctx.gates[p.key] if g.status == "fail" and g.source]
-        findings.append(fnd.measured(at("points_total"), len(pts), "count", [p.cite() for p in pts][:1]))
-        findings.append(
-            fnd.Finding(
-                at=at("points_failed"),
-                value=failed,
-                unit="list",
-                sources=tuple(srcs),
-                status="ok" if not failed else "mismatch",
-                detail=(
-                    "points failing an exclude-severity gate: kept in tables and figures, left out "
-                    "of conclusions"
-                ),
-            )
-        )
-        findings.append(
-            fnd.measured(
-                at("points_flagged"),
-                flagged,
-                "list",
-                [],
-                detail="points failing only flag-severity gates: used, and listed",
-            )
-        )
-        findings.append(fnd.measured(at("points_failed_count"), len(failed), "count", srcs))
-        findings.append(
-            fnd.measured(
-                at("gates_unknown"),
-                unknown,
-                "list",
-                [],
-                detail="gates that could not be checked for some point (file missing)",
-            )
-        )
-        findings.append(_output_shortfall(at, [p for p in pts if not p.warmup and p.test_kind != "overload"]))
-        findings += _sample_sizes(at, [p for p in pts if not p.warmup and p.test_kind in SWEEP_KINDS])
-        by_gate = {}
-        for gate in GATE_ORDER:
-            res = [g for p in pts for g in ctx.gates[p.key] if g.gate == gate]
-            if not res:
-                continue
-            by_gate[gate] = {
-                "pass": sum(g.status == "pass" for g in res),
-                "fail": sum(g.status == "fail" for g in res),
-                "unknown": sum(g.status == "unknown" for g in res),
-            }
-        findings.append(
-            fnd.measured(
-                at("all_passed"),
-                not failed and not flagged,
-                "bool",
-                srcs,
-                by_gate=by_gate,
-                severity={g: SEVERITY[g] for g in by_gate},
-            )
-        )
-    return Section(name="gates", tables={"gates": table}, findings=findings)
+        findings += _round_findings(rnd, pts, ctx)
+    return Section(name="gates", tables={"gates": _gates_table(campaign, ctx)}, findings=findings)
