@@ -25,6 +25,7 @@ import pandas as pd
 from analysis import findings as fnd
 from analysis import metrics
 from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
+from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import percentile_stats
 from analysis.reconcile.slo import default_budget_ms, slos_for
@@ -69,7 +70,7 @@ def point_row(
     ``concurrency.percentile_stats``)."""
     rel, _ = p.run.requests
     recs = p.records
-    if not recs:
+    if not recs or rel is None:
         return None
     res = p.result
     rate = _plan_rate(p)
@@ -113,153 +114,168 @@ def point_row(
     return row
 
 
-def _sweep_findings(
-    rows: list[dict[str, Any]], pts: dict[str, BenchPoint], at: Any, slo_extra: dict[str, float]
-) -> list[fnd.Finding]:
-    """One run's sweep: per point achieved rate, lateness and goodput; the saturation point, the highest
-    achieved rate and the highest goodput."""
-    out: list[fnd.Finding] = []
-    for r in rows:
-        p, nominal = pts[r["point"]], r["request_rate_req_s"]
-        src = [r["source"]]
-        common = {"request_rate_req_s": nominal, "gate_ok": r["gate_ok"]}
-        if r["achieved_rate_req_s"] is None or r["offered_rate_req_s"] is None:
-            out.append(
-                fnd.not_available(
-                    at("achieved_rate_req_s", test=p.label),
-                    "req/s",
-                    "too_few_points",
-                    "fewer than 2 scheduled or completed requests: no rate between them",
-                    src,
-                    **common,
-                )
-            )
-        else:
-            out.append(
-                fnd.measured(
-                    at("achieved_rate_req_s", test=p.label),
-                    r["achieved_rate_req_s"],
-                    "req/s",
-                    src,
-                    offered_rate_req_s=r["offered_rate_req_s"],
-                    shortfall_pct=r["shortfall_pct"],
-                    **common,
-                )
-            )
-        if r["lateness_p99_ms"] is not None:
-            out.append(
-                fnd.measured(
-                    at("send_lateness_p99_ms", test=p.label),
-                    r["lateness_p99_ms"],
-                    "ms",
-                    src,
-                    lateness_p50_ms=r["lateness_p50_ms"],
-                    lateness_max_ms=r["lateness_max_ms"],
-                    **common,
-                )
-            )
-        if r["goodput_req_s"] is not None:
-            out.append(
-                fnd.measured(
-                    at("goodput_req_s", test=p.label),
-                    r["goodput_req_s"],
-                    "req/s",
-                    src,
-                    good_requests=r["good_requests"],
-                    completed=r["completed"],
-                    **common,
-                    **slo_extra,
-                )
-            )
-    rated = [r for r in rows if r["shortfall_pct"] is not None]
-    first_src = [rows[0]["source"]]
-    behind = [r for r in rated if r["shortfall_pct"] > SATURATION_SHORTFALL_PCT]
-    method = {
-        "threshold_pct": SATURATION_SHORTFALL_PCT,
-        "method": "first offered rate whose achieved rate "
-        "falls behind its schedule's offered rate by more than the threshold",
-    }
-    if not rated:
-        out.append(
+Row = dict[str, Any]  # a row of the rate_points table (point_row)
+
+
+def _point_findings(r: Row, p: BenchPoint, at: At, slo_extra: dict[str, Any]) -> list[fnd.Finding]:
+    """One rate point: its achieved rate, its send lateness and its goodput (each where measured)."""
+    src = [r["source"]]
+    common = {"request_rate_req_s": r["request_rate_req_s"], "gate_ok": r["gate_ok"]}
+    if r["achieved_rate_req_s"] is None or r["offered_rate_req_s"] is None:
+        out = [
             fnd.not_available(
-                at("saturation_rate_req_s"),
+                at("achieved_rate_req_s", test=p.label),
                 "req/s",
                 "too_few_points",
-                "no rate point with 2 or more completed requests",
-                first_src,
-                **method,
+                "fewer than 2 scheduled or completed requests: no rate between them",
+                src,
+                **common,
             )
-        )
-    elif not behind:
-        top = rated[-1]
-        out.append(
-            fnd.not_available(
-                at("saturation_rate_req_s"),
-                "req/s",
-                "not_saturated",
-                f"every offered rate up to {top['request_rate_req_s']:g} req/s was kept up "
-                f"with (shortfall ≤ {SATURATION_SHORTFALL_PCT:g} %)",
-                [r["source"] for r in rated],
-                highest_sustained_req_s=top["request_rate_req_s"],
-                **method,
-            )
-        )
+        ]
     else:
-        sat = behind[0]
-        below = [r for r in rated if r["request_rate_req_s"] < sat["request_rate_req_s"]]
-        sustained = below[-1] if below and below[-1]["shortfall_pct"] <= SATURATION_SHORTFALL_PCT else None
+        out = [
+            fnd.measured(
+                at("achieved_rate_req_s", test=p.label),
+                r["achieved_rate_req_s"],
+                "req/s",
+                src,
+                offered_rate_req_s=r["offered_rate_req_s"],
+                shortfall_pct=r["shortfall_pct"],
+                **common,
+            )
+        ]
+    if r["lateness_p99_ms"] is not None:
         out.append(
             fnd.measured(
-                at("saturation_rate_req_s"),
-                sat["request_rate_req_s"],
-                "req/s",
-                [sat["source"]] + ([sustained["source"]] if sustained else []),
-                offered_rate_req_s=sat["offered_rate_req_s"],
-                achieved_rate_req_s=sat["achieved_rate_req_s"],
-                shortfall_pct=sat["shortfall_pct"],
-                highest_sustained_req_s=sustained["request_rate_req_s"] if sustained else None,
-                lateness_p99_ms=sat["lateness_p99_ms"],
-                gate_ok=sat["gate_ok"],
-                **method,
+                at("send_lateness_p99_ms", test=p.label),
+                r["lateness_p99_ms"],
+                "ms",
+                src,
+                lateness_p50_ms=r["lateness_p50_ms"],
+                lateness_max_ms=r["lateness_max_ms"],
+                **common,
             )
         )
-    if rated:
-        top = max(rated, key=lambda r: r["achieved_rate_req_s"])
+    if r["goodput_req_s"] is not None:
         out.append(
             fnd.measured(
-                at("max_achieved_rate_req_s"),
-                top["achieved_rate_req_s"],
+                at("goodput_req_s", test=p.label),
+                r["goodput_req_s"],
                 "req/s",
-                [top["source"]],
-                request_rate_req_s=top["request_rate_req_s"],
-                gate_ok=top["gate_ok"],
-            )
-        )
-    good = [r for r in rows if r["goodput_req_s"] is not None]
-    if good:
-        best = max(good, key=lambda r: (r["goodput_req_s"], -r["request_rate_req_s"]))
-        out.append(
-            fnd.measured(
-                at("goodput_max_req_s"),
-                best["goodput_req_s"],
-                "req/s",
-                [best["source"]],
-                request_rate_req_s=best["request_rate_req_s"],
-                **slo_extra,
-            )
-        )
-    else:
-        out.append(
-            fnd.not_available(
-                at("goodput_max_req_s"),
-                "req/s",
-                "unknown",
-                "no point with a duration",
-                first_src,
+                src,
+                good_requests=r["good_requests"],
+                completed=r["completed"],
+                **common,
                 **slo_extra,
             )
         )
     return out
+
+
+SATURATION_METHOD: dict[str, Any] = {
+    "threshold_pct": SATURATION_SHORTFALL_PCT,
+    "method": "first offered rate whose achieved rate "
+    "falls behind its schedule's offered rate by more than the threshold",
+}
+
+
+def _saturation_finding(rows: list[Row], at: At) -> fnd.Finding:
+    """The first offered rate the server fell behind by more than SATURATION_SHORTFALL_PCT, with the highest
+    rate it still kept up with below it; n/a when no point has a rate or every point kept up."""
+    rated = [r for r in rows if r["shortfall_pct"] is not None]
+    behind = [r for r in rated if r["shortfall_pct"] > SATURATION_SHORTFALL_PCT]
+    if not rated:
+        return fnd.not_available(
+            at("saturation_rate_req_s"),
+            "req/s",
+            "too_few_points",
+            "no rate point with 2 or more completed requests",
+            [rows[0]["source"]],
+            **SATURATION_METHOD,
+        )
+    if not behind:
+        top = rated[-1]
+        return fnd.not_available(
+            at("saturation_rate_req_s"),
+            "req/s",
+            "not_saturated",
+            f"every offered rate up to {top['request_rate_req_s']:g} req/s was kept up "
+            f"with (shortfall ≤ {SATURATION_SHORTFALL_PCT:g} %)",
+            [r["source"] for r in rated],
+            highest_sustained_req_s=top["request_rate_req_s"],
+            **SATURATION_METHOD,
+        )
+    sat = behind[0]
+    below = [r for r in rated if r["request_rate_req_s"] < sat["request_rate_req_s"]]
+    sustained = below[-1] if below and below[-1]["shortfall_pct"] <= SATURATION_SHORTFALL_PCT else None
+    return fnd.measured(
+        at("saturation_rate_req_s"),
+        sat["request_rate_req_s"],
+        "req/s",
+        [sat["source"]] + ([sustained["source"]] if sustained else []),
+        offered_rate_req_s=sat["offered_rate_req_s"],
+        achieved_rate_req_s=sat["achieved_rate_req_s"],
+        shortfall_pct=sat["shortfall_pct"],
+        highest_sustained_req_s=sustained["request_rate_req_s"] if sustained else None,
+        lateness_p99_ms=sat["lateness_p99_ms"],
+        gate_ok=sat["gate_ok"],
+        **SATURATION_METHOD,
+    )
+
+
+def _max_achieved_findings(rows: list[Row], at: At) -> list[fnd.Finding]:
+    """The highest achieved rate over the sweep (none without a rated point)."""
+    rated = [r for r in rows if r["shortfall_pct"] is not None]
+    if not rated:
+        return []
+    top = max(rated, key=lambda r: r["achieved_rate_req_s"])
+    return [
+        fnd.measured(
+            at("max_achieved_rate_req_s"),
+            top["achieved_rate_req_s"],
+            "req/s",
+            [top["source"]],
+            request_rate_req_s=top["request_rate_req_s"],
+            gate_ok=top["gate_ok"],
+        )
+    ]
+
+
+def _goodput_max_finding(rows: list[Row], at: At, slo_extra: dict[str, Any]) -> fnd.Finding:
+    """The highest goodput over the sweep (the lowest offered rate among equals)."""
+    good = [r for r in rows if r["goodput_req_s"] is not None]
+    if not good:
+        return fnd.not_available(
+            at("goodput_max_req_s"),
+            "req/s",
+            "unknown",
+            "no point with a duration",
+            [rows[0]["source"]],
+            **slo_extra,
+        )
+    best = max(good, key=lambda r: (r["goodput_req_s"], -r["request_rate_req_s"]))
+    return fnd.measured(
+        at("goodput_max_req_s"),
+        best["goodput_req_s"],
+        "req/s",
+        [best["source"]],
+        request_rate_req_s=best["request_rate_req_s"],
+        **slo_extra,
+    )
+
+
+def _sweep_findings(
+    rows: list[Row], pts: dict[str, BenchPoint], at: At, slo_extra: dict[str, Any]
+) -> list[fnd.Finding]:
+    """One run's sweep: per point achieved rate, lateness and goodput; the saturation point, the highest
+    achieved rate and the highest goodput."""
+    out = [f for r in rows for f in _point_findings(r, pts[r["point"]], at, slo_extra)]
+    return [
+        *out,
+        _saturation_finding(rows, at),
+        *_max_achieved_findings(rows, at),
+        _goodput_max_finding(rows, at, slo_extra),
+    ]
 
 
 def run(s: SectionInput) -> Section:
