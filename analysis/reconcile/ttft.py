@@ -4,13 +4,16 @@ queue share of TTFT."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis import findings as fnd
 from analysis import metrics
-from analysis.campaign import iter_points
+from analysis.campaign import BenchPoint, iter_points
 from analysis.keys import At
 from analysis.reconcile import Section, SectionInput, overload
+from analysis.windows import PointWindowData
 
 
 def remainder_ms(ttft_ms: float, queue_ms: float, prefill_ms: float) -> float:
@@ -69,7 +72,7 @@ def prompt_timing_verdict(concurrency: int | None, slots: int | None) -> str:
     return "slot_or_batch"
 
 
-def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
+def _llamacpp_queue_share(p: BenchPoint, key: At) -> fnd.Finding | None:
     """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part
     of TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
     rel, log = p.run.requests
@@ -80,7 +83,7 @@ def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
         pm = (r.engine_timings or {}).get("prompt_ms")
         if ttft is not None and isinstance(pm, int | float):
             pairs.append((ttft, float(pm)))
-    if not pairs:
+    if not pairs or rel is None:
         return None
     mean_ttft = sum(t for t, _ in pairs) / len(pairs)
     mean_wait = sum(llamacpp_wait_ms(t, pm) for t, pm in pairs) / len(pairs)
@@ -91,7 +94,11 @@ def _llamacpp_queue_share(p, key: At) -> fnd.Finding | None:
         share_pct(mean_wait, mean_ttft),
         "%",
         [p.run.cite(rel, "engine_timings.prompt_ms"), p.run.cite(rel, "chunk_mono_ns")]
-        + ([p.run.cite(lrel, slog.lines.get("n_slots"))] if slots else []),
+        + (
+            [p.run.cite(lrel, slog.lines.get("n_slots"))]
+            if slots and lrel is not None and slog is not None
+            else []
+        ),
         mean_wait_ms=mean_wait,
         mean_ttft_ms=mean_ttft,
         mean_prompt_ms=mean_ttft - mean_wait,
@@ -110,21 +117,40 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def run(s: SectionInput) -> Section:
-    campaign, ctx, points = s.campaign, s.ctx, s.points
+def _weight_formats(points: pd.DataFrame) -> dict[str, Any]:
+    """Point key → weight format, from the points table ({} without the column)."""
+    return dict(zip(points["key"], points["weight_format"], strict=True)) if "weight_format" in points else {}
+
+
+def _anatomy_rows(
+    p: BenchPoint, w: PointWindowData, ttft: float, base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One point's mean TTFT split into its parts (queue, prefill, the remainder; llama.cpp: prefill and the
+    remainder), one row each; [] when the server's counters cannot split it."""
+    q = w.mean_of("queue_sum", "queue_cnt")
+    pf = w.mean_of("prefill_sum", "prefill_cnt")
+    if q is None or pf is None:
+        # llama.cpp: no queue histogram; its prompt seconds counter gives the mean prefill per request
+        lp = llamacpp_prefill_ms(w.delta("prompt_s"), p.result.completed)
+        if lp is None:
+            return []
+        parts: tuple[tuple[str, float], ...] = (("prefill", lp), ("remainder", ttft - lp))
+    else:
+        q_ms, pf_ms = q * 1000, pf * 1000
+        parts = (("queue", q_ms), ("prefill", pf_ms), ("remainder", remainder_ms(ttft, q_ms, pf_ms)))
+    return [{**base, "part": part, "ms": v, "share_pct": share_pct(v, ttft)} for part, v in parts]
+
+
+def _anatomy_table(s: SectionInput) -> pd.DataFrame:
+    """The ttft_anatomy table: every point's mean TTFT split into its parts (the weight format names the
+    series in the figure, llama.cpp（F16）, not the run's folder name)."""
+    fmt_of = _weight_formats(s.points)
     rows = []
-    findings: list[fnd.Finding] = []
-    # the weight format names the series in the figure (llama.cpp（F16）), not the run's folder name
-    fmt_of = (
-        dict(zip(points["key"], points["weight_format"], strict=True)) if "weight_format" in points else {}
-    )
-    for p in iter_points(campaign, include_warmup=True):
-        w = ctx.window(p)
+    for p in iter_points(s.campaign, include_warmup=True):
+        w = s.ctx.window(p)
         ttft = p.result.mean_ttft_ms
         if w is None or ttft is None:
             continue
-        q = w.mean_of("queue_sum", "queue_cnt")
-        pf = w.mean_of("prefill_sum", "prefill_cnt")
         base = {
             "round": p.run.round or "",
             "engine": p.run.engine,
@@ -135,68 +161,62 @@ def run(s: SectionInput) -> Section:
             "concurrency": p.concurrency,
             "input_len_tokens": p.input_len_tokens,
             "warmup": p.warmup,
-            "gate_ok": ctx.gate_ok(p),
+            "gate_ok": s.ctx.gate_ok(p),
             "mean_ttft_ms": ttft,
         }
-        if q is None or pf is None:
-            # llama.cpp: no queue histogram; its prompt seconds counter gives the mean prefill per request
-            lp = llamacpp_prefill_ms(w.delta("prompt_s"), p.result.completed)
-            if lp is None:
-                continue
-            for part, v in (("prefill", lp), ("remainder", ttft - lp)):
-                rows.append({**base, "part": part, "ms": v, "share_pct": share_pct(v, ttft)})
-            continue
-        q_ms, pf_ms = q * 1000, pf * 1000
-        for part, v in (("queue", q_ms), ("prefill", pf_ms), ("remainder", remainder_ms(ttft, q_ms, pf_ms))):
-            rows.append({**base, "part": part, "ms": v, "share_pct": share_pct(v, ttft)})
-    table = pd.DataFrame(rows)
-    for rnd in campaign.rounds:
-        ov = overload.overload_points(campaign, rnd)
-        key = At(round=rnd, topic="overload", metric="ttft_queue_share_pct")
-        if not ov:
-            findings.append(
-                fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd or 'the campaign'}")
-            )
-            continue
-        p = overload.headline(ov, ctx)
-        fmt = points.loc[points["key"] == p.key, "weight_format"] if "weight_format" in points else []
-        # the headline point's run, engine and weight format, as overload.run's findings carry them
-        key = key.with_(
-            run=p.run.name,
-            engine=p.run.engine,
-            weight_format=fmt.iloc[0] if len(fmt) and isinstance(fmt.iloc[0], str) else None,
+        rows += _anatomy_rows(p, w, ttft, base)
+    return pd.DataFrame(rows)
+
+
+def _histogram_queue_share(p: BenchPoint, key: At, w: PointWindowData, q_s: float) -> fnd.Finding:
+    """vLLM: the queue histogram's mean against the point's mean TTFT, with the prefill and the remainder."""
+    srel = p.run.counter_source
+    ttft = p.result.mean_ttft_ms
+    if srel is None or ttft is None:
+        return fnd.not_available(key, "%", "unknown", "no mean TTFT or counter file", [p.cite()])
+    pf_ms = _ms(w.mean_of("prefill_sum", "prefill_cnt"))
+    return fnd.measured(
+        key,
+        share_pct(q_s * 1000, ttft),
+        "%",
+        [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
+        mean_queue_ms=q_s * 1000,
+        mean_prefill_ms=pf_ms,
+        mean_ttft_ms=ttft,
+        mean_remainder_ms=remainder_ms(ttft, q_s * 1000, pf_ms or 0.0),
+        wait_source="queue_histogram",
+        verdict=histogram_verdict(q_s * 1000, pf_ms, ttft),
+    )
+
+
+def _queue_share_finding(rnd: str | None, s: SectionInput) -> fnd.Finding:
+    """The overload headline point's queue share of TTFT: vLLM's queue histogram, else llama.cpp's
+    per-request prompt timing."""
+    campaign, ctx = s.campaign, s.ctx
+    ov = overload.overload_points(campaign, rnd)
+    key = At(round=rnd, topic="overload", metric="ttft_queue_share_pct")
+    if not ov:
+        return fnd.not_available(key, "%", "no_such_test", f"no overload run in {rnd or 'the campaign'}")
+    p = overload.headline(ov, ctx)
+    fmt = _weight_formats(s.points).get(p.key)
+    # the headline point's run, engine and weight format, as overload.run's findings carry them
+    key = key.with_(run=p.run.name, engine=p.run.engine, weight_format=fmt if isinstance(fmt, str) else None)
+    w = ctx.window(p)
+    q = w.mean_of("queue_sum", "queue_cnt") if w is not None else None
+    lq = _llamacpp_queue_share(p, key) if q is None and p.run.engine == "llamacpp" else None
+    if lq is not None:
+        return lq
+    if w is None or q is None:
+        return fnd.not_available(
+            key,
+            "%",
+            "no_sampler_csv",
+            f"{p.run.cite_root} kept no sampler CSV (request_queue_time)",
+            [p.cite()],
         )
-        w = ctx.window(p)
-        q = w.mean_of("queue_sum", "queue_cnt") if w is not None else None
-        lq = _llamacpp_queue_share(p, key) if q is None and p.run.engine == "llamacpp" else None
-        if lq is not None:
-            findings.append(lq)
-            continue
-        if q is None:
-            findings.append(
-                fnd.not_available(
-                    key,
-                    "%",
-                    "no_sampler_csv",
-                    f"{p.run.cite_root} kept no sampler CSV (request_queue_time)",
-                    [p.cite()],
-                )
-            )
-            continue
-        srel = p.run.counter_source
-        pf_ms = _ms(w.mean_of("prefill_sum", "prefill_cnt"))
-        findings.append(
-            fnd.measured(
-                key,
-                share_pct(q * 1000, p.result.mean_ttft_ms),
-                "%",
-                [p.run.cite(srel, "queue_sum"), p.run.cite(srel, "queue_cnt"), p.cite("mean_ttft_ms")],
-                mean_queue_ms=q * 1000,
-                mean_prefill_ms=pf_ms,
-                mean_ttft_ms=p.result.mean_ttft_ms,
-                mean_remainder_ms=remainder_ms(p.result.mean_ttft_ms, q * 1000, pf_ms or 0.0),
-                wait_source="queue_histogram",
-                verdict=histogram_verdict(q * 1000, pf_ms, p.result.mean_ttft_ms),
-            )
-        )
-    return Section(name="ttft", tables={"ttft_anatomy": table}, findings=findings)
+    return _histogram_queue_share(p, key, w, q)
+
+
+def run(s: SectionInput) -> Section:
+    findings = [_queue_share_finding(rnd, s) for rnd in s.campaign.rounds]
+    return Section(name="ttft", tables={"ttft_anatomy": _anatomy_table(s)}, findings=findings)
