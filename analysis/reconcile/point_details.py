@@ -26,7 +26,7 @@ from analysis.reconcile.concurrency import POINT_ID_COLUMNS
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import PointWindowData, window_indices
+from analysis.windows import window_indices
 
 GAUGES = ("running", "waiting", "kv_usage", "power_w", "temp_c")
 COPIED = (
@@ -297,7 +297,7 @@ def _steps(s: dict, pts: list[BenchPoint], th: TheoryCtx) -> list[fnd.Finding]:
 def _sampler_cite(ctx: Context, p: BenchPoint) -> list[str]:
     """The sampler rows of a point's window (the file and its first and last line); the point itself when
     the window holds no sample (a point cut short before the next scrape)."""
-    w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]
+    w = ctx.window(p)
     if w is None or not p.run.counter_source or w.last_row < w.first_row:
         return [p.cite()]
     return [ctx.sample_cite(p.run, w.first_row), ctx.sample_cite(p.run, w.last_row)]
@@ -321,6 +321,6 @@ def run(s: SectionInput) -> Section:
     campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     table = details_table(points, ctx)
     findings: list[fnd.Finding] = []
-    for s in sweep_series(campaign, th):
-        findings += series_findings(s, table, campaign, ctx, th)
+    for series in sweep_series(campaign, th):
+        findings += series_findings(series, table, campaign, ctx, th)
     return Section(name="point_details", tables={"point_details": table}, findings=findings)
