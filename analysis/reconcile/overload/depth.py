@@ -197,8 +197,11 @@ def _ttft_findings(
     r = p.result
     twin, gentle = _twin(p, campaign, rnd), _gentlest(p, campaign, rnd)
     out = []
-    for stat in ("p50", "p99"):
-        v, tv = r.stat_ms(stat, "ttft"), twin.result.stat_ms(stat, "ttft") if twin else None
+    tw = twin.result.ttft if twin else None
+    for stat, v, tv in (
+        ("p50", r.ttft.p50_ms, tw.p50_ms if tw else None),
+        ("p99", r.ttft.p99_ms, tw.p99_ms if tw else None),
+    ):
         assert v is not None, "a complete point has its TTFT percentiles"
         out.append(
             fnd.measured(
