@@ -21,7 +21,7 @@ from analysis import fits
 from analysis.campaign import BenchPoint, Campaign, RunData
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
-from analysis.reconcile.concurrency.points import throughput_gain
+from analysis.reconcile.concurrency.points import concurrency_of, points_value, throughput_gain
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
@@ -124,11 +124,6 @@ def _floor_ms(s: Series, p: BenchPoint, th: TheoryCtx) -> float | None:
     return roofline_floor_ms(wb, p.concurrency, mean_context_tokens(p.input_len_tokens, mean_out) * kvb, bw)
 
 
-def _points_value(points: pd.DataFrame, p: BenchPoint, column: str) -> float | None:
-    pr = points[points["key"] == p.key]
-    return float(pr[column].iloc[0]) if column in pr and len(pr) and not pd.isna(pr[column].iloc[0]) else None
-
-
 def _row(s: Series, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryCtx) -> DepthRow:
     r = p.result
     done = bool(r.completed)
@@ -152,18 +147,12 @@ def _row(s: Series, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: Theor
         "max_waiting": peak,
         "waiting_drain_s": drain_s,
         "floor_ms": _floor_ms(s, p, th),
-        "mfu_pct": _points_value(points, p, "mfu_pct"),
-        "mbu_pct": _points_value(points, p, "mbu_pct"),
+        "mfu_pct": points_value(points, p, "mfu_pct"),
+        "mbu_pct": points_value(points, p, "mbu_pct"),
         "p99_over_p50_itl": p99 / p50 if p50 and p99 else None,
         "decode_share_pct": decode_share_pct(e2el, ttft) if e2el and ttft is not None else None,
         "waiting_peak_source": peak_src,
     }
-
-
-def _conc(p: BenchPoint) -> int:
-    """A sweep point's concurrency (sweep points all have one)."""
-    assert p.concurrency is not None, f"{p.key}: a sweep point has a concurrency"
-    return p.concurrency
 
 
 @dataclass(frozen=True)
@@ -208,7 +197,7 @@ def _per_slot_finding(v: DepthView) -> fnd.Finding:
     """Per-slot efficiency (the throughput gain itself is concurrency.throughput_gain_single_to_max)."""
     rated = [(p, r, t) for p, r in v.ok if (t := r["output_throughput_tokens_per_s"])]
     single = next(((p, t) for p, _, t in rated if p.concurrency == 1), None)
-    top = max(rated, key=lambda x: _conc(x[0])) if rated else None
+    top = max(rated, key=lambda x: concurrency_of(x[0])) if rated else None
     if single is None or top is None or top[0].concurrency == 1:
         return fnd.not_available(
             v.at("per_slot_efficiency_pct"),
@@ -221,7 +210,7 @@ def _per_slot_finding(v: DepthView) -> fnd.Finding:
     g = throughput_gain(single[1], top_t)
     return fnd.measured(
         v.at("per_slot_efficiency_pct"),
-        per_slot_efficiency_pct(g, _conc(top_p)),
+        per_slot_efficiency_pct(g, concurrency_of(top_p)),
         "%",
         [top_p.cite("output_throughput"), single[0].cite("output_throughput")],
         max_concurrency=top_p.concurrency,
@@ -254,7 +243,7 @@ def _decode_share_findings(v: DepthView) -> list[fnd.Finding]:
     dd = [(p, x) for p, r in v.ok if (x := r["decode_share_pct"]) is not None]
     if not dd:
         return []
-    p, share = max(dd, key=lambda x: _conc(x[0]))
+    p, share = max(dd, key=lambda x: concurrency_of(x[0]))
     return [
         fnd.measured(
             v.at("decode_share_of_e2e_pct"),
@@ -280,7 +269,7 @@ def _waiting_finding(v: DepthView) -> fnd.Finding:
             f"{v.run.cite_root} kept no sampler CSV / scrapes with a waiting gauge",
             v.srcs,
         )
-    p, r, peak = max(ww, key=lambda x: (x[2], _conc(x[0])))
+    p, r, peak = max(ww, key=lambda x: (x[2], concurrency_of(x[0])))
     return fnd.measured(
         v.at("waiting_queue_peak"),
         peak,
@@ -303,7 +292,7 @@ def _crossover_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
             for p, r in v.ok
             if (mfu := r["mfu_pct"]) is not None and (mbu := r["mbu_pct"]) is not None
         ),
-        key=lambda x: _conc(x[0]),
+        key=lambda x: concurrency_of(x[0]),
     )
     counter = v.run.counter_source
     if len(um) < 2 or counter is None:
@@ -319,7 +308,9 @@ def _crossover_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
             f"{v.run.cite_root}: no FLOPs / read-bytes counters, or no datasheet",
             v.srcs,
         )
-    cross = fits.loglog_crossings([_conc(p) for p, _, _ in um], [x for _, x, _ in um], [x for _, _, x in um])
+    cross = fits.loglog_crossings(
+        [concurrency_of(p) for p, _, _ in um], [x for _, x, _ in um], [x for _, _, x in um]
+    )
     msrc = [v.run.cite(counter, "flops"), v.run.cite(counter, "read_bytes")]
     if not cross:
         lead = "MBU" if um[0][2] > um[0][1] else "MFU"
@@ -344,7 +335,7 @@ def _step_marginal_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
     """Batching economics: the measured step's growth against the floor's, concurrency 1 to the highest."""
     fl = [(p, itl, f) for p, r in v.ok if (f := r["floor_ms"]) and (itl := r["p50_itl_ms"])]
     lo = next(((p, itl, f) for p, itl, f in fl if p.concurrency == 1), None)
-    hi = max(fl, key=lambda x: _conc(x[0])) if fl else None
+    hi = max(fl, key=lambda x: concurrency_of(x[0])) if fl else None
     if lo is None or hi is None or hi[0].concurrency == 1:
         return fnd.not_available(
             v.at("step_marginal_ms_per_request"),
@@ -357,8 +348,8 @@ def _step_marginal_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
     # the chord from concurrency 1 to the highest (fits.chord_slope), of the measured step and of the
     # floor: step growth against floor growth over the same two ends; engines'
     # itl_marginal_ms_per_request is the least-squares slope over every point instead
-    meas = fits.chord_slope(_conc(pl), itl_l, _conc(ph), itl_h)
-    floor = fits.chord_slope(_conc(pl), floor_l, _conc(ph), floor_h)
+    meas = fits.chord_slope(concurrency_of(pl), itl_l, concurrency_of(ph), itl_h)
+    floor = fits.chord_slope(concurrency_of(pl), floor_l, concurrency_of(ph), floor_h)
     return fnd.measured(
         v.at("step_marginal_ms_per_request"),
         meas,

@@ -195,6 +195,25 @@ def points_frame(campaign: Campaign, ctx: Context, th: TheoryCtx) -> pd.DataFram
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(POINT_COLUMNS))
 
 
+def concurrency_of(p: BenchPoint) -> int:
+    """A sweep point's concurrency (run_sweep_points keeps only points that have one)."""
+    assert p.concurrency is not None, f"{p.key}: a sweep point has a concurrency"
+    return p.concurrency
+
+
+def counter_file(p: BenchPoint) -> str:
+    """The run-relative counter file of a point the sampler saw (a window implies one)."""
+    src = p.run.counter_source
+    assert src is not None, f"{p.key}: a point with a sampler window has a counter file"
+    return src
+
+
+def points_value(points: pd.DataFrame, p: BenchPoint, column: str) -> float | None:
+    """A column of the master points table (points_frame) at this point; None where missing or NaN."""
+    pr = points[points["key"] == p.key]
+    return float(pr[column].iloc[0]) if column in pr and len(pr) and not pd.isna(pr[column].iloc[0]) else None
+
+
 def sweep_points(campaign: Campaign, rnd: str | None, engine: str) -> list[BenchPoint]:
     """The concurrency-sweep points of one engine in one round: the first sweep run by name (a second
     sweep of the same round is a repeat, used by the reproducibility section)."""
@@ -449,17 +468,11 @@ def change_direction(before: float, after: float) -> str:
     return "up" if after > before else "down" if after < before else "same"
 
 
-def _conc(p: BenchPoint) -> int:
-    """A sweep point's concurrency (run_sweep_points keeps only points that have one)."""
-    assert p.concurrency is not None, f"{p.key}: a sweep point has a concurrency"
-    return p.concurrency
-
-
 def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: Any) -> fnd.Finding:
     """The sweep's knee (fits.knee: the first concurrency whose p99 ITL exceeds 2 × its p50) with p50, p90
     and p99 there and just below it, how p50 moved (p50_shape), how many intervals stretched (tail_share)
     and why (knee_cause); n/a when no point breaks. ``extra`` fields ride along (which run, which points)."""
-    xs = [_conc(p) for p in pts]
+    xs = [concurrency_of(p) for p in pts]
     p50 = [v for p in pts if (v := p.result.itl.p50_ms) is not None]
     p99 = [v for p in pts if (v := p.result.itl.p99_ms) is not None]
     srcs = [p.cite("p50_itl_ms") for p in pts] + [p.cite("p99_itl_ms") for p in pts]
@@ -470,7 +483,7 @@ def knee_finding(at: At, pts: list[BenchPoint], ctx: Context, **extra: Any) -> f
         )
     kp = next(p for p in pts if p.concurrency == k)
     # the sweep point just below the knee: what the tail looked like before it broke
-    below = max((p for p in pts if _conc(p) < k), key=_conc, default=None)
+    below = max((p for p in pts if concurrency_of(p) < k), key=concurrency_of, default=None)
     k50, k90, k99 = kp.result.itl.p50_ms, kp.result.itl.p90_ms, kp.result.itl.p99_ms
     assert k50 is not None and k99 is not None, "the knee is found only where every point has both"
     b50 = below.result.itl.p50_ms if below else None
@@ -538,7 +551,7 @@ def throughput_gain_finding(
     if c1 is None or not single:
         return fnd.not_available(key, "ratio", "no_concurrency_1", "no sweep point at concurrency 1", **which)
     rated = [(p, v) for p in gated_in if (v := p.result.output_throughput_tok_s)]
-    top, top_tokens_per_s = max(rated, key=lambda x: _conc(x[0]), default=(None, 0.0))
+    top, top_tokens_per_s = max(rated, key=lambda x: concurrency_of(x[0]), default=(None, 0.0))
     if top is None or top.concurrency == 1:
         return fnd.not_available(
             key, "ratio", "too_few_points", "no gated-in point above concurrency 1", **which
@@ -584,24 +597,10 @@ def _counter_findings(at: At, engine: str, pts: list[BenchPoint], points: pd.Dat
             for n in COUNTER_KEYS
         ]
     r = rows.dropna(subset=["mfu_pct"])
-    i_mfu = r["mfu_pct"].idxmax()
-    i_mbu = r["mbu_pct"].idxmax()
     top = r.loc[r["concurrency"].idxmax()]
     return [
-        fnd.measured(
-            at("max_mfu_pct"),
-            float(r.loc[i_mfu, "mfu_pct"]),
-            "%",
-            [run.cite(srel, "flops"), r.loc[i_mfu, "file"]],
-            concurrency=int(r.loc[i_mfu, "concurrency"]),
-        ),
-        fnd.measured(
-            at("max_mbu_pct"),
-            float(r.loc[i_mbu, "mbu_pct"]),
-            "%",
-            [run.cite(srel, "read_bytes"), r.loc[i_mbu, "file"]],
-            concurrency=int(r.loc[i_mbu, "concurrency"]),
-        ),
+        _max_finding(at, r, "mfu_pct", run.cite(srel, "flops")),
+        _max_finding(at, r, "mbu_pct", run.cite(srel, "read_bytes")),
         *_flops_per_token_finding(at, r, run.cite(srel, "flops")),
         fnd.measured(
             at("tokens_per_iteration_at_max_concurrency"),
@@ -611,6 +610,18 @@ def _counter_findings(at: At, engine: str, pts: list[BenchPoint], points: pd.Dat
             concurrency=int(top["concurrency"]),
         ),
     ]
+
+
+def _max_finding(at: At, r: pd.DataFrame, column: str, counter_cite: str) -> fnd.Finding:
+    """The highest value of a utilization column over the sweep (key ``max_<column>``) and where."""
+    i = r[column].idxmax()
+    return fnd.measured(
+        at(f"max_{column}"),
+        float(r.loc[i, column]),
+        "%",
+        [counter_cite, r.loc[i, "file"]],
+        concurrency=int(r.loc[i, "concurrency"]),
+    )
 
 
 def _output_weighted_mean(rows: pd.DataFrame, column: str) -> float:

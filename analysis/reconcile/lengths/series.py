@@ -35,6 +35,7 @@ from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.capacity import flag, server_argv
 from analysis.reconcile.capacity.kv import MIN_SAMPLES_FOR_PEAK
+from analysis.reconcile.concurrency.points import counter_file, points_value
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.reconcile.ttft import llamacpp_prefill_ms
@@ -93,13 +94,6 @@ def arithmetic_intensity(flops_delta: float | None, read_bytes_delta: float | No
 # --- per point --------------------------------------------------------------------------------------------
 
 
-def _counter(p: BenchPoint) -> str:
-    """The run-relative counter file of a point the sampler saw (a window implies one)."""
-    src = p.run.counter_source
-    assert src is not None, f"{p.key}: a point with a sampler window has a counter file"
-    return src
-
-
 def _in_len(p: BenchPoint) -> float:
     """The prompt length of a length-sweep point, tokens (the sweep's axis: every point has one)."""
     assert p.input_len_tokens is not None, f"{p.key}: a length-sweep point has a prompt length"
@@ -118,7 +112,7 @@ def iterations(p: BenchPoint, ctx: Context) -> tuple[float | None, float | None,
     w = ctx.window(p)
     if w is None:
         return None, None, []
-    src = _counter(p)
+    src = counter_file(p)
     if w.delta("iter_tok_cnt") is not None:
         return (
             w.mean_of("iter_tok_sum", "iter_tok_cnt"),
@@ -146,7 +140,7 @@ def prefill_ms(p: BenchPoint, ctx: Context) -> tuple[float | None, str | None]:
     w = ctx.window(p)
     if w is None:
         return None, None
-    src = _counter(p)
+    src = counter_file(p)
     v = w.mean_of("prefill_sum", "prefill_cnt")
     if v is not None:
         return v * 1000.0, p.run.cite(src, "prefill_sum")
@@ -238,12 +232,6 @@ def _peak_kv_usage_fraction(w: PointWindowData | None) -> float | None:
     return g.max if g is not None and g.n >= MIN_SAMPLES_FOR_PEAK else None
 
 
-def _points_value(points: pd.DataFrame, p: BenchPoint, column: str) -> float | None:
-    """A column of the master points table at this point (None where it is missing or NaN)."""
-    pr = points[points["key"] == p.key]
-    return float(pr[column].iloc[0]) if column in pr and len(pr) and not pd.isna(pr[column].iloc[0]) else None
-
-
 def point_row(
     p: BenchPoint, ctx: Context, th: TheoryCtx, points: pd.DataFrame, kvb: float | None, wb: float | None
 ) -> LengthRow:
@@ -286,8 +274,8 @@ def point_row(
         "mean_prefill_ms": prefill_ms(p, ctx)[0],
         "tokens_per_iteration": tokens_per_iteration,
         "iterations": iters,
-        "mfu_pct": _points_value(points, p, "mfu_pct"),
-        "mbu_pct": _points_value(points, p, "mbu_pct"),
+        "mfu_pct": points_value(points, p, "mfu_pct"),
+        "mbu_pct": points_value(points, p, "mbu_pct"),
     }
 
 

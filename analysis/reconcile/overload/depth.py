@@ -23,7 +23,7 @@ from analysis.campaign import BenchPoint, Campaign
 from analysis.keys import At
 from analysis.model_config import ModelConfig
 from analysis.reconcile import Context, Section, SectionInput, run_at
-from analysis.reconcile.concurrency import run_sweep_points, sweep_points
+from analysis.reconcile.concurrency import counter_file, run_sweep_points, sweep_points
 from analysis.reconcile.concurrency.depth import pool_ceiling_requests
 from analysis.reconcile.lengths import budget_tokens, pool_tokens
 from analysis.reconcile.overload.points import headline, overload_points, point_cut, tokens_freed
@@ -272,7 +272,7 @@ def _no_cadence_finding(pre: At, p: BenchPoint) -> fnd.Finding:
 
 def _cadence_finding(pre: At, p: BenchPoint, w: PointWindowData, events: list[Preemption]) -> fnd.Finding:
     """Preemptions per minute over the window, and when the first and the last fell."""
-    srel = _counter(p)
+    srel = counter_file(p)
     n = sum(e.preemptions for e in events)
     span_s = w.window.length_s
     first, last = (events[0].t_s, events[-1].t_s) if events else (None, None)
@@ -295,13 +295,6 @@ def _cadence_finding(pre: At, p: BenchPoint, w: PointWindowData, events: list[Pr
     )
 
 
-def _counter(p: BenchPoint) -> str:
-    """The run-relative counter file of a point the sampler saw (a window implies one)."""
-    srel = p.run.counter_source
-    assert srel is not None, f"{p.key}: a point with a sampler window has a counter file"
-    return srel
-
-
 def _littles_law_finding(pre: At, p: BenchPoint, w: PointWindowData | None, cut: bool) -> fnd.Finding:
     """Little's law on the waiting queue: the waiting gauge's mean against completed ÷ duration × mean queue
     time."""
@@ -317,7 +310,7 @@ def _littles_law_finding(pre: At, p: BenchPoint, w: PointWindowData | None, cut:
             "gauge (vLLM's /metrics)",
             [p.cite()],
         )
-    srel = _counter(p)
+    srel = counter_file(p)
     lam = r.completed / r.duration_s
     return fnd.measured(
         pre("littles_law_waiting"),
@@ -375,7 +368,7 @@ def _counter_conflict(
         reason = _no_conflict_reason(p, w, cut)
         why = "needs the iteration-token and FLOPs counters over a complete point"
         return [fnd.not_available(pre(k), u, reason, why, [p.cite()]) for k, u in CONFLICT_KEYS]
-    srel, r = _counter(p), p.result
+    srel, r = counter_file(p), p.result
     expected_tokens = r.completed * (round(inp) + outp)  # each request's prompt and output once (c=1: exact)
     # the prompt is prefilled in chunks of the iteration budget, and the counter books each chunk's tokens ×
     # its context: less attention than one full square
@@ -436,7 +429,7 @@ def _recompute_finding(
     chunk: int | None,
 ) -> fnd.Finding:
     """The tokens re-prefilled that the FLOPs counter's excess implies, against preemptions × tokens freed."""
-    srel = _counter(p)
+    srel = counter_file(p)
     n_pre = sum(e.preemptions for e in events)
     per = _tokens_freed_per_preemption(p, ctx, events, campaign)
     if not n_pre or per is None or per <= 0:

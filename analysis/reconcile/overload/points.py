@@ -27,7 +27,7 @@ from analysis import metrics
 from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, run_at
-from analysis.reconcile.concurrency import run_sweep_points, sweep_points
+from analysis.reconcile.concurrency import counter_file, run_sweep_points, sweep_points
 from analysis.windows import PointWindowData, window_indices
 from collector.raw.records import RequestRecord
 
@@ -505,7 +505,7 @@ def _point_findings(
                     "no_preemption_counter",
                     f"{p.run.engine} has no preemption: a slot's context is fixed, a request "
                     "that outgrows it is truncated (see output_tokens_per_request)",
-                    [_counter_source(p)],
+                    [p.run.cite(counter_file(p))],
                 )
             )
         return findings
@@ -516,13 +516,6 @@ def _point_findings(
     findings += _preemption_count_findings(pre, p, ctx, w)
     findings += _preemption_event_findings(pre, events, pool_tokens)
     return findings
-
-
-def _counter_source(p: BenchPoint) -> str:
-    """The citation of the point's run's counter file (the sampler CSV, else scrapes.jsonl)."""
-    srel = p.run.counter_source
-    assert srel is not None, "a point with sampler series has a counter file"
-    return p.run.cite(srel)
 
 
 def _timeline_rows(
@@ -575,8 +568,7 @@ def _running_findings(pre: At, p: BenchPoint, w: PointWindowData) -> list[fnd.Fi
     """The mean running requests over the window, and what the server really held against its limit."""
     mean_run = w.gauges["running"].mean if "running" in w.gauges else None
     max_conc, detail = _log_limit(p)
-    srel = p.run.counter_source
-    assert srel is not None, "a point with a window has a counter file"
+    srel = counter_file(p)
     if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)):
         mean = fnd.not_available(
             pre("mean_running_requests"),
@@ -637,8 +629,7 @@ def _preemption_events(
 def _preemption_count_findings(pre: At, p: BenchPoint, ctx: Context, w: PointWindowData) -> list[fnd.Finding]:
     """How many preemptions the window holds, and the share of inter-token intervals they can touch."""
     r = p.result
-    srel = p.run.counter_source
-    assert srel is not None, "a point with a window has a counter file"
+    srel = counter_file(p)
     n_pre = w.delta("preemptions")
     assert n_pre is not None, "the preemption counter is in the window's deltas"
     out = [
@@ -802,8 +793,7 @@ def _residents(
     """How many requests the server really held under overload: the running gauge's maximum (what the
     scheduler admitted; vLLM's --max-num-seqs caps it) and its mean against the limit the log states."""
     out: list[fnd.Finding] = []
-    srel = p.run.counter_source
-    assert srel is not None, "a point with a window has a counter file"
+    srel = counter_file(p)
     log_rel, log = p.run.server_log
     g = w.gauges.get("running")
     top = g.max if g is not None else None
