@@ -382,25 +382,35 @@ def _ceiling(at: At, s: Series, pts: list[BenchPoint], campaign: Campaign) -> fn
             [p.cite()],
         )
     if s["engine"] == "llamacpp":
-        n_slots, n_ctx = getattr(log, "n_slots", None), getattr(log, "n_ctx_slot", None)
-        if not n_slots or not n_ctx:
-            return fnd.not_available(
-                at("concurrency_ceiling_at_workload"),
-                "requests",
-                "no_kv_pool_line",
-                "no slot line in the log",
-                [p.cite()],
-            )
-        return fnd.measured(
+        return _slot_ceiling(at, p, need, rel, log)
+    return _pool_ceiling(at, p, need, rel, log, campaign)
+
+
+def _slot_ceiling(at: At, p: BenchPoint, need: float, rel: str, log: Any) -> fnd.Finding:
+    """llama.cpp: every slot whose context (n_ctx_slot) holds prompt + output runs one request."""
+    n_slots, n_ctx = getattr(log, "n_slots", None), getattr(log, "n_ctx_slot", None)
+    if not n_slots or not n_ctx:
+        return fnd.not_available(
             at("concurrency_ceiling_at_workload"),
-            n_slots if n_ctx >= need else 0,
             "requests",
-            [p.run.cite(rel, log.lines.get("n_slots")), p.protocol_source or p.cite()],
-            tokens_per_request=need,
-            n_ctx_slot=n_ctx,
-            basis="slots",
-            detail="llama.cpp: every slot whose context (n_ctx_slot) holds prompt + output runs one request",
+            "no_kv_pool_line",
+            "no slot line in the log",
+            [p.cite()],
         )
+    return fnd.measured(
+        at("concurrency_ceiling_at_workload"),
+        n_slots if n_ctx >= need else 0,
+        "requests",
+        [p.run.cite(rel, log.lines.get("n_slots")), p.protocol_source or p.cite()],
+        tokens_per_request=need,
+        n_ctx_slot=n_ctx,
+        basis="slots",
+        detail="llama.cpp: every slot whose context (n_ctx_slot) holds prompt + output runs one request",
+    )
+
+
+def _pool_ceiling(at: At, p: BenchPoint, need: float, rel: str, log: Any, campaign: Campaign) -> fnd.Finding:
+    """vLLM: the pool in whole 16-token blocks, capped by --max-num-seqs when set."""
     pool, pool_src = pool_tokens(p.run, campaign)
     if pool is None or pool_src is None:
         return fnd.not_available(

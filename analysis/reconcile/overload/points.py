@@ -745,46 +745,48 @@ def _versus_sweep(
         "sweep_p50_itl_ms": t.itl.p50_ms,
         "decode": decode_verdict(r.itl.p50_ms, t.itl.p50_ms),
     }
-    out = []
-    ov_ttft, sw_ttft = r.ttft.p50_ms, t.ttft.p50_ms
+    return [_ttft_ratio_finding(pre, p, twin, both), _throughput_change_finding(pre, p, twin, both)]
+
+
+def _ttft_ratio_finding(pre: At, p: BenchPoint, twin: BenchPoint, both: dict[str, Any]) -> fnd.Finding:
+    """p50 TTFT of the overload point ÷ of the sweep point at the same concurrency."""
+    ov_ttft, sw_ttft = p.result.ttft.p50_ms, twin.result.ttft.p50_ms
     if ov_ttft is None or not sw_ttft:
-        out.append(
-            fnd.not_available(pre("ttft_ratio_over_sweep"), "ratio", "unknown", "no p50 TTFT", [p.cite()])
-        )
-    else:
-        out.append(
-            fnd.measured(
-                pre("ttft_ratio_over_sweep"),
-                ov_ttft / sw_ttft,
-                "ratio",
-                [p.cite("p50_ttft_ms"), twin.cite("p50_ttft_ms")],
-                overload_p50_ttft_ms=ov_ttft,
-                sweep_p50_ttft_ms=sw_ttft,
-                detail="p50 TTFT of the overload point ÷ of the sweep point at the same concurrency",
-                **both,
-            )
-        )
-    ov_thr, sw_thr = r.output_throughput_tok_s, t.output_throughput_tok_s
+        return fnd.not_available(pre("ttft_ratio_over_sweep"), "ratio", "unknown", "no p50 TTFT", [p.cite()])
+    return fnd.measured(
+        pre("ttft_ratio_over_sweep"),
+        ov_ttft / sw_ttft,
+        "ratio",
+        [p.cite("p50_ttft_ms"), twin.cite("p50_ttft_ms")],
+        overload_p50_ttft_ms=ov_ttft,
+        sweep_p50_ttft_ms=sw_ttft,
+        detail="p50 TTFT of the overload point ÷ of the sweep point at the same concurrency",
+        **both,
+    )
+
+
+def _throughput_change_finding(pre: At, p: BenchPoint, twin: BenchPoint, both: dict[str, Any]) -> fnd.Finding:
+    """Output tokens/s of the overload point against the sweep point's at the same concurrency, %."""
+    ov_thr, sw_thr = p.result.output_throughput_tok_s, twin.result.output_throughput_tok_s
     if ov_thr is None or not sw_thr:
-        out.append(
-            fnd.not_available(
-                pre("throughput_change_vs_sweep_pct"), "%", "unknown", "no throughput", [p.cite()]
-            )
+        return fnd.not_available(
+            pre("throughput_change_vs_sweep_pct"), "%", "unknown", "no throughput", [p.cite()]
         )
-    else:
-        out.append(
-            fnd.measured(
-                pre("throughput_change_vs_sweep_pct"),
-                change_pct(ov_thr, sw_thr),
-                "%",
-                [p.cite("output_throughput"), twin.cite("output_throughput")],
-                overload_tokens_per_s=ov_thr,
-                sweep_tokens_per_s=sw_thr,
-                detail="(overload − sweep) output tokens/s ÷ sweep, at the same concurrency",
-                **both,
-            )
-        )
-    return out
+    return fnd.measured(
+        pre("throughput_change_vs_sweep_pct"),
+        change_pct(ov_thr, sw_thr),
+        "%",
+        [p.cite("output_throughput"), twin.cite("output_throughput")],
+        overload_tokens_per_s=ov_thr,
+        sweep_tokens_per_s=sw_thr,
+        detail="(overload − sweep) output tokens/s ÷ sweep, at the same concurrency",
+        **both,
+    )
+
+
+def _missing(x: float | None) -> bool:
+    """A gauge statistic the window did not give (None or NaN)."""
+    return x is None or (isinstance(x, float) and math.isnan(x))
 
 
 def _residents(
@@ -792,65 +794,55 @@ def _residents(
 ) -> list[fnd.Finding]:
     """How many requests the server really held under overload: the running gauge's maximum (what the
     scheduler admitted; vLLM's --max-num-seqs caps it) and its mean against the limit the log states."""
-    out: list[fnd.Finding] = []
-    srel = counter_file(p)
-    log_rel, log = p.run.server_log
+    return [_max_running_finding(pre, p, w, mean_run), _resident_share_finding(pre, p, mean_run, max_conc)]
+
+
+def _max_running_finding(pre: At, p: BenchPoint, w: PointWindowData, mean_run: float | None) -> fnd.Finding:
+    """The running gauge's maximum over the window: what the scheduler admitted at most."""
     g = w.gauges.get("running")
     top = g.max if g is not None else None
+    if top is None or _missing(top):
+        return fnd.not_available(
+            pre("max_running_requests"), "requests", "counter_not_enclosed", "no running gauge", [p.cite()]
+        )
+    _, log = p.run.server_log
     args = getattr(log, "non_default_args", None) or {}
-    if top is None or (isinstance(top, float) and math.isnan(top)):
-        out.append(
-            fnd.not_available(
-                pre("max_running_requests"),
-                "requests",
-                "counter_not_enclosed",
-                "no running gauge",
-                [p.cite()],
-            )
-        )
-    else:
-        out.append(
-            fnd.measured(
-                pre("max_running_requests"),
-                top,
-                "requests",
-                [p.run.cite(srel, "running")],
-                max_num_seqs=args.get("max_num_seqs"),
-                mean_running=mean_run,
-                detail="maximum of the running gauge over the window: what the scheduler admitted at most",
-            )
-        )
-    if mean_run is None or (isinstance(mean_run, float) and math.isnan(mean_run)) or not max_conc:
-        out.append(
-            fnd.not_available(
-                pre("resident_share_of_log_max_pct"),
-                "%",
-                "no_server_log" if not max_conc else "counter_not_enclosed",
-                "no limit in the start-up log" if not max_conc else "no running gauge",
-                [p.cite()],
-            )
-        )
-    else:
-        line = (
-            log.lines.get("n_slots" if p.run.engine == "llamacpp" else "max_concurrency_x")
-            if log is not None
-            else None
-        )
-        assert log_rel is not None, "a limit comes from the server log"
+    return fnd.measured(
+        pre("max_running_requests"),
+        top,
+        "requests",
+        [p.run.cite(counter_file(p), "running")],
+        max_num_seqs=args.get("max_num_seqs"),
+        mean_running=mean_run,
+        detail="maximum of the running gauge over the window: what the scheduler admitted at most",
+    )
 
-        out.append(
-            fnd.measured(
-                pre("resident_share_of_log_max_pct"),
-                resident_share_pct(mean_run, max_conc),
-                "%",
-                [p.run.cite(srel, "running"), p.run.cite(log_rel, line)],
-                mean_running=mean_run,
-                log_max_concurrency=max_conc,
-                basis="slots" if p.run.engine == "llamacpp" else "log_max_concurrency",
-                detail="mean running requests over the window ÷ the limit the start-up log states",
-            )
+
+def _resident_share_finding(
+    pre: At, p: BenchPoint, mean_run: float | None, max_conc: float | None
+) -> fnd.Finding:
+    """The mean running requests against the limit the start-up log states, %."""
+    log_rel, log = p.run.server_log
+    if mean_run is None or _missing(mean_run) or not max_conc or log_rel is None:
+        return fnd.not_available(
+            pre("resident_share_of_log_max_pct"),
+            "%",
+            "no_server_log" if not max_conc else "counter_not_enclosed",
+            "no limit in the start-up log" if not max_conc else "no running gauge",
+            [p.cite()],
         )
-    return out
+    llama = p.run.engine == "llamacpp"
+    line = log.lines.get("n_slots" if llama else "max_concurrency_x") if log is not None else None
+    return fnd.measured(
+        pre("resident_share_of_log_max_pct"),
+        resident_share_pct(mean_run, max_conc),
+        "%",
+        [p.run.cite(counter_file(p), "running"), p.run.cite(log_rel, line)],
+        mean_running=mean_run,
+        log_max_concurrency=max_conc,
+        basis="slots" if llama else "log_max_concurrency",
+        detail="mean running requests over the window ÷ the limit the start-up log states",
+    )
 
 
 def run(s: SectionInput) -> Section:
