@@ -24,7 +24,7 @@ from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import POINT_ID_COLUMNS
 from analysis.reconcile.lengths import pool_tokens
-from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
+from analysis.reconcile.roofline import SweepSeries, mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
@@ -156,7 +156,7 @@ def details_table(points: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     return pd.DataFrame([_detail_row(r, ctx, single) for _, r in pts.iterrows()])
 
 
-def _at(s: dict, topic: str) -> At:
+def _at(s: SweepSeries, topic: str) -> At:
     run = s["points"][0].run
     if run.own:
         return run_at(run, s["weight_format"], topic=topic)
@@ -176,7 +176,7 @@ def _num(row: pd.Series | None, col: str) -> float | None:
     return float(row[col])
 
 
-def _telemetry(s: dict, top: BenchPoint, rows: list[pd.Series], th: TheoryCtx, src: list[str]) -> list:
+def _telemetry(s: SweepSeries, top: BenchPoint, rows: list[pd.Series], th: TheoryCtx, src: list[str]) -> list:
     """The card under the sweep's heaviest load: the median power over the top point's window as a share of
     the board power (the datasheet's limit), and the hottest sample of the sweep."""
     out: list[fnd.Finding] = []
@@ -202,7 +202,7 @@ def _telemetry(s: dict, top: BenchPoint, rows: list[pd.Series], th: TheoryCtx, s
     return out
 
 
-def _queue(s: dict, top: BenchPoint, top_row: pd.Series, pool: int | None, src: list[str]) -> list:
+def _queue(s: SweepSeries, top: BenchPoint, top_row: pd.Series, pool: int | None, src: list[str]) -> list:
     """Requests actually running at the highest concurrency (mean, median), how often the queue held any,
     and the pool's mean use against mean running × mean context ÷ pool."""
     out: list[fnd.Finding] = []
@@ -244,7 +244,7 @@ def _queue(s: dict, top: BenchPoint, top_row: pd.Series, pool: int | None, src: 
     return out
 
 
-def _steps(s: dict, pts: list[BenchPoint], th: TheoryCtx) -> list[fnd.Finding]:
+def _steps(s: SweepSeries, pts: list[BenchPoint], th: TheoryCtx) -> list[fnd.Finding]:
     """The last step's marginal throughput, and the decode step's growth from one stream to the highest
     concurrency (p50 ITL) beside the bandwidth floor's."""
     out: list[fnd.Finding] = []
@@ -304,7 +304,7 @@ def _sampler_cite(ctx: Context, p: BenchPoint) -> list[str]:
 
 
 def series_findings(
-    s: dict, table: pd.DataFrame, campaign: Campaign, ctx: Context, th: TheoryCtx
+    s: SweepSeries, table: pd.DataFrame, campaign: Campaign, ctx: Context, th: TheoryCtx
 ) -> list[fnd.Finding]:
     """A sweep's findings: telemetry and queue at its highest concurrency, marginal and step growth."""
     pts: list[BenchPoint] = [p for p in s["points"] if not p.warmup]

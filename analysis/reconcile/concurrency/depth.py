@@ -23,7 +23,7 @@ from analysis.keys import At
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency.points import concurrency_of, points_value, throughput_gain
 from analysis.reconcile.lengths import pool_tokens
-from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms, sweep_series
+from analysis.reconcile.roofline import SweepSeries, mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.windows import window_indices
 
@@ -62,10 +62,7 @@ def drain(ts: list[float], waiting: list[float], idx: range) -> tuple[float | No
     return peak, None, i_peak
 
 
-Series = dict[str, Any]  # a sweep series as roofline.sweep_series builds it
-
-
-def _at(s: Series, run: RunData) -> At:
+def _at(s: SweepSeries, run: RunData) -> At:
     if run.own:
         return run_at(run, s["weight_format"], topic="concurrency")
     return engine_at(s["round"] or None, s["engine"], s["weight_format"], topic="concurrency")
@@ -111,7 +108,7 @@ def _waiting(p: BenchPoint, ctx: Context) -> tuple[float | None, float | None, s
     return peak, dr, ctx.sample_cite(p.run, i_peak) if i_peak is not None else None
 
 
-def _floor_ms(s: Series, p: BenchPoint, th: TheoryCtx) -> float | None:
+def _floor_ms(s: SweepSeries, p: BenchPoint, th: TheoryCtx) -> float | None:
     """The point's bandwidth floor of one decode step, ms (roofline.roofline_floor_ms at its mean context)."""
     r = p.result
     mean_out = (
@@ -124,7 +121,7 @@ def _floor_ms(s: Series, p: BenchPoint, th: TheoryCtx) -> float | None:
     return roofline_floor_ms(wb, p.concurrency, mean_context_tokens(p.input_len_tokens, mean_out) * kvb, bw)
 
 
-def _row(s: Series, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryCtx) -> DepthRow:
+def _row(s: SweepSeries, p: BenchPoint, ctx: Context, points: pd.DataFrame, th: TheoryCtx) -> DepthRow:
     r = p.result
     done = bool(r.completed)
     p50, p99 = (r.itl.p50_ms, r.itl.p99_ms) if done else (None, None)
@@ -160,7 +157,7 @@ class DepthView:
     """What every finding of one sweep series reads: where its findings go, its points and rows, the
     gated-in points with an output throughput (``ok``), every point's citation and the series' first run."""
 
-    s: Series
+    s: SweepSeries
     at: At
     points: list[BenchPoint]
     rows: list[DepthRow]
@@ -169,7 +166,7 @@ class DepthView:
     run: RunData
 
     @staticmethod
-    def of(s: Series, rows: list[DepthRow], ctx: Context) -> DepthView:
+    def of(s: SweepSeries, rows: list[DepthRow], ctx: Context) -> DepthView:
         pts: list[BenchPoint] = s["points"]
         ok = [
             (p, r)
@@ -366,7 +363,7 @@ def _step_marginal_finding(v: DepthView, th: TheoryCtx) -> fnd.Finding:
     )
 
 
-def _ceiling(at: At, s: Series, pts: list[BenchPoint], campaign: Campaign) -> fnd.Finding:
+def _ceiling(at: At, s: SweepSeries, pts: list[BenchPoint], campaign: Campaign) -> fnd.Finding:
     """Requests that fit at once at the sweep's request shape: the pool (vLLM, by whole blocks) or the slots
     whose context holds a request (llama.cpp), capped by the server's own sequence limit where it logged
     one."""
