@@ -455,7 +455,7 @@ def _gguf_mla(key, heads: int) -> dict:
     rope = int(key("rope.dimension_count"))
     qk = key("attention.key_length_mla", False) or key("attention.key_length")
     v = key("attention.value_length_mla", False) or key("attention.value_length")
-    data = {
+    data: dict[str, int | str] = {
         "kv_lora_rank": int(key("attention.kv_lora_rank")),
         "qk_rope_head_dim": rope,
         "qk_nope_head_dim": int(qk) - rope,

@@ -172,11 +172,11 @@ def run(tables: dict[str, pd.DataFrame]) -> Section:
     pts = tables.get("points", pd.DataFrame())
     files = (
         {
-            (str(t), int(c)): str(f)
-            for t, c, f in zip(pts["test"], pts["concurrency"], pts["file"], strict=True)
+            ("" if pd.isna(r) else str(r), str(t), int(c)): str(f)
+            for r, t, c, f in zip(pts["round"], pts["test"], pts["concurrency"], pts["file"], strict=True)
             if c == c
-        }  # fmt: skip
-        if {"test", "concurrency", "file"} <= set(pts.columns)
+        }
+        if {"round", "test", "concurrency", "file"} <= set(pts.columns)
         else {}
     )
     if "ttft_anatomy" in tables:

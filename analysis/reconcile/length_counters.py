@@ -91,7 +91,7 @@ def swing_per_cycle(values: Sequence[float], samples_per_cycle: int) -> float | 
 
 
 def _row(p: BenchPoint, ctx: Context) -> dict | None:
-    w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]
+    w: PointWindowData | None = ctx.window(p)
     tpi, iters, _ = iterations(p, ctx)
     r = p.result
     if w is None or not iters or not r.completed or not p.input_len_tokens:
@@ -230,7 +230,7 @@ def _balance(at: At, pts: list[BenchPoint]) -> list[fnd.Finding]:
 
 def _sawtooth(at: At, p: BenchPoint, ctx: Context) -> list[fnd.Finding]:
     """The KV gauge's period and swing over the longest input's window, beside the point's p50 E2E."""
-    w: PointWindowData | None = ctx.window(p)  # type: ignore[assignment]
+    w: PointWindowData | None = ctx.window(p)
     if w is None or p.run.name not in ctx.sampler_series:
         return []
     ts, cols = ctx.sampler_series[p.run.name]
@@ -249,7 +249,7 @@ def _sawtooth(at: At, p: BenchPoint, ctx: Context) -> list[fnd.Finding]:
             at("kv_sawtooth_period_s"),
             period,
             "s",
-            [p.run.cite(p.run.counter_source, "kv_usage"), p.cite("median_e2el_ms")],
+            [p.run.cite(p.run.counter_source or "", "kv_usage"), p.cite("median_e2el_ms")],
             point=p.label,
             p50_e2el_s=e2e / 1000.0 if e2e else None,
             samples=len(idx),
@@ -261,7 +261,7 @@ def _sawtooth(at: At, p: BenchPoint, ctx: Context) -> list[fnd.Finding]:
                 at("kv_sawtooth_swing_pp"),
                 swing,
                 "pp",
-                [p.run.cite(p.run.counter_source, "kv_usage")],
+                [p.run.cite(p.run.counter_source or "", "kv_usage")],
                 point=p.label,
                 period_s=period,
             )

@@ -74,10 +74,10 @@ def _waves(run: RunData, repeat: int) -> dict[str, Wave]:
         m = LABEL.match(p.label)
         if p.warmup or not m or int(m["c"]) != WAVE_CONCURRENCY or m["phase"] not in HISTORIES:
             continue
-        if not p.result.completed or p.result.output_throughput_tok_s is None:
+        r = p.result
+        if not r.completed or r.output_throughput_tok_s is None or r.itl.p50_ms is None:
             continue
         ids, n_runs, cite = slots.get(p.label, ([], None, None))
-        r = p.result
         out[m["phase"]] = Wave(run.name, repeat, m["phase"], r.itl.p50_ms, r.output_throughput_tok_s, n_runs,
                                tuple(ids), p.cite(), cite)  # fmt: skip
     return out
