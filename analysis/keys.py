@@ -81,6 +81,14 @@ class At:
         """The finding's id (see the module docstring for the layout)."""
         if not self.metric:
             raise ValueError("a finding address needs a metric")
+        parts = [*self._scope_parts(), *self._subject_parts(), self.metric]
+        for p in parts:
+            if not _SEGMENT.match(p):
+                raise ValueError(f"finding key segment {p!r} of {'.'.join(parts)} is not snake_case")
+        return ".".join(parts)
+
+    def _scope_parts(self) -> list[str]:
+        """Where the finding sits: the comparison pair, the round, the run."""
         parts: list[str] = []
         if self.cross:
             if not self.campaign:
@@ -91,6 +99,11 @@ class At:
             parts.append(self.round)
         if self.level == "run":
             parts += ["runs", slug(self.run) or "run"]
+        return parts
+
+    def _subject_parts(self) -> list[str]:
+        """What it is about: the topic, the series or engine, the test, the formats compared."""
+        parts: list[str] = []
         if self.topic:
             parts.append(self.topic)
         if self.level == "series":
@@ -101,11 +114,7 @@ class At:
             parts.append(slug(self.test))
         if self.formats:
             parts.append("_over_".join(self.formats))
-        parts.append(self.metric)
-        for p in parts:
-            if not _SEGMENT.match(p):
-                raise ValueError(f"finding key segment {p!r} of {'.'.join(parts)} is not snake_case")
-        return ".".join(parts)
+        return parts
 
     def to_json(self) -> dict[str, Any]:
         """The fields as findings.json writes them beside the value (defaults left out)."""

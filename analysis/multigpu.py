@@ -103,7 +103,7 @@ def cross_gpu_s(syncs: int, bytes_moved: float, sync_s: float, p2p_bytes_per_s: 
     return syncs * sync_s + bytes_moved / p2p_bytes_per_s
 
 
-def mode_step_s(
+def mode_step_s(  # noqa: PLR0913 -- the formula's named inputs, keyword-only, as in the docstring
     mode: str,
     cfg: ModelConfig,
     *,
