@@ -78,7 +78,7 @@ def _import_reference(session: nox.Session) -> list[Path]:
 def engines(session: nox.Session) -> None:
     """Build llama-server from the llama-cpp-python sdist, make the vLLM CPU venv, generate tiny models."""
     _install(session, "test")
-    session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES), *session.posargs)
+    session.run("python", "-m", "lab.engines", "prepare", "--cache", str(ENGINES), *session.posargs)
 
 
 @nox.session
@@ -86,7 +86,7 @@ def tests(session: nox.Session) -> None:
     """The whole suite: real parsers on real files, real engines, a real browser on the built site."""
     _install(session)
     _ensure_chromium(session)
-    session.run("python", "-m", "collector.engines", "prepare", "--cache", str(ENGINES))
+    session.run("python", "-m", "lab.engines", "prepare", "--cache", str(ENGINES))
     session.run("pytest", "-ra", *session.posargs, env={"ENGINES_CACHE": str(ENGINES)})
 
 
@@ -138,7 +138,7 @@ def bench(session: nox.Session) -> None:
     session.run(
         "python",
         "-m",
-        "collector.engines",
+        "lab.engines",
         "prepare",
         "--cache",
         str(ENGINES),

@@ -24,7 +24,7 @@ def main() -> int:
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from collector.importer import import_results
+    from collector.protocol.importer import import_results
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw"
@@ -42,7 +42,7 @@ def main() -> int:
             dt = time.perf_counter() - t0
             best_cli = min(best_cli, dt)
             print(f"collector analyze (process) run {i + 1}: {dt:.2f} s")
-        from analysis.pipeline import analyze
+        from analysis.pipeline.analyze import analyze
 
         best_call = float("inf")
         for i in range(args.repeat):

@@ -25,12 +25,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collector.clock import process_cpu_ns  # noqa: E402
-from collector.engines import engine_paths  # noqa: E402
-from collector.loadgen import Abort, Listeners, LoadSettings, run_point  # noqa: E402
+from collector.protocol.clock import process_cpu_ns  # noqa: E402
+from collector.protocol.loadgen import Abort, Listeners, LoadSettings, run_point  # noqa: E402
+from collector.protocol.server import LlamaCppAdapter  # noqa: E402
 from collector.raw.plan import PointPlan  # noqa: E402
 from collector.raw.records import RequestRecord  # noqa: E402
-from collector.server import LlamaCppAdapter  # noqa: E402
+from lab.engines import engine_paths  # noqa: E402
 
 
 def _free_port() -> int:

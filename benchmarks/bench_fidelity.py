@@ -54,7 +54,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis import metrics  # noqa: E402
+from analysis.core import metrics  # noqa: E402
 from benchmarks.metronome import MetronomeProcess, collector_plan  # noqa: E402
 from collector.raw.records import RequestRecord  # noqa: E402
 

@@ -33,7 +33,7 @@ def main() -> int:
         print(f"bench_site: {args.seed} not found and no raw/; nothing to build", file=sys.stderr)
         return 0
     from analysis.report.build import build_site
-    from collector.importer import import_results
+    from collector.protocol.importer import import_results
 
     best = float("inf")
     with tempfile.TemporaryDirectory(prefix="bench-site-") as tmp:

@@ -25,7 +25,9 @@ from collector.raw.plan import ENGINES
 
 DEFAULT_RAW = Path("raw")
 SLO_ENGINES = ("vllm", "llamacpp")  # analysis.reconcile.slo.ENGINES, kept light (tests/test_cli_quick checks)
-DEFAULT_PERCENTILES = "50,90,95,99,99.9"  # analysis.metrics.DEFAULT_PERCENTILES (tests/test_cli_quick checks)
+DEFAULT_PERCENTILES = (
+    "50,90,95,99,99.9"  # analysis.core.metrics.DEFAULT_PERCENTILES (tests/test_cli_quick checks)
+)
 
 
 def _one_line_errors(fn):
@@ -112,7 +114,7 @@ def theory_sheet(
     model, gpu, kv_pool_gib, max_model_len, kv_dtype, weight_format, block_size, as_json
 ) -> None:
     """Print the theory for a model on a GPU: params, KV bytes, FLOPs, decode floor, pool capacity."""
-    from collector.theory_sheet import theory_sheet_text  # local import: heavy
+    from collector.protocol.theory_sheet import theory_sheet_text  # local import: heavy
 
     click.echo(
         theory_sheet_text(
@@ -161,7 +163,7 @@ def init_(model: Path | None, url: str | None, out: Path, campaign: str | None, 
     """Write a commented plan for this box: engine, model, GPU, a free port; or, with --url, for a running
     server (a concurrency sweep and an open-loop rate phase). Never replaces a file."""
     if url is not None:
-        from collector import quick  # local import: heavy (httpx, the GGUF reader)
+        from collector.protocol import quick  # local import: heavy (httpx, the GGUF reader)
 
         spec = quick.init_spec(url, str(model) if model else None, campaign, box["model_config"], box["gpu"])
         for line in quick.write_new_plan(spec, Path(out)):
@@ -169,7 +171,7 @@ def init_(model: Path | None, url: str | None, out: Path, campaign: str | None, 
         return
     if model is None:
         raise click.UsageError("give --model (a .gguf or a model folder) or --url (a running server)")
-    from collector.init import init_plan  # local import: heavy (the GGUF reader)
+    from collector.protocol.init import init_plan  # local import: heavy (the GGUF reader)
 
     result = init_plan(
         out,
@@ -198,7 +200,7 @@ def init_(model: Path | None, url: str | None, out: Path, campaign: str | None, 
 def import_(src: Path, campaign: str, engine: str | None, raw: Path) -> None:
     """Import an existing results folder into the raw store (byte-identical, with provenance): hand-run
     campaigns, vllm bench serve --save-result files (any name), AIPerf artifact folders, GuideLLM reports."""
-    from collector.importer import import_results  # local import: heavy (the parsers)
+    from collector.protocol.importer import import_results  # local import: heavy (the parsers)
 
     for line in import_results(src, campaign=campaign, raw_root=raw, engine=engine):
         click.echo(line)
@@ -224,7 +226,7 @@ def verify(raw: Path) -> None:
 @_one_line_errors
 def inspect(raw: Path, campaign: str | None) -> None:
     """Print, per run, what the parsers found in it."""
-    from collector.inspect import inspect as inspect_fn  # local import: heavy (the parsers)
+    from collector.protocol.inspect import inspect as inspect_fn  # local import: heavy (the parsers)
 
     for line in inspect_fn(raw, campaign):
         click.echo(line)
@@ -282,8 +284,8 @@ def analyze(
 
     Every run read is verified first (as `collector verify` does); a changed run stops the analysis; a run
     `collector exclude` left out is read but kept out of the conclusions."""
-    from analysis import metrics  # local import: heavy (numpy)
-    from analysis.pipeline import analyze as analyze_fn  # local import: heavy (pandas, altair)
+    from analysis.core import metrics  # local import: heavy (numpy)
+    from analysis.pipeline.analyze import analyze as analyze_fn  # local import: heavy (pandas, altair)
     from analysis.reconcile import slo as slo_lib  # local import: heavy (pandas)
 
     slos_ms = {**slo_lib.parse_slos(list(slos)), **metrics.parse_goodput(goodput)}
@@ -320,7 +322,7 @@ def slo(
     """The SLO planner: per campaign, round and engine, the highest concurrency meeting the p99 budget(s),
     interpolated between measured points, the goodput there and the engine settings that follow; per
     open-loop rate sweep, the highest request rate meeting them."""
-    from analysis.pipeline import slo_plan  # local import: heavy (pandas, altair)
+    from analysis.pipeline.analyze import slo_plan  # local import: heavy (pandas, altair)
     from analysis.reconcile import slo as slo_lib  # local import: heavy (pandas)
 
     budgets = {
@@ -402,7 +404,7 @@ def seal(recover: bool, run_dir: Path) -> None:
     click.echo(recover_seal(run_dir))
 
 
-# vllm bench serve's flags, by its names and defaults (collector/quick.py says what each one means)
+# vllm bench serve's flags, by its names and defaults (collector/protocol/quick.py says what each one means)
 _QUICK_OPTIONS = [
     click.option("--base-url", default=None, help="The server to attach to (vllm bench serve's --base-url)."),
     click.option("--host", default=None, help="With --port instead of --base-url (default 127.0.0.1)."),
@@ -518,7 +520,7 @@ def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags)
     Exit status: 0 when every measured point is usable; 1 when the run failed, or completed but analysis would
     exclude every point; 3 when it completed but analysis will leave some points out (each is named, with
     what to change)."""
-    from collector.run import execute_run, verdict  # local import: heavy (httpx, rich, numpy)
+    from collector.protocol.run import execute_run, verdict  # local import: heavy (httpx, rich, numpy)
 
     plan_path = plan_file or plan_opt
     attach = quick_flags["base_url"] or quick_flags["host"] or quick_flags["port"]
@@ -538,7 +540,7 @@ def run(plan_file: Path | None, plan_opt: Path | None, raw: Path, **quick_flags)
             tmp.cleanup()
     click.echo(str(result))
     if quick_flags["save_result"]:
-        from collector import quick  # local import: heavy (httpx)
+        from collector.protocol import quick  # local import: heavy (httpx)
 
         for line in quick.save_results(
             result.vllm_bench, quick_flags["result_dir"], quick_flags["result_filename"]
@@ -564,11 +566,12 @@ def _console():
 
 
 def _quick_plan(flags: dict):
-    """The plan vllm bench serve's flags make (collector.quick): written to --save-plan, else to a temporary
+    """The plan vllm bench serve's flags make (collector.protocol.quick): written to --save-plan, else to a
+    temporary
     folder (the sealed run keeps its copy as plan.toml either way)."""
     import tempfile  # local import: only this path needs it
 
-    from collector import quick  # local import: heavy (httpx, the GGUF reader)
+    from collector.protocol import quick  # local import: heavy (httpx, the GGUF reader)
 
     spec = quick.spec_from_flags(flags)
     tmp = None

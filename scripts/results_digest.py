@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.pipeline import analyze  # noqa: E402
-from collector.importer import import_results  # noqa: E402
+from analysis.pipeline.analyze import analyze  # noqa: E402
+from collector.protocol.importer import import_results  # noqa: E402
 
 DIGEST = ROOT / "tests" / "data" / "results_digest.json"
 SEED = ROOT.parent / "shared" / "seed-runs" / "rtx4090-qwen2.5-7b"

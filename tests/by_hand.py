@@ -1,4 +1,5 @@
-"""Latencies written out here from requests.jsonl's raw fields, independently of analysis.metrics, for the
+"""Latencies written out here from requests.jsonl's raw fields, independently of analysis.core.metrics, for
+the
 tests that check the pipeline against them (a plain helper module, not a test module)."""
 
 from __future__ import annotations

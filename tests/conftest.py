@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.engines import EnginePaths
-from collector.importer import import_results
+from collector.protocol.importer import import_results
+from lab.engines import EnginePaths
 from tests import engine_cache
 from tests.fault_server import FaultServer
 from tests.loopback import free_port

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.engines import EnginePaths, engine_paths
+from lab.engines import EnginePaths, engine_paths
 
 REPO = Path(__file__).resolve().parent.parent
 # the engines' environment: no downloads, no usage reports
@@ -35,7 +35,7 @@ def require(*artifacts: Path) -> None:
     if not missing:
         return
     msg = (
-        f"engine cache incomplete ({missing[0]} missing): run `python -m collector.engines prepare "
+        f"engine cache incomplete ({missing[0]} missing): run `python -m lab.engines prepare "
         "--cache .engines`"
     )
     if os.environ.get("CI"):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis import metrics, theory
-from analysis.model_config import load_model_config
-from collector.ceilings import store_run
+from analysis.core import metrics, theory
+from analysis.core.model_config import load_model_config
+from collector.protocol.ceilings import store_run
+from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from collector.raw.records import RequestRecord
 from collector.raw.store import RawStore
-from collector.theory_sheet import SheetInputs, theory_sheet
 
 CAMPAIGN = "h200-synth"
 KV_BYTES_PER_TOKEN = 2 * 28 * 4 * 128 * 2

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.pipeline import analyze
-from collector.importer import import_results
+from analysis.pipeline.analyze import analyze
+from collector.protocol.importer import import_results
 from tests.seed import SEED
 
 CAMPAIGN = "rtx4090-qwen2.5-7b"

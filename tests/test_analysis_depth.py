@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.labels_zh import FINDINGS, REASONS
-from analysis.pipeline import analyze
+from analysis.core.labels_zh import FINDINGS, REASONS
+from analysis.pipeline.analyze import analyze
 from analysis.report.render import render_site
 from tests.seed import SEED
 
@@ -180,7 +180,7 @@ def test_llamacpp_buffers_against_the_gguf_bytes_by_hand(out):
 
 # --- (2) length sweep -------------------------------------------------------------------------------------
 
-DATASHEET_BW, DATASHEET_FLOPS = 1008e9, 165.2e12  # RTX 4090 whitepaper (analysis/gpus.py cites it)
+DATASHEET_BW, DATASHEET_FLOPS = 1008e9, 165.2e12  # RTX 4090 whitepaper (analysis/core/gpus.py cites it)
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
 

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from analysis import findings as fnd
-from analysis import labels_zh as zh
-from analysis.keys import At, series_id, slug
+from analysis.core import findings as fnd
+from analysis.core import labels_zh as zh
+from analysis.core.keys import At, series_id, slug
 from analysis.reconcile.engines.selection import bytes_reason
 
 R2 = At(round="round2")

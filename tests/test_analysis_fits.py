@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analysis import fits
+from analysis.core import fits
 
 
 def test_least_squares_exact_line():

@@ -83,7 +83,7 @@ def test_byte_ledger_one_row_per_engine_and_format():
 
 
 def test_series_labels_name_the_runs_own_format():
-    from analysis.charts import engine_format_zh
+    from analysis.core.charts import engine_format_zh
 
     assert engine_format_zh("llamacpp", "fp16") == "llama.cpp（F16）"
     assert engine_format_zh("llamacpp", "q4_k_m") == "llama.cpp（Q4_K_M）"
@@ -93,7 +93,7 @@ def test_series_labels_name_the_runs_own_format():
 
 
 def test_pairs_put_the_slower_card_first():
-    from analysis.findings import FindingSet
+    from analysis.core.findings import FindingSet
     from analysis.reconcile.comparison import CampaignSummary, slower_first
 
     def c(name, bw):
@@ -119,7 +119,7 @@ def test_model_findings_cite_only_real_files(tmp_path):
     bundled = MODELS_DIR / "Qwen2.5-7B-Instruct.json"
     assert config_sources(str(bundled), ["r/x.json:model_id"]) == [
         "r/x.json:model_id",
-        "analysis/models/Qwen2.5-7B-Instruct.json",
+        "analysis/core/models/Qwen2.5-7B-Instruct.json",
     ]
     # a run's own model-config.json (or prediction.json) is the source; no invented bundled path
     own = tmp_path / "model-config.json"
@@ -131,9 +131,9 @@ def test_model_findings_cite_only_real_files(tmp_path):
 
 
 def _ceilings_ctx(copy_bytes_per_s: float, matmul_flops_per_s: float, gpu: str | None):
-    from analysis.gpus import get_gpu
+    from analysis.core.gpus import get_gpu
+    from analysis.loading.rundocs import Ceilings
     from analysis.reconcile.theoryctx import TheoryCtx
-    from analysis.rundocs import Ceilings
 
     return TheoryCtx(
         cfg=None,

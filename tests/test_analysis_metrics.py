@@ -1,4 +1,4 @@
-"""analysis.metrics, the one definition of every latency/throughput metric: each function against numbers
+"""analysis.core.metrics, the one definition of every latency/throughput metric: each function against numbers
 computed by hand on request records of the real shape (read through the real record reader), the two views
 (canonical, vllm-bench-compatible) differing exactly where they should, the committed raw runs, and a campaign
 of our own flowing through `analyze` from requests.jsonl alone.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import metrics
+from analysis.core import metrics
 from analysis.parse.bench_json import parse_bench_json
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from collector.raw.records import RequestRecord

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import theory
-from analysis.model_config import load_model_config
-from analysis.pipeline import analyze
+from analysis.core import theory
+from analysis.core.model_config import load_model_config
+from analysis.pipeline.analyze import analyze
 from tests.seed import SEED
 from tests.synthetic_gpu import (
     CAMPAIGN,
@@ -128,7 +128,7 @@ def test_server_token_time_and_ttft_anatomy(synth_raw, tmp_path):
 
 @pytest.mark.skipif(not SEED.is_dir(), reason="reference campaign not available")
 def test_comparison_with_reference(synth_raw, tmp_path):
-    from collector.importer import import_results
+    from collector.protocol.importer import import_results
 
     raw = tmp_path / "ref"
     list(import_results(SEED, REF, raw))

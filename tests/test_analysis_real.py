@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.pipeline import analyze
+from analysis.pipeline.analyze import analyze
 from tests.by_hand import itls_ms
 from tests.seed import SEED
 
@@ -397,7 +397,7 @@ def test_comparison_pair_reads_slower_card_first(out):
 def test_analysis_is_deterministic(out, tmp_path):
     roots = [RAW]
     if SEED.is_dir():
-        from collector.importer import import_results
+        from collector.protocol.importer import import_results
 
         roots.append(tmp_path / "ref")
         list(import_results(SEED, REF, roots[-1]))

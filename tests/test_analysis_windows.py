@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from analysis import windows as w
+from analysis.core import windows as w
 
 
 def test_naive_as_utc():

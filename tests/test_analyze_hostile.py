@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.pipeline import analyze
+from analysis.pipeline.analyze import analyze
 from analysis.report.render import render_site
+from collector.protocol.run import execute_run
 from collector.raw.errors import AnatomyError, RunError
 from collector.raw.store import RawStore, verify
-from collector.run import execute_run
 from tests.cli import collector_cli
 
 

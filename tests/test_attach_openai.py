@@ -14,11 +14,11 @@ import pytest
 
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
-from collector.checks import check_engine_identity
+from collector.protocol.checks import check_engine_identity
+from collector.protocol.run import execute_run
 from collector.raw.errors import PlanError
 from collector.raw.plan import load_plan
 from collector.raw.store import open_run, verify
-from collector.run import execute_run
 from tests import engine_cache
 from tests.engine_cache import Server
 from tests.loopback import free_port

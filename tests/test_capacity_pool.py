@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import theory
+from analysis.core import theory
 from analysis.reconcile.capacity import flag, pool
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import charts
-from analysis import labels_zh as zh
-from analysis.pipeline import analyze
+from analysis.core import charts
+from analysis.core import labels_zh as zh
+from analysis.pipeline.analyze import analyze
 from analysis.report.figures import prepare_spec, spec_to_svg
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import charts
+from analysis.core import charts
 
 
 def test_a_long_overload_timeline_is_drawn():

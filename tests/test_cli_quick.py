@@ -13,13 +13,13 @@ import time
 import tomllib
 from pathlib import Path
 
-from analysis import metrics
+from analysis.core import metrics
 from analysis.parse.bench_json import parse_bench_json
 from analysis.reconcile import gates
-from collector import checks as ck
 from collector import cli
+from collector.protocol import checks as ck
+from collector.protocol.run import PointRow, RunResult, verdict
 from collector.raw.plan import load_plan
-from collector.run import PointRow, RunResult, verdict
 from tests.cli import ROOT, collector_cli
 
 # vllm bench serve's default --save-result name:
@@ -34,7 +34,8 @@ def test_help_imports_no_heavy_library():
         "import sys, runpy; sys.argv = ['collector', '--help']\n"
         "try: runpy.run_module('collector.cli', run_name='__main__')\n"
         "except SystemExit: pass\n"
-        "heavy = sorted(m for m in ('pandas', 'numpy', 'altair', 'httpx', 'rich', 'analysis.pipeline') "
+        "heavy = sorted(m for m in ('pandas', 'numpy', 'altair', 'httpx', 'rich', "
+        "'analysis.pipeline.analyze') "
         "if m in sys.modules)\n"
         "print('HEAVY', heavy)"
     )
@@ -44,13 +45,22 @@ def test_help_imports_no_heavy_library():
 
 
 def test_the_shipped_commands_import_no_lab_tooling():
-    """Engine builds (collector.engines) and random-weight model writers (collector.modelgen) serve tests,
+    """Engine builds (lab.engines) and random-weight model writers (lab.modelgen) serve tests,
     benchmarks and scripts only: no module behind a `collector` command imports them (init and run did,
     for GPT-2's byte alphabet)."""
-    mods = ["collector.cli", "collector.run", "collector.init", "collector.quick", "collector.importer",
-            "collector.inspect", "collector.theory_sheet", "collector.stepcost"]  # fmt: skip
+    mods = [
+        "collector.cli",
+        "collector.protocol.run",
+        "collector.protocol.init",
+        "collector.protocol.quick",
+        "collector.protocol.importer",
+        # fmt: skip
+        "collector.protocol.inspect",
+        "collector.protocol.theory_sheet",
+        "collector.protocol.stepcost",
+    ]
     code = f"import importlib, sys\nfor m in {mods!r}: importlib.import_module(m)\n" + (
-        "print('LAB', sorted(m for m in ('collector.engines', 'collector.modelgen') if m in sys.modules))"
+        "print('LAB', sorted(m for m in ('lab.engines', 'lab.modelgen') if m in sys.modules))"
     )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "LAB []" in p.stdout, p.stdout + p.stderr
@@ -156,7 +166,7 @@ def test_points_the_client_paced_are_named_with_the_fix():
 
 
 def test_the_collectors_excluding_checks_are_the_gates_analysis_excludes_by():
-    """The run's exit status comes from the collector's own checks (collector.checks.POINT_EXCLUDING,
+    """The run's exit status comes from the collector's own checks (collector.protocol.checks.POINT_EXCLUDING,
     STARTUP_EXCLUDING); analysis gates on the same checks: the two must agree on what leaves a point out."""
     check_gate = {**gates.OWN_POINT_CHECKS, "prefix_cache_hits": "prefix_caching_off"}
     excluding = {c for c, g in check_gate.items() if gates.SEVERITY[g] == "exclude"}
@@ -177,7 +187,7 @@ def test_goodput_flags_read_as_vllm_spells_them():
 
 def test_quick_plan_text_is_the_plan_loader_s(tmp_path):
     """A finite rate makes an open-loop phase capped by --max-concurrency, bounded by --num-prompts."""
-    from collector import quick
+    from collector.protocol import quick
 
     spec = quick.QuickSpec(base_url="http://h:1", model="m", engine="vllm", request_rates=(2.0, 4.0),
                            max_concurrency=(8,), num_prompts=50, burstiness=0.5)  # fmt: skip

@@ -13,14 +13,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import metrics
-from analysis.campaign import iter_points, load_campaign
+from analysis.core import metrics
+from analysis.loading.campaign import iter_points, load_campaign
 from analysis.reconcile import gates
 from benchmarks.metronome import MetronomeProcess, collector_plan
-from collector.loadgen import Abort, LagProbe, Listeners, LoadSettings, run_load, run_point, shards_for
+from collector.protocol.loadgen import (
+    Abort,
+    LagProbe,
+    Listeners,
+    LoadSettings,
+    run_load,
+    run_point,
+    shards_for,
+)
+from collector.protocol.run import execute_run
 from collector.raw.plan import PointPlan
 from collector.raw.records import EventRecord, RequestRecord
-from collector.run import execute_run
 from tests.loopback import free_port
 
 

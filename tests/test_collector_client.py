@@ -12,11 +12,11 @@ import json
 import httpx
 import pytest
 
-from collector.client import build_request, stream_completion
-from collector.loadgen import Abort, Listeners, LoadSettings, run_point
+from collector.protocol.client import build_request, stream_completion
+from collector.protocol.loadgen import Abort, Listeners, LoadSettings, run_point
+from collector.protocol.workload import completion_body, prompt_token_ids
 from collector.raw.plan import PointPlan
 from collector.raw.records import RequestRecord
-from collector.workload import completion_body, prompt_token_ids
 from tests.fault_server import FaultServer
 from tests.loopback import free_port
 

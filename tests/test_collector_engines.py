@@ -21,10 +21,10 @@ import pytest
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples, parse_scrapes_jsonl
-from collector.engines import EnginePaths
+from collector.protocol.run import execute_run
 from collector.raw.errors import RunError
 from collector.raw.store import open_run
-from collector.run import execute_run
+from lab.engines import EnginePaths
 from tests import engine_cache
 
 pytestmark = pytest.mark.engines

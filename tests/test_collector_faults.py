@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from analysis import metrics
+from analysis.core import metrics
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
-from collector import server as srvmod
+from collector.protocol import server as srvmod
+from collector.protocol.run import execute_run
 from collector.raw.errors import RunError
 from collector.raw.store import Stream, open_run
-from collector.run import execute_run
 from tests import engine_cache
 from tests.cli import collector_cli
 from tests.fault_server import FaultServer
@@ -280,7 +280,8 @@ def test_startup_failure_names_the_log_and_its_error_line(tmp_path, make_plan):
 
 def test_end_of_run_summary_table_per_point(tmp_path, make_plan):
     """The table at the end: per point, requests ok/failed, output tok/s, TTFT, TPOT and ITL at p50 / p99 —
-    the numbers analysis.metrics computes from the run's requests.jsonl — and one line of checks per point."""
+    the numbers analysis.core.metrics computes from the run's requests.jsonl — and one line of checks per
+    point."""
     out = io.StringIO()
     res = execute_run(make_plan(tmp_path, ["--fault", "http500:5"]), tmp_path / "raw",
                       console=Console(file=out, width=200))  # fmt: skip

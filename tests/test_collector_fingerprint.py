@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.fingerprint import collect, looks_like_secret, perf_env, plan_secrets, redact_args
+from collector.protocol.fingerprint import collect, looks_like_secret, perf_env, plan_secrets, redact_args
+from collector.protocol.server import adapter_for
 from collector.raw.plan import ServerPlan
 from collector.raw.secrets import REDACTED
-from collector.server import adapter_for
 
 
 def test_environment_is_an_allow_list_with_values_scrubbed():
@@ -117,8 +117,8 @@ def test_an_amd_gpu_is_fingerprinted_through_rocm_smi(tmp_path, monkeypatch):
     """Before: no nvidia-smi meant no GPU in the fingerprint and a CPU plan from init, on an AMD machine
     too. A fake rocm-smi on PATH (JSON for the query, its concise table otherwise): both texts kept verbatim,
     the summary lists both cards, init finds the MI300X."""
-    from collector.fingerprint import gpu_info, summary
-    from collector.init import detect_gpu
+    from collector.protocol.fingerprint import gpu_info, summary
+    from collector.protocol.init import detect_gpu
 
     if shutil.which("nvidia-smi", path="/usr/bin:/bin"):
         pytest.skip("nvidia-smi is installed here: the fingerprint reads it first")

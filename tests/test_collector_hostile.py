@@ -22,17 +22,17 @@ import httpx
 import pytest
 from rich.console import Console
 
-from analysis import metrics
-from analysis.campaign import iter_points, load_campaign
+from analysis.core import metrics
+from analysis.loading.campaign import iter_points, load_campaign
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.reconcile.gates import stream_counts_agree
-from collector import bounded_http
+from collector.protocol import bounded_http
+from collector.protocol.run import execute_run
+from collector.protocol.sampler import Sampler, ScrapeWriter
 from collector.raw.errors import RunError
 from collector.raw.store import verify
-from collector.run import execute_run
-from collector.sampler import Sampler, ScrapeWriter
 from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import theory as th
-from analysis.gpus import CPU, GPUS, MIB, NVIDIA_SMI_NAMES, match_nvidia_smi
-from analysis.model_config import bundled_model_names, load_model_config
+from analysis.core import theory as th
+from analysis.core.gpus import CPU, GPUS, MIB, NVIDIA_SMI_NAMES, match_nvidia_smi
+from analysis.core.model_config import bundled_model_names, load_model_config
 from collector.cli import main
-from collector.init import (
+from collector.protocol.init import (
     Engine,
     Gpu,
     ModelFacts,
@@ -36,9 +36,9 @@ from collector.init import (
     vocab_from_config,
     vocab_from_tokenizer_json,
 )
+from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from collector.raw.errors import PlanError
 from collector.raw.plan import load_plan, parse_plan
-from collector.theory_sheet import SheetInputs, theory_sheet
 from tests import engine_cache
 
 # Public config.json contents (the Hub files, as copied into ai-dynamo/aiconfigurator's model_configs/ and
@@ -400,7 +400,7 @@ def test_init_says_measure_the_ceilings_for_an_unknown_gpu(box, tmp_path):
     result = init_plan(tmp_path / "u.toml", p.tiny_gguf)
     text = result.plan_path.read_text()
     assert "unknown: measure the ceilings" in text
-    assert "python -m collector.ceilings --out ceilings.json" in text
+    assert "python -m collector.protocol.ceilings --out ceilings.json" in text
     plan = load_plan(result.plan_path)
     assert plan.model.gpu == "cpu" and plan.campaign.startswith("h100-nvl-")  # named as nvidia-smi names it
 

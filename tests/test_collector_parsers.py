@@ -11,8 +11,8 @@ import pytest
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples, parse_scrapes_jsonl
+from collector.protocol.run import execute_run
 from collector.raw.errors import ParseError
-from collector.run import execute_run
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from analysis.parse.bench_json import parse_bench_json_bytes
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
+from collector.protocol.run import execute_run
 from collector.raw.errors import PlanError, RunError
 from collector.raw.store import open_run, verify
-from collector.run import execute_run
 from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent

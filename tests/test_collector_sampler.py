@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from collector.sampler import Sampler
+from collector.protocol.sampler import Sampler
 
 
 class ListLog:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.sse import SSEDecoder, SSEError, SSEServerError, event_json, payload_json
+from collector.protocol.sse import SSEDecoder, SSEError, SSEServerError, event_json, payload_json
 
 STREAM = (
     b": comment\r\n"

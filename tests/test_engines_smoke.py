@@ -1,4 +1,4 @@
-"""The real engines from the cache (`python -m collector.engines prepare --cache .engines`), serving the tiny
+"""The real engines from the cache (`python -m lab.engines prepare --cache .engines`), serving the tiny
 random-weight model: one streamed event per generated token, usage counted, metrics and log lines there.
 
 Skipped when the cache is absent, except under CI (env `CI` set), where a missing engine is a failure.
@@ -18,8 +18,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.engines import EnginePaths
-from collector.sse import SSEDecoder, event_json
+from collector.protocol.sse import SSEDecoder, event_json
+from lab.engines import EnginePaths
 from tests import engine_cache
 from tests.engine_cache import OFFLINE_ENV, Server
 from tests.loopback import free_port

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.campaign import load_campaign
-from analysis.labels_zh import VERDICTS as X_VERDICT_ZH
+from analysis.core.labels_zh import VERDICTS as X_VERDICT_ZH
+from analysis.loading.campaign import load_campaign
 from analysis.parse.llamacpp_log import parse_llamacpp_log
-from analysis.pipeline import align, analyze
+from analysis.pipeline.analyze import align, analyze
 from analysis.reconcile import Context, SectionInput, gates, theoryctx
 from analysis.reconcile import experiments as X
 from analysis.reconcile.experiments import spec
@@ -118,7 +118,8 @@ def test_capacity_at_fixed_budget(section):
 
 
 def test_ledger_matches_the_plan(section, experiments):
-    """The ITL change the byte ledger predicts, recomputed from analysis.theory and the campaign's measured
+    """The ITL change the byte ledger predicts, recomputed from analysis.core.theory and the campaign's
+    measured
     copy bandwidth, is the number the plan wrote before the run (each target's ``stated``)."""
     stated_ms = {
         (p.arm, t.concurrency, t.input_len): t.stated

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from analysis import findings as fnd
-from analysis import labels_zh as zh
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import labels_zh as zh
+from analysis.core.keys import At
 from collector.raw.errors import AnatomyError
 
 AT = At(campaign="c", topic="concurrency", metric="itl_ms")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.ceilings import copy_bytes_per_s, matmul_flops_per_s
+from collector.protocol.ceilings import copy_bytes_per_s, matmul_flops_per_s
 from collector.raw.errors import StoreError
 from collector.raw.plan import load_plan
 from collector.raw.store import RawStore, verify
@@ -273,8 +273,8 @@ def test_ceilings_without_cuda_exit_2_and_write_nothing(tmp_path):
     except ImportError:
         pass
     out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, "-m", "collector.ceilings", "--out", str(out)], capture_output=True,
-                       text=True, cwd=ROOT)  # fmt: skip
+    cmd = [sys.executable, "-m", "collector.protocol.ceilings", "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "no CUDA device" in r.stderr
     assert not out.exists()
 

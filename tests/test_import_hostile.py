@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.importer import import_results
+from collector.protocol.importer import import_results
 from collector.raw.errors import ImportSourceError
 from collector.raw.store import RawStore, verify
 from tests.cli import collector_cli

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.campaign import iter_points, load_campaign
+from analysis.loading.campaign import iter_points, load_campaign
 from collector.raw.store import open_run
 from tests.cli import collector_cli
 from tests.seed import SEED

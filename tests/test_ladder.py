@@ -2,7 +2,7 @@
 rates and step verdicts of the deployment ladder recomputed by hand from requests.jsonl; the plan lines the
 predictions cite; the speculative runs' acceptance from the raw /metrics text and their speedup from the
 requests; the step costs from llama-bench's own samples; the theory's formulas on hand-checkable numbers;
-collector.stepcost end to end with a stand-in llama-bench."""
+collector.protocol.stepcost end to end with a stand-in llama-bench."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.campaign import load_campaign
+from analysis.loading.campaign import load_campaign
 from analysis.reconcile import Context, SectionInput, ladder, ladder_endpoint, slot_history, speculative
-from collector import stepcost
+from collector.protocol import stepcost
 from collector.raw.store import open_run
 from tests.by_hand import itls_ms, request_lines, ttft_ms
 
@@ -183,7 +183,7 @@ def test_theory_formulas():
 
 
 def test_stepcost_cli_with_a_stand_in_bench(tmp_path):
-    """collector.stepcost runs the binary it is given once per model and seals what it printed."""
+    """collector.protocol.stepcost runs the binary it is given once per model and seals what it printed."""
     fake = tmp_path / "llama-bench"
     line = {"n_prompt": 2, "n_gen": 0, "n_depth": 512, "n_batch": 2048, "n_ubatch": 512, "model_size": 10,
             "samples_ns": [3, 1, 2], "model_filename": "m.gguf"}  # fmt: skip

@@ -8,7 +8,6 @@ The layer map below is the one definition; README's "Layout" section shows the s
 from __future__ import annotations
 
 import ast
-import fnmatch
 import importlib
 import textwrap
 from pathlib import Path
@@ -18,66 +17,25 @@ import pytest
 from collector.raw.errors import AnatomyError
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("collector", "analysis")  # importable project packages; site/ holds scripts and MkDocs hooks
+PACKAGES = ("collector", "analysis", "lab")  # importable project packages; site/ holds scripts, MkDocs hooks
+SHIPPED = ("collector", "analysis")  # what the wheel carries; not lab/ (engine builds, random-weight models)
 LOCAL_MARK = "# local import:"
 
-# (layer, what it is, repository-relative path patterns). Lower layers never import higher ones.
+# (floor, what it is, folders). A module's floor is its folder's: the tree shows the layers. Lower floors
+# never import higher ones. A package root's __init__ sits on its package's lowest floor; collector/cli.py is
+# the one module on top.
 LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
-    (0, "raw contract", ("collector/__init__.py", "collector/raw/*.py")),
+    (0, "raw contract, the error root", ("collector/__init__.py", "collector/raw/")),
     (
         1,
-        "parsers, theory, pure formulas",
-        (
-            "analysis/__init__.py",
-            "analysis/parse/*.py",
-            "analysis/theory.py",
-            "analysis/model_config.py",
-            "analysis/gpus.py",
-            "analysis/metrics.py",
-            "analysis/fits.py",
-            "analysis/windows.py",
-            "analysis/multigpu.py",
-            "analysis/keys.py",
-            "analysis/findings.py",
-            "analysis/labels_zh.py",
-            "analysis/charts.py",
-            "collector/clock.py",
-            "collector/sse.py",
-            "collector/bounded_http.py",
-        ),
+        "parsers, theory, formulas, labels, chart specs",
+        ("analysis/__init__.py", "analysis/core/", "analysis/parse/"),
     ),
-    (
-        2,
-        "collector protocol, campaign loading",
-        (
-            "collector/run.py",
-            "collector/interrupts.py",
-            "collector/client.py",
-            "collector/loadgen.py",
-            "collector/sampler.py",
-            "collector/server.py",
-            "collector/checks.py",
-            "collector/fingerprint.py",
-            "collector/theory_sheet.py",
-            "collector/importer.py",
-            "collector/inspect.py",
-            "collector/ceilings.py",
-            "collector/stepcost.py",
-            "collector/engines.py",
-            "collector/modelgen.py",
-            "collector/init.py",
-            "collector/quick.py",
-            "collector/preflight.py",
-            "collector/workload.py",
-            "analysis/campaign.py",
-            "analysis/rundocs.py",
-            "analysis/scrape_series.py",
-        ),
-    ),
-    (3, "reconcile", ("analysis/reconcile/*.py",)),
-    (4, "pipeline", ("analysis/pipeline.py",)),
-    (5, "report", ("analysis/report/*.py", "site/*.py", "site/hooks/*.py")),
-    (6, "CLI", ("collector/cli.py",)),
+    (2, "collector protocol, campaign loading", ("collector/protocol/", "analysis/loading/")),
+    (3, "reconcile", ("analysis/reconcile/",)),
+    (4, "pipeline", ("analysis/pipeline/",)),
+    (5, "report", ("analysis/report/", "site/")),
+    (6, "CLI, lab tooling (tests, benchmarks, scripts only)", ("collector/cli.py", "lab/")),
 )
 
 
@@ -94,12 +52,17 @@ def layer_map_text() -> str:
 def _modules() -> dict[str, Path]:
     """Repository-relative path → file, for every Python module the map covers."""
     files = [p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")]
-    files += [*(REPO / "site").glob("*.py"), *(REPO / "site" / "hooks").glob("*.py")]
+    files += [p for p in (REPO / "site").rglob("*.py") if "docs" not in p.parts]
     return {p.relative_to(REPO).as_posix(): p for p in sorted(files)}
 
 
+def _in(rel: str, place: str) -> bool:
+    """A folder (``x/``) holds every module under it; a file path names one module."""
+    return rel.startswith(place) if place.endswith("/") else rel == place
+
+
 def _layers_of(rel: str) -> list[int]:
-    return [n for n, _, pats in LAYERS if any(fnmatch.fnmatchcase(rel, pat) for pat in pats)]
+    return [n for n, _, places in LAYERS if any(_in(rel, p) for p in places)]
 
 
 def _layer(rel: str) -> int | None:
@@ -233,7 +196,7 @@ def test_readme_layout_shows_this_map():
     "rel, target",
     [
         ("analysis/parse/bench_json.py", "collector/raw/errors.py"),
-        ("collector/cli.py", "analysis/pipeline.py"),
+        ("collector/cli.py", "analysis/pipeline/analyze.py"),
     ],
 )
 def test_the_graph_sees_real_edges(rel, target):
@@ -244,7 +207,7 @@ def test_the_graph_sees_real_edges(rel, target):
 
 
 # Exceptions that are control flow, not errors (they unwind to a handler that stops the run cleanly).
-NOT_ERRORS = {"collector.interrupts.Interrupted"}
+NOT_ERRORS = {"collector.protocol.interrupts.Interrupted"}
 
 
 def test_one_error_root():
@@ -263,3 +226,24 @@ def test_one_error_root():
             ):
                 stray.append(f"{name}.{obj.__name__}({', '.join(b.__name__ for b in obj.__bases__)})")
     assert not stray, "exception classes outside the AnatomyError tree: " + ", ".join(stray)
+
+
+def test_floors_are_folders():
+    """Every place in the map is a folder on disk (or one of the three named files), so the tree shows the
+    floors; each folder sits on one floor."""
+    places = [p for _, _, ps in LAYERS for p in ps]
+    files = {"collector/__init__.py", "analysis/__init__.py", "collector/cli.py"}
+    assert all((REPO / p).is_dir() for p in places if p not in files), places
+    assert len(places) == len(set(places))
+
+
+def test_shipped_packages_never_import_the_lab():
+    """lab/ is not in the wheel: nothing shipped may import it."""
+    bad = [
+        f"{rel}:{line}: imports {t}"
+        for rel, (top, local) in IMPORTS.items()
+        if rel.split("/")[0] in SHIPPED
+        for line, t in top + [(ln, t) for ln, t, _ in local]
+        if t.startswith("lab/")
+    ]
+    assert not bad, "\n".join(bad)

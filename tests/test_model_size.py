@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import fits
-from analysis.campaign import load_campaign
+from analysis.core import fits
+from analysis.loading.campaign import load_campaign
 from analysis.reconcile import Context, SectionInput, theoryctx
 from analysis.reconcile import experiments as X
 from analysis.reconcile import model_size as M

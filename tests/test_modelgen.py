@@ -12,10 +12,10 @@ import gguf
 import numpy as np
 import pytest
 
-from analysis.model_config import load_model_config
-from analysis.theory import params_total
-from collector import modelgen
-from collector.modelgen import SHAPES
+from analysis.core.model_config import load_model_config
+from analysis.core.theory import params_total
+from lab import modelgen
+from lab.modelgen import SHAPES
 
 TINY = SHAPES["tiny"]
 

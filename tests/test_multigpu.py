@@ -1,4 +1,4 @@
-"""The two-GPU theory (analysis.multigpu) against numbers worked out by hand from Qwen2.5-7B's published
+"""The two-GPU theory (analysis.core.multigpu) against numbers worked out by hand from Qwen2.5-7B's published
 config (28 layers, hidden 3,584, MLP 18,944, 28 query heads and 4 KV heads of 128)."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from analysis import multigpu as mg
-from analysis import theory
-from analysis.gpus import get_gpu
-from analysis.model_config import load_model_config
+from analysis.core import multigpu as mg
+from analysis.core import theory
+from analysis.core.gpus import get_gpu
+from analysis.core.model_config import load_model_config
 from analysis.parse.nvidia_smi_csv import parse_nvidia_smi_csv
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
-from collector.fingerprint import gpu_info
+from collector.protocol.fingerprint import gpu_info
 from collector.raw.errors import ParseError
 from collector.raw.plan import load_plan
 

@@ -13,8 +13,8 @@ from analysis.parse.prometheus import PromSnapshot
 from analysis.parse.sampler_csv import SamplerTable
 from analysis.parse.sweep_log import SweepLog
 from analysis.parse.vllm_log import VllmServerLog
-from collector.importer import import_results
-from collector.inspect import inspect
+from collector.protocol.importer import import_results
+from collector.protocol.inspect import inspect
 from collector.raw.store import RawStore
 from tests.seed import SEED
 

@@ -1,5 +1,5 @@
 """Percentiles configurable at analysis time (issue #14 item 5): `collector analyze --metric-percentiles`
-(vllm bench serve's name) flows through analysis.metrics (the one definition) into the per-point tables;
+(vllm bench serve's name) flows through analysis.core.metrics (the one definition) into the per-point tables;
 p50/p90/p99 — what the pages answer with — stay what they were whatever the set."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import metrics
-from analysis.campaign import load_campaign
-from analysis.pipeline import gated_context
+from analysis.core import metrics
+from analysis.loading.campaign import load_campaign
+from analysis.pipeline.analyze import gated_context
 from analysis.reconcile import concurrency
 from analysis.reconcile.theoryctx import build as build_theory
 from tests.by_hand import request_lines, ttft_ms

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
+from collector.protocol.run import execute_run
 from collector.raw.errors import AnatomyError
-from collector.run import execute_run
 from tests.cli import collector_cli
 
 RATE_PHASE = """[[phase]]

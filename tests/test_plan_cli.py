@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.theory_sheet import SheetInputs, theory_sheet
+from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from tests.cli import collector_cli
 
 REQUIRED_KEYS = {

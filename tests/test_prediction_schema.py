@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.model_config import MODELS_DIR
-from analysis.rundocs import read_prediction
+from analysis.core.model_config import MODELS_DIR
+from analysis.loading.rundocs import read_prediction
+from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from collector.raw.errors import AnatomyError
 from collector.raw.prediction import PredictionDoc
-from collector.theory_sheet import SheetInputs, theory_sheet
 
 ROOT = Path(__file__).resolve().parent.parent
 SEALED = sorted((ROOT / "raw").rglob("prediction.json"))

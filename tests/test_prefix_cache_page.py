@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.labels_zh import REASONS, fmt_value
-from analysis.pipeline import analyze
+from analysis.core.labels_zh import REASONS, fmt_value
+from analysis.pipeline.analyze import analyze
 from analysis.report.render import render_site
 from tests.by_hand import request_lines
 

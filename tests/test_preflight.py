@@ -1,4 +1,5 @@
-"""Pre-flight (``collector.preflight``): a plan that cannot work is refused in one line naming what to fix,
+"""Pre-flight (``collector.protocol.preflight``): a plan that cannot work is refused in one line naming what
+to fix,
 and nothing is written under raw/. Plans are the test plan of test_collector_run (the local test server
 standing in for llama-server) with one thing broken; the GGUF and flag checks also run against the real
 engines."""
@@ -12,7 +13,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from collector.preflight import (
+from collector.protocol.preflight import (
     Preflight,
     PreflightError,
     check_lengths,

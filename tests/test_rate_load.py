@@ -13,12 +13,12 @@ import pytest
 
 from analysis.parse.events_jsonl import parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
-from analysis.pipeline import analyze
+from analysis.pipeline.analyze import analyze
 from analysis.reconcile.rates import SATURATION_SHORTFALL_PCT
 from analysis.report.render import render_site
-from collector.loadgen import arrival_offsets_ns
+from collector.protocol.loadgen import arrival_offsets_ns
+from collector.protocol.run import execute_run
 from collector.raw.plan import load_plan
-from collector.run import execute_run
 from tests import engine_cache
 
 pytestmark = pytest.mark.engines

@@ -1,4 +1,4 @@
-"""The open-loop schedule (``collector.loadgen.arrival_offsets_ns``) and the rate phase of a plan
+"""The open-loop schedule (``collector.protocol.loadgen.arrival_offsets_ns``) and the rate phase of a plan
 (``collector.raw.plan``): deterministic in its seed, the offered rate and burstiness as `vllm bench serve`
 defines them (within statistical bounds), the ramp-up, the stop conditions, and one clear line for every
 nonsense setting."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.loadgen import arrival_offsets_ns, resolve_rate_point
+from collector.protocol.loadgen import arrival_offsets_ns, resolve_rate_point
 from collector.raw.errors import PlanError
 from collector.raw.plan import RatePlan, parse_plan
 

@@ -104,7 +104,7 @@ def test_counts_reproduced_from_the_raw_files(built):
 
     log = (SEED / "Round2" / "01-02-perf-test" / "vllm-server.head.log").read_text()
     pool = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
-    cfg = json.loads(Path("analysis/models/Qwen2.5-7B-Instruct.json").read_text())
+    cfg = json.loads(Path("analysis/core/models/Qwen2.5-7B-Instruct.json").read_text())
     mha = pool * cfg["num_key_value_heads"] / cfg["num_attention_heads"]
     assert f["round2.kv_pool_tokens_mha"]["value"] == pytest.approx(mha)
     assert f["round2.max_input_len_mha_at_length_sweep"]["value"] == int(mha // 16 - 256)

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.findings import FindingSet, write_table
+from analysis.core.findings import FindingSet, write_table
 from analysis.reconcile import provenance
 from analysis.report.figures import check_publishable, prepare_spec, spec_to_svg
 from analysis.report.profile import build_profile
 from analysis.report.rawindex import link_findings, runs_of
 from analysis.report.render import SiteRenderer, render_site
 from analysis.report.results import CampaignResults, RenderError, Table, load_campaign
-from collector.importer import import_results
+from collector.protocol.importer import import_results
 from collector.raw.store import RawStore
 
 # Number formatting and labels are tested with their one module (tests/test_analysis_findings.py).
@@ -145,7 +145,7 @@ def test_missing_table_column_and_figure_fail(tmp_path, one_page):
 
 def test_column_labels_come_from_labels_zh_only(tmp_path, one_page, monkeypatch):
     """A header written in a template, or a column no label names, fails the build (one label per column)."""
-    from analysis import labels_zh
+    from analysis.core import labels_zh
 
     with pytest.raises(RenderError, match="its label lives in analysis/labels_zh"):
         one_page(tmp_path / "a", '# t\n{{ table("points", [("concurrency", "并发")]) }}\n')

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import metrics
-from analysis.campaign import load_campaign
-from analysis.pipeline import gated_context, slo_plan
+from analysis.core import metrics
+from analysis.loading.campaign import load_campaign
+from analysis.pipeline.analyze import gated_context, slo_plan
 from analysis.reconcile import SectionInput, rates, slo
 from analysis.reconcile.theoryctx import build as build_theory
 from collector.cli import main

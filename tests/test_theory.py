@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import theory as th
-from analysis.gpus import GPUS, get_gpu
-from analysis.model_config import bundled_model_names, load_model_config
+from analysis.core import theory as th
+from analysis.core.gpus import GPUS, get_gpu
+from analysis.core.model_config import bundled_model_names, load_model_config
 from collector.raw.errors import PlanError
 from tests.seed import SEED
 

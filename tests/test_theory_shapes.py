@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis import theory as th
-from analysis.model_config import load_model_config, model_config_from_dict
+from analysis.core import theory as th
+from analysis.core.model_config import load_model_config, model_config_from_dict
+from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from collector.raw.errors import PlanError
-from collector.theory_sheet import SheetInputs, theory_sheet
 
 # name -> (total, active, active counts the embedding table, relative tolerance = the published rounding)
 PUBLISHED = {

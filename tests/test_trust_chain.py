@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.pipeline import analyze
+from analysis.pipeline.analyze import analyze
 from collector.cli import main
 from collector.raw.errors import StoreError
 from collector.raw.store import MANIFEST, SEAL, TMP_PREFIX, RawStore, open_run, recover_seal, verify

@@ -1,4 +1,5 @@
-"""collector.workload's pure parts: the length distributions (seeded, deterministic, within their bounds),
+"""collector.protocol.workload's pure parts: the length distributions (seeded, deterministic, within their
+bounds),
 dataset readers on real files, the byte-level decoder against the model's own tokenizer.json, shared
 prefixes, request bodies, the plan settings' refusals and the secret scrub."""
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from collector import fingerprint
-from collector import workload as wl
+from collector.protocol import fingerprint
+from collector.protocol import workload as wl
 from collector.raw.errors import PlanError
 from collector.raw.plan import parse_plan
 from collector.raw.records import RequestRecord

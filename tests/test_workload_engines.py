@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from analysis.campaign import load_campaign
+from analysis.loading.campaign import load_campaign
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.reconcile.capacity.prefix_cache import point_findings
-from collector import workload as wl
+from collector.protocol import workload as wl
+from collector.protocol.run import execute_run
 from collector.raw.errors import PlanError
-from collector.run import execute_run
 from tests import engine_cache
 from tests.engine_cache import OFFLINE_ENV, Server
 from tests.loopback import free_port

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from collector import workload as wl
-from collector.preflight import Preflight, PreflightError, check_lengths
+from collector.protocol import workload as wl
+from collector.protocol.preflight import Preflight, PreflightError, check_lengths
 from collector.raw.errors import PlanError
 from collector.raw.plan import load_plan, parse_plan
 from tests import engine_cache

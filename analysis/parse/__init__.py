@@ -90,7 +90,7 @@ _TABLE: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("requests.jsonl", requests_jsonl.parse_requests_jsonl),  # the collector's own streams
     ("scrapes.jsonl", scrapes_jsonl.parse_scrapes_jsonl),
     ("events.jsonl", events_jsonl.parse_events_jsonl),
-    ("llama-bench*.jsonl", llama_bench.parse_llama_bench_jsonl),  # collector.stepcost
+    ("llama-bench*.jsonl", llama_bench.parse_llama_bench_jsonl),  # collector.protocol.stepcost
     ("fingerprint*.txt", fingerprint_txt.parse_fingerprint),
     ("metrics*.csv", sampler_csv.parse_sampler_csv),
     ("metrics.log", prometheus.parse_prometheus),

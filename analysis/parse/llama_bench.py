@@ -1,4 +1,4 @@
-"""``llama-bench -o jsonl`` output (one JSON object per test), as ``collector.stepcost`` stores it.
+"""``llama-bench -o jsonl`` output (one JSON object per test), as ``collector.protocol.stepcost`` stores it.
 
 A test here is a prompt test (``n_gen`` 0): one batch of ``n_prompt`` tokens after ``n_depth`` tokens already
 in the KV cache, timed ``len(samples_ns)`` times. Only the fields the analysis reads become typed fields; the

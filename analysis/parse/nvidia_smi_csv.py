@@ -2,7 +2,8 @@
 ``nvidia-smi``) → one ``GpuReading`` per device line.
 
 nvidia-smi prints one line per GPU it sees, so a scrape on a machine of several GPUs carries several lines,
-told apart by ``index`` and ``uuid`` (both in collector.sampler's query). The header keeps the units in
+told apart by ``index`` and ``uuid`` (both in collector.protocol.sampler's query). The header keeps the units
+in
 brackets even with ``nounits`` (``memory.used [MiB]``), and clocks come back under their long names
 (``clocks.current.sm [MHz]`` for the query's ``clocks.sm``), so columns are matched on the name before the
 bracket, with either spelling. A reading nvidia-smi cannot give is ``[N/A]`` / ``[Not Supported]`` → None.

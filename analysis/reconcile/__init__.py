@@ -1,5 +1,5 @@
 """One module per report section; each exposes ``run(s: SectionInput) -> Section`` (tables + findings), and
-analysis.pipeline.SECTIONS calls them all the same way."""
+analysis.pipeline.analyze.SECTIONS calls them all the same way."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Protocol
 
 import pandas as pd
 
-from analysis.campaign import BenchPoint, Campaign, RunData
-from analysis.findings import Finding
-from analysis.keys import At
+from analysis.core.findings import Finding
+from analysis.core.keys import At
+from analysis.core.windows import ClockOffset, PointWindowData
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import ClockOffset, PointWindowData
 
 # a run's sampler series: (sample times, s; {counter or gauge column: one value per sample})
 SamplerSeries = tuple[list[float], dict[str, list[float]]]

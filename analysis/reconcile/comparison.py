@@ -9,7 +9,7 @@ Input: every campaign's own analysis (its tables and findings, as written per ca
 re-measured. Output (``out/_comparison/``): ``comparison.json`` (findings, the same record as a campaign's
 findings.json), ``tables/*.csv``, ``figures/*.vl.json``, ``index.json``.
 Findings are addressed with ``cross=True``, their campaign (and, for a pair, ``versus``) and series
-(`analysis.keys`).
+(`analysis.core.keys`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from itertools import combinations
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits
-from analysis.findings import FindingSet
-from analysis.keys import At, series_id
+from analysis.core import findings as fnd
+from analysis.core import fits
+from analysis.core.findings import FindingSet
+from analysis.core.keys import At, series_id
 
 DIR_NAME = "_comparison"
 FINDINGS_FILE = "comparison.json"

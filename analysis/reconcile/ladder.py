@@ -36,10 +36,10 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import scrape_series
-from analysis.campaign import BenchPoint, Campaign, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading import scrape_series
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile import Context, Section, SectionInput, rates
 from analysis.reconcile import experiments as ex
 

@@ -18,8 +18,8 @@ import re
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
 from analysis.reconcile import Section, SectionInput
 from analysis.reconcile import ladder as lad
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from analysis import findings as fnd
-from analysis import fits, theory
-from analysis.campaign import BenchPoint, Campaign
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits, theory
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData, window_indices
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput
 from analysis.reconcile.lengths import LengthSeries, budget_tokens, iterations, series
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import PointWindowData, window_indices
 
 GFLOP = 1e9
 # a budget a quarter of the one the engine ran: the reference's "set it to 512" beside vLLM's 2,048

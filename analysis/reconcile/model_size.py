@@ -9,7 +9,8 @@ measurement), and, in the 7B plans, the earlier 7B runs shown as context; the 7B
 predictions. Runs and arms follow the experiments' rule (an arm is a run name, ``-r<k>`` a repeat); each run's
 plan.toml must state the arm's model config and weight format (checked, never assumed). The theory of a run
 comes from ITS plan's ``model.config`` (the campaign's TheoryCtx holds the 7B); bytes per step from
-``analysis.theory.weight_bytes_read_per_decode_step`` (a tied head read once, as the head); the floor at the
+``analysis.core.theory.weight_bytes_read_per_decode_step`` (a tied head read once, as the head); the floor at
+the
 run's own lease's measured copy bandwidth (its ceilings.json; the campaign's when a run has none).
 
 Numbers: each run has one point (concurrency 1, 512 in / 256 out); its p50 ITL is ``BenchPoint.result``'s.
@@ -18,7 +19,8 @@ relative spread of the repeated arms (the experiments' rule: every arm is at the
 Achievement = floor ÷ ITL (``roofline.achievement_pct``), its interval from the ITL's [m − s, m + s].
 
 The fit (per format, one point per size: the arm's mean): ordinary least squares ITL [ms] = a + slope ×
-bytes [GB] (``analysis.fits.least_squares``), bw_eff = 1 ÷ slope (GB/ms = TB/s). Its parameters' intervals:
+bytes [GB] (``analysis.core.fits.least_squares``), bw_eff = 1 ÷ slope (GB/ms = TB/s). Its parameters'
+intervals:
 the fit repeated at every corner of the sizes' spread box (each size at its mean − s or + s, 2^5 fits); a and
 the slope are linear in the ITLs, so their extremes are at corners exactly. The crossover bytes = a × bw_eff:
 the size where streaming the weights takes as long as the fixed cost. The per-layer alternative: the
@@ -38,11 +40,11 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits, theory
-from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign, RunData
-from analysis.keys import At, series_id
-from analysis.model_config import ModelConfig, load_model_config
+from analysis.core import findings as fnd
+from analysis.core import fits, theory
+from analysis.core.keys import At, series_id
+from analysis.core.model_config import ModelConfig, load_model_config
+from analysis.loading.campaign import PHASE_TEST_KIND, BenchPoint, Campaign, RunData
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.experiments import (
     INF,
@@ -303,7 +305,7 @@ def _size_arm(campaign: Campaign, th: TheoryCtx, arm: Arm) -> SizeArm | None:
             a.cfg = None
     if a.cfg is not None:
         a.bytes_per_step = theory.weight_bytes_read_per_decode_step(a.cfg, arm.weight_format)
-    ceil: Any = first.docs.ceilings or th.ceilings  # analysis.rundocs.Ceilings
+    ceil: Any = first.docs.ceilings or th.ceilings  # analysis.loading.rundocs.Ceilings
     if ceil is not None:
         a.bandwidth = float(ceil.copy_bytes_per_s)
         a.bandwidth_source = (
@@ -755,7 +757,9 @@ def _fit_findings(ffits: dict[str, FormatFit]) -> list[fnd.Finding]:
                 f.intercept,
                 "ms",
                 srcs,
-                detail="least squares ITL = a + bytes / bw_eff over the sizes' mean p50 ITL (analysis.fits)",
+                detail=(
+                    "least squares ITL = a + bytes / bw_eff over the sizes' mean p50 ITL (analysis.core.fits)"
+                ),
                 interval_lo=b.intercept[0],
                 interval_hi=b.intercept[1],
                 r2=f.r2,

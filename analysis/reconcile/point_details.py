@@ -18,15 +18,15 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint, Campaign
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.core.windows import window_indices
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import POINT_ID_COLUMNS
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import SweepSeries, mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import window_indices
 
 GAUGES = ("running", "waiting", "kv_usage", "power_w", "temp_c")
 COPIED = (

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, RunData
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.capacity import max_concurrency_measured, pool_tokens_measured
 from analysis.reconcile.concurrency import run_sweep_points

@@ -22,15 +22,15 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import metrics
-from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import metrics
+from analysis.core.keys import At
+from analysis.loading.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import percentile_stats
 from analysis.reconcile.slo import default_budget_ms, slos_for
 
-# a rate point's test kind (analysis.campaign.PHASE_TEST_KIND of its phase kind "rate")
+# a rate point's test kind (analysis.loading.campaign.PHASE_TEST_KIND of its phase kind "rate")
 RATE_KIND = PHASE_TEST_KIND["rate"]
 # achieved more than this far below offered: the server no longer keeps up (the methodology page's method)
 SATURATION_SHORTFALL_PCT = 10.0

@@ -26,9 +26,9 @@ from statistics import mean
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading.campaign import RunData
 from analysis.reconcile import Section, SectionInput
 from analysis.reconcile import experiments as ex
 from analysis.reconcile.experiments.llamacpp import slot_runs_by_point

@@ -4,7 +4,8 @@ Theory (Leviathan et al. 2023; llama.cpp's draft-simple): k one-token draft step
 k + 1 tokens; each drafted token accepted with probability α given the ones before it. Per target step:
 
 - tokens  ``expected_tokens(α, k)`` = (1 − α^(k+1)) ÷ (1 − α)  (k + 1 at α = 1);
-- time    ``step_ms(k)`` = k · t_draft(1) + t_target(k + 1), from the step costs ``collector.stepcost``
+- time    ``step_ms(k)`` = k · t_draft(1) + t_target(k + 1), from the step costs
+``collector.protocol.stepcost``
   measured with llama-bench (``STEP_DEPTH`` tokens in the KV cache, no sampling, no server);
 - speedup ``speedup(α, k)`` = expected_tokens · t_target(1) ÷ step time; break-even α where it is 1
   (``break_even_alpha``), best k the k that maximizes it at a given α.
@@ -26,9 +27,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading.campaign import RunData
 from analysis.parse.llama_bench import LlamaBenchLog
 from analysis.parse.scrapes_jsonl import counter_total, metric_samples
 from analysis.reconcile import Section, SectionInput

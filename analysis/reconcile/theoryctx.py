@@ -1,6 +1,6 @@
 """The theory a campaign is reconciled against: its model's config and its GPU's datasheet, found from
 the campaign's own files (bench `model_id`/`tokenizer_id`, the vLLM engine-config line, the GGUF path in
-the llama.cpp log, the GPU name in fingerprint.txt). Formulas stay in ``analysis.theory``; this only
+the llama.cpp log, the GPU name in fingerprint.txt). Formulas stay in ``analysis.core.theory``; this only
 picks their inputs and remembers where they came from.
 
 A collector run says more, and is asked first: the model's config.json kept in the run, else the shape
@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from analysis import theory
-from analysis.campaign import Campaign, RunData
-from analysis.gpus import GpuSpec, get_gpu
-from analysis.model_config import ModelConfig, load_model_config, model_config_from_dict
-from analysis.rundocs import Ceilings, gpu_name_from_summary
+from analysis.core import theory
+from analysis.core.gpus import GpuSpec, get_gpu
+from analysis.core.model_config import ModelConfig, load_model_config, model_config_from_dict
+from analysis.loading.campaign import Campaign, RunData
+from analysis.loading.rundocs import Ceilings, gpu_name_from_summary
 from collector.raw.errors import AnatomyError
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import metrics
-from analysis.campaign import BenchPoint, iter_points
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import metrics
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData
+from analysis.loading.campaign import BenchPoint, iter_points
 from analysis.reconcile import Section, SectionInput, overload
-from analysis.windows import PointWindowData
 
 
 def remainder_ms(ttft_ms: float, queue_ms: float, prefill_ms: float) -> float:

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.pipeline import analyze as analyze_fn
+from analysis.pipeline.analyze import analyze as analyze_fn
 from analysis.report.render import REPO_ROOT, SITE_DIR, render_site
-from collector.importer import import_results
+from collector.protocol.importer import import_results
 from collector.raw.errors import AnatomyError
 
 MKDOCS_YML = REPO_ROOT / "mkdocs.yml"

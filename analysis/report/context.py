@@ -15,8 +15,8 @@ from typing import Any
 
 import jinja2
 
-from analysis import labels_zh
-from analysis.findings import Finding
+from analysis.core import labels_zh
+from analysis.core.findings import Finding
 from analysis.report.figures import FigureSet, load_spec, spec_title
 from analysis.report.markdown import Page, anchor_of, file_anchor, markdown_table, md_escape, relative_link
 from analysis.report.profile import CampaignProfile, Series
@@ -96,7 +96,8 @@ class PageContext:
             return self.profile.engine_label(engine)
         return labels_zh.ENGINES.get(engine, engine)
 
-    # -- findings: selected by their fields (analysis.keys.At), never by their key ---------------------------
+    # -- findings: selected by their fields (analysis.core.keys.At), never by their key
+    # ---------------------------
     def _known(self, topic: str | None, metric: str) -> None:
         """A metric no campaign has and the labels do not know is a typo or a renamed finding: fail."""
         if (topic, metric) not in labels_zh.FINDINGS and (topic, metric) not in self.site.known_metrics:
@@ -144,7 +145,7 @@ class PageContext:
 
     def findings(self, **query: Any) -> list[Finding]:
         """Every finding with these fields (``topic`` counts even when not given: see
-        analysis.keys.matches)."""
+        analysis.core.keys.matches)."""
         return self.c.findings.select(**query)
 
     def unavailable(self, round: str | None) -> list[Finding]:

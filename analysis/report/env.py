@@ -1,4 +1,4 @@
-"""The jinja environment every page is rendered in: the labels and formatters of analysis/labels_zh.py as
+"""The jinja environment every page is rendered in: the labels and formatters of analysis/core/labels_zh.py as
 filters and globals, StrictUndefined (a placeholder the results cannot fill fails the build), Markdown out."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from analysis import labels_zh as zh
+from analysis.core import labels_zh as zh
 from analysis.report.markdown import file_anchor, markdown_table
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from analysis import labels_zh
-from analysis.findings import Finding
+from analysis.core import labels_zh
+from analysis.core.findings import Finding
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page
 from analysis.report.results import CampaignResults

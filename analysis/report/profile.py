@@ -1,5 +1,5 @@
 """What kind of campaign a page is about: facts the templates branch on, read from the results (index.json's
-profile, written by analysis/pipeline.py, and the tables) — never from raw/.
+profile, written by analysis/pipeline/analyze.py, and the tables) — never from raw/.
 
 A campaign is either imported (someone else's result folders, organised in rounds, one engine per weight
 format) or collected by our own ``collector run`` (one run per engine and weight format, no rounds). The
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis import labels_zh
+from analysis.core import labels_zh
 from analysis.report.results import CampaignResults, RenderError, Table
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.findings import FindingSet
+from analysis.core.findings import FindingSet
 from analysis.report.results import CampaignResults, source_file
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import jinja2
 
-from analysis import labels_zh
+from analysis.core import labels_zh
 from analysis.report import reference_claims
 from analysis.report.context import SiteState, render_template
 from analysis.report.markdown import Page, anchor_of

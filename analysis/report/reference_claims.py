@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis import labels_zh
+from analysis.core import labels_zh
 from analysis.report.markdown import anchor_of
 from collector.raw.errors import AnatomyError
 
@@ -126,7 +126,7 @@ def _problem(c: Claim) -> str | None:
         and c.reason not in labels_zh.REASONS
         and c.reason not in labels_zh.REFERENCE_NA_REASONS
     ):
-        return f"reason {c.reason!r} has no Chinese text in analysis/labels_zh.py"
+        return f"reason {c.reason!r} has no Chinese text in analysis/core/labels_zh.py"
     return None
 
 

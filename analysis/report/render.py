@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis import labels_zh
+from analysis.core import labels_zh
 from analysis.report import (
     campaign_pages,
     comparison_page,

@@ -1,7 +1,7 @@
 """Reading the analysis output of one campaign: findings.json, tables (CSV) and figure specs (Vega-Lite).
 
 The site states nothing that is not in these files. Findings are read into the analysis' own Finding type
-(analysis.findings) and selected by their fields.
+(analysis.core.findings) and selected by their fields.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.findings import FindingSet
+from analysis.core.findings import FindingSet
 from collector.raw.errors import AnatomyError, ParseError
 
 FINDINGS_FILE = "findings.json"
@@ -35,7 +35,7 @@ def source_path(source: str) -> str:
 
 def source_file(source: str) -> str:
     """Only the file part of a citation (``run/stress.json:ttft`` → ``run/stress.json``): citations are
-    ``path:line`` or ``path:field`` (analysis.findings) and paths never hold a colon."""
+    ``path:line`` or ``path:field`` (analysis.core.findings) and paths never hold a colon."""
     return str(source).split("#", 1)[0].split(":", 1)[0]
 
 

@@ -3,8 +3,8 @@
 # nothing can be downloaded:
 #   .device-carry/llama-src.tar.gz   llama.cpp source (top folder llama.cpp/) from the llama-cpp-python sdist,
 #                                    stripped of docs, models, tests, examples and the non-CUDA GPU backends
-#                                    (python -m collector.engines strip-source; ~41 MB tree, ~9 MB .tar.gz)
-#   .device-carry/whl/*.whl          Python wheels the device's python3 (3.12) lacks: gguf (collector.modelgen),
+#                                    (python -m lab.engines strip-source; ~41 MB tree, ~9 MB .tar.gz)
+#   .device-carry/whl/*.whl          Python wheels the device's python3 (3.12) lacks: gguf (lab.modelgen),
 #                                    orjson (the load client), altair + jsonschema & co. (collector.cli's imports)
 #   .device-carry/BUNDLE.txt         what is inside: sizes and sha256
 # The device call names `.device-carry` in `carry`; .device-carry/ must be git-ignored (.gitignore or
@@ -62,11 +62,11 @@ make_bundle() {
   mkdir -p "$carry/whl"
   local t0=$SECONDS
   echo "== llama.cpp source (stripped) from the llama-cpp-python sdist"
-  "$py" -m collector.engines strip-source --cache "$cache" --out "$carry/llama-src.tar.gz.partial"
+  "$py" -m lab.engines strip-source --cache "$cache" --out "$carry/llama-src.tar.gz.partial"
   mv -f "$carry/llama-src.tar.gz.partial" "$carry/llama-src.tar.gz"
 
   echo "== wheels the device lacks"
-  # gguf (collector.modelgen), orjson (the load client) and altair with its schema validator (collector.cli
+  # gguf (lab.modelgen), orjson (the load client) and altair with its schema validator (collector.cli
   # imports the analysis pipeline): the versions the tests here ran with; orjson has no cp312 wheel for every
   # old version, so the newest 3.x is taken there.
   local pins=() dist

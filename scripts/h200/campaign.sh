@@ -40,7 +40,7 @@ F16=$W/models/qwen2.5-7b-random-f16.gguf
 Q4=$W/models/qwen2.5-7b-random-q4_k_m.gguf
 SERVER_BIN=$W/bin/llama-server
 export PYTHONUNBUFFERED=1
-# For collector.fingerprint to copy the measured ceilings into each run's fingerprint/ (once it reads this).
+# For collector.protocol.fingerprint to copy the measured ceilings into each run's fingerprint/ (once it reads this).
 export ANATOMY_CEILINGS_JSON=$root/$W/ceilings.json
 
 start_log "$OUT/campaign.log"
@@ -66,7 +66,7 @@ measure_ceilings() {
   local before
   before=$(list_runs)
   # Not fatal: the runs matter more than the ceilings (KINDS.md has earlier readings of both).
-  if ! "$PY" -m collector.ceilings --out "$W/ceilings.json" --raw "$RAW" --campaign "$CAMPAIGN"; then
+  if ! "$PY" -m collector.protocol.ceilings --out "$W/ceilings.json" --raw "$RAW" --campaign "$CAMPAIGN"; then
     NOTES+=("ceilings NOT measured (see the log above); the runs go on without them")
     return 0
   fi
@@ -80,7 +80,7 @@ llama_built() {  # binaries from this source and build script (without the carry
 
 generate_f16() {  # CPU and disk only: runs beside the build
   if [[ -f $F16 ]]; then echo "generated earlier in this lease: $F16"; return; fi
-  "$PY" -m collector.modelgen --shape "$MODEL_SHAPE" --format gguf --seed 0 --out "$F16"
+  "$PY" -m lab.modelgen --shape "$MODEL_SHAPE" --format gguf --seed 0 --out "$F16"
 }
 
 build_and_generate() {  # the CUDA build (all cores) and the F16 GGUF (one core + disk) side by side

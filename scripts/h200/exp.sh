@@ -4,7 +4,7 @@
 # lease, and it runs from a frozen snapshot of the committed code (other work may leave the live tree
 # mid-edit while a device call ships it):
 #
-#   here:   git archive HEAD collector analysis scripts plans pyproject.toml | tar -x -C .device-carry/src
+#   here:   git archive HEAD collector analysis lab scripts plans pyproject.toml | tar -x -C .device-carry/src
 #           (+ the new plans), .device-carry/llama-src.tar.gz and .device-carry/whl/gguf-*.whl as bundle.sh makes
 #   device: cd .device-carry/src && bash scripts/h200/exp.sh build run RUN [RUN ...]
 #   here, around the device calls: scripts/h200/device_tree.sh hide / restore (raw/ alone is over the 64 MiB
@@ -14,7 +14,7 @@
 # model size, whose F16 files do not all fit the 64 GiB disk at once): gen:SHAPE generates SHAPE's F16 file now,
 # quantize:SHAPE makes its Q4_K_M file now, drop:SHAPE-f16 deletes SHAPE's F16 file (a model file under $W/models, never anything in raw/);
 # pair:RUN_A+RUN_B runs two plans at once (issue #27's two replicas, one server per GPU).
-# SHAPES (default qwen2.5-7b) names the collector.modelgen shapes the build step generates in F16, side by side
+# SHAPES (default qwen2.5-7b) names the lab.modelgen shapes the build step generates in F16, side by side
 # beside the build, and quantizes to Q4_K_M, except those in Q4_LATER (quantized by a quantize: word instead). A run already in $RAW (done earlier in this lease) is
 # skipped, so the same command can be sent again on a warm machine and picks up where the last call stopped.
 # Runs go in the order given; the first one whose estimate (EST below) no longer fits the time left in this
@@ -27,7 +27,7 @@
 #
 # Issue #26 added: the 0.5B shape beside the 7B one (the speculative draft; never quantized), each shape's
 # tokenizer.json beside its GGUF (the chat endpoint decodes random prompts to text with it), llama-bench in the
-# build, a stepcost:RUN word (collector.stepcost: llama-bench step costs of the 7B F16 target and the 0.5B F16
+# build, a stepcost:RUN word (collector.protocol.stepcost: llama-bench step costs of the 7B F16 target and the 0.5B F16
 # draft, STEPCOST_* below), and the runs of one call packed into ONE archive $OUT/runs-<time>.tar (split into
 # .partNN above PART_BYTES; each member is the usual <run>.tar.gz), so a call may bring back more than 8 runs:
 # here, `tar -xf` it and give the members to unpack.py.
@@ -78,7 +78,7 @@ declare -A EST=(
   [ladder-0-completions]=120 [ladder-0-completions-r2]=120 [ladder-0-baseline-r3]=135 [spec-off-f16-r2]=30
   [stepcost:spec-stepcost]=60
 )
-# collector.stepcost's grid: tokens per step 1..9 (k + 1 for k = 0..8 drafted tokens at one stream) and the
+# collector.protocol.stepcost's grid: tokens per step 1..9 (k + 1 for k = 0..8 drafted tokens at one stream) and the
 # token counts of 4 and 16 streams verifying k + 1 each; two KV depths; the 0.5B draft on the same grid
 STEPCOST_TOKENS=${STEPCOST_TOKENS:-1,2,3,4,5,6,7,8,9,12,16,20,24,28,32,36,48,64,80,96,112,128,144}
 STEPCOST_DEPTHS=${STEPCOST_DEPTHS:-512,4096}
@@ -122,7 +122,7 @@ install_wheels() {
 
 measure_ceilings() {  # JSON only (no run folder: the campaign has its ceilings run); into each fingerprint
   if [[ -f $W/ceilings.json ]]; then echo "measured earlier in this lease"; return; fi
-  "$PY" -m collector.ceilings --out "$W/ceilings.json" || NOTES+=("ceilings NOT measured")
+  "$PY" -m collector.protocol.ceilings --out "$W/ceilings.json" || NOTES+=("ceilings NOT measured")
   cat "$W/ceilings.json" 2>/dev/null || true
 }
 
@@ -133,7 +133,7 @@ generate_f16() {  # generate_f16 SHAPE
   local f16
   f16=$(f16_of "$1")
   if [[ -f $f16 || -f $(q4_of "$1") ]]; then echo "generated earlier in this lease: $1"; return; fi
-  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m collector.modelgen --shape "$1" --format gguf --seed 0 --out "$f16" \
+  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" -m lab.modelgen --shape "$1" --format gguf --seed 0 --out "$f16" \
     --tokenizer-out "$(tok_of "$1")"
 }
 build_and_generate() {  # every shape in its own process beside the build (numpy draws on one core each)
@@ -195,7 +195,7 @@ directive() {  # gen:SHAPE, quantize:SHAPE or drop:SHAPE-f16 in the run list: 0 
       local name=${word#stepcost:}
       [[ -d $RAW/$CAMPAIGN/$name ]] && { echo "$word: done earlier in this lease"; return 0; }
       if ((budget < est)); then NOTES+=("$word NOT started: ${budget} s left < estimate ${est} s"); return 1; fi
-      step "$word" "$PY" -m collector.stepcost --bench "$W/bin/llama-bench" \
+      step "$word" "$PY" -m collector.protocol.stepcost --bench "$W/bin/llama-bench" \
         --model "target-7b-f16=$(f16_of qwen2.5-7b)" --model "draft-0.5b-f16=$(f16_of qwen2.5-0.5b)" \
         --tokens "$STEPCOST_TOKENS" --depths "$STEPCOST_DEPTHS" --repetitions "$STEPCOST_REPS" \
         --raw "$RAW" --campaign "$CAMPAIGN" --run "$name" || NOTES+=("$word failed (exit $?)")

@@ -5,7 +5,7 @@ Inputs, each from data we hold (a build's results of the H200 campaign) or a bou
 - a, bw_eff and their intervals: experiment 4's fit (model_size_fits.csv), per weight format;
 - S1(c): the one-GPU p50 ITL at concurrency c of the F16 sweep (points.csv, run llamacpp-f16);
 - the link: sync latency 5–30 µs per cross-GPU wait and 300–450 GB/s one way (the H200's NVLink 4 is 900 GB/s
-  both ways together, datasheet), until collector.ceilings measures both on the two-GPU machine.
+  both ways together, datasheet), until collector.protocol.ceilings measures both on the two-GPU machine.
 
     python scripts/h200/predict_x2.py --results build/results/h200-qwen2.5-7b-random
 """
@@ -17,10 +17,10 @@ import csv
 import itertools
 from pathlib import Path
 
-from analysis import multigpu as mg
-from analysis import theory
-from analysis.gpus import get_gpu
-from analysis.model_config import load_model_config
+from analysis.core import multigpu as mg
+from analysis.core import theory
+from analysis.core.gpus import get_gpu
+from analysis.core.model_config import load_model_config
 
 GIB = 2**30
 SYNC_S = (5e-6, 30e-6)

@@ -4,7 +4,7 @@
         [--raw raw] [--campaign h200-qwen2.5-7b-random] [--allow-unsealed]
 
 Each archive holds exactly one run folder ``<campaign>/<run>/`` written by ``collector run`` (or
-``collector.ceilings``) with the store on the device, so its manifest and seal travel with it. Parts
+``collector.protocol.ceilings``) with the store on the device, so its manifest and seal travel with it. Parts
 ``X.tar.gz.part00``, ``X.tar.gz.part01`` ... are joined in order. For each run, nothing is written under
 the raw root until the whole archive has been read, extracted beside it and verified: every file against
 the run's manifest (``collector.raw.store.verify``), and the run must be sealed. A run folder that exists

@@ -11,11 +11,12 @@
   instead of GQA, what an overload needs);
 - ``prefix_cache``: the KV blocks reused across requests (prefix-cache hit rate).
 
-Each section module exposes ``run(s: SectionInput) -> Section``; analysis.pipeline.SECTIONS orders them.
+Each section module exposes ``run(s: SectionInput) -> Section``; analysis.pipeline.analyze.SECTIONS orders
+them.
 """
 
 from analysis.reconcile.capacity.pool import max_concurrency_measured, pool_tokens_measured, server_argv
-from collector.checks import (
+from collector.protocol.checks import (
     flag_value as flag,  # the server's flag values, as the collector's checks read them
 )
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import BenchPoint, Campaign, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile import Section, SectionInput, engine_at
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.theoryctx import TheoryCtx

@@ -9,10 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits, theory
-from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits, theory
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.reconcile import Context, Section, SectionInput
 from analysis.reconcile.capacity.pool import (
     half_range_pct,

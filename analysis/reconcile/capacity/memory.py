@@ -22,10 +22,10 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.keys import At
+from analysis.loading.campaign import RunData
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.theoryctx import TheoryCtx
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.keys import At
+from analysis.loading.campaign import RunData
 from analysis.parse.scrapes_jsonl import parsed_samples
 from analysis.reconcile import Section, SectionInput, run_at
 from analysis.reconcile.capacity.pool import (
@@ -32,7 +32,7 @@ from analysis.reconcile.capacity.pool import (
     server_argv,
 )
 from analysis.reconcile.theoryctx import TheoryCtx
-from collector.checks import flag_value as flag
+from collector.protocol.checks import flag_value as flag
 
 GIB = theory.GIB
 

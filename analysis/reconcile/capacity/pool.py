@@ -9,8 +9,8 @@ covers (``logged_gib_tolerance_pct``).
 
 from __future__ import annotations
 
-from analysis import theory
-from analysis.campaign import RunData
+from analysis.core import theory
+from analysis.loading.campaign import RunData
 
 # numbers the engines print with two decimals are known to ± half a unit in the last place
 LOG_DECIMALS_HALF = 0.005

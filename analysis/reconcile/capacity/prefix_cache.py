@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.campaign import RunData
-from analysis.findings import Finding
-from analysis.keys import At
+from analysis.core.findings import Finding
+from analysis.core.keys import At
+from analysis.loading.campaign import RunData
 from analysis.parse.scrapes_jsonl import counter_total, parsed_samples
 from analysis.reconcile import Section, SectionInput, run_at
 from collector.raw.records import RequestRecord, ScrapeRecord

@@ -1,7 +1,7 @@
 """Concurrency: the concurrency sweep's points (``points``: throughput and latency against concurrency, the
 knee, the counters; the master per-point table) and what the sweep says beyond the curve (``depth``: the
 gain from one stream, per-slot efficiency, the waiting queue, the KV pool's ceiling, batching economics).
-``run`` is the points section; analysis.pipeline.SECTIONS runs ``depth`` as its own section."""
+``run`` is the points section; analysis.pipeline.analyze.SECTIONS runs ``depth`` as its own section."""
 
 from analysis.reconcile.concurrency.points import (
     POINT_ID_COLUMNS,

@@ -16,16 +16,16 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits
-from analysis.campaign import BenchPoint, Campaign, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits
+from analysis.core.keys import At
+from analysis.core.windows import window_indices
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency.points import concurrency_of, points_value, throughput_gain
 from analysis.reconcile.lengths import pool_tokens
 from analysis.reconcile.roofline import SweepSeries, mean_context_tokens, roofline_floor_ms, sweep_series
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import window_indices
 
 
 def per_slot_efficiency_pct(gain_: float, concurrency: int) -> float:

@@ -9,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits, metrics
-from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits, metrics
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData
+from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.parse.bench_json import BenchResult
 from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import PointWindowData
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "p50", "p90", "p99")

@@ -8,5 +8,6 @@
 - ``selection``: the Pareto curves of output tokens/s against p99 TTFT, the budget where the better engine
   changes, the best series per budget and each series' advantages (section ``selection``).
 
-Each module keeps its section's ``run(s: SectionInput) -> Section``; analysis.pipeline.SECTIONS calls them.
+Each module keeps its section's ``run(s: SectionInput) -> Section``; analysis.pipeline.analyze.SECTIONS calls
+them.
 """

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint, Campaign, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.engines.points import shortfall_pct
 from analysis.reconcile.lengths import pool_tokens, prefill_ms
 from analysis.reconcile.roofline import SweepSeries, sweep_series
-from analysis.windows import PointWindowData
 
 BLOCK_SIZE_GPU = 16  # vLLM's default KV block on GPU (kv.py reconciles the pool with it)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits
-from analysis.campaign import BenchPoint
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint
 from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.concurrency import sweep_points
 from analysis.reconcile.roofline import (

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits
-from analysis.campaign import BenchPoint, Campaign
-from analysis.keys import At, slug
+from analysis.core import findings as fnd
+from analysis.core import fits
+from analysis.core.keys import At, slug
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput, engine_at, slo
 from analysis.reconcile.concurrency import peak_throughput_finding, sweep_points
 from analysis.reconcile.roofline import SweepSeries, step_bytes, step_ratio, sweep_series, throughput_ratio

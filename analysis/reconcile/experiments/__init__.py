@@ -9,7 +9,7 @@ arm IS a run name (its plan's ``run``; repeats ``-r<k>`` / ``-<k>``, see ``spec.
 an arm of several experiments (the ``-np 256`` Q4_K_M run is the baseline of the slot, sampling and CUDA-graph
 experiments). The knob is then read from the run's own plan.toml copy and must state the arm's value; a run
 whose plan disagrees is reported as a failed check, never silently compared. Where the plan derived its
-number from the byte ledger (KV quantization), the number is recomputed from ``analysis.theory`` and the
+number from the byte ledger (KV quantization), the number is recomputed from ``analysis.core.theory`` and the
 plan's figure kept beside it (``Target.stated``). A new experiment needs plans, not code: the arms'
 tables, differences and predictions follow from its entries; what an experiment adds beyond them (llama.cpp's
 buffers and slot ids, slopes, graph counters, the KV pool's exact counts) is keyed by its name here.
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import Campaign
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading.campaign import Campaign
 from analysis.reconcile import Context, Section, SectionInput
 from analysis.reconcile.experiments import effects, kv_pool, llamacpp, tables
 from analysis.reconcile.experiments.arms import ExpData, arm_runs, point_metrics, slopes

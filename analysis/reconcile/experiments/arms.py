@@ -2,7 +2,8 @@
 (mean over repeats, repeat spread, the spread borrowed from the repeated arms where an arm ran once), the
 difference of two arms at a point, and the per-extra-stream slope of p50 ITL over concurrency.
 
-Numbers: every point's metric comes from ``BenchPoint.result`` — ``analysis.metrics.point_result`` over the
+Numbers: every point's metric comes from ``BenchPoint.result`` — ``analysis.core.metrics.point_result`` over
+the
 run's requests.jsonl; nothing here computes a percentile."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from analysis import fits
-from analysis.campaign import BenchPoint, Campaign, RunData
+from analysis.core import fits
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile.experiments.formulas import (
     difference,
     difference_pct,
@@ -26,7 +27,7 @@ METRICS = ("p50_itl_ms", "p50_tpot_ms", "output_throughput_tokens_per_s")
 
 
 def point_metrics(p: BenchPoint) -> dict[str, float | None]:
-    """The point's numbers, as analysis.metrics computed them (point_result over its requests)."""
+    """The point's numbers, as analysis.core.metrics computed them (point_result over its requests)."""
     r = p.result
     return {
         "p50_itl_ms": r.itl.p50_ms if r.completed else None,

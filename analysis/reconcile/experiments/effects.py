@@ -5,8 +5,8 @@ capacity of a fixed KV budget per cache type."""
 
 from __future__ import annotations
 
-from analysis import findings as fnd
-from analysis import theory
+from analysis.core import findings as fnd
+from analysis.core import theory
 from analysis.reconcile import run_at
 from analysis.reconcile.experiments.arms import (
     SLOPE_CONCURRENCIES,
@@ -63,7 +63,8 @@ def slope_rows_and_findings(e: ExpData, rows: list[dict]) -> list[fnd.Finding]:
                     if p.concurrency in SLOPE_CONCURRENCIES
                 ],
                 detail=(
-                    "least-squares slope of p50 ITL over concurrency 8..64 (analysis.fits), mean over repeats"
+                    "least-squares slope of p50 ITL over concurrency 8..64 (analysis.core.fits), "
+                    "mean over repeats"
                 ),
                 spread=sp,
                 spread_borrowed=borrowed,

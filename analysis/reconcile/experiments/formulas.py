@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from analysis import theory
+from analysis.core import theory
 
 MIB = 2**20
 GIB = 2**30

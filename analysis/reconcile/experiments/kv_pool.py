@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData
+from analysis.loading.campaign import BenchPoint, RunData
 from analysis.reconcile import Context, run_at
 from analysis.reconcile.experiments.arms import ArmRuns, ExpData
 from analysis.reconcile.experiments.formulas import (
@@ -21,7 +22,6 @@ from analysis.reconcile.experiments.formulas import (
     stop_tokens,
 )
 from analysis.reconcile.experiments.spec import quote_line
-from analysis.windows import PointWindowData
 
 # (metric, measured key, predicted key, unit, detail) of each count predicted exactly
 _EXACT = (

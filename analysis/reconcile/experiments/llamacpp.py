@@ -4,10 +4,10 @@ slot ids each point's requests took (``launch_slot_`` lines) behind the concurre
 
 from __future__ import annotations
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import RunData
-from analysis.model_config import ModelConfig
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.model_config import ModelConfig
+from analysis.loading.campaign import RunData
 from analysis.reconcile import run_at
 from analysis.reconcile.experiments.arms import ArmRuns, ExpData, diff
 from analysis.reconcile.experiments.formulas import (

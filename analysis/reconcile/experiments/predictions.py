@@ -7,16 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import Campaign
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.loading.campaign import Campaign
+from analysis.loading.rundocs import Ceilings
 from analysis.reconcile import run_at
 from analysis.reconcile.experiments.arms import ExpData, Slope, diff, label_point, slope_spread
 from analysis.reconcile.experiments.formulas import INF, combine, ledger_itl_change_ms, verdict
 from analysis.reconcile.experiments.spec import Prediction, Target, plan_cite
 from analysis.reconcile.roofline import mean_context_tokens
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.rundocs import Ceilings
 
 
 @dataclass

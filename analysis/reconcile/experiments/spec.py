@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis import theory
-from analysis.campaign import Campaign, RunData
+from analysis.core import theory
+from analysis.loading.campaign import Campaign, RunData
 from analysis.reconcile.experiments.formulas import INF
 from collector.raw.errors import PlanError
 from collector.raw.plan import ExperimentPlan, Plan, PredictionPlan, TargetPlan, load_plan
@@ -105,7 +105,7 @@ class Prediction:
     arm: str  # the run of the arm the quantity belongs to (the treatment of a difference), or a series
     versus: str | None  # the baseline arm (or series) of a difference
     quantity: str  # p50_itl_ms | p50_itl_delta_ms | p50_itl_delta_pct | output_throughput_tokens_per_s | …
-    kind: str  # "bound" | "point" | "ledger" (a point value from analysis.theory)
+    kind: str  # "bound" | "point" | "ledger" (a point value from analysis.core.theory)
     targets: tuple[Target, ...]
     plan: tuple[str, str]  # (run, words on the line of its plan.toml copy that states it)
     stated: str  # the plan's words (as written, English)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import metrics
-from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import metrics
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.parse.requests_jsonl import RequestRecord
 from analysis.reconcile import Context, Section, SectionInput
 from collector.raw.records import EventRecord
@@ -47,7 +47,8 @@ SEVERITY = {
     "output_tokens": "flag",
     "greedy": "flag",
     "fingerprint": "flag",
-    # the load client's event loop ran late (analysis.metrics.client_saturated): the point's latencies and its
+    # the load client's event loop ran late (analysis.core.metrics.client_saturated): the point's latencies
+    # and its
     # closed-loop throughput were set by the client, not the server
     "client_not_saturated": "exclude",
 }
@@ -136,7 +137,7 @@ def _own_checks(run: RunData) -> OwnChecks:
 
 def client_gate(run: RunData, point: str) -> GateResult:
     """Our load client's self-check for one point: its ``client_probe`` events (event-loop lag, one per
-    load-client process) judged together by ``analysis.metrics.client_saturated``; unknown for runs whose
+    load-client process) judged together by ``analysis.core.metrics.client_saturated``; unknown for runs whose
     collector did not record them yet."""
     rel, log = run.events
     hits = [(i, e) for i, e in enumerate(log.records if log is not None else [], 1)

@@ -12,8 +12,8 @@ import math
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
 from analysis.reconcile import Section, SectionInput, engine_at
 from analysis.reconcile.gates.checks import shortfall_total_pct
 

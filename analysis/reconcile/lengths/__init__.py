@@ -1,6 +1,6 @@
 """Lengths: the length sweep (``series``: KV per token, prefill cost per token, the chunked-prefill budget,
 the step against the context) and what each length costs (``costs``). ``run`` is the series section;
-analysis.pipeline.SECTIONS runs ``costs`` as its own section."""
+analysis.pipeline.analyze.SECTIONS runs ``costs`` as its own section."""
 
 from analysis.reconcile.lengths.series import (
     LengthSeries,

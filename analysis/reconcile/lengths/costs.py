@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
 from analysis.reconcile import Section, SectionInput, engine_at
 
 LENGTH = "length_sweep"

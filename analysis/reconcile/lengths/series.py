@@ -28,10 +28,12 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits, theory
-from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits, theory
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData
+from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
+from analysis.loading.rundocs import Ceilings
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.capacity import flag, server_argv
 from analysis.reconcile.capacity.kv import MIN_SAMPLES_FOR_PEAK
@@ -39,8 +41,6 @@ from analysis.reconcile.concurrency.points import counter_file, points_value
 from analysis.reconcile.roofline import mean_context_tokens, roofline_floor_ms
 from analysis.reconcile.theoryctx import TheoryCtx
 from analysis.reconcile.ttft import llamacpp_prefill_ms
-from analysis.rundocs import Ceilings
-from analysis.windows import PointWindowData
 
 ENGINES = ("vllm", "llamacpp")
 SWEEP_KINDS = ("concurrency_sweep", "engine_comparison")

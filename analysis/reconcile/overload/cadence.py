@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData, window_indices
+from analysis.loading.campaign import BenchPoint
 from analysis.reconcile import Section, SectionInput
-from analysis.windows import PointWindowData, window_indices
 
 
 def step_times(ts: Sequence[float], counter: Sequence[float], idx: range) -> list[tuple[float, float]]:

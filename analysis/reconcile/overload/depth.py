@@ -17,18 +17,18 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import BenchPoint, Campaign
-from analysis.keys import At
-from analysis.model_config import ModelConfig
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.keys import At
+from analysis.core.model_config import ModelConfig
+from analysis.core.windows import PointWindowData, window_indices
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import counter_file, run_sweep_points, sweep_points
 from analysis.reconcile.concurrency.depth import pool_ceiling_requests
 from analysis.reconcile.lengths import budget_tokens, pool_tokens
 from analysis.reconcile.overload.points import headline, overload_points, point_cut, tokens_freed
 from analysis.reconcile.theoryctx import TheoryCtx
-from analysis.windows import PointWindowData, window_indices
 
 # Little's law holds for the means; the 1 Hz gauge samples the waiting queue, the histogram times every
 # request.

@@ -22,13 +22,13 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import metrics
-from analysis.campaign import BenchPoint, Campaign, RunData, iter_points
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import metrics
+from analysis.core.keys import At
+from analysis.core.windows import PointWindowData, window_indices
+from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import counter_file, run_sweep_points, sweep_points
-from analysis.windows import PointWindowData, window_indices
 from collector.raw.records import RequestRecord
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import fits
-from analysis.campaign import BenchPoint, Campaign, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import fits
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile import Context, Section, SectionInput, engine_at
 from analysis.reconcile.concurrency import SWEEP_KINDS
 

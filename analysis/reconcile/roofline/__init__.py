@@ -8,7 +8,8 @@
   ``structure_totals``: its totals; ``flops_phases``: prefill vs decode FLOPs per point;
 - ``ceilings``: the card's measured copy bandwidth and matmul throughput against its datasheet.
 
-Each section module exposes ``run(s: SectionInput) -> Section``; analysis.pipeline.SECTIONS orders them.
+Each section module exposes ``run(s: SectionInput) -> Section``; analysis.pipeline.analyze.SECTIONS orders
+them.
 """
 
 from analysis.reconcile.roofline.series import (

@@ -1,5 +1,6 @@
-"""The card's measured ceilings (``ceilings.json``, written by ``collector.ceilings`` in the same lease as the
-runs) against its datasheet peaks (``analysis.gpus``): device-to-device copy bandwidth and a large bf16
+"""The card's measured ceilings (``ceilings.json``, written by ``collector.protocol.ceilings`` in the same
+lease as the
+runs) against its datasheet peaks (``analysis.core.gpus``): device-to-device copy bandwidth and a large bf16
 matmul's FLOP/s.
 
 A datasheet figure is a peak no program reaches, so the tolerance is not "equal within noise" but "as close as
@@ -13,8 +14,8 @@ Campaigns without a ``ceilings.json`` (imported results, CPU smoke runs) get no 
 
 from __future__ import annotations
 
-from analysis import findings as fnd
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
 from analysis.reconcile import Section, SectionInput
 
 COPY_TOLERANCE_PCT = 15.0

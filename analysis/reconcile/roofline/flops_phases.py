@@ -13,11 +13,11 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.core.windows import window_indices
+from analysis.loading.campaign import BenchPoint
 from analysis.reconcile import Context, Section, SectionInput, engine_at
-from analysis.windows import window_indices
 
 PREFILL_SHARE, DECODE_SHARE = 0.5, 0.25  # of the datasheet peak: the split between the two kinds of second
 

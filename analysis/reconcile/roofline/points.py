@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint, RunData
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, RunData
 from analysis.reconcile import Context, Section, SectionInput, run_at
 from analysis.reconcile.concurrency import knee_finding, peak_throughput_finding, throughput_gain_finding
 from analysis.reconcile.roofline.quantization import quantization_findings

@@ -3,7 +3,7 @@ each heavier format over the lightest, measured vs the byte ledger (the ratio of
 
 from __future__ import annotations
 
-from analysis import findings as fnd
+from analysis.core import findings as fnd
 from analysis.reconcile import engine_at
 from analysis.reconcile.roofline.series import SweepSeries, step_ratio, throughput_ratio
 from analysis.reconcile.theoryctx import TheoryCtx

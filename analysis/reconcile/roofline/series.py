@@ -4,15 +4,15 @@ campaign, or one run of our own collector), the bytes a step reads, the floor, t
 
 Floors (``roofline_floor_ms``): (weight bytes read per step + concurrency × mean KV bytes per
 request) ÷ bandwidth, with bandwidth = the datasheet's, or the measured device-to-device copy rate
-(``collector.ceilings``: bytes read + written per s — what the memory system really sustains).
+(``collector.protocol.ceilings``: bytes read + written per s — what the memory system really sustains).
 """
 
 from __future__ import annotations
 
 from typing import TypedDict
 
-from analysis import theory
-from analysis.campaign import BenchPoint, Campaign
+from analysis.core import theory
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
 from analysis.reconcile.theoryctx import TheoryCtx
 

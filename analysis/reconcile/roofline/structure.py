@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.campaign import Campaign
-from analysis.keys import At
-from analysis.model_config import ModelConfig
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.keys import At
+from analysis.core.model_config import ModelConfig
+from analysis.loading.campaign import Campaign
 from analysis.reconcile import Section, SectionInput
 from analysis.reconcile.theoryctx import TheoryCtx
 
@@ -59,17 +59,17 @@ NO_THEORY_KEYS = (
     "weight_bytes_bf16",
 )
 MODEL = At(topic="model")  # theory of the campaign's model: findings `model.<metric>`
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "core" / "models"
 
 
 def config_sources(config_path: str, found_in: list[str]) -> list[str]:
     """Where the model's shape really came from: the campaign's own citation (a run's model-config.json or
     prediction.json, an imported result's model id), plus the bundled config file when the shape was read from
-    one (`analysis/models/<name>.json`, repository-relative) — never a path that does not exist."""
+    one (`analysis/core/models/<name>.json`, repository-relative) — never a path that does not exist."""
     out = list(found_in)
     p = Path(config_path)
     if p.is_file() and p.resolve().parent == MODELS_DIR:
-        out.append(f"analysis/models/{p.name}")
+        out.append(f"analysis/core/models/{p.name}")
     return out
 
 

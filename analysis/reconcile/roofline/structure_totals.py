@@ -8,9 +8,9 @@ Keys: ``model.params_decoder_layers_share_pct``, ``model.flops_per_layer_per_tok
 
 from __future__ import annotations
 
-from analysis import findings as fnd
-from analysis import theory
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core import theory
+from analysis.core.keys import At
 from analysis.reconcile import Section, SectionInput
 
 MODEL = At(topic="model")

@@ -4,7 +4,8 @@ and budgets judged by, goodput of a point, log2 interpolation), ``planner`` (per
 use is named here.
 
 Goodput (per point, SLOs given at analysis time): the requests of a point meeting every SLO, per request
-(``analysis.metrics.meets_slos``: vllm bench serve's ``--goodput`` semantics), ÷ the point's duration. Exact
+(``analysis.core.metrics.meets_slos``: vllm bench serve's ``--goodput`` semantics), ÷ the point's duration.
+Exact
 only where the run kept one record per request (``requests.jsonl``, our own runs); a file of percentiles (the
 reference campaign's bench JSON) cannot say which requests met all SLOs at once: n/a with that reason.
 
@@ -16,7 +17,7 @@ concurrency binds. Our campaigns and the reference are closed-loop only (fixed c
 arrivals): the answer is a concurrency, with the request throughput interpolated the same way. Where the
 measured points do not bracket the budget it names the point to measure next and writes the ``[[phase]]``
 stanza for it. The settings that follow come from the server log's KV pool line and the capacity theory
-(``analysis.theory``).
+(``analysis.core.theory``).
 """
 
 from analysis.reconcile.slo.budgets import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from analysis import metrics
-from analysis.campaign import BenchPoint, Campaign, RunData
+from analysis.core import metrics
+from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile.concurrency import sweep_points
 from collector.raw.errors import AnatomyError
 

@@ -8,8 +8,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from analysis import theory
-from analysis.campaign import BenchPoint, Campaign
+from analysis.core import theory
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile.concurrency import run_sweep_points, sweep_points
 from analysis.reconcile.slo.budgets import (
     ENGINES,

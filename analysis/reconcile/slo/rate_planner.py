@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from analysis import metrics
-from analysis.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
+from analysis.core import metrics
+from analysis.loading.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
 from analysis.reconcile.slo.budgets import interpolate_log2, point_weight_format, value_at_log2
 from analysis.reconcile.slo.planner import budget_crossing, meets_budget
 

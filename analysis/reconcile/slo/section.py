@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import findings as fnd
-from analysis.campaign import BenchPoint, Campaign
-from analysis.keys import At
+from analysis.core import findings as fnd
+from analysis.core.keys import At
+from analysis.loading.campaign import BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput, engine_at, run_at
 from analysis.reconcile.concurrency import sweep_points
 from analysis.reconcile.slo.budgets import (

@@ -1,7 +1,7 @@
 """The documents a `collector run` keeps beside its measurements: the plan it ran (plan.toml, read with the
 collector's own plan parser), the theory it wrote before the first request (prediction.json), the machine's
 headline facts (fingerprint/summary.json) and the card's measured ceilings (ceilings.json, from
-``collector.ceilings``: a run of its own or a copy inside a run).
+``collector.protocol.ceilings``: a run of its own or a copy inside a run).
 
 These are not measurement streams, so ``analysis.parse`` has no parser for them; each is read here by one
 function that checks the few keys the analysis uses and names the file in every error.
@@ -47,7 +47,8 @@ def read_prediction(path: Path) -> PredictionDoc:
 
 @dataclass(frozen=True)
 class Ceilings:
-    """The card's measured ceilings (``collector.ceilings``): copy bandwidth (read + written bytes / s) and a
+    """The card's measured ceilings (``collector.protocol.ceilings``): copy bandwidth (read + written bytes /
+    s) and a
     large bf16 matmul's FLOP/s."""
 
     copy_bytes_per_s: float

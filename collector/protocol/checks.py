@@ -276,7 +276,7 @@ def check_sampling_overrides(engine: str, log_path: Path | None) -> CheckResult:
 # The checks whose failure means the run did not measure what its plan asked, so the point (or, at start-up,
 # every point) is not usable: analysis gives the gates these checks stand for severity ``exclude``
 # (analysis.reconcile.gates.SEVERITY; tests/test_cli_quick checks the two agree). The run's exit status is
-# decided from these (collector.run.verdict), not from analysis.
+# decided from these (collector.protocol.run.verdict), not from analysis.
 POINT_EXCLUDING = frozenset({"completed_vs_sent", "failures", "input_tokens", "prefix_cache_hits"})
 STARTUP_EXCLUDING = frozenset({"prefix_caching_off"})
 CLIENT_FIX = (

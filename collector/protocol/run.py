@@ -5,14 +5,17 @@ server (log streamed into server.log) → start-up checks → sampler → phases
 per-point checks) → stop sampler and server → seal. raw/ gets observations only: each point's summary in
 vllm bench serve's schema stays in the result (``RunResult.vllm_bench``, for ``--save-result``).
 
-Before any of it, ``collector.preflight`` checks what can be checked without a run folder (paths, port,
+Before any of it, ``collector.protocol.preflight`` checks what can be checked without a run folder (paths,
+port,
 vocabulary, lengths, engine flags): a plan that cannot work leaves nothing in raw/.
 
 Faults never lose data: every request that ended is already on disk (appended as it ended); a dead server,
-Ctrl-C/SIGTERM/SIGHUP (collector.interrupts), an unreachable server or a point whose every request failed
+Ctrl-C/SIGTERM/SIGHUP (collector.protocol.interrupts), an unreachable server or a point whose every request
+failed
 aborts the point (its in-flight requests are recorded as cut or aborted), the server's process group is
 stopped, and the run is sealed with status ``failed`` and the reason. Every request to the server has a
-total deadline (collector.bounded_http; a streamed request its request_timeout_s), so none of this waits on
+total deadline (collector.protocol.bounded_http; a streamed request its request_timeout_s), so none of this
+waits on
 a server that trickles. A write that fails (disk full) aborts the same way from whichever thread
 hit it; if even the seal cannot be written the run stays unsealed — never something that looks complete.
 """
@@ -39,12 +42,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from analysis import metrics
-from collector import bounded_http, fingerprint, workload
-from collector import checks as ck
-from collector.clock import SYSTEM_CLOCK, Clock, stamp
-from collector.interrupts import Interrupted, Interrupts
-from collector.loadgen import (
+from analysis.core import metrics
+from collector.protocol import bounded_http, fingerprint, workload
+from collector.protocol import checks as ck
+from collector.protocol.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.protocol.interrupts import Interrupted, Interrupts
+from collector.protocol.loadgen import (
     Abort,
     Listeners,
     LoadSettings,
@@ -53,14 +56,8 @@ from collector.loadgen import (
     run_load,
     shards_for,
 )
-from collector.preflight import check_values, preflight
-from collector.raw.errors import AnatomyError, RunError, StoreError
-from collector.raw.plan import Plan, PointPlan, load_plan
-from collector.raw.prediction import PredictedTheory, PredictionDoc, PredictionInputs
-from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
-from collector.raw.secrets import scrub, scrub_obj
-from collector.raw.store import RawStore, Run, Stream
-from collector.sampler import (
+from collector.protocol.preflight import check_values, preflight
+from collector.protocol.sampler import (
     Sampler,
     ScrapeWriter,
     nvidia_smi_available,
@@ -68,8 +65,14 @@ from collector.sampler import (
     scrape_metrics,
     scrape_metrics_async,
 )
-from collector.server import ServerProcess, server_env
-from collector.theory_sheet import SheetInputs, theory_sheet
+from collector.protocol.server import ServerProcess, server_env
+from collector.protocol.theory_sheet import SheetInputs, theory_sheet
+from collector.raw.errors import AnatomyError, RunError, StoreError
+from collector.raw.plan import Plan, PointPlan, load_plan
+from collector.raw.prediction import PredictedTheory, PredictionDoc, PredictionInputs
+from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
+from collector.raw.secrets import scrub, scrub_obj
+from collector.raw.store import RawStore, Run, Stream
 
 RUN_KIND = "collector-run"
 
@@ -126,7 +129,7 @@ class EventWriter:
 
 @dataclass(frozen=True)
 class PointRow:
-    """One line of the end-of-run summary, computed by analysis.metrics (the one definition)."""
+    """One line of the end-of-run summary, computed by analysis.core.metrics (the one definition)."""
 
     point: str
     kind: str
@@ -141,7 +144,7 @@ class PointRow:
     tpot_p99_ms: float | None = None
     itl_p99_ms: float | None = None
     goodput_req_s: float | None = None  # against the plan's [slo]; None without one
-    # the load client's own self-check (analysis.metrics.client_saturated over every shard's loop lag)
+    # the load client's own self-check (analysis.core.metrics.client_saturated over every shard's loop lag)
     client_lag_p99_ms: float | None = None
     client_saturated: bool | None = None
 
@@ -156,7 +159,8 @@ class RunResult:
     checks_failed: list[str] = field(default_factory=list)
     failed_checks: list[CheckResult] = field(default_factory=list)
     points: list[PointRow] = field(default_factory=list)
-    # each point's summary in `vllm bench serve`'s schema (analysis.metrics.point_summary_vllm_bench), for
+    # each point's summary in `vllm bench serve`'s schema (analysis.core.metrics.point_summary_vllm_bench),
+    # for
     # ``--save-result``: a copy for people, kept out of raw/ (the store holds observations, not derivations)
     vllm_bench: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -245,10 +249,10 @@ def write_prediction(run: Run, plan: Plan) -> PredictionDoc:
         doc = PredictionDoc(inputs, None, str(err))
     else:  # checked as the file will hold it: a key the sheet gains without the schema fails the run here
         theory = PredictedTheory.from_dict(
-            json.loads(json.dumps(data)), "collector.theory_sheet.theory_sheet"
+            json.loads(json.dumps(data)), "collector.protocol.theory_sheet.theory_sheet"
         )
         doc = PredictionDoc(inputs, theory, None)
-    run.write_json("prediction.json", doc.to_dict(), source="collector.theory_sheet.theory_sheet")
+    run.write_json("prediction.json", doc.to_dict(), source="collector.protocol.theory_sheet.theory_sheet")
     if Path(
         m.config
     ).is_file():  # a config.json path (not a bundled name): keep the exact file beside the theory
@@ -285,7 +289,8 @@ class _Protocol:
     ):
         self.plan, self.run, self.console, self.clock = plan, run, console, clock
         self.interrupts = interrupts
-        # what the requests send (collector.workload); the headers (API key) go to every request and scrape
+        # what the requests send (collector.protocol.workload); the headers (API key) go to every request and
+        # scrape
         self.spec, self.secrets = spec, secrets
         self.headers = workload.request_headers(api_key, plan.load.headers)
         self.io_error: str | None = None  # the first failed write to the raw store (disk full)
@@ -372,7 +377,7 @@ class _Protocol:
         for name, text in fingerprint.collect(
             server.adapter, sp, server.command, server_env(sp), self.secrets
         ).items():
-            self.run.write_text(f"fingerprint/{name}", text, source="collector.fingerprint")
+            self.run.write_text(f"fingerprint/{name}", text, source="collector.protocol.fingerprint")
 
     def start_server(self) -> None:
         sp = self.plan.server
@@ -499,7 +504,8 @@ class _Protocol:
         def on_signal(name: str) -> None:
             loop.call_soon_threadsafe(self._on_signal, name)
 
-        # a signal (collector.interrupts) now aborts the load on the loop instead of unwinding the stack
+        # a signal (collector.protocol.interrupts) now aborts the load on the loop instead of unwinding the
+        # stack
         self.interrupts.on_signal = on_signal
         try:
             live = _Live(self.console)
@@ -592,7 +598,8 @@ class _Protocol:
         )  # fmt: skip
 
     async def _load(self, pt: PointPlan, live: _Live, records: list[RequestRecord]) -> PointOutcome:
-        """The point's load (collector.loadgen), its client probes as events; a server that died during it
+        """The point's load (collector.protocol.loadgen), its client probes as events; a server that died
+        during it
         is named as the abort's cause."""
         shards = shards_for(self.plan.load.shards, pt.concurrency)
         listeners = Listeners(sink=functools.partial(self._keep_request, records), on_request=live.request,
@@ -694,7 +701,7 @@ def first_error(records: Sequence[RequestRecord]) -> str:
 
 
 def vllm_bench_summary(pt: PointPlan, records: Sequence[RequestRecord], model_id: str) -> dict[str, Any]:
-    """One point in `vllm bench serve`'s result schema and by its definitions (analysis.metrics'
+    """One point in `vllm bench serve`'s result schema and by its definitions (analysis.core.metrics'
     vllm-bench-compatible view: the collector defines no statistic)."""
     return metrics.point_summary_vllm_bench(
         records,
@@ -709,7 +716,8 @@ def vllm_bench_summary(pt: PointPlan, records: Sequence[RequestRecord], model_id
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the run's own checks (``collector.checks.POINT_EXCLUDING``/``STARTUP_EXCLUDING``, the client's
+    """What the run's own checks (``collector.protocol.checks.POINT_EXCLUDING``/``STARTUP_EXCLUDING``, the
+    client's
     saturation) say of its measured points: the one source of the run's exit status."""
 
     measured: int  # points other than warm-up
@@ -724,7 +732,7 @@ class Verdict:
 
 def _left_out(result: RunResult) -> dict[str, str]:
     """The measured points a failed own check excludes, or whose load client set the pace
-    (``analysis.metrics.client_saturated``), each with why and what to change; in run order."""
+    (``analysis.core.metrics.client_saturated``), each with why and what to change; in run order."""
     out: dict[str, str] = {}
     for c in result.failed_checks:
         if c.point is not None and c.name in ck.POINT_EXCLUDING:
@@ -762,7 +770,7 @@ def point_row(
     lag_ns: Sequence[int] = (),
     slos_ms: dict[str, float] | None = None,
 ) -> PointRow:
-    """The summary line of one point: every number from analysis.metrics (canonical view)."""
+    """The summary line of one point: every number from analysis.core.metrics (canonical view)."""
     r = metrics.point_result(records, pt.point_id)
     lat = r.latency
     good = metrics.goodput_req_s(metrics.good_requests(records, slos_ms), r.duration_s) if slos_ms else None
@@ -783,7 +791,7 @@ SUMMARY_COLUMNS = ("point", "ok", "failed", "output tok/s", "TTFT p50/p99 ms", "
 
 def summary_table(rows: Sequence[PointRow]) -> Table:
     """Per point: requests ok/failed, output tok/s, TTFT, TPOT and ITL at p50 and p99, goodput when the plan
-    states SLOs (analysis.metrics' canonical view); the point id is never cut."""
+    states SLOs (analysis.core.metrics' canonical view); the point id is never cut."""
 
     def num(v: float | None, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)

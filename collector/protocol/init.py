@@ -9,7 +9,7 @@ What it looks at, in order:
   Hugging Face folder (``config.json`` for the theory, ``tokenizer.json`` for the vocabulary; for llama.cpp
   the one ``.gguf`` inside the folder or beside it named after it is what gets served);
 - the GPU: ``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits`` matched to a datasheet
-  entry (``analysis.gpus.match_nvidia_smi``); no nvidia-smi means a CPU run;
+  entry (``analysis.core.gpus.match_nvidia_smi``); no nvidia-smi means a CPU run;
 - a free port on 127.0.0.1 (bound once to port 0, so the kernel picks it).
 
 The phases are sized from the theory: the KV pool the card holds (vLLM's estimate: 0.9 × memory − weights −
@@ -33,18 +33,18 @@ from pathlib import Path
 
 import gguf
 
-from analysis import theory as th
-from analysis.gpus import CPU, MIB, GpuSpec, match_nvidia_smi, match_rocm_smi
-from analysis.model_config import (
+from analysis.core import theory as th
+from analysis.core.gpus import CPU, MIB, GpuSpec, match_nvidia_smi, match_rocm_smi
+from analysis.core.model_config import (
     ModelConfig,
     bundled_model_names,
     load_model_config,
     model_config_from_dict,
     unsupported_reason,
 )
+from collector.protocol.workload import bytes_to_unicode
 from collector.raw.errors import PlanError
 from collector.raw.plan import parse_plan
-from collector.workload import bytes_to_unicode
 
 NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
 VLLM_IMPORT_TIMEOUT_S = 120.0
@@ -238,7 +238,8 @@ def detect_engine(model: Path, engine_path: Path | None, vllm_python: Path | Non
 def _detect_amd(rocm_smi: str) -> Gpu | None:
     """The first card rocm-smi lists (its JSON of product names and VRAM), matched to a datasheet entry; None
     without rocm-smi or when it lists no card."""
-    from collector.fingerprint import ROCM_SMI_GPU_QUERY, rocm_smi_gpus  # local import: only AMD machines
+    # local import: only AMD machines
+    from collector.protocol.fingerprint import ROCM_SMI_GPU_QUERY, rocm_smi_gpus
 
     exe = shutil.which(rocm_smi)
     r = _run([exe, *ROCM_SMI_GPU_QUERY], NVIDIA_SMI_TIMEOUT_S) if exe else None
@@ -992,15 +993,16 @@ def _gpu_comment(gpu: Gpu, campaign: str) -> list[str]:
         return _comment(
             f"unknown: measure the ceilings. {gpu.smi_name!r} ({gpu.smi_memory_mib:,.0f} MiB) "
             "has no datasheet\n"
-            'entry in analysis/gpus.py, so the theory predicts capacities but no floors (gpu = "cpu" means\n'
+            "entry in analysis/core/gpus.py, so the theory predicts capacities but no floors "
+            '(gpu = "cpu" means\n'
             "no datasheet ceilings). Measure the card's copy bandwidth and bf16 matmul rate in this lease:\n"
-            f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}\n"
-            "and add an entry (memory, bandwidth, dense bf16 FLOP/s, cited) to analysis/gpus.py."
+            f"    python -m collector.protocol.ceilings --out ceilings.json --raw raw --campaign {campaign}\n"
+            "and add an entry (memory, bandwidth, dense bf16 FLOP/s, cited) to analysis/core/gpus.py."
         )
     if gpu.count and gpu.spec.bf16_flops_per_s is None:
         return _comment(
             f"{gpu.spec.name}: no datasheet tensor rate, so no compute floor: measure the ceilings:\n"
-            f"    python -m collector.ceilings --out ceilings.json --raw raw --campaign {campaign}"
+            f"    python -m collector.protocol.ceilings --out ceilings.json --raw raw --campaign {campaign}"
         )
     if gpu.count:
         return _comment(f"{gpu.spec.display_name}: {gpu.spec.source}")

@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, parsed_samples
-from analysis.windows import (
+from analysis.core.windows import (
     PointWindowData,
     Window,
     activity_span,
@@ -25,6 +24,7 @@ from analysis.windows import (
     gauge_stats,
     window_indices,
 )
+from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, parsed_samples
 
 NS_PER_S = 1e9
 

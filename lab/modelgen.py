@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.workload import bytes_to_unicode
+from collector.protocol.workload import bytes_to_unicode
 
 WEIGHT_STD = 0.02
 CHUNK_ELEMENTS = 1 << 25  # 32 Mi values per generated chunk: ~128 MiB of float32 at a time
@@ -101,7 +101,7 @@ SHAPES: dict[str, ModelShape] = {
         rope_theta=1e6,
         rms_norm_eps=1e-6,
     ),
-    # The other Qwen2.5 sizes, as in their Instruct config.json (analysis/models/), for the model-size
+    # The other Qwen2.5 sizes, as in their Instruct config.json (analysis/core/models/), for the model-size
     # experiment (issue #15, experiment 4). 0.5B-3B tie the output head to the embedding table.
     "qwen2.5-0.5b": ModelShape(
         name="qwen2.5-0.5b",
@@ -640,7 +640,7 @@ def write_hf(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m collector.modelgen", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.modelgen", description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=sorted(SHAPES), required=True)
     p.add_argument("--format", choices=("gguf", "hf"), required=True)
     p.add_argument("--out", type=Path, required=True, help="GGUF file, or HF model directory")

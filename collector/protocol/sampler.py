@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from collector import bounded_http
-from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.protocol import bounded_http
+from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.raw.records import ScrapeRecord
 
 NVIDIA_SMI_QUERY = (

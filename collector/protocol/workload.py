@@ -52,7 +52,8 @@ _INPUT_LEN, _OUTPUT_LEN, _PREFIX, _DATASET, _VARIABLE_IDS = 1, 2, 3, 4, 5
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable unicode character map (byte-level BPE alphabet): how byte-level
-    BPE vocabularies spell single bytes (collector.init reads a served vocabulary with it, collector.modelgen
+    BPE vocabularies spell single bytes (collector.protocol.init reads a served vocabulary with it,
+    lab.modelgen
     writes one)."""
     bs = (
         list(range(ord("!"), ord("~") + 1))

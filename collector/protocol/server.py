@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from collector import bounded_http
+from collector.protocol import bounded_http
 from collector.raw.errors import RunError
 from collector.raw.plan import ServerPlan
 

@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from analysis.model_config import ModelConfig
+from analysis.core.model_config import ModelConfig
 from collector.raw.errors import PlanError
 
 GIB = 2**30

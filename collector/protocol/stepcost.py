@@ -9,7 +9,7 @@ test, ``samples_ns`` the repeats) is stored verbatim as ``llama-bench-<model tag
 it, and the command lines in the run's meta. Nothing is computed here (analysis.reconcile.speculative reads
 the file through analysis.parse.llama_bench).
 
-    python -m collector.stepcost --bench BIN --model TAG=PATH [--model TAG=PATH ...] \\
+    python -m collector.protocol.stepcost --bench BIN --model TAG=PATH [--model TAG=PATH ...] \\
         --tokens 1,2,...,9 --depths 512,4096 --repetitions 5 --raw RAW --campaign C --run NAME
 """
 
@@ -59,7 +59,9 @@ def _model(text: str) -> tuple[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m collector.stepcost", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m collector.protocol.stepcost", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--bench", type=Path, required=True, help="the llama-bench binary")
     p.add_argument("--model", type=_model, action="append", required=True, help="TAG=GGUF (repeatable)")
     p.add_argument("--tokens", type=_ints, required=True, help="tokens per step, e.g. 1,2,3,4")

@@ -1,8 +1,8 @@
 """A model's shape from its Hugging Face ``config.json``: bundled by name, or any file by path.
 
-Bundled configs (``analysis/models/*.json``) are the Hub files, content unchanged unless said below; where the
-Hub file itself could not be read, the public copy it came from is named and checked against a second source
-for the keys the theory reads:
+Bundled configs (``analysis/core/models/*.json``) are the Hub files, content unchanged unless said below;
+where the Hub file itself could not be read, the public copy it came from is named and checked against a
+second source for the keys the theory reads:
 
 - ``Qwen2.5-7B-Instruct`` (``Qwen/Qwen2.5-7B-Instruct``): values agree with several public copies of the Hub
   file and with vLLM 0.27.1's own start-up log in the reference campaign (``hidden_size=3584
@@ -210,7 +210,7 @@ class ModelConfig:
 
 
 def bundled_model_names() -> list[str]:
-    """Names of the bundled configs (file stems of ``analysis/models/*.json``), sorted."""
+    """Names of the bundled configs (file stems of ``analysis/core/models/*.json``), sorted."""
     return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
 
 

@@ -12,7 +12,8 @@ and a small warm-up point comes first (``--num-warmups``, as newer vllm bench se
 What a plan needs beyond the flags is asked of the server (``probe``): which engine answers (vLLM's or
 llama.cpp's ``/metrics`` names, llama.cpp's ``/props``), the served model ids (``/v1/models``) and the model's
 files when the server names them (vLLM's ``root``, llama.cpp's ``model_path``), from which the theory's
-config and the prompt token ids come (``collector.init``'s readers). The result is plan TOML text: the run
+config and the prompt token ids come (``collector.protocol.init``'s readers). The result is plan TOML text:
+the run
 is the same sealed run a hand-written plan makes, its ``plan.toml`` this text.
 """
 
@@ -27,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from analysis import metrics
-from analysis.model_config import bundled_model_names, load_model_config
-from collector import init as init_mod
+from analysis.core import metrics
+from analysis.core.model_config import bundled_model_names, load_model_config
+from collector.protocol import init as init_mod
 from collector.raw.errors import PlanError
 from collector.raw.plan import ENGINES, parse_plan
 
@@ -285,7 +286,8 @@ def plan_text(spec: QuickSpec, facts: ServerFacts, theory: TheoryInputs, gpu: st
         f"{spec.random_input_len} in / {spec.random_output_len} out"
     )
     lines = [
-        "# Written by `collector run --base-url` from vllm bench serve's flags (collector/quick.py).",
+        "# Written by `collector run --base-url` from vllm bench serve's flags "
+        "(collector/protocol/quick.py).",
         f"description = {_q(desc)}",
         f"campaign = {_q(spec.campaign)}",
         f"run = {_q(spec.label or engine)}",

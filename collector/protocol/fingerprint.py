@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from collector import __version__
+from collector.protocol.server import Adapter, run_capture
 from collector.raw.plan import ServerPlan
 from collector.raw.secrets import REDACTED, scrub
-from collector.server import Adapter, run_capture
 
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASS|AUTH|CREDENTIAL", re.IGNORECASE)
 _SECRET_VALUE = (
@@ -273,7 +273,7 @@ def collect(
     gpus = gpu_info()
     if gpus is not None:
         files.update(gpus)
-    # the card's measured ceilings (collector.ceilings), taken once per lease before the runs
+    # the card's measured ceilings (collector.protocol.ceilings), taken once per lease before the runs
     ceilings = os.environ.get("ANATOMY_CEILINGS_JSON")
     if ceilings and Path(ceilings).is_file():
         files["ceilings.json"] = Path(ceilings).read_text()

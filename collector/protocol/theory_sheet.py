@@ -3,7 +3,7 @@ readable table or JSON. Not a plan: "plan" names the plan.toml a run follows (``
 
 ``theory_sheet`` returns the dict (``collector run`` writes it as prediction.json); ``theory_sheet_text``
 renders it.
-Every number comes from ``analysis.theory``; this module only gathers and formats.
+Every number comes from ``analysis.core.theory``; this module only gathers and formats.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analysis import theory as th
-from analysis.gpus import GpuSpec, get_gpu
-from analysis.model_config import ModelConfig, load_model_config
+from analysis.core import theory as th
+from analysis.core.gpus import GpuSpec, get_gpu
+from analysis.core.model_config import ModelConfig, load_model_config
 from collector.raw.errors import PlanError
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -6,7 +6,8 @@ the request parameters found for it in a sweep log, and a citation root so every
 file it came from.
 
 A run with a ``requests.jsonl`` (our collector's) is summarised from it: one point per point id, every
-number recomputed by ``analysis.metrics`` (canonical definitions), so a fix there reaches every run already
+number recomputed by ``analysis.core.metrics`` (canonical definitions), so a fix there reaches every run
+already
 collected. The per-point ``bench/*.json`` copies such a run also holds are never read. A run without one
 (the reference campaign: files written by ``vllm bench serve``) is read from its summary JSON files, numbers
 of vllm bench's own definitions. Each point says which (``BenchPoint.metric_definition``).
@@ -21,7 +22,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from analysis import metrics, rundocs
+from analysis.core import metrics
+from analysis.core.windows import naive_as_utc_epoch_s
+from analysis.loading import rundocs
+from analysis.loading.rundocs import RunDocs, read_run_docs
 from analysis.parse import parser_for
 from analysis.parse.bench_json import BenchResult
 from analysis.parse.events_jsonl import parse_events_jsonl
@@ -34,8 +38,6 @@ from analysis.parse.sampler_csv import SamplerTable
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.parse.sweep_log import SweepLog, SweepPoint
 from analysis.parse.vllm_log import VllmServerLog
-from analysis.rundocs import RunDocs, read_run_docs
-from analysis.windows import naive_as_utc_epoch_s
 from collector.raw.decisions import excluded_runs
 from collector.raw.errors import AnatomyError, ParseError, StoreError
 from collector.raw.records import EventRecord, RequestRecord, ScrapeRecord
@@ -321,7 +323,8 @@ def _cite_root(info: RunInfo) -> str:
 
 
 def _is_document(rel: str) -> bool:
-    """Run documents read by analysis.rundocs (or verbatim fingerprint files): no measurement parser."""
+    """Run documents read by analysis.loading.rundocs (or verbatim fingerprint files): no measurement
+    parser."""
     name = Path(rel).name
     return (
         rel.startswith("fingerprint/")
@@ -453,7 +456,7 @@ def _points_from_requests(
     run: RunData, percentiles: Sequence[float] = metrics.DEFAULT_PERCENTILES
 ) -> list[BenchPoint]:
     """A run with requests.jsonl: one point per `point` id, its numbers recomputed from the request records by
-    analysis.metrics (canonical); kind, warm-up, requested lengths and order from the records (the plan's
+    analysis.core.metrics (canonical); kind, warm-up, requested lengths and order from the records (the plan's
     truth, written per request)."""
     rel, log = run.requests
     if rel is None or log is None or not log.records:

@@ -8,7 +8,8 @@ the vocabulary). Checked, in this order, the first problem raised as a ``Preflig
    timeouts; finite: TOML allows ``inf`` and ``nan``) and an attached server's URL well-formed;
 2. the raw store's root can be written;
 3. the engine's executable (``llama-server`` / the vLLM python) and the model path exist;
-4. the port is free (after stopping a server an earlier, dead collector left on it: ``collector.server``),
+4. the port is free (after stopping a server an earlier, dead collector left on it:
+``collector.protocol.server``),
    else the error names the process holding it;
 5. the prompt token ids ``[low, high)`` lie inside the model's vocabulary (GGUF metadata, the model folder's
    ``config.json``, else the theory's config);
@@ -37,12 +38,12 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-from analysis.model_config import load_model_config
-from collector import workload
-from collector.checks import flag_value
+from analysis.core.model_config import load_model_config
+from collector.protocol import workload
+from collector.protocol.checks import flag_value
+from collector.protocol.server import describe_pid, port_free, port_owner_pids, stop_recorded_orphan
 from collector.raw.errors import AnatomyError, RunError
 from collector.raw.plan import Plan, PointPlan
-from collector.server import describe_pid, port_free, port_owner_pids, stop_recorded_orphan
 
 # `llama-server --help` answers in well under a second and finding vllm's folder imports nothing: a binary
 # silent for 10 s hangs (the start-up then fails at once instead of after a minute)

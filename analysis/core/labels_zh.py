@@ -1581,7 +1581,7 @@ REFERENCE_NA_REASONS: dict[str, str] = {
     "reference_no_llamacpp_sampler": (
         "参考研究没有对 llama.cpp 做 1 Hz 采样（原文自述），这项随时间变化的数据不存在"
     ),
-    "model_config_absent": "仓库里没有这个模型的 config.json（analysis/models/），无法按结构推算",
+    "model_config_absent": "仓库里没有这个模型的 config.json（analysis/core/models/），无法按结构推算",
     "reference_not_saved": "参考研究自己没有保存这份输出（原文自述），这项证据已不存在",
     "other_model_no_campaign": (
         "这条结论关于另一个模型：本站只为批次实测的模型生成结构页；它的配置在仓库里，"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import altair as alt
 import pandas as pd
 
-from analysis import gpus
-from analysis import labels_zh as zh
+from analysis.core import gpus
+from analysis.core import labels_zh as zh
 
 # Altair refuses to embed a table of more than 5,000 rows (MaxRowsError); an overload timeline of ~20 minutes
 # has more. The specs are written to files and rendered once at build time, so the browser-side concern behind

@@ -11,8 +11,8 @@ Each part carries a STAMP.json holding its cache key (versions, build flags, gen
 stamp matches is reused as is, anything else is rebuilt. The stamp is written last, so an interrupted build
 is never mistaken for a finished one.
 
-    python -m collector.engines prepare --cache .engines [--only llamacpp|vllm|models]
-    python -m collector.engines strip-source --cache .engines --out llama-cpp-src.tar.gz   (for a CUDA build)
+    python -m lab.engines prepare --cache .engines [--only llamacpp|vllm|models]
+    python -m lab.engines strip-source --cache .engines --out llama-cpp-src.tar.gz   (for a CUDA build)
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector import modelgen
 from collector.raw.errors import AnatomyError
+from lab import modelgen
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # PyPI sdist whose vendor/llama.cpp is the llama.cpp source
 LLAMA_CPP_COMMIT = "0c1e57098"  # the llama.cpp commit vendored in that sdist
@@ -376,7 +376,7 @@ def prepare(cache_dir: Path, parts: Iterable[str] = PARTS) -> EnginePaths:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m collector.engines")
+    p = argparse.ArgumentParser(prog="python -m lab.engines")
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("prepare", help="build/install what is missing or stale in the cache")
     pp.add_argument("--cache", type=Path, default=Path(".engines"))

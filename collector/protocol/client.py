@@ -28,9 +28,9 @@ from typing import Any
 import httpx
 import orjson
 
-from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.protocol.sse import SSEDecoder, SSEError, SSEServerError, payload_json
 from collector.raw.records import RequestRecord
-from collector.sse import SSEDecoder, SSEError, SSEServerError, payload_json
 
 _ERROR_BODY_BYTES = 2000
 # A kept-alive connection the server closed just as the request went out fails before any response byte

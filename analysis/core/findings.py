@@ -2,7 +2,8 @@
 findings.json (analysis/reconcile, the pipeline) and to read it back (analysis/report); and the writers that
 make the analysis output byte-identical for the same raw input.
 
-A finding is addressed by structured fields (`analysis.keys.At`: campaign, round, engine, weight format, run,
+A finding is addressed by structured fields (`analysis.core.keys.At`: campaign, round, engine, weight format,
+run,
 series, topic, metric …); readers select findings by those fields, and its key is only an id. It carries
 ``value``, ``unit``, ``sources`` (citations `path/relative/to/campaign:line` or `path:field`), ``theory``,
 ``error_pct``, ``tolerance_pct``, ``status`` — ``ok`` (measured and, where there is a theory, within
@@ -24,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.keys import ADDRESS_FIELDS, At, matches
+from analysis.core.keys import ADDRESS_FIELDS, At, matches
 from collector.raw.errors import AnatomyError
 from collector.raw.store import RUN_STATES
 

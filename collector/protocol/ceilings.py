@@ -13,7 +13,7 @@ kept in the result too, so the spread is visible and the median can be re-derive
 Random data, never zeros: a matrix product of zeros runs faster on this hardware (toggling fewer bits
 draws less power, so the clocks stay higher), which would overstate the ceiling.
 
-    python -m collector.ceilings --out ceilings.json [--raw DIR --campaign NAME]
+    python -m collector.protocol.ceilings --out ceilings.json [--raw DIR --campaign NAME]
 
 With ``--raw`` the result is also written as a sealed run (kind ``ceilings``) of that campaign in the raw
 store. Without CUDA it prints why and exits 2.
@@ -221,13 +221,15 @@ def store_run(doc: dict[str, Any], raw_root: Path, campaign: str, run_name: str 
         "torch_version": doc.get("torch_version"),
     }
     run = store.create_run(campaign, name, kind=RUN_KIND, meta=meta)
-    run.write_json("ceilings.json", doc, source="collector.ceilings.measure")
+    run.write_json("ceilings.json", doc, source="collector.protocol.ceilings.measure")
     run.seal("complete")
     return run.path
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m collector.ceilings", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m collector.protocol.ceilings", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
     p.add_argument(
         "--raw", type=Path, default=None, help="also write a sealed 'ceilings' run into this raw store"

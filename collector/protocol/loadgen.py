@@ -6,7 +6,7 @@ doing, optionally capped at ``max_concurrency`` in flight; every record keeps it
 time.
 
 What each request sends (its prompt, output length, endpoint, prefix, conversation turn) is
-``collector.workload``'s; by default token ids drawn from a seeded RNG (numpy PCG64) over the plan's
+``collector.protocol.workload``'s; by default token ids drawn from a seeded RNG (numpy PCG64) over the plan's
 printable, non-special id range, so every input has exactly the requested length and a point can be replayed
 from its seed.
 """
@@ -32,12 +32,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-from analysis import metrics
-from collector.client import build_request, stream_completion
-from collector.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from analysis.core import metrics
+from collector.protocol.client import build_request, stream_completion
+from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.protocol.workload import ENDPOINT_PATHS, WorkloadSpec, build_prompts, record_fields, turn_body
 from collector.raw.plan import PointPlan, RatePlan
 from collector.raw.records import RequestRecord
-from collector.workload import ENDPOINT_PATHS, WorkloadSpec, build_prompts, record_fields, turn_body
 
 # --------------------------------------------------------------------------------------- open-loop schedule
 
@@ -188,7 +188,7 @@ class Abort:
 class LoadSettings:
     """Where a run's requests go and what they carry besides each prompt: the same for every point and every
     shard (pickled into the shard processes). ``headers``: the plan's and its API key's; ``workload``: what
-    each request sends (collector.workload)."""
+    each request sends (collector.protocol.workload)."""
 
     base_url: str
     model: str
@@ -249,7 +249,8 @@ class _Tally:
 # client CPU). Servers do close kept-alive connections (llama-server's HTTP library after a few requests, or
 # when idle for 5 s): httpcore drops an idle connection the server has closed before reusing it, a response
 # saying "Connection: close" ends its connection, expiry is set below the servers' idle timeouts, and a
-# request that still meets a closing connection is sent again (collector.client). Each worker has its own
+# request that still meets a closing connection is sent again (collector.protocol.client). Each worker has
+# its own
 # client (a pool of one connection): httpcore's pool scans every connection for every request it places
 # (O(connections x requests) per request; at 256 streams the biggest single cost of the client and a reason
 # connections were dropped and made anew). One TLS context serves them all (making one costs milliseconds).

@@ -21,13 +21,14 @@ changes which part is divided over the GPUs and what it adds to cross them:
                of c streams split evenly is two loops of c/2, so replica throughput is 2 × S1's at c/2.
 
 Every function is one formula with its units; the cross-GPU costs take a measured synchronisation latency and
-peer-to-peer bandwidth (collector.ceilings measures both where two GPUs are present) or the bounds a plan
+peer-to-peer bandwidth (collector.protocol.ceilings measures both where two GPUs are present) or the bounds a
+plan
 states before the run.
 """
 
 from __future__ import annotations
 
-from analysis.model_config import ModelConfig
+from analysis.core.model_config import ModelConfig
 
 MODES = ("none", "layer", "row", "tensor", "replicas")
 

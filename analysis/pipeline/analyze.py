@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import charts, metrics, scrape_series
-from analysis import findings as fnd
-from analysis.campaign import Campaign, RunData, campaign_names, load_campaign, verify_campaign
-from analysis.findings import FindingSet, dumps, write_table
-from analysis.keys import At, series_id
+from analysis.core import charts, metrics
+from analysis.core import findings as fnd
+from analysis.core.findings import FindingSet, dumps, write_table
+from analysis.core.keys import At, series_id
+from analysis.core.windows import PointTiming, align_points
+from analysis.loading import scrape_series
+from analysis.loading.campaign import Campaign, RunData, campaign_names, load_campaign, verify_campaign
 from analysis.parse.sampler_csv import COLUMNS
 from analysis.reconcile import (
     Context,
@@ -56,7 +58,6 @@ from analysis.reconcile.overload import depth as overload_depth
 from analysis.reconcile.reproducibility import tails as repro_tails
 from analysis.reconcile.roofline import ceilings, flops_phases, structure, structure_totals
 from analysis.reconcile.roofline import points as roofline
-from analysis.windows import PointTiming, align_points
 from collector.raw.errors import AnatomyError
 from collector.raw.store import RUN_STATES
 

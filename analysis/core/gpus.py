@@ -176,7 +176,7 @@ GPUS: dict[str, GpuSpec] = {
     # figure for the same 384-bit 12.5 Gbps GDDR6, which third-party comparisons give for the A10G as well -
     # not a vendor figure for this card. The tensor rate is left out (None): the A10 datasheet's 125 TFLOPS
     # BF16 is a different chip configuration, and the A10G figure circulating (~70 TFLOPS) has no vendor
-    # source. Measure it: python -m collector.ceilings --out ceilings.json.
+    # source. Measure it: python -m collector.protocol.ceilings --out ceilings.json.
     "a10g": GpuSpec(
         name="a10g",
         display_name="NVIDIA A10G",
