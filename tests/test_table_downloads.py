@@ -69,3 +69,37 @@ def test_every_table_of_the_built_site_links_its_csv(built):
             assert len(list(csv.reader(csv_file.open(encoding="utf-8")))) == b - a - 1, (rel, n)
             checked += 1
     assert checked > 100
+
+
+def test_every_figure_of_the_built_site_links_its_data_and_spec(built):
+    """Every figure of every rendered page has, under it, a CSV of the points it draws and its Vega-Lite spec;
+    both are in the built site where the links point, and the CSV has the spec's rows (figure_rows)."""
+    import json
+
+    from analysis.report.figures import figure_rows
+
+    checked = 0
+    for md in built.docs.rglob("*.md"):
+        rel = md.relative_to(built.docs).as_posix()
+        text = md.read_text(encoding="utf-8")
+        for svg in re.findall(r"\]\(([^)]+\.svg)\)\{ loading=lazy \}", text):
+            stem = svg[: -len(".svg")]
+            tail = text[text.index(svg) :]
+            assert f"]({stem}.csv)" in tail.split("</figure>", 1)[1][:400], f"{rel}: {svg} has no data link"
+            folder = built.site / Path(rel).parent
+            spec = json.loads((folder / f"{stem}.vl.json").read_text(encoding="utf-8"))
+            rows = list(csv.DictReader((folder / f"{stem}.csv").open(encoding="utf-8")))
+            assert len(rows) == len(figure_rows(spec)) > 0, (rel, svg)
+            checked += 1
+    assert checked > 20
+
+
+def test_figure_rows_keep_each_dataset_apart():
+    from analysis.report.figures import figure_csv
+
+    spec = {"datasets": {"a": [{"x": 1, "y": 2}], "b": [{"x": 3, "z": 4}]}, "data": {"name": "a"}}
+    assert list(csv.reader(figure_csv(spec).splitlines())) == [
+        ["dataset", "x", "y", "z"],
+        ["1", "1", "2", ""],
+        ["2", "3", "", "4"],
+    ]

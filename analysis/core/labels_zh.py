@@ -1847,3 +1847,6 @@ FINDINGS[("selection", "best_at_every_budget_min_lead_pct")] = "每个预算下�
 
 # the link under every table of a page to the CSV of what the table shows (analysis/report/table_downloads)
 DOWNLOAD_TABLE_CSV = "下载本表（CSV）"
+# the links under every figure (analysis/report/figures): the points it draws, and its whole Vega-Lite spec
+DOWNLOAD_FIGURE_CSV = "下载图中数据（CSV）"
+DOWNLOAD_FIGURE_SPEC = "图的定义（Vega-Lite JSON）"

@@ -17,7 +17,7 @@ import jinja2
 
 from analysis.core import labels_zh
 from analysis.core.findings import Finding
-from analysis.report.figures import FigureSet, load_spec, spec_title
+from analysis.report.figures import FigureSet, downloads_of, load_spec, spec_title
 from analysis.report.markdown import Page, anchor_of, file_anchor, markdown_table, md_escape, relative_link
 from analysis.report.profile import CampaignProfile, Series
 from analysis.report.rawindex import FileLookup, RawFile, RawRun
@@ -328,11 +328,15 @@ class PageContext:
         svg = self.site.figures.place(self.c.name, name, spec_path, self.page_path, title)
         if svg not in self.site.report.figures:
             self.site.report.figures.append(svg)
+        csv_rel, spec_rel = downloads_of(svg)
+        csv_name, spec_name = csv_rel.rsplit("/", 1)[-1], spec_rel.rsplit("/", 1)[-1]
         return (
             f'<figure class="ia-figure" markdown="span">\n'
             f"  ![{md_escape(alt or title or name)}]({self.link(svg)}){{ loading=lazy }}\n"
             f"  <figcaption>{caption.strip()}</figcaption>\n"
-            f"</figure>\n"
+            f"</figure>\n\n"
+            f'[{labels_zh.DOWNLOAD_FIGURE_CSV}]({self.link(csv_rel)}){{ .ia-dl download="{csv_name}" }} · '
+            f'[{labels_zh.DOWNLOAD_FIGURE_SPEC}]({self.link(spec_rel)}){{ .ia-dl download="{spec_name}" }}\n'
         )
 
     def unshown_figures(self) -> list[str]:

@@ -14,7 +14,9 @@ conversion.
 from __future__ import annotations
 
 import copy
+import csv
 import functools
+import io
 import json
 import multiprocessing
 import os
@@ -197,11 +199,46 @@ class FigureSet:
         return {k[1] for k in self.written if k[0] == campaign}
 
     def convert(self, out_dir: Path) -> list[str]:
-        """Write every pending figure under ``out_dir``; return their paths."""
+        """Write every pending figure under ``out_dir`` with its downloads beside it (the points it draws as
+        CSV, its spec as Vega-Lite JSON: ``downloads_of``); return the SVGs' paths."""
         jobs = sorted(self.pending.items())
-        for (rel, _), svg in zip(jobs, convert_all([spec for _, spec in jobs]), strict=True):
+        for (rel, spec), svg in zip(jobs, convert_all([spec for _, spec in jobs]), strict=True):
             target = out_dir / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(svg, encoding="utf-8")
+            csv_rel, spec_rel = downloads_of(rel)
+            (out_dir / csv_rel).write_text(figure_csv(spec), encoding="utf-8")
+            (out_dir / spec_rel).write_text(json.dumps(spec, ensure_ascii=False, indent=1), encoding="utf-8")
         self.pending.clear()
         return [rel for rel, _ in jobs]
+
+
+def downloads_of(svg_rel: str) -> tuple[str, str]:
+    """The paths (relative to docs) of a figure's data CSV and spec JSON: beside its SVG, same stem."""
+    stem = svg_rel[: -len(".svg")] if svg_rel.endswith(".svg") else svg_rel
+    return f"{stem}.csv", f"{stem}.vl.json"
+
+
+def figure_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every data row a spec carries (its inline ``datasets`` and ``data.values``), in order; with more than
+    one dataset each row says which (column ``dataset``: 1, 2, …)."""
+    sets = [rows for rows in (spec.get("datasets") or {}).values() if isinstance(rows, list)]
+    values = (spec.get("data") or {}).get("values") if isinstance(spec.get("data"), dict) else None
+    if isinstance(values, list):
+        sets.append(values)
+    if len(sets) == 1:
+        return [dict(r) for r in sets[0] if isinstance(r, dict)]
+    return [{"dataset": i, **r} for i, rows in enumerate(sets, 1) for r in rows if isinstance(r, dict)]
+
+
+def figure_csv(spec: dict[str, Any]) -> str:
+    """The figure's data rows as CSV, the columns in first-seen order."""
+    rows = figure_rows(spec)
+    columns: dict[str, None] = {}
+    for r in rows:
+        columns.update(dict.fromkeys(r))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
