@@ -1209,8 +1209,11 @@ def rate_throughput(df: pd.DataFrame) -> Drawn:
     x = _rate_x(d["request_rate_req_s"], f["x"])
     color = _color("series_zh", f["color"], d["series_zh"])
     panels = []
-    for col, title in (("achieved_rate_req_s", f["y_rate"]), ("output_throughput_tok_s", f["y_tok"]),
-                       ("goodput_req_s", f["y_goodput"])):  # fmt: skip
+    for col, title in (
+        ("achieved_rate_req_s", f["y_rate"]),
+        ("output_throughput_tok_s", f["y_tok"]),
+        ("goodput_req_s", f["y_goodput"]),
+    ):
         sub = d.dropna(subset=[col])
         if not len(sub):
             continue
@@ -1218,8 +1221,14 @@ def rate_throughput(df: pd.DataFrame) -> Drawn:
         layer = _lines_and_points(base, sub)
         if col == "achieved_rate_req_s":
             rates = sorted({float(v) for v in d["request_rate_req_s"]})
-            diag = pd.DataFrame({"request_rate_req_s": rates, col: rates, "what": f["diag"],
-                                 "test_kind": d["test_kind"].iloc[0]})  # fmt: skip
+            diag = pd.DataFrame(
+                {
+                    "request_rate_req_s": rates,
+                    col: rates,
+                    "what": f["diag"],
+                    "test_kind": d["test_kind"].iloc[0],
+                }
+            )
             ref = (
                 alt.Chart(diag)
                 .mark_line(strokeDash=[4, 3], color=OTHER_COLOR)
@@ -1250,8 +1259,9 @@ def rate_latency(df: pd.DataFrame) -> Drawn:
     stats = [zh.PERCENTILES.get(s, s) for s in RATE_STATS]
     x = _rate_x(d["request_rate_req_s"], f["x"])
     color = _color("series_zh", f["color"], d["series_zh"])
-    dash = alt.StrokeDash("stat_zh:N", title=f["dash"], sort=stats,
-                          scale=alt.Scale(domain=stats, range=[[1, 0], [6, 3]]))  # fmt: skip
+    dash = alt.StrokeDash(
+        "stat_zh:N", title=f["dash"], sort=stats, scale=alt.Scale(domain=stats, range=[[1, 0], [6, 3]])
+    )
     panels = []
     for m in RATE_LATENCIES:
         sub = long[long["metric"] == m]

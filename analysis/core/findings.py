@@ -221,8 +221,14 @@ def measured(
         # NaN/inf never reaches a stated number: the finding is n/a, saying which input was not a number
         what = "value" if _non_finite(value) else "theory"
         got = value if what == "value" else theory
-        return not_available(at, unit, "unknown", f"the computed {what} is {got!r}, not a finite number" +
-                             (f" ({detail})" if detail else ""), sources, **extra)  # fmt: skip
+        return not_available(
+            at,
+            unit,
+            "unknown",
+            f"the computed {what} is {got!r}, not a finite number" + (f" ({detail})" if detail else ""),
+            sources,
+            **extra,
+        )
     if theory is not None and tolerance_pct is None:
         # a theory without a tolerance would read as "reconciled" whatever the gap; a mere reference
         # value (a floor, a ceiling) goes into `extra` under its own name instead

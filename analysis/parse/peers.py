@@ -40,8 +40,19 @@ _AIPERF_LATENCY = {
 # (tokens - 1)), vllm bench's TPOT; it keeps no per-chunk gaps (no ITL); request_latency is in seconds
 _GUIDELLM_LATENCY = {"time_to_first_token_ms": "ttft", "inter_token_latency_ms": "tpot"}
 # GuideLLM's percentile keys: p001 is the 0.1th, p01 the 1st, p999 the 99.9th
-_GUIDELLM_PCT = {"p001": 0.1, "p01": 1.0, "p05": 5.0, "p10": 10.0, "p25": 25.0, "p50": 50.0, "p75": 75.0,
-                 "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}  # fmt: skip
+_GUIDELLM_PCT = {
+    "p001": 0.1,
+    "p01": 1.0,
+    "p05": 5.0,
+    "p10": 10.0,
+    "p25": 25.0,
+    "p50": 50.0,
+    "p75": 75.0,
+    "p90": 90.0,
+    "p95": 95.0,
+    "p99": 99.0,
+    "p999": 99.9,
+}
 
 
 def sniff(obj: Any) -> str | None:
@@ -91,8 +102,12 @@ def _aiperf_stats(m: Any) -> LatencyStats:
     if not isinstance(m, dict):
         return LatencyStats()
     pcts = {float(k[1:]): v for k in m if k.startswith("p") and (v := _num(m[k])) is not None}
-    return LatencyStats(mean_ms=_num(m.get("avg")), median_ms=_num(m.get("p50")), std_ms=_num(m.get("std")),
-                        percentiles_ms=pcts)  # fmt: skip
+    return LatencyStats(
+        mean_ms=_num(m.get("avg")),
+        median_ms=_num(m.get("p50")),
+        std_ms=_num(m.get("std")),
+        percentiles_ms=pcts,
+    )
 
 
 def _bench_date(iso: Any) -> str | None:
@@ -161,8 +176,12 @@ def _gl_stats(metric: Any, scale: float = 1.0) -> LatencyStats:
         return None if x is None else x * scale
 
     pcts = {_GUIDELLM_PCT[k]: x for k, v in pct.items() if k in _GUIDELLM_PCT and (x := s(v)) is not None}
-    return LatencyStats(mean_ms=s(d.get("mean")), median_ms=s(d.get("median")), std_ms=s(d.get("std_dev")),
-                        percentiles_ms=pcts)  # fmt: skip
+    return LatencyStats(
+        mean_ms=s(d.get("mean")),
+        median_ms=s(d.get("median")),
+        std_ms=s(d.get("std_dev")),
+        percentiles_ms=pcts,
+    )
 
 
 def _gl_total(metric: Any, status: str = "successful") -> float | None:

@@ -198,8 +198,10 @@ def parse_prometheus_text(text: str, path: str | Path = "<text>", first_line: in
         families[f.name] = (f.type, f.documentation or "")
         for fs in f.samples:
             owner[(fs.name, tuple(sorted(fs.labels.items())))] = (f.name, f.type)
-    typed = [_typed(path, ps, *owner.get((ps.name, tuple(sorted(ps.labels.items()))), (ps.name, "unknown")))
-             for ps in samples]  # fmt: skip
+    typed = [
+        _typed(path, ps, *owner.get((ps.name, tuple(sorted(ps.labels.items()))), (ps.name, "unknown")))
+        for ps in samples
+    ]
     return PromSnapshot(path=path, samples=typed, families=families)
 
 

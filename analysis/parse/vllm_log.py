@@ -428,22 +428,44 @@ _RULES: tuple[tuple[str | None, _Rule], ...] = (
     ("version ", _banner_version),
     ("attention backend", _attention_backend),
     ("Checkpoint size:", _numbers("ckpt", "Checkpoint size: X GiB", ("checkpoint_size_gib", 1, _num))),
-    ("Model loading took", _numbers("loading", "Model loading took X GiB and Y seconds",
-                                    ("weights_loaded_gib", 1, _num), ("weights_load_s", 2, _num))),
-    ("Available KV cache memory:", _numbers("kv_mem", "Available KV cache memory: X GiB",
-                                            ("kv_cache_memory_gib", 1, _num))),
+    (
+        "Model loading took",
+        _numbers(
+            "loading",
+            "Model loading took X GiB and Y seconds",
+            ("weights_loaded_gib", 1, _num),
+            ("weights_load_s", 2, _num),
+        ),
+    ),
+    (
+        "Available KV cache memory:",
+        _numbers("kv_mem", "Available KV cache memory: X GiB", ("kv_cache_memory_gib", 1, _num)),
+    ),
     ("KV cache size:", _kv_cache_size),
     ("# GPU blocks:", _numbers("blocks", "# GPU blocks: N", ("num_gpu_blocks", 1, int))),
-    ("Maximum concurrency for", _numbers("maxconc", "Maximum concurrency for N tokens per request: X.XXx",
-                                         ("max_concurrency_tokens_per_request", "t", _int),
-                                         ("max_concurrency_x", "x", _num))),
+    (
+        "Maximum concurrency for",
+        _numbers(
+            "maxconc",
+            "Maximum concurrency for N tokens per request: X.XXx",
+            ("max_concurrency_tokens_per_request", "t", _int),
+            ("max_concurrency_x", "x", _num),
+        ),
+    ),
     ("Free memory on device", _free_memory),
-    ("Graph capturing finished", _numbers("graph", "Graph capturing finished in N secs, took X GiB",
-                                          ("cuda_graph_capture_s", 1, _num), ("cuda_graph_gib", 2, _num))),
+    (
+        "Graph capturing finished",
+        _numbers(
+            "graph",
+            "Graph capturing finished in N secs, took X GiB",
+            ("cuda_graph_capture_s", 1, _num),
+            ("cuda_graph_gib", 2, _num),
+        ),
+    ),
     ("sampling parameters have been overridden", _sampling_override),
     (None, _searched("arch", "architecture", str)),
     (None, _searched("maxlen", "max_model_len", int)),
-)  # fmt: skip
+)
 
 
 def _handle(b: _Builder, path: str, rec: LogRecord) -> None:

@@ -205,10 +205,21 @@ def _arms(campaign: Campaign, ctx: Context) -> list[Arm]:
 # --- tables -------------------------------------------------------------------------------------------------
 
 POINT_COLS = (
-    "request_rate_req_s", "achieved_rate_req_s", "shortfall_pct", "requests", "good_requests", "good_share",
-    "goodput_req_s", "p50_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "output_throughput_tok_s",
-    "gate_ok", "source",
-)  # fmt: skip
+    "request_rate_req_s",
+    "achieved_rate_req_s",
+    "shortfall_pct",
+    "requests",
+    "good_requests",
+    "good_share",
+    "goodput_req_s",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "p50_itl_ms",
+    "p99_itl_ms",
+    "output_throughput_tok_s",
+    "gate_ok",
+    "source",
+)
 
 
 def _point_rows(arms: list[Arm]) -> list[dict]:
@@ -333,8 +344,15 @@ def _ratio_at(st: Step, metric: str, rate: float) -> tuple[float | None, float |
         return None, None
     bm, bs = st.baseline.at(rate, col)
     base_rel = (bs / bm) if (bs is not None and bm) else None
-    rels = [x for x in ((s1 / m1) if s1 is not None and m1 else None, (s0 / m0) if s0 is not None else None,
-                        base_rel) if x is not None]  # fmt: skip
+    rels = [
+        x
+        for x in (
+            (s1 / m1) if s1 is not None and m1 else None,
+            (s0 / m0) if s0 is not None else None,
+            base_rel,
+        )
+        if x is not None
+    ]
     ratio = m1 / m0
     return ratio, (ratio * max(rels)) if rels else None
 
@@ -394,13 +412,32 @@ def _step_findings(rows: list[dict], steps: list[Step]) -> list[fnd.Finding]:
         at = _arm_at(st.arm)
         srcs = [r["source"] for rr in st.arm.runs for r in rr.rows]
         common = {"step": st.index, "runs": row["runs"]}
-        out.append(fnd.measured(at("goodput_max_req_s"), row["goodput_max_req_s"], "req/s", srcs,
-                                spread=row["goodput_spread_req_s"], **common))  # fmt: skip
-        out.append(fnd.measured(at("held_rate_req_s"), row["held_rate_req_s"], "req/s", srcs,
-                                share=HELD_SHARE, **common))  # fmt: skip
+        out.append(
+            fnd.measured(
+                at("goodput_max_req_s"),
+                row["goodput_max_req_s"],
+                "req/s",
+                srcs,
+                spread=row["goodput_spread_req_s"],
+                **common,
+            )
+        )
+        out.append(
+            fnd.measured(
+                at("held_rate_req_s"), row["held_rate_req_s"], "req/s", srcs, share=HELD_SHARE, **common
+            )
+        )
         if row["gpu_busy_pct"] is not None:
-            out.append(fnd.measured(at("gpu_busy_pct"), row["gpu_busy_pct"], "%", srcs,
-                                    from_rate_req_s=BUSY_FROM_RATE, **common))  # fmt: skip
+            out.append(
+                fnd.measured(
+                    at("gpu_busy_pct"),
+                    row["gpu_busy_pct"],
+                    "%",
+                    srcs,
+                    from_rate_req_s=BUSY_FROM_RATE,
+                    **common,
+                )
+            )
         if st.previous is not None:
             out.append(
                 fnd.measured(
@@ -414,7 +451,7 @@ def _step_findings(rows: list[dict], steps: list[Step]) -> list[fnd.Finding]:
                     first_unheld_rate_req_s=row["first_unheld_rate_req_s"],
                     good_share_at_unheld=row["good_share_at_unheld"],
                     **common,
-                )  # fmt: skip
+                )
             )
     return out
 
@@ -446,26 +483,37 @@ def prediction_row(pr: Predict, m: float | None, s: float | None) -> dict[str, A
     """One plan prediction against its measurement [m − s, m + s] (``experiments.verdict``; None when
     unmeasured)."""
     v = None if m is None else ex.verdict("bound", m, s, pr.lo, pr.hi)
-    return {"quantity": pr.quantity, "predicted_lo": pr.lo, "predicted_hi": pr.hi, "measured": m, "spread": s,
-            "verdict": v, "plan": pr.cite}  # fmt: skip
+    return {
+        "quantity": pr.quantity,
+        "predicted_lo": pr.lo,
+        "predicted_hi": pr.hi,
+        "measured": m,
+        "spread": s,
+        "verdict": v,
+        "plan": pr.cite,
+    }
 
 
 def predicted(at: At, r: dict[str, Any], unit: str = "", **extra: Any) -> fnd.Finding:
     """A prediction row as a finding citing its plan line: the measurement, or n/a when the runs hold none."""
     extra = {k: r[k] for k in ("predicted_lo", "predicted_hi", "spread", "verdict")} | extra
     if r["measured"] is None:
-        return fnd.not_available(at, unit, "unknown", "the runs hold no value for this quantity", [r["plan"]],
-                                 **extra)  # fmt: skip
+        return fnd.not_available(
+            at, unit, "unknown", "the runs hold no value for this quantity", [r["plan"]], **extra
+        )
     return fnd.measured(at, r["measured"], unit, [r["plan"]], **extra)
 
 
 def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
     return [
-        predicted(At(level="run", run=r["arm"], engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}"),
-                  r, step=r["step"],
-                  quantity_kind="latency_ratio" if RATIO_AT.match(r["quantity"]) else "capacity")
+        predicted(
+            At(level="run", run=r["arm"], engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}"),
+            r,
+            step=r["step"],
+            quantity_kind="latency_ratio" if RATIO_AT.match(r["quantity"]) else "capacity",
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def run(s: SectionInput) -> Section:

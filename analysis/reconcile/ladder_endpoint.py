@@ -64,9 +64,19 @@ def _ratio_findings(rows: list[dict], chat: lad.Arm, comp: lad.Arm) -> list[fnd.
     for col, (_fn, unit) in MEASURES.items():
         if c0[col] is None or c1[col] is None:
             continue
-        out.append(fnd.measured(at(f"{col}"), c1[col], unit, srcs, spread=c1[f"{col}_spread"],
-                                chat=c0[col], chat_spread=c0[f"{col}_spread"], runs=c1["runs"],
-                                chat_runs=c0["runs"]))  # fmt: skip
+        out.append(
+            fnd.measured(
+                at(f"{col}"),
+                c1[col],
+                unit,
+                srcs,
+                spread=c1[f"{col}_spread"],
+                chat=c0[col],
+                chat_spread=c0[f"{col}_spread"],
+                runs=c1["runs"],
+                chat_runs=c0["runs"],
+            )
+        )
         if c0[col]:
             r, s = ratio_spread(c1[col], c1[f"{col}_spread"], c0[col], c0[f"{col}_spread"])
             v = None if s is None else lad.step_verdict(r, s / r)
@@ -74,8 +84,16 @@ def _ratio_findings(rows: list[dict], chat: lad.Arm, comp: lad.Arm) -> list[fnd.
     verdicts = {f.at.metric: f.extra.get("verdict") for f in out}
     # the lead holds when completions lifts both the GPU's busy share and the goodput beyond the spread
     holds = all(verdicts.get(f"{c}_ratio") == "paid" for c in LEAD_NEEDS)
-    out.append(fnd.measured(at("chat_endpoint_caps"), holds, "", srcs, needs=list(LEAD_NEEDS),
-                            verdicts={c: verdicts.get(f"{c}_ratio") for c in LEAD_NEEDS}))  # fmt: skip
+    out.append(
+        fnd.measured(
+            at("chat_endpoint_caps"),
+            holds,
+            "",
+            srcs,
+            needs=list(LEAD_NEEDS),
+            verdicts={c: verdicts.get(f"{c}_ratio") for c in LEAD_NEEDS},
+        )
+    )
     return out
 
 
@@ -85,8 +103,12 @@ def _measure(quantity: str, rows: list[dict]) -> tuple[float | None, float | Non
         return c1[quantity], c1[f"{quantity}_spread"]
     m = ITL_RATIO.match(quantity)
     if m and float(m["rate"]) == ITL_RATE and c0["p50_itl_at_3_ms"] and c1["p50_itl_at_3_ms"] is not None:
-        return ratio_spread(c1["p50_itl_at_3_ms"], c1["p50_itl_at_3_ms_spread"],
-                            c0["p50_itl_at_3_ms"], c0["p50_itl_at_3_ms_spread"])  # fmt: skip
+        return ratio_spread(
+            c1["p50_itl_at_3_ms"],
+            c1["p50_itl_at_3_ms_spread"],
+            c0["p50_itl_at_3_ms"],
+            c0["p50_itl_at_3_ms_spread"],
+        )
     return None, None
 
 

@@ -78,8 +78,17 @@ def _waves(run: RunData, repeat: int) -> dict[str, Wave]:
         if not r.completed or r.output_throughput_tok_s is None or r.itl.p50_ms is None:
             continue
         ids, n_runs, cite = slots.get(p.label, ([], None, None))
-        out[m["phase"]] = Wave(run.name, repeat, m["phase"], r.itl.p50_ms, r.output_throughput_tok_s, n_runs,
-                               tuple(ids), p.cite(), cite)  # fmt: skip
+        out[m["phase"]] = Wave(
+            run.name,
+            repeat,
+            m["phase"],
+            r.itl.p50_ms,
+            r.output_throughput_tok_s,
+            n_runs,
+            tuple(ids),
+            p.cite(),
+            cite,
+        )
     return out
 
 
@@ -147,10 +156,21 @@ def _diff_findings(hs: list[History]) -> list[fnd.Finding]:
         runs_many = [w.slot_runs for w in h.many]
         for q in QUANTITIES:
             m, s = h.mean_spread(q)
-            out.append(fnd.measured(At(topic=TOPIC)(f"{q}_{h.name}"), m, "%", srcs, spread=s,
-                                    repeats=len(h.few), per_repeat=h.diffs(q), history=h.name,
-                                    order=HISTORIES.index(h.name),
-                                    slot_runs_np64=runs_few, slot_runs_np256=runs_many))  # fmt: skip
+            out.append(
+                fnd.measured(
+                    At(topic=TOPIC)(f"{q}_{h.name}"),
+                    m,
+                    "%",
+                    srcs,
+                    spread=s,
+                    repeats=len(h.few),
+                    per_repeat=h.diffs(q),
+                    history=h.name,
+                    order=HISTORIES.index(h.name),
+                    slot_runs_np64=runs_few,
+                    slot_runs_np256=runs_many,
+                )
+            )
     return out
 
 
@@ -170,12 +190,31 @@ def _slot_run_findings(hs: list[History]) -> list[fnd.Finding]:
     added run (the fragmentation reading predicts it; False when any count's mean is not above the last)."""
     groups = by_slot_runs(hs)
     srcs = [w.slot_source for h in hs for w in h.few if w.slot_source]
-    out = [fnd.measured(At(topic=TOPIC)(f"p50_itl_diff_pct_slot_runs_{n}"), mean(d), "%", srcs, slot_runs=n,
-                        waves=len(d), lo=min(d), hi=max(d)) for n, d in groups.items()]  # fmt: skip
+    out = [
+        fnd.measured(
+            At(topic=TOPIC)(f"p50_itl_diff_pct_slot_runs_{n}"),
+            mean(d),
+            "%",
+            srcs,
+            slot_runs=n,
+            waves=len(d),
+            lo=min(d),
+            hi=max(d),
+        )
+        for n, d in groups.items()
+    ]
     means = [mean(d) for d in groups.values()]
     rises = len(means) > 1 and all(b > a for a, b in zip(means, means[1:], strict=False))
-    out.append(fnd.measured(At(topic=TOPIC)("slowdown_rises_with_slot_runs"), rises, "", srcs,
-                            slot_run_counts=list(groups), mean_diff_pct=means))  # fmt: skip
+    out.append(
+        fnd.measured(
+            At(topic=TOPIC)("slowdown_rises_with_slot_runs"),
+            rises,
+            "",
+            srcs,
+            slot_run_counts=list(groups),
+            mean_diff_pct=means,
+        )
+    )
     return out
 
 

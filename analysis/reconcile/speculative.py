@@ -227,8 +227,17 @@ def _prediction_rows(runs: list[SpecRun], run_rows: list[dict]) -> list[dict]:
             m = {"speedup_c1": r["speedup_measured"], "acceptance": r["acceptance"]}.get(pr.quantity)
             # one run per arm: the verdict takes the measurement as exact (no repeat spread: s = 0)
             v = None if m is None else ex.verdict("bound", m, 0.0, pr.lo, pr.hi)
-            rows.append({"run": sr.run.name, "quantity": pr.quantity, "predicted_lo": pr.lo,
-                         "predicted_hi": pr.hi, "measured": m, "verdict": v, "plan": pr.cite})  # fmt: skip
+            rows.append(
+                {
+                    "run": sr.run.name,
+                    "quantity": pr.quantity,
+                    "predicted_lo": pr.lo,
+                    "predicted_hi": pr.hi,
+                    "measured": m,
+                    "verdict": v,
+                    "plan": pr.cite,
+                }
+            )
     return rows
 
 
@@ -243,13 +252,23 @@ def _findings(run_rows, gain, pred_rows, costs: Costs, cost_src: list[str], over
             cost_src,
             target_step_2_ms=costs.target[2],
             target_step_9_ms=costs.target[9],
-        ),  # fmt: skip
+        ),
         fnd.measured(at("draft_step_1_ms"), costs.draft1, "ms", cost_src, depth=STEP_DEPTH),
     ]
     for r in run_rows:
         rat = At(level="run", run=r["run"], engine="llamacpp", weight_format="fp16", topic=TOPIC)
-        extra = {k: r[k] for k in ("k", "synthetic_alpha", "acceptance", "tokens_per_step", "speedup_kernels",
-                                   "step_server_ms", "step_kernels_ms")}  # fmt: skip
+        extra = {
+            k: r[k]
+            for k in (
+                "k",
+                "synthetic_alpha",
+                "acceptance",
+                "tokens_per_step",
+                "speedup_kernels",
+                "step_server_ms",
+                "step_kernels_ms",
+            )
+        }
         out.append(fnd.measured(rat("speedup_measured"), r["speedup_measured"], "x", [r["source"]], **extra))
         if r["gpu_busy_pct"] is not None:
             out.append(fnd.measured(rat("gpu_busy_pct"), r["gpu_busy_pct"], "%", [r["source"]], k=r["k"]))
@@ -291,7 +310,7 @@ def run(s: SectionInput) -> Section:
         "spec_step_costs": [
             {"model": t, "tokens": n, "depth": d, "median_ms": v}
             for (t, n, d), v in sorted(step_costs(sc).items())
-        ],  # fmt: skip
+        ],
         "spec_runs": run_rows,
         "spec_gain": gain,
         "spec_predictions": preds,

@@ -21,8 +21,19 @@ from collector.raw.records import CheckResult, RequestRecord
 PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 # Request fields that would make sampling non-greedy or change what is generated.
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty", "seed", "n", "best_of", "logit_bias")  # fmt: skip
+SAMPLING_KEYS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "n",
+    "best_of",
+    "logit_bias",
+)
 
 
 def _scrape(text: str | None) -> PromSnapshot | None:

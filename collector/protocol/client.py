@@ -135,8 +135,13 @@ class _Received:
         self.chunk_unix: list[int] = []
         self.chunk_tokens: list[int] = []
         self.counter = _TokenCounter(max_tokens)
-        self.state: dict[str, Any] = {"done": False, "usage": None, "timings": None, "finish_reason": None,
-                                      "id": None}  # fmt: skip
+        self.state: dict[str, Any] = {
+            "done": False,
+            "usage": None,
+            "timings": None,
+            "finish_reason": None,
+            "id": None,
+        }
 
     def handler(
         self, on_chunk: Callable[[int], None] | None, text_out: list[str] | None
@@ -237,8 +242,9 @@ async def stream_completion(
                     # The request is built (body encoded) before the send stamp: what a TTFT counts starts
                     # when the request is handed to the connection, not with the client's own encoding.
                     if again is None:
-                        again = client.build_request("POST", request.url, content=request.content,
-                                                     headers=request.headers)  # fmt: skip
+                        again = client.build_request(
+                            "POST", request.url, content=request.content, headers=request.headers
+                        )
                     at.sent = stamp(clock)
                     resp = await client.send(again, stream=True)
                     try:

@@ -37,12 +37,42 @@ _SECRET_ARGS = ("--api-key", "--hf-token", "--api-key-file")
 # CUDA/NVIDIA/ROCm devices and libraries, NCCL, vLLM, llama.cpp/ggml, the OpenMP and BLAS thread pools,
 # PyTorch/Triton, tokenizers' threads, the allocator, the Hugging Face offline switches.
 PERF_ENV_PREFIXES = (
-    "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_", "NCCL_", "HIP_", "ROCM_", "ROCR_", "HSA_",
-    "VLLM_", "GGML_", "LLAMA_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "BLIS_",
-    "PYTORCH_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "TOKENIZERS_", "MALLOC_",
-)  # fmt: skip
-PERF_ENV_NAMES = frozenset({"HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
-                            "HF_HUB_ENABLE_HF_TRANSFER", "LD_PRELOAD", "LD_LIBRARY_PATH"})  # fmt: skip
+    "CUDA_",
+    "CUBLAS_",
+    "CUBLASLT_",
+    "CUDNN_",
+    "NVIDIA_",
+    "NCCL_",
+    "HIP_",
+    "ROCM_",
+    "ROCR_",
+    "HSA_",
+    "VLLM_",
+    "GGML_",
+    "LLAMA_",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "BLIS_",
+    "PYTORCH_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "TRITON_",
+    "TOKENIZERS_",
+    "MALLOC_",
+)
+PERF_ENV_NAMES = frozenset(
+    {
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_ENABLE_HF_TRANSFER",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+    }
+)
 NVIDIA_SMI_GPU_QUERY = (
     "index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm,clocks.max.mem,clocks.sm,"
     "clocks.mem,power.limit,persistence_mode,compute_mode"

@@ -147,8 +147,9 @@ def _groups(src: Path) -> dict[str, list[SourceFile]]:
                 raise ImportSourceError(why)
             if stat.S_ISREG(st.st_mode):
                 rel_dir = p.parent.relative_to(src).as_posix()
-                groups.setdefault(rel_dir, []).append(SourceFile(p, st.st_dev, st.st_ino, st.st_size,
-                                                                 st.st_mtime_ns))  # fmt: skip
+                groups.setdefault(rel_dir, []).append(
+                    SourceFile(p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                )
     return groups
 
 

@@ -1009,8 +1009,15 @@ def _gpu_comment(gpu: Gpu, campaign: str) -> list[str]:
     return []
 
 
-def _model_table(engine: Engine, model: ModelFacts, gpu: Gpu, sizing: Sizing, campaign: str, config_ref: str,
-                 token_range: tuple[int, int, str]) -> list[str]:  # fmt: skip
+def _model_table(
+    engine: Engine,
+    model: ModelFacts,
+    gpu: Gpu,
+    sizing: Sizing,
+    campaign: str,
+    config_ref: str,
+    token_range: tuple[int, int, str],
+) -> list[str]:
     """``[model]``: the theory's inputs (config, GPU, formats, context, KV pool, token ids), explained."""
     low, high, range_why = token_range
     lines = ["", "[model]                                   # inputs of the theory (prediction.json)"]

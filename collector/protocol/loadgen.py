@@ -130,8 +130,13 @@ class LagProbe:
     ``on_late(lag_ns)`` is called (once) when the p99 lag of the last 100 wake-ups exceeds ``warn_ns`` — the
     live warning, by the same function the analysis' gate uses (``metrics.client_loop_lag_p99_ms``)."""
 
-    def __init__(self, period_s: float = PROBE_PERIOD_S, warn_ns: int | None = None,
-                 on_late: Callable[[int], None] | None = None, clock: Clock = SYSTEM_CLOCK):  # fmt: skip
+    def __init__(
+        self,
+        period_s: float = PROBE_PERIOD_S,
+        warn_ns: int | None = None,
+        on_late: Callable[[int], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
         self.period_ns = round(period_s * 1e9)
         self.due_mono_ns: list[int] = []
         self.lag_ns: list[int] = []
@@ -260,8 +265,15 @@ _WORKER_LIMITS = httpx.Limits(max_connections=1, max_keepalive_connections=1, ke
 class _PointLoad:
     """One point's load in this process (``run_point``): its prompts, its workers' clients, the sends."""
 
-    def __init__(self, point: PointPlan, settings: LoadSettings, listeners: Listeners, abort: Abort,
-                 clock: Clock, share: ShardShare):  # fmt: skip
+    def __init__(
+        self,
+        point: PointPlan,
+        settings: LoadSettings,
+        listeners: Listeners,
+        abort: Abort,
+        clock: Clock,
+        share: ShardShare,
+    ):
         self.point, self.offsets = resolve_rate_point(point)
         point = self.point
         self.settings, self.listeners, self.abort, self.clock, self.share = (
@@ -622,8 +634,17 @@ async def _shard_load(conn: Any, job: _ShardJob, go: Any, stop: Any, grace: Any,
     listeners = Listeners(sink=lambda r: conn.send(("rec", r.to_obj())))
     out = await run_point(job.point, job.settings, listeners, abort, probe=probe, share=share)
     watcher.cancel()
-    conn.send(("end", {"sent": out.sent, "probe": _probe_obj(probe, out, job.k), "aborted": out.aborted,
-                       "stopped": out.stopped}))  # fmt: skip
+    conn.send(
+        (
+            "end",
+            {
+                "sent": out.sent,
+                "probe": _probe_obj(probe, out, job.k),
+                "aborted": out.aborted,
+                "stopped": out.stopped,
+            },
+        )
+    )
 
 
 def _start_resource_tracker() -> None:
@@ -643,15 +664,27 @@ def _start_resource_tracker() -> None:
 
 def _probe_obj(probe: LagProbe, out: PointOutcome, shard: int) -> dict[str, Any]:
     """A shard's self-observations, as the ``client_probe`` event carries them."""
-    return {"shard": shard, "period_ns": probe.period_ns, "due_mono_ns": probe.due_mono_ns,
-            "lag_ns": probe.lag_ns, "cpu_ns": out.cpu_ns, "wall_ns": out.wall_ns}  # fmt: skip
+    return {
+        "shard": shard,
+        "period_ns": probe.period_ns,
+        "due_mono_ns": probe.due_mono_ns,
+        "lag_ns": probe.lag_ns,
+        "cpu_ns": out.cpu_ns,
+        "wall_ns": out.wall_ns,
+    }
 
 
 class _Shards:
     """A point over shard processes (``run_load``): their pipes read on this event loop as records arrive."""
 
-    def __init__(self, point: PointPlan, shards: int, listeners: Listeners, abort: Abort,
-                 on_late: Callable[[int], None] | None):  # fmt: skip
+    def __init__(
+        self,
+        point: PointPlan,
+        shards: int,
+        listeners: Listeners,
+        abort: Abort,
+        on_late: Callable[[int], None] | None,
+    ):
         self.n, self.listeners, self.abort, self.on_late = shards, listeners, abort, on_late
         self.out = PointOutcome(point.point_id)
         self.out.probes = []

@@ -441,8 +441,14 @@ def plan_flags(args: Sequence[str]) -> list[str]:
 def llamacpp_known_flags(binary: Path) -> set[str] | None:
     """Every option name ``llama-server --help`` prints; None when it cannot be run."""
     try:
-        p = subprocess.run([str(binary), "--help"], capture_output=True, text=True, errors="replace",
-                           timeout=HELP_TIMEOUT_S, stdin=subprocess.DEVNULL)  # fmt: skip
+        p = subprocess.run(
+            [str(binary), "--help"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=HELP_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     flags = set(_HELP_FLAG.findall(p.stdout + p.stderr))
@@ -453,8 +459,13 @@ def vllm_source_dir(python: Path) -> Path | None:
     """The installed vllm package's folder, found without importing vllm (which takes tens of seconds)."""
     code = "import importlib.util as u; s = u.find_spec('vllm'); print(s.submodule_search_locations[0])"
     try:
-        p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=HELP_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL)  # fmt: skip
+        p = subprocess.run(
+            [str(python), "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=HELP_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     d = Path(p.stdout.strip()) if p.returncode == 0 else None

@@ -239,28 +239,56 @@ def _phases(spec: QuickSpec) -> list[str]:
     warm = spec.num_warmups if spec.num_warmups is not None else 2 * min(8, conc[0])
     out: list[str] = []
     if warm:
-        out += ["[[phase]]", 'name = "warmup"', 'kind = "warmup"', f"concurrency = {min(warm, conc[0])}",
-                f"requests = {warm}", *lens, f"seed = {spec.seed + 100_000}", ""]  # fmt: skip
+        out += [
+            "[[phase]]",
+            'name = "warmup"',
+            'kind = "warmup"',
+            f"concurrency = {min(warm, conc[0])}",
+            f"requests = {warm}",
+            *lens,
+            f"seed = {spec.seed + 100_000}",
+            "",
+        ]
     if inf_rate:
         out += ["[[phase]]", 'name = "sweep"', 'kind = "concurrency"', *lens, "points = ["]
-        out += [f"  {{ concurrency = {c}, requests = {_requests(spec, c)}, seed = {spec.seed + i} }},"
-                for i, c in enumerate(conc)]  # fmt: skip
+        out += [
+            f"  {{ concurrency = {c}, requests = {_requests(spec, c)}, seed = {spec.seed + i} }},"
+            for i, c in enumerate(conc)
+        ]
         out += ["]", ""]
     if spec.waves:
         out += [
             "# An open-loop rate sweep (vllm bench serve --request-rate): after the sweep above,",
             "# `collector slo` names the rate worth measuring; set it here and uncomment.",
-            "# [[phase]]", '# name = "rate"', '# kind = "rate"', *(f"# {x}" for x in lens),
-            '# arrival = "poisson"', "# request_rates = [1.0, 2.0, 4.0]", "# duration_s = 60",
-            f"# seed = {spec.seed + 500}", "",
-        ]  # fmt: skip
+            "# [[phase]]",
+            '# name = "rate"',
+            '# kind = "rate"',
+            *(f"# {x}" for x in lens),
+            '# arrival = "poisson"',
+            "# request_rates = [1.0, 2.0, 4.0]",
+            "# duration_s = 60",
+            f"# seed = {spec.seed + 500}",
+            "",
+        ]
     if rates:
-        arrival = ['arrival = "poisson"'] if spec.burstiness == 1 else [
-            'arrival = "gamma"', f"burstiness = {spec.burstiness!r}"]  # fmt: skip
+        arrival = (
+            ['arrival = "poisson"']
+            if spec.burstiness == 1
+            else ['arrival = "gamma"', f"burstiness = {spec.burstiness!r}"]
+        )
         cap = [f"max_concurrency = {conc[0]}"] if spec.max_concurrency else []
-        out += ["[[phase]]", 'name = "rate"', 'kind = "rate"', *lens, *arrival, *cap,
-                f"max_requests = {spec.num_prompts}", f"request_rates = [{', '.join(map(repr, rates))}]",
-                f"seed = {spec.seed + len(conc)}", ""]  # fmt: skip
+        out += [
+            "[[phase]]",
+            'name = "rate"',
+            'kind = "rate"',
+            *lens,
+            *arrival,
+            *cap,
+            f"max_requests = {spec.num_prompts}",
+            f"request_rates = [{', '.join(map(repr, rates))}]",
+            f"seed = {spec.seed + len(conc)}",
+            "",
+        ]
     return out
 
 
@@ -314,14 +342,16 @@ def plan_text(spec: QuickSpec, facts: ServerFacts, theory: TheoryInputs, gpu: st
             ["headers = { " + ", ".join(f"{_q(k)} = {_q(v)}" for k, v in spec.headers.items()) + " }"]
             if spec.headers
             else []
-        ),  # fmt: skip
+        ),
         "",
     ]
     if spec.random_range_ratio or spec.random_prefix_len or (chat and spec.tokenizer):
         lines += ["[workload]"]
         if spec.random_range_ratio:
-            lines += [f"input_range_ratio = {spec.random_range_ratio!r}",
-                      f"output_range_ratio = {spec.random_range_ratio!r}"]  # fmt: skip
+            lines += [
+                f"input_range_ratio = {spec.random_range_ratio!r}",
+                f"output_range_ratio = {spec.random_range_ratio!r}",
+            ]
         if spec.random_prefix_len:
             lines += [f"prefix_len = {spec.random_prefix_len}"]
         if spec.tokenizer:
@@ -370,9 +400,16 @@ def init_spec(
     url: str, model: str | None, campaign: str | None, model_config: str | None, gpu: str | None
 ) -> QuickSpec:
     """``collector init --url``: a sweep of INIT_SWEEP streams at the peers' default lengths, warmed up."""
-    return QuickSpec(base_url=url, model=model, model_config=model_config, gpu=gpu,
-                     max_concurrency=INIT_SWEEP, waves=INIT_WAVES, campaign=campaign or "quick",
-                     label="sweep")  # fmt: skip
+    return QuickSpec(
+        base_url=url,
+        model=model,
+        model_config=model_config,
+        gpu=gpu,
+        max_concurrency=INIT_SWEEP,
+        waves=INIT_WAVES,
+        campaign=campaign or "quick",
+        label="sweep",
+    )
 
 
 def _url(flags: dict) -> str:

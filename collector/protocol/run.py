@@ -179,10 +179,15 @@ class _Live:
     def __init__(self, console: Console):
         self.console = console
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[tok_s]:>8.0f} tok/s"), TextColumn("err {task.fields[errors]}"),
-            TimeElapsedColumn(), console=console, transient=False,
-        )  # fmt: skip
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[tok_s]:>8.0f} tok/s"),
+            TextColumn("err {task.fields[errors]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self.task: TaskID | None = None
         self.tokens = 0
         self.errors = 0
@@ -415,9 +420,16 @@ class _Protocol:
         self.record_check(ck.check_health(waited, sp.base_url))
         if not sp.attach:
             facts = self.server.check_identity()
-            self.record_check(CheckResult("startup", "server_identity", facts.get("ours"),
-                                          f"port {sp.port}: listener pids {facts.get('listener_pids')}, "
-                                          f"started server pid {facts.get('pid')}", facts=facts))  # fmt: skip
+            self.record_check(
+                CheckResult(
+                    "startup",
+                    "server_identity",
+                    facts.get("ours"),
+                    f"port {sp.port}: listener pids {facts.get('listener_pids')}, "
+                    f"started server pid {facts.get('pid')}",
+                    facts=facts,
+                )
+            )
 
     def server_facts(self) -> str | None:
         """Verbatim answers of the server's info endpoints (into fingerprint/), then the start-up checks."""
@@ -490,9 +502,16 @@ class _Protocol:
         gpu = s.nvidia_smi == "on" or (s.nvidia_smi == "auto" and nvidia_smi_available())
         if gpu:
             self.scrapes.write(query_nvidia_smi(self.clock, tag="startup"))
-        self.sampler = Sampler(self.plan.server.base_url, s.interval_s, self.scrapes, self.events.emit,
-                               metrics=s.metrics, nvidia_smi=gpu, clock=self.clock,
-                               headers=self.headers)  # fmt: skip
+        self.sampler = Sampler(
+            self.plan.server.base_url,
+            s.interval_s,
+            self.scrapes,
+            self.events.emit,
+            metrics=s.metrics,
+            nvidia_smi=gpu,
+            clock=self.clock,
+            headers=self.headers,
+        )
         self.sampler.start()
 
     async def phases(self) -> None:
@@ -542,9 +561,18 @@ class _Protocol:
         pt, _schedule = resolve_rate_point(pt)  # a rate point: requests = the number its schedule sends
         self.current_point = pt.point_id
         rate = {} if pt.rate is None else {"rate": dataclasses.asdict(pt.rate)}
-        self.events.emit("point_start", point=pt.point_id, phase=pt.phase, phase_kind=pt.kind,
-                         concurrency=pt.concurrency, requests=pt.requests, input_len=pt.input_len,
-                         output_len=pt.output_len, seed=pt.seed, **rate)  # fmt: skip
+        self.events.emit(
+            "point_start",
+            point=pt.point_id,
+            phase=pt.phase,
+            phase_kind=pt.kind,
+            concurrency=pt.concurrency,
+            requests=pt.requests,
+            input_len=pt.input_len,
+            output_len=pt.output_len,
+            seed=pt.seed,
+            **rate,
+        )
         before = await self._point_scrape("point_start", pt.point_id) if p.sampling.metrics else None
         records: list[RequestRecord] = []
         live.start_point(pt)
@@ -589,25 +617,37 @@ class _Protocol:
         """Where the requests go and what they carry besides each prompt (the same for every point)."""
         p, sp = self.plan, self.plan.server
         return LoadSettings(
-            base_url=sp.base_url, model=sp.served_model_name,
+            base_url=sp.base_url,
+            model=sp.served_model_name,
             token_id_range=(p.model.token_id_low, p.model.token_id_high),
             engine_extra=self.live_server.adapter.request_extra(sp.prefix_cache),
             plan_extra=p.load.extra_body,
-            request_timeout_s=p.load.request_timeout_s, read_timeout_s=p.load.read_timeout_s,
-            workload=self.spec, headers=self.headers,
-        )  # fmt: skip
+            request_timeout_s=p.load.request_timeout_s,
+            read_timeout_s=p.load.read_timeout_s,
+            workload=self.spec,
+            headers=self.headers,
+        )
 
     async def _load(self, pt: PointPlan, live: _Live, records: list[RequestRecord]) -> PointOutcome:
         """The point's load (collector.protocol.loadgen), its client probes as events; a server that died
         during it
         is named as the abort's cause."""
         shards = shards_for(self.plan.load.shards, pt.concurrency)
-        listeners = Listeners(sink=functools.partial(self._keep_request, records), on_request=live.request,
-                              on_chunk=live.chunk)  # fmt: skip
+        listeners = Listeners(
+            sink=functools.partial(self._keep_request, records), on_request=live.request, on_chunk=live.chunk
+        )
         late = functools.partial(self._client_late, pt.point_id)
         warn_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
-        out = await run_load(pt, self.load_settings(), listeners, self.live_abort, shards=shards,
-                             clock=self.clock, on_late=late, warn_ns=warn_ns)  # fmt: skip
+        out = await run_load(
+            pt,
+            self.load_settings(),
+            listeners,
+            self.live_abort,
+            shards=shards,
+            clock=self.clock,
+            on_late=late,
+            warn_ns=warn_ns,
+        )
         for probe in out.probes:
             self.events.emit("client_probe", point=pt.point_id, shards=shards, **probe)
         proc = self.live_server.proc
@@ -633,8 +673,16 @@ class _Protocol:
         if out.aborted:
             self.events.emit("abort", reason=out.aborted, point=pt.point_id)
         stopped = {} if pt.rate is None else {"stopped": out.stopped}  # a rate point's stop condition
-        self.events.emit("point_end", point=pt.point_id, sent=out.sent, finished=out.finished, ok=out.ok,
-                         errors=dict(out.errors), aborted=out.aborted, **stopped)  # fmt: skip
+        self.events.emit(
+            "point_end",
+            point=pt.point_id,
+            sent=out.sent,
+            finished=out.finished,
+            ok=out.ok,
+            errors=dict(out.errors),
+            aborted=out.aborted,
+            **stopped,
+        )
         if records:
             self.vllm_bench[pt.point_id] = vllm_bench_summary(pt, records, self.plan.server.served_model_name)
             lag = [x for probe in out.probes for x in (probe.get("lag_ns") or [])]
@@ -774,19 +822,34 @@ def point_row(
     r = metrics.point_result(records, pt.point_id)
     lat = r.latency
     good = metrics.goodput_req_s(metrics.good_requests(records, slos_ms), r.duration_s) if slos_ms else None
-    return PointRow(point=pt.point_id, kind=pt.kind, ok=r.completed, failed=r.failed or 0,
-                    output_tok_s=r.output_throughput_tok_s if r.completed else None,
-                    ttft_p50_ms=lat["ttft"].median_ms, itl_p50_ms=lat["itl"].median_ms,
-                    first_error=first_error(records) if r.failed else None,
-                    ttft_p99_ms=lat["ttft"].percentiles_ms.get(99.0),
-                    tpot_p50_ms=lat["tpot"].median_ms, tpot_p99_ms=lat["tpot"].percentiles_ms.get(99.0),
-                    itl_p99_ms=lat["itl"].percentiles_ms.get(99.0), goodput_req_s=good,
-                    client_lag_p99_ms=metrics.client_loop_lag_p99_ms(lag_ns),
-                    client_saturated=metrics.client_saturated(lag_ns))  # fmt: skip
+    return PointRow(
+        point=pt.point_id,
+        kind=pt.kind,
+        ok=r.completed,
+        failed=r.failed or 0,
+        output_tok_s=r.output_throughput_tok_s if r.completed else None,
+        ttft_p50_ms=lat["ttft"].median_ms,
+        itl_p50_ms=lat["itl"].median_ms,
+        first_error=first_error(records) if r.failed else None,
+        ttft_p99_ms=lat["ttft"].percentiles_ms.get(99.0),
+        tpot_p50_ms=lat["tpot"].median_ms,
+        tpot_p99_ms=lat["tpot"].percentiles_ms.get(99.0),
+        itl_p99_ms=lat["itl"].percentiles_ms.get(99.0),
+        goodput_req_s=good,
+        client_lag_p99_ms=metrics.client_loop_lag_p99_ms(lag_ns),
+        client_saturated=metrics.client_saturated(lag_ns),
+    )
 
 
-SUMMARY_COLUMNS = ("point", "ok", "failed", "output tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
-                   "ITL p50/p99 ms")  # fmt: skip
+SUMMARY_COLUMNS = (
+    "point",
+    "ok",
+    "failed",
+    "output tok/s",
+    "TTFT p50/p99 ms",
+    "TPOT p50/p99 ms",
+    "ITL p50/p99 ms",
+)
 
 
 def summary_table(rows: Sequence[PointRow]) -> Table:
@@ -804,9 +867,15 @@ def summary_table(rows: Sequence[PointRow]) -> Table:
     for col in SUMMARY_COLUMNS + (("goodput req/s",) if goodput else ()):
         t.add_column(col, justify="left" if col == "point" else "right", no_wrap=col == "point")
     for r in rows:
-        cells = [r.point, str(r.ok), f"[red]{r.failed}[/]" if r.failed else "0", num(r.output_tok_s, ".1f"),
-                 pair(r.ttft_p50_ms, r.ttft_p99_ms, ".1f"), pair(r.tpot_p50_ms, r.tpot_p99_ms, ".2f"),
-                 pair(r.itl_p50_ms, r.itl_p99_ms, ".2f")]  # fmt: skip
+        cells = [
+            r.point,
+            str(r.ok),
+            f"[red]{r.failed}[/]" if r.failed else "0",
+            num(r.output_tok_s, ".1f"),
+            pair(r.ttft_p50_ms, r.ttft_p99_ms, ".1f"),
+            pair(r.tpot_p50_ms, r.tpot_p99_ms, ".2f"),
+            pair(r.itl_p50_ms, r.itl_p99_ms, ".2f"),
+        ]
         t.add_row(*cells, *((num(r.goodput_req_s, ".2f"),) if goodput else ()))
     return t
 
@@ -907,8 +976,13 @@ def _measure(
     try:
         o.run.copy_file("plan.toml", o.plan_file)  # a literal secret in it is scrubbed by the store
         proto = _Protocol(o.plan, o.run, o.console, clock, o.spec, o.api_key, o.secrets, interrupts)
-        proto.events.emit("run_start", plan=str(o.plan_file), campaign=o.plan.campaign, run=o.name,
-                          server_mode=o.server_mode)  # fmt: skip
+        proto.events.emit(
+            "run_start",
+            plan=str(o.plan_file),
+            campaign=o.plan.campaign,
+            run=o.name,
+            server_mode=o.server_mode,
+        )
         write_prediction(o.run, o.plan)
         proto.start_server()
         proto.server_facts()
@@ -957,9 +1031,16 @@ def _stop_and_seal(
                 reason = _with_io_error(reason, proto.io_error)
                 status = "failed"
         try:
-            o.run.seal(status, note=reason, extra={"plan": _jsonable(o.plan), "checks_failed": checks_failed,
-                                                   "points_done": proto.points_done if proto else 0,
-                                                   "points_planned": len(o.plan.points)})  # fmt: skip
+            o.run.seal(
+                status,
+                note=reason,
+                extra={
+                    "plan": _jsonable(o.plan),
+                    "checks_failed": checks_failed,
+                    "points_done": proto.points_done if proto else 0,
+                    "points_planned": len(o.plan.points),
+                },
+            )
         except (OSError, StoreError) as err:
             seal_error = io_reason(err) if isinstance(err, OSError) else str(err)
             _close_quietly(proto.streams if proto else [], o.run)
@@ -981,11 +1062,20 @@ def execute_run(
         o.console.print(summary_table(proto.rows))
     if crash is not None:
         raise crash
-    result = _scrubbed(RunResult(o.run.path, "failed" if seal_error else status, reason,
-                                 proto.points_done if proto else 0, len(o.plan.points),
-                                 proto.checks_failed if proto else [], proto.failed_checks if proto else [],
-                                 proto.rows if proto else [], proto.vllm_bench if proto else {}),
-                       o.secrets)  # fmt: skip
+    result = _scrubbed(
+        RunResult(
+            o.run.path,
+            "failed" if seal_error else status,
+            reason,
+            proto.points_done if proto else 0,
+            len(o.plan.points),
+            proto.checks_failed if proto else [],
+            proto.failed_checks if proto else [],
+            proto.rows if proto else [],
+            proto.vllm_bench if proto else {},
+        ),
+        o.secrets,
+    )
     if seal_error:
         raise RunError(f"{result}; not sealed ({seal_error}): the run stays visibly interrupted")
     if status == "failed":

@@ -84,8 +84,9 @@ def scrape_metrics(
         )
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"[:500]
-    return _metrics_record(clock, start, status, text, error, tag=tag, k=k, due_mono_ns=due_mono_ns,
-                           point=point, url=url)  # fmt: skip
+    return _metrics_record(
+        clock, start, status, text, error, tag=tag, k=k, due_mono_ns=due_mono_ns, point=point, url=url
+    )
 
 
 async def scrape_metrics_async(
@@ -117,9 +118,16 @@ def _metrics_record(
 ) -> ScrapeRecord:
     end = stamp(clock)
     return ScrapeRecord(
-        source="metrics", start_mono_ns=start.mono_ns, start_unix_ns=start.unix_ns, end_mono_ns=end.mono_ns,
-        end_unix_ns=end.unix_ns, status=status, error=error, text=text, **fields,
-    )  # fmt: skip
+        source="metrics",
+        start_mono_ns=start.mono_ns,
+        start_unix_ns=start.unix_ns,
+        end_mono_ns=end.mono_ns,
+        end_unix_ns=end.unix_ns,
+        status=status,
+        error=error,
+        text=text,
+        **fields,
+    )
 
 
 def nvidia_smi_available() -> bool:
@@ -148,10 +156,19 @@ def query_nvidia_smi(
         error = f"{type(err).__name__}: {err}"[:500]
     end = stamp(clock)
     return ScrapeRecord(
-        source="nvidia-smi", tag=tag, start_mono_ns=start.mono_ns, start_unix_ns=start.unix_ns,
-        end_mono_ns=end.mono_ns, end_unix_ns=end.unix_ns, status=status, error=error, text=text,
-        k=k, due_mono_ns=due_mono_ns, query=NVIDIA_SMI_QUERY,
-    )  # fmt: skip
+        source="nvidia-smi",
+        tag=tag,
+        start_mono_ns=start.mono_ns,
+        start_unix_ns=start.unix_ns,
+        end_mono_ns=end.mono_ns,
+        end_unix_ns=end.unix_ns,
+        status=status,
+        error=error,
+        text=text,
+        k=k,
+        due_mono_ns=due_mono_ns,
+        query=NVIDIA_SMI_QUERY,
+    )
 
 
 class Sampler:
@@ -213,8 +230,9 @@ class Sampler:
 
     def _tick(self, client: httpx.Client, k: int, due_ns: int) -> None:
         if self.metrics:
-            rec = scrape_metrics(client, self.url, self.clock, tag="tick", k=k, due_mono_ns=due_ns,
-                                 deadline_s=self.deadline_s)  # fmt: skip
+            rec = scrape_metrics(
+                client, self.url, self.clock, tag="tick", k=k, due_mono_ns=due_ns, deadline_s=self.deadline_s
+            )
             self.log.write(rec)
             self.scrapes += 1
             failing = rec.error is not None or rec.status != 200

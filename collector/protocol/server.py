@@ -78,13 +78,17 @@ class LlamaCppAdapter(Adapter):
         # --metrics: the sampler needs /metrics; --alias: requests name the model like on vLLM.
         return [
             str(sp.binary),
-            "-m", str(sp.model),
-            "--host", "127.0.0.1",
-            "--port", str(sp.port),
-            "--alias", sp.served_model_name,
+            "-m",
+            str(sp.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(sp.port),
+            "--alias",
+            sp.served_model_name,
             "--metrics",
             *sp.args,
-        ]  # fmt: skip
+        ]
 
     def request_extra(self, prefix_cache: str = "off") -> dict[str, Any]:
         # timings_per_token: a cumulative predicted_n on every event, the exact token count of each chunk.
@@ -101,13 +105,19 @@ class VllmAdapter(Adapter):
     def command(self, sp: ServerPlan) -> list[str]:
         # ``python -m`` rather than the ``vllm`` script: the CPU wheel's dist name breaks the script's lookup.
         return [
-            str(sp.python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(sp.model),
-            "--served-model-name", sp.served_model_name,
-            "--host", "127.0.0.1",
-            "--port", str(sp.port),
+            str(sp.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(sp.model),
+            "--served-model-name",
+            sp.served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(sp.port),
             *sp.args,
-        ]  # fmt: skip
+        ]
 
     def request_extra(self, prefix_cache: str = "off") -> dict[str, Any]:
         # vLLM has no per-request prefix-cache switch: its flag decides (checks.check_prefix_cache)
@@ -485,9 +495,17 @@ def proc_start_ticks(pid: int) -> int | None:
 
 def write_server_record(port: int, pid: int, argv: list[str], run_path: Path | None) -> Path | None:
     """Record a started server; best effort (no record only weakens the next start's orphan check)."""
-    rec = {"pid": pid, "pgid": pid, "start_ticks": proc_start_ticks(pid), "collector_pid": os.getpid(),
-           "collector_start_ticks": proc_start_ticks(os.getpid()), "port": port, "argv": argv,
-           "run": str(run_path) if run_path else None, "started_unix": time.time()}  # fmt: skip
+    rec = {
+        "pid": pid,
+        "pgid": pid,
+        "start_ticks": proc_start_ticks(pid),
+        "collector_pid": os.getpid(),
+        "collector_start_ticks": proc_start_ticks(os.getpid()),
+        "port": port,
+        "argv": argv,
+        "run": str(run_path) if run_path else None,
+        "started_unix": time.time(),
+    }
     path = _record_path(port)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,14 +31,21 @@ def bench_command(binary: Path, model: Path, tokens: list[int], depths: list[int
     """The llama-bench command line: every layer on the GPU, prompt tests only (``-n 0``), JSONL out."""
     return [
         str(binary),
-        "-m", str(model),
-        "-ngl", "99",
-        "-p", ",".join(map(str, tokens)),
-        "-n", "0",
-        "-d", ",".join(map(str, depths)),
-        "-r", str(reps),
-        "-o", "jsonl",
-    ]  # fmt: skip
+        "-m",
+        str(model),
+        "-ngl",
+        "99",
+        "-p",
+        ",".join(map(str, tokens)),
+        "-n",
+        "0",
+        "-d",
+        ",".join(map(str, depths)),
+        "-r",
+        str(reps),
+        "-o",
+        "jsonl",
+    ]
 
 
 def _ints(text: str) -> list[int]:
@@ -85,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         run.write_text(f"llama-bench-{tag}.jsonl", proc.stdout, source=" ".join(cmd))
         run.write_text(f"llama-bench-{tag}.stderr.txt", proc.stderr, source=" ".join(cmd))
-        print(f"stepcost {tag}: exit {proc.returncode}, {time.monotonic() - t0:.1f} s, "
-              f"{len(proc.stdout.splitlines())} tests")  # fmt: skip
+        print(
+            f"stepcost {tag}: exit {proc.returncode}, {time.monotonic() - t0:.1f} s, "
+            f"{len(proc.stdout.splitlines())} tests"
+        )
         if proc.returncode != 0:
             failed.append(f"{tag} exit {proc.returncode}")
     run.seal("failed" if failed else "complete", note="; ".join(failed) or None)

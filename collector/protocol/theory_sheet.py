@@ -88,8 +88,14 @@ def theory_sheet(
     data |= _weights_data(cfg, fmt)
     data |= _decode_data(cfg, spec, inputs.kv_dtype, fmt, batch_sizes, decode_context_tokens, pool_tokens)
     data |= {"kv_pool_source": pool_source, "kv_pool_bytes": pool_bytes, "kv_pool_tokens": pool_tokens}
-    data |= _capacity_data(pool_bytes, pool_tokens, th.kv_bytes_per_token(cfg, inputs.kv_dtype),
-                           inputs.block_size, max_model_len, max_len_source)  # fmt: skip
+    data |= _capacity_data(
+        pool_bytes,
+        pool_tokens,
+        th.kv_bytes_per_token(cfg, inputs.kv_dtype),
+        inputs.block_size,
+        max_model_len,
+        max_len_source,
+    )
     data |= _shape_data(cfg, batch_sizes, pool_bytes, max_model_len, decode_context_tokens, inputs.kv_dtype)
     data |= _llama_cpp_data(inputs, cfg)
     data |= _pool_source_data(inputs, pool_source, th.kv_bytes_per_token(cfg, inputs.kv_dtype), max_model_len)

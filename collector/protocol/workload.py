@@ -259,8 +259,12 @@ def read_arrow_entries(path: Path) -> list[DatasetEntry]:
 def read_entries(path: Path, need_reply: bool = False) -> list[DatasetEntry]:
     """A dataset file's entries by its suffix (.jsonl, .json, .parquet, .arrow), those with an empty prompt
     left out, and with ``need_reply`` those without a reply; never empty."""
-    readers = {".jsonl": read_jsonl_entries, ".json": read_json_entries,
-               ".parquet": read_arrow_entries, ".arrow": read_arrow_entries}  # fmt: skip
+    readers = {
+        ".jsonl": read_jsonl_entries,
+        ".json": read_json_entries,
+        ".parquet": read_arrow_entries,
+        ".arrow": read_arrow_entries,
+    }
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise PlanError(

@@ -663,8 +663,16 @@ def _phase(t: _Table, first_index: int, names: set[str]) -> PhasePlan:
 
 
 _RAMP_KEYS = ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_duration_s")
-_RATE_KEYS = ("request_rates", "arrival", "burstiness", "max_concurrency", *_RAMP_KEYS, "duration_s",
-              "max_requests", "max_error_rate")  # fmt: skip
+_RATE_KEYS = (
+    "request_rates",
+    "arrival",
+    "burstiness",
+    "max_concurrency",
+    *_RAMP_KEYS,
+    "duration_s",
+    "max_requests",
+    "max_error_rate",
+)
 
 
 def _arrival(t: _Table) -> tuple[str, float | None]:

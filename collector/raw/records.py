@@ -236,8 +236,19 @@ def _request_rest_problem(obj: Any) -> str | None:
     return None
 
 
-_REQ_INT = ("point_index", "index", "worker", "concurrency", "seed", "input_len", "max_tokens",
-            "send_mono_ns", "send_unix_ns", "end_mono_ns", "end_unix_ns")  # fmt: skip
+_REQ_INT = (
+    "point_index",
+    "index",
+    "worker",
+    "concurrency",
+    "seed",
+    "input_len",
+    "max_tokens",
+    "send_mono_ns",
+    "send_unix_ns",
+    "end_mono_ns",
+    "end_unix_ns",
+)
 _REQ_STR = ("request_id", "phase", "phase_kind", "point")
 # the workload's optional identity fields (written only when set)
 _REQ_OPTIONAL: dict[str, type] = {
@@ -403,11 +414,17 @@ class ScrapeRecord:
 
     def to_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
-            "v": VERSION, "source": self.source, "tag": self.tag,
-            "start_mono_ns": self.start_mono_ns, "start_unix_ns": self.start_unix_ns,
-            "end_mono_ns": self.end_mono_ns, "end_unix_ns": self.end_unix_ns,
-            "status": self.status, "error": self.error, "text": self.text,
-        }  # fmt: skip
+            "v": VERSION,
+            "source": self.source,
+            "tag": self.tag,
+            "start_mono_ns": self.start_mono_ns,
+            "start_unix_ns": self.start_unix_ns,
+            "end_mono_ns": self.end_mono_ns,
+            "end_unix_ns": self.end_unix_ns,
+            "status": self.status,
+            "error": self.error,
+            "text": self.text,
+        }
         if self.source == "metrics":
             obj["url"] = self.url
         else:
@@ -426,17 +443,34 @@ class ScrapeRecord:
         for k in ("start_mono_ns", "start_unix_ns", "end_mono_ns", "end_unix_ns"):
             if not _is_int(obj.get(k)):
                 raise ParseError(path, line, f"key {k!r} should be an integer")
-        for k, kinds in (("status", int), ("error", str), ("text", str), ("k", int), ("due_mono_ns", int),
-                         ("point", str), ("url", str), ("query", str)):  # fmt: skip
+        for k, kinds in (
+            ("status", int),
+            ("error", str),
+            ("text", str),
+            ("k", int),
+            ("due_mono_ns", int),
+            ("point", str),
+            ("url", str),
+            ("query", str),
+        ):
             if obj.get(k) is not None and not isinstance(obj[k], kinds):
                 raise ParseError(path, line, f"key {k!r} should be {kinds.__name__} or null")
         if not isinstance(obj.get("tag"), str):
             raise ParseError(path, line, "key 'tag' should be a string")
         return cls(
-            source=obj["source"], tag=obj["tag"],
-            start_mono_ns=obj["start_mono_ns"], start_unix_ns=obj["start_unix_ns"],
-            end_mono_ns=obj["end_mono_ns"], end_unix_ns=obj["end_unix_ns"],
-            status=obj.get("status"), error=obj.get("error"), text=obj.get("text"),
-            k=obj.get("k"), due_mono_ns=obj.get("due_mono_ns"), point=obj.get("point"),
-            url=obj.get("url"), query=obj.get("query"), line=line,
-        )  # fmt: skip
+            source=obj["source"],
+            tag=obj["tag"],
+            start_mono_ns=obj["start_mono_ns"],
+            start_unix_ns=obj["start_unix_ns"],
+            end_mono_ns=obj["end_mono_ns"],
+            end_unix_ns=obj["end_unix_ns"],
+            status=obj.get("status"),
+            error=obj.get("error"),
+            text=obj.get("text"),
+            k=obj.get("k"),
+            due_mono_ns=obj.get("due_mono_ns"),
+            point=obj.get("point"),
+            url=obj.get("url"),
+            query=obj.get("query"),
+            line=line,
+        )

@@ -389,8 +389,13 @@ def entry_kind(p: Path, folder: bool = False) -> str | None:
         return f"a symbolic link (to {os.readlink(p)})"
     if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
         return None
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 

@@ -102,15 +102,34 @@ def _finding(
         why = f"{engine}: no prefix-cache counters in the point's /metrics scrapes" + (
             " nor cache_n/prompt_n in the requests' timings" if engine == "llamacpp" else ""
         )
-        return Finding(at, None, "fraction", status="n/a", reason="prefix_cache_not_exposed", detail=why,
-                       extra={"point": point})  # fmt: skip
+        return Finding(
+            at,
+            None,
+            "fraction",
+            status="n/a",
+            reason="prefix_cache_not_exposed",
+            detail=why,
+            extra={"point": point},
+        )
     rate = hit_rate(*counts)
     if rate is None:
-        return Finding(at, None, "fraction", tuple(sources), status="n/a", reason="prefix_cache_no_lookups",
-                       detail="no prompt token was looked up during the point",
-                       extra={"point": point})  # fmt: skip
-    return Finding(at, rate, "fraction", tuple(sources),
-                   extra={"point": point, "hit_tokens": counts[0], "queried_tokens": counts[1]})  # fmt: skip
+        return Finding(
+            at,
+            None,
+            "fraction",
+            tuple(sources),
+            status="n/a",
+            reason="prefix_cache_no_lookups",
+            detail="no prompt token was looked up during the point",
+            extra={"point": point},
+        )
+    return Finding(
+        at,
+        rate,
+        "fraction",
+        tuple(sources),
+        extra={"point": point, "hit_tokens": counts[0], "queried_tokens": counts[1]},
+    )
 
 
 def run(s: SectionInput) -> Section:

@@ -140,8 +140,11 @@ def client_gate(run: RunData, point: str) -> GateResult:
     load-client process) judged together by ``analysis.core.metrics.client_saturated``; unknown for runs whose
     collector did not record them yet."""
     rel, log = run.events
-    hits = [(i, e) for i, e in enumerate(log.records if log is not None else [], 1)
-            if e.kind == "client_probe" and e.get("point") == point]  # fmt: skip
+    hits = [
+        (i, e)
+        for i, e in enumerate(log.records if log is not None else [], 1)
+        if e.kind == "client_probe" and e.get("point") == point
+    ]
     if not hits or rel is None:
         return GateResult(
             "client_not_saturated",
@@ -154,9 +157,14 @@ def client_gate(run: RunData, point: str) -> GateResult:
     lag = [x for _, e in hits for x in (e.get("lag_ns") or [])]  # every shard's loop: one process is enough
     sat = metrics.client_saturated(lag)
     p99 = metrics.client_loop_lag_p99_ms(lag)
-    detail = "no probe sample" if p99 is None else (
-        f"event-loop lag p99 {p99:.2f} ms over {len(lag)} wake-ups of {len(hits)} process(es) "
-        f"(limit {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms)")  # fmt: skip
+    detail = (
+        "no probe sample"
+        if p99 is None
+        else (
+            f"event-loop lag p99 {p99:.2f} ms over {len(lag)} wake-ups of {len(hits)} process(es) "
+            f"(limit {metrics.CLIENT_LOOP_LAG_LIMIT_MS:g} ms)"
+        )
+    )
     status = "unknown" if sat is None else ("fail" if sat else "pass")
     reason = None if sat is False else ("client_saturated" if sat else "unknown")
     return GateResult("client_not_saturated", status, reason, run.cite(rel, line), detail)
