@@ -322,7 +322,7 @@ def slo(
     """The SLO planner: per campaign, round and engine, the highest concurrency meeting the p99 budget(s),
     interpolated between measured points, the goodput there and the engine settings that follow; per
     open-loop rate sweep, the highest request rate meeting them."""
-    from analysis.pipeline.analyze import slo_plan  # local import: heavy (pandas, altair)
+    from analysis.pipeline.analyze import slo_answers  # local import: heavy (pandas, altair)
     from analysis.reconcile import slo as slo_lib  # local import: heavy (pandas)
 
     budgets = {
@@ -331,7 +331,7 @@ def slo(
     }
     if "ttft" not in budgets:
         raise click.UsageError("needs a p99 TTFT budget: --p99 ttft:MS (e.g. --p99 ttft:730)")
-    for ans in slo_plan(list(raws), budgets["ttft"], budgets.get("itl"), engine, list(campaigns) or None):
+    for ans in slo_answers(list(raws), budgets["ttft"], budgets.get("itl"), engine, list(campaigns) or None):
         for line in slo_lib.describe_any(ans):
             click.echo(line)
 

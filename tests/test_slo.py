@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from analysis.core import metrics
 from analysis.loading.campaign import load_campaign
-from analysis.pipeline.analyze import gated_context, slo_plan
+from analysis.pipeline.analyze import gated_context, slo_answers
 from analysis.reconcile import SectionInput, rates, slo
 from analysis.reconcile.theoryctx import build as build_theory
 from collector.cli import main
@@ -120,7 +120,7 @@ def _sweep_files(answer) -> list[tuple[int, float, float, Path]]:
 
 
 def test_planner_reference_730ms(ref):
-    answers = slo.plan(ref, BUDGET_MS)
+    answers = slo.answer_concurrency(ref, BUDGET_MS)
     assert {(a.round, a.engine) for a in answers} >= {("round2", "vllm"), ("round2", "llamacpp")}
     for a in answers:
         files = _sweep_files(a)
@@ -156,7 +156,7 @@ def test_planner_reference_730ms(ref):
 
 
 def test_planner_not_bracketed_measure_next(ref, tmp_path):
-    answers = slo.plan(ref, 1e7, engine="vllm")
+    answers = slo.answer_concurrency(ref, 1e7, engine="vllm")
     for a in answers:
         top = _sweep_files(a)[-1]
         assert a.status == "highest_meets" and a.concurrency is None
@@ -169,7 +169,7 @@ def test_planner_not_bracketed_measure_next(ref, tmp_path):
         f = slo.answer_findings(a)[0]
         assert f.status == "n/a" and f.reason == "slo_not_bracketed" and f.extra["stanza"] == a.stanza
     # no point meets a budget below concurrency 1's p99 TTFT: nothing lower to measure
-    low = slo.plan(ref, 1.0, engine="vllm")
+    low = slo.answer_concurrency(ref, 1.0, engine="vllm")
     assert all(a.status == "none_meet" and a.next_concurrency is None and a.stanza is None for a in low)
 
 
@@ -224,7 +224,7 @@ def test_slo_command(ref, ref_root):
     assert old.output == res.output
     typo = CliRunner().invoke(main, ["slo", "--raw", str(ref_root), "--p99", "tpot:50"])
     assert typo.exit_code != 0 and "--p99 'tpot:50': want KEY:MS with KEY one of ttft, itl" in typo.output
-    r2 = next(a for a in slo.plan(ref, BUDGET_MS, engine="vllm") if a.round == "round2")
+    r2 = next(a for a in slo.answer_concurrency(ref, BUDGET_MS, engine="vllm") if a.round == "round2")
     assert f"highest concurrency meeting it: {r2.concurrency:.2f}" in res.output
     assert r2.lower.source in res.output and r2.upper.source in res.output
     assert "closed-loop only" in res.output and "goodput: n/a" in res.output
@@ -240,7 +240,7 @@ RATE_RUN = CPU / "llamacpp-rate"
 def _rate_answers(campaign, budget_ms: float) -> list:
     """The planner's rate answers for the run these tests recompute by hand (the campaign may hold other rate
     runs: a repeat of the plan is a run of its own)."""
-    return [a for a in slo.plan_rates(campaign, budget_ms) if a.run == RATE_RUN.name]
+    return [a for a in slo.answer_rates(campaign, budget_ms) if a.run == RATE_RUN.name]
 
 
 def _rate_points_by_hand() -> dict[float, tuple[float, list[dict]]]:
@@ -294,7 +294,7 @@ def test_rate_planner_not_bracketed_names_the_next_rate_as_a_phase(tmp_path):
         assert phase.points[0].rate.duration_s == 3 and phase.points[0].rate.max_requests == 96
         f = slo.rate_answer_findings(a)[0]
         assert f.status == "n/a" and f.reason == "slo_not_bracketed" and f.extra["stanza"] == a.stanza
-    answers = slo_plan([CPU.parent], 1e7, campaigns=[CPU.name])
+    answers = slo_answers([CPU.parent], 1e7, campaigns=[CPU.name])
     gated = [a for a in answers if isinstance(a, slo.RateAnswer) and a.run == RATE_RUN.name]
     assert len(gated) == 1
     kept = {m.request_rate_req_s for m in gated[0].points}

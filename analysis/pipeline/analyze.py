@@ -225,15 +225,16 @@ def gated_context(campaign: Campaign) -> Context:
     return ctx
 
 
-def slo_plan(
+def slo_answers(
     raw_roots: list[Path],
     ttft_p99_ms: float,
     itl_p99_ms: float | None = None,
     engine: str | None = None,
     campaigns: list[str] | None = None,
 ) -> list[slo.SloAnswer | slo.RateAnswer]:
-    """`collector slo`: the SLO planner's answers (analysis.reconcile.slo.plan: concurrency per sweep;
-    slo.plan_rates: request rate per rate sweep) for every campaign named (all by default), on gated points,
+    """`collector slo`: the SLO planner's answers (analysis.reconcile.slo.answer_concurrency: concurrency per
+    sweep;
+    slo.answer_rates: request rate per rate sweep) for every campaign named (all by default), on gated points,
     with the running gauge's peak per point where a sampler saw it."""
     roots = [Path(r) for r in raw_roots]
     names = campaigns or campaign_names(roots)
@@ -244,7 +245,7 @@ def slo_plan(
         campaign = load_campaign(roots, name)
         ctx = gated_context(campaign)
         th = theoryctx.build(campaign)
-        out += slo.plan(
+        out += slo.answer_concurrency(
             campaign,
             ttft_p99_ms,
             itl_p99_ms,
@@ -253,7 +254,7 @@ def slo_plan(
             window_max_running=slo.max_running(ctx),
             weight_format_of=th.weight_format_for,
         )
-        out += slo.plan_rates(  # open-loop rate sweeps: the highest request rate (issue #14 item 3)
+        out += slo.answer_rates(  # open-loop rate sweeps: the highest request rate (issue #14 item 3)
             campaign,
             ttft_p99_ms,
             itl_p99_ms,

@@ -160,7 +160,7 @@ def _run_rates(run: RunData, ctx: Context) -> RunRates | None:
 
 
 @dataclass
-class Arm:
+class LadderArm:
     name: str
     runs: list[RunRates]
 
@@ -187,7 +187,7 @@ class Arm:
         return self.mean_spread(lambda rr: (row := rr.row_at(rate)) and row.get(col))
 
 
-def arm_of(campaign: Campaign, ctx: Context, name: str) -> Arm | None:
+def arm_of(campaign: Campaign, ctx: Context, name: str) -> LadderArm | None:
     """The arm ``name`` with its repeats (``experiments.repeat_of``) in repeat order; None without a rate
     run."""
     runs = sorted(
@@ -195,10 +195,10 @@ def arm_of(campaign: Campaign, ctx: Context, name: str) -> Arm | None:
         key=lambda r: ex.repeat_of(r.name, name) or 0,
     )
     rrs = [rr for r in runs if (rr := _run_rates(r, ctx)) is not None]
-    return Arm(name, rrs) if rrs else None
+    return LadderArm(name, rrs) if rrs else None
 
 
-def _arms(campaign: Campaign, ctx: Context) -> list[Arm]:
+def _arms(campaign: Campaign, ctx: Context) -> list[LadderArm]:
     return [a for name in ARMS if (a := arm_of(campaign, ctx, name)) is not None]
 
 
@@ -222,7 +222,7 @@ POINT_COLS = (
 )
 
 
-def _point_rows(arms: list[Arm]) -> list[dict]:
+def _point_rows(arms: list[LadderArm]) -> list[dict]:
     return [
         {"step": i, "arm": a.name, "run": rr.run.name, **{c: row[c] for c in POINT_COLS}}
         for i, a in enumerate(arms)
@@ -234,9 +234,9 @@ def _point_rows(arms: list[Arm]) -> list[dict]:
 @dataclass
 class Step:
     index: int
-    arm: Arm
-    previous: Arm | None
-    baseline: Arm
+    arm: LadderArm
+    previous: LadderArm | None
+    baseline: LadderArm
 
     @property
     def ratio(self) -> float | None:
@@ -262,7 +262,7 @@ class Step:
         return None if r is None or s is None else step_verdict(r, s, self.capped)
 
 
-def _steps(arms: list[Arm]) -> list[Step]:
+def _steps(arms: list[LadderArm]) -> list[Step]:
     return [Step(i, a, arms[i - 1] if i else None, arms[0]) for i, a in enumerate(arms)]
 
 
@@ -400,7 +400,7 @@ def _prediction_rows(steps: list[Step]) -> list[dict]:
 # --- findings -----------------------------------------------------------------------------------------------
 
 
-def _arm_at(a: Arm) -> At:
+def _arm_at(a: LadderArm) -> At:
     plan = a.runs[0].run.docs.plan
     wf = plan.model.weight_format if plan is not None else None
     return At(level="run", run=a.name, engine="llamacpp", weight_format=wf, topic=TOPIC)

@@ -4,7 +4,7 @@ endpoint, prompts as decoded text) against the same plan on ``/v1/completions`` 
 server saturated the chat arms kept the GPU busy only 56–69 % of the time and output plateaued whatever the
 step, so the chat endpoint's per-token host work would cap every arm.
 
-Per endpoint (each arm's runs, mean and spread max − min over repeats, ``ladder.Arm``): maximum goodput,
+Per endpoint (each arm's runs, mean and spread max − min over repeats, ``ladder.LadderArm``): maximum goodput,
 ``gpu_busy_pct`` (``ladder.gpu_busy_pct``: the rate points from ``ladder.BUSY_FROM_RATE`` up), the output
 plateau (the highest output tokens/s over the rates) and p50 ITL at ``ITL_RATE`` (below saturation).
 ``completions ÷ chat`` ratios of each, with the relative spread (the larger of the two arms' relative
@@ -46,7 +46,7 @@ def ratio_spread(m1: float, s1: float | None, m0: float, s0: float | None) -> tu
     return r, (r * max(rels)) if rels else None
 
 
-def _rows(chat: lad.Arm, comp: lad.Arm) -> list[dict]:
+def _rows(chat: lad.LadderArm, comp: lad.LadderArm) -> list[dict]:
     rows = []
     for endpoint, arm in (("chat", chat), ("completions", comp)):
         row: dict = {"endpoint": endpoint, "arm": arm.name, "runs": ", ".join(rr.run.name for rr in arm.runs)}
@@ -56,7 +56,7 @@ def _rows(chat: lad.Arm, comp: lad.Arm) -> list[dict]:
     return rows
 
 
-def _ratio_findings(rows: list[dict], chat: lad.Arm, comp: lad.Arm) -> list[fnd.Finding]:
+def _ratio_findings(rows: list[dict], chat: lad.LadderArm, comp: lad.LadderArm) -> list[fnd.Finding]:
     c0, c1 = rows
     srcs = [r["source"] for a in (chat, comp) for rr in a.runs for r in rr.rows]
     at = At(level="run", run=COMPLETIONS, engine="llamacpp", weight_format="q4_k_m", topic=TOPIC)
@@ -112,7 +112,7 @@ def _measure(quantity: str, rows: list[dict]) -> tuple[float | None, float | Non
     return None, None
 
 
-def _prediction_rows(comp: lad.Arm, rows: list[dict]) -> list[dict]:
+def _prediction_rows(comp: lad.LadderArm, rows: list[dict]) -> list[dict]:
     out = []
     for pr in lad.plan_predictions(comp.runs[0].run, COMPLETIONS):
         out.append(lad.prediction_row(pr, *_measure(pr.quantity, rows)))

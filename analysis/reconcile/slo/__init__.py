@@ -34,21 +34,21 @@ from analysis.reconcile.slo.budgets import (
     value_at_log2,
 )
 from analysis.reconcile.slo.planner import (
-    Measured,
+    PlannerPoint,
     PointReaders,
     SloAnswer,
     admission_limit,
+    answer_concurrency,
     describe,
     kv_max_num_seqs,
-    plan,
     plan_stanza,
     plan_sweep,
 )
 from analysis.reconcile.slo.rate_planner import (
     RateAnswer,
     RateMeasured,
+    answer_rates,
     describe_rate,
-    plan_rates,
     rate_stanza,
 )
 from analysis.reconcile.slo.section import (
@@ -63,7 +63,7 @@ from analysis.reconcile.slo.section import (
 __all__ = [
     "ENGINES",
     "REFERENCE_TTFT_P99_MS",
-    "Measured",
+    "PlannerPoint",
     "PointReaders",
     "RateAnswer",
     "RateMeasured",
@@ -82,8 +82,8 @@ __all__ = [
     "P99_BUDGET_KEYS",
     "parse_p99_budgets",
     "parse_slos",
-    "plan",
-    "plan_rates",
+    "answer_concurrency",
+    "answer_rates",
     "plan_sweep",
     "plan_stanza",
     "point_goodput",

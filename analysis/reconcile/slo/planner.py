@@ -29,7 +29,7 @@ METHOD = (
 
 
 @dataclass(frozen=True)
-class Measured:
+class PlannerPoint:
     concurrency: int
     p99_ttft_ms: float | None
     p99_itl_ms: float | None
@@ -52,15 +52,15 @@ class SloAnswer:
     run: str | None
     ttft_p99_ms: float
     itl_p99_ms: float | None
-    points: list[Measured] = field(default_factory=list)
+    points: list[PlannerPoint] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)  # gated-out points' files
     status: str = "no_points"  # bracketed | highest_meets | none_meet | no_points
     # lower concurrencies over the budget below the answer (p99 not monotone in concurrency: few requests)
     non_monotone: list[int] = field(default_factory=list)
     binding: str | None = None  # "ttft" or "itl"
     concurrency: float | None = None
-    lower: Measured | None = None
-    upper: Measured | None = None
+    lower: PlannerPoint | None = None
+    upper: PlannerPoint | None = None
     request_throughput_req_s: float | None = None
     output_throughput_tok_s: float | None = None  # interpolated like the request throughput
     goodput_req_s: float | None = None  # exact, at the lower bracketing point
@@ -76,12 +76,12 @@ class SloAnswer:
     level: str = "engine"
 
 
-def meets_budget(p: Measured, attr: str, budget: float) -> bool:
+def meets_budget(p: PlannerPoint, attr: str, budget: float) -> bool:
     v = getattr(p, attr)
     return v is not None and v <= budget
 
 
-def budget_crossing(pts: list[Measured], attr: str, budget: float) -> tuple[str, int | None]:
+def budget_crossing(pts: list[PlannerPoint], attr: str, budget: float) -> tuple[str, int | None]:
     """('bracketed', i): pts[i - 1] is the highest concurrency within the budget and pts[i], the next one, is
     over it; 'highest_meets' (the highest measured concurrency is within) or 'none_meet'."""
     meets = [i for i, p in enumerate(pts) if meets_budget(p, attr, budget)]
@@ -92,7 +92,7 @@ def budget_crossing(pts: list[Measured], attr: str, budget: float) -> tuple[str,
     return "bracketed", meets[-1] + 1
 
 
-def _next_point(pts: list[Measured], status: str) -> int | None:
+def _next_point(pts: list[PlannerPoint], status: str) -> int | None:
     """The highest meets: double it (the sweeps' own step); none meet: halve the lowest (none below 1: the
     budget is out of reach of this configuration)."""
     if status == "highest_meets":
@@ -191,7 +191,7 @@ def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
     return out
 
 
-def plan(
+def answer_concurrency(
     campaign: Campaign,
     ttft_p99_ms: float,
     itl_p99_ms: float | None = None,
@@ -240,8 +240,8 @@ def sweep_concurrency(p: BenchPoint) -> int:
     return p.concurrency
 
 
-def _measured(p: BenchPoint, readers: PointReaders) -> Measured:
-    return Measured(
+def _measured(p: BenchPoint, readers: PointReaders) -> PlannerPoint:
+    return PlannerPoint(
         concurrency=sweep_concurrency(p),
         p99_ttft_ms=p.result.p99_ttft_ms,
         p99_itl_ms=p.result.itl.p99_ms,
@@ -378,7 +378,7 @@ def describe(ans: SloAnswer) -> list[str]:
     return out + _describe_settings(ans)
 
 
-def _describe_bracketed(ans: SloAnswer, lo: Measured, hi: Measured) -> list[str]:
+def _describe_bracketed(ans: SloAnswer, lo: PlannerPoint, hi: PlannerPoint) -> list[str]:
     out = [
         f"  highest concurrency meeting it: {ans.concurrency:.2f} (binding: p99 {ans.binding})",
         f"  method: {ans.method}",

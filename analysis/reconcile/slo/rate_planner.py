@@ -36,7 +36,7 @@ class RateMeasured:
 
 @dataclass
 class RateAnswer:
-    """The planner's request-rate answer for one run's rate sweep (``plan_rates``; method ``RATE_METHOD``)."""
+    """The planner's request-rate answer for one run's rate sweep (``answer_rates``; ``RATE_METHOD``)."""
 
     campaign: str
     round: str | None
@@ -91,7 +91,7 @@ def rate_stanza(rate_req_s: float, p: BenchPoint) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan_rates(
+def answer_rates(
     campaign: Campaign,
     ttft_p99_ms: float,
     itl_p99_ms: float | None = None,

@@ -20,8 +20,14 @@ from analysis.reconcile.slo.budgets import (
     point_weight_format,
     slos_for,
 )
-from analysis.reconcile.slo.planner import Measured, SloAnswer, describe, plan, sweep_concurrency
-from analysis.reconcile.slo.rate_planner import RateAnswer, RateMeasured, describe_rate, plan_rates
+from analysis.reconcile.slo.planner import (
+    PlannerPoint,
+    SloAnswer,
+    answer_concurrency,
+    describe,
+    sweep_concurrency,
+)
+from analysis.reconcile.slo.rate_planner import RateAnswer, RateMeasured, answer_rates, describe_rate
 
 
 def describe_any(ans: SloAnswer | RateAnswer) -> list[str]:
@@ -30,7 +36,7 @@ def describe_any(ans: SloAnswer | RateAnswer) -> list[str]:
 
 
 def _bracket_p99_ms(
-    lower: Measured | RateMeasured, upper: Measured | RateMeasured
+    lower: PlannerPoint | RateMeasured, upper: PlannerPoint | RateMeasured
 ) -> dict[str, float | None]:
     """The two bracketing points' p99 TTFT and ITL, ms, as an answer finding's fields
     ``{lower,upper}_p99_{ttft,itl}_ms`` (the concurrency and the request-rate answer alike)."""
@@ -259,16 +265,17 @@ def run(s: SectionInput) -> Section:
     """The SLO section: goodput per point and sweep (against the SLOs given at analysis time, else the plan's
     ``[slo]``, else the page's budget as a per-request TTFT SLO) and the planner's answers for the campaign's
     default budget (``default_budget_ms``): the highest concurrency per sweep (table ``slo_plan``) and the
-    highest request rate per rate sweep (``plan_rates``; table ``slo_rate_plan`` where rate points exist)."""
+    highest request rate per rate sweep (``answer_rates``; table ``slo_rate_plan`` where rate points
+    exist)."""
     campaign, ctx, th, slos_ms = s.campaign, s.ctx, s.th, s.slos_ms
     budget, basis = default_budget_ms(campaign)
     fmt = th.weight_format_for
-    answers = plan(
+    answers = answer_concurrency(
         campaign, budget, gate_ok=ctx.gate_ok, window_max_running=max_running(ctx), weight_format_of=fmt
     )
     found = goodput_findings(campaign, slos_ms, ctx, fmt, fallback_ms={"ttft_ms": budget})
     goodput = {(f.run, f.test): f.value for f in found if f.metric == "goodput_req_s" and f.available}
-    rate_answers = plan_rates(campaign, budget, gate_ok=ctx.gate_ok, weight_format_of=fmt)
+    rate_answers = answer_rates(campaign, budget, gate_ok=ctx.gate_ok, weight_format_of=fmt)
     rate_rows = []
     for ra in rate_answers:
         found += rate_answer_findings(ra)
