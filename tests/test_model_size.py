@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "raw"
 H200_NAME = "h200-qwen2.5-7b-random"
 H200 = RAW / H200_NAME
-MODELS = REPO / "analysis" / "models"
+MODELS = REPO / "analysis" / "core" / "models"
 
 pytestmark = pytest.mark.skipif(not H200.is_dir(), reason="the H200 campaign is not committed in raw/")
 
