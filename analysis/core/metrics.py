@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from analysis.parse.bench_json import BenchResult, LatencyStats
-from analysis.parse.requests_jsonl import RequestRecord
 from collector.raw import plan as plan_schema
 from collector.raw.errors import AnatomyError
+from collector.raw.records import RequestRecord
 
 CANONICAL = "canonical"
 VLLM_BENCH = "vllm-bench-compatible"

@@ -13,6 +13,7 @@ import getpass
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from collector.raw.errors import StoreError
 
@@ -57,7 +58,7 @@ def excluded_runs(campaign_dir: Path) -> dict[str, str]:
     path = Path(campaign_dir) / DECISIONS_FILE
     if not path.is_file():
         return {}
-    last: dict[str, dict] = {}
+    last: dict[str, dict[str, Any]] = {}
     for i, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not text.strip():
             continue

@@ -296,7 +296,7 @@ class _Table:
         return v
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = _MISSING) -> str:
-        v = self.get(key, str, default)
+        v: str = self.get(key, str, default)
         if v not in choices:
             raise self._err(key, f"must be one of {', '.join(choices)}; got {v!r}")
         return v
@@ -470,7 +470,7 @@ def _slo(t: _Table) -> dict[str, float]:
 
 def _name(t: _Table, key: str) -> str:
     """A name analysis keys findings by: letters, digits, '_', '.', '-' only."""
-    v = t.get(key, str)
+    v: str = t.get(key, str)
     if not v or not v.replace("_", "").replace("-", "").replace(".", "").isalnum():
         raise t._err(key, f"use letters, digits, '_', '.' and '-' only, got {v!r}")
     return v

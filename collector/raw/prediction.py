@@ -205,7 +205,8 @@ class PredictionDoc:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the collector writes (optional fields that are None left out)."""
-        return _dataclass_to(self)
+        out: dict[str, Any] = _dataclass_to(self)
+        return out
 
 
 def _key_error(path: str, key: str, what: str) -> ParseError:

@@ -259,7 +259,9 @@ class Run:
         return stream
 
     # -- seal ----------------------------------------------------------------------------------------
-    def seal(self, status: str = "complete", note: str | None = None, extra: dict | None = None) -> Path:
+    def seal(
+        self, status: str = "complete", note: str | None = None, extra: dict[str, Any] | None = None
+    ) -> Path:
         """Close streams and the journal, hash every file into manifest.json, then write SEALED (last)."""
         self._ensure_open()
         if status not in SEAL_STATUSES:
@@ -527,7 +529,7 @@ class RawStore:
 
 
 def _write_seal(
-    run_dir: Path, campaign: str, name: str, status: str, note: str | None, extra: dict | None
+    run_dir: Path, campaign: str, name: str, status: str, note: str | None, extra: dict[str, Any] | None
 ) -> Path:
     """Hash every data file (checked against the journal) and the bookkeeping into manifest.json, then
     write SEALED. The journal must be final (nothing appends to it any more)."""
