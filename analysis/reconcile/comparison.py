@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any
 
 import pandas as pd
 
@@ -42,8 +43,12 @@ class CampaignSummary:
     gpu_display: str | None
     bandwidth_datasheet_bytes_per_s: float | None
     bandwidth_measured_bytes_per_s: float | None
-    capacity: list[dict] = field(default_factory=list)  # per series: measured pool tokens (+ theory)
-    model_shape: tuple | None = None  # (h, I, L, H, K, d, V): pairs compare only the same model shape
+    capacity: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # per series: measured pool tokens (+ theory)
+    model_shape: tuple[Any, ...] | None = (
+        None  # (h, I, L, H, K, d, V): pairs compare only the same model shape
+    )
     model_name: str | None = None
 
 
@@ -79,25 +84,25 @@ def _latest_series(points: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep, ignore_index=True)
 
 
-def _str(v) -> str | None:
+def _str(v: object) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _capacity_tolerance(r: dict) -> float:
+def _capacity_tolerance(r: dict[str, Any]) -> float:
     """The capacity's own tolerance (vLLM's logged pool is rounded); llama.cpp's slots × n_ctx_slot is
     exact."""
     tol = _num(r.get("capacity_tolerance_pct"))
     return 0.0 if tol is None else tol
 
 
-def _num(v) -> float | None:
+def _num(v: Any) -> float | None:
     return None if v is None or (isinstance(v, float) and v != v) else float(v)
 
 
-def series_rows(c: CampaignSummary) -> list[dict]:
+def series_rows(c: CampaignSummary) -> list[dict[str, Any]]:
     """Per series of one campaign: the single-stream step, its floors, achievement, knee, peak, capacity."""
     pts = _latest_series(c.tables.get("roofline_points", pd.DataFrame()))
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     if not len(pts):
         return out
     for key, g in pts.groupby("series_key", sort=True):
@@ -141,7 +146,7 @@ def series_rows(c: CampaignSummary) -> list[dict]:
     return out
 
 
-def _quant_rows(c: CampaignSummary) -> list[dict]:
+def _quant_rows(c: CampaignSummary) -> list[dict[str, Any]]:
     rows = []
     for f in c.findings.select(topic="quantization", metric="step_ratio"):
         if f.engine:
@@ -184,7 +189,7 @@ def _quant_rows(c: CampaignSummary) -> list[dict]:
     return rows
 
 
-def _series_findings(r: dict) -> list[fnd.Finding]:
+def _series_findings(r: dict[str, Any]) -> list[fnd.Finding]:
     """One series of one campaign: its single-stream step, roofline achievement (datasheet and measured
     ceilings), knee, peak throughput and KV capacity."""
     pre = At(
@@ -249,12 +254,14 @@ def _series_findings(r: dict) -> list[fnd.Finding]:
     return out
 
 
-def _floor_speedup(ra: dict, rb: dict, col: str) -> float | None:
+def _floor_speedup(ra: dict[str, Any], rb: dict[str, Any], col: str) -> float | None:
     """Two series' roofline floors' ratio (``col``: datasheet or measured ceilings); None unless both."""
     return speedup(ra[col], rb[col]) if ra[col] and rb[col] else None
 
 
-def _pair(a: str, b: str, key: str, ra: dict, rb: dict) -> tuple[fnd.Finding, dict]:
+def _pair(
+    a: str, b: str, key: str, ra: dict[str, Any], rb: dict[str, Any]
+) -> tuple[fnd.Finding, dict[str, Any]]:
     """One series measured on two campaigns of the same model (``a`` the slower card): the single-stream
     speedup against the ratio of their floors; the finding and the pairs table's row."""
     pre = At(
@@ -296,8 +303,8 @@ def _pair(a: str, b: str, key: str, ra: dict, rb: dict) -> tuple[fnd.Finding, di
 
 
 def _pairs(
-    summaries: list[CampaignSummary], by: dict[tuple[str, str], dict]
-) -> tuple[list[fnd.Finding], list[dict]]:
+    summaries: list[CampaignSummary], by: dict[tuple[str, str], dict[str, Any]]
+) -> tuple[list[fnd.Finding], list[dict[str, Any]]]:
     """Every series two campaigns of the same model share (a step ratio between different models says
     nothing about the cards)."""
     names = sorted(c.name for c in summaries)
@@ -314,7 +321,7 @@ def _pairs(
     return found, rows
 
 
-def _quant_findings(c: CampaignSummary, quant: list[dict]) -> list[fnd.Finding]:
+def _quant_findings(c: CampaignSummary, quant: list[dict[str, Any]]) -> list[fnd.Finding]:
     """A campaign's quantization step ratios restated for the comparison (n/a with one format per engine)."""
     own = [q for q in quant if q["campaign"] == c.name]
     if not own:
@@ -355,7 +362,7 @@ def _quant_findings(c: CampaignSummary, quant: list[dict]) -> list[fnd.Finding]:
 def build(summaries: list[CampaignSummary]) -> tuple[dict[str, pd.DataFrame], FindingSet]:
     """Tables and findings of the comparison of two or more analysed campaigns."""
     found = FindingSet()
-    series: list[dict] = []
+    series: list[dict[str, Any]] = []
     for c in summaries:
         series += series_rows(c)
     for r in series:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,7 +130,8 @@ class RunRates:
         best = max(self.rows, key=lambda r: r["goodput_req_s"] or 0.0)
         if not best["good_requests"]:
             return 0.0
-        return 1.0 / best["good_requests"]
+        resolution: float = 1.0 / best["good_requests"]
+        return resolution
 
     @property
     def best(self) -> dict[str, Any]:
@@ -159,15 +160,22 @@ def _run_rates(run: RunData, ctx: Context) -> RunRates | None:
     return RunRates(run, sorted(rows, key=lambda r: r["request_rate_req_s"]), busy)
 
 
+def _cell(rr: RunRates, rate: float, col: str) -> float | None:
+    """One run's value of ``col`` at an offered rate; None where the run has no point there."""
+    row = rr.row_at(rate)
+    value: float | None = row.get(col) if row else None
+    return value
+
+
 @dataclass
 class LadderArm:
     name: str
     runs: list[RunRates]
 
-    def values(self, fn) -> list[float]:
+    def values(self, fn: Callable[[RunRates], float | None]) -> list[float]:
         return [v for rr in self.runs if (v := fn(rr)) is not None]
 
-    def mean_spread(self, fn) -> tuple[float | None, float | None]:
+    def mean_spread(self, fn: Callable[[RunRates], float | None]) -> tuple[float | None, float | None]:
         vals = self.values(fn)
         return (ex.mean(vals), ex.repeat_spread(vals)) if vals else (None, None)
 
@@ -184,7 +192,7 @@ class LadderArm:
         return max(rel, *(rr.resolution_rel for rr in self.runs))
 
     def at(self, rate: float, col: str) -> tuple[float | None, float | None]:
-        return self.mean_spread(lambda rr: (row := rr.row_at(rate)) and row.get(col))
+        return self.mean_spread(lambda rr: _cell(rr, rate, col))
 
 
 def arm_of(campaign: Campaign, ctx: Context, name: str) -> LadderArm | None:
@@ -222,7 +230,7 @@ POINT_COLS = (
 )
 
 
-def _point_rows(arms: list[LadderArm]) -> list[dict]:
+def _point_rows(arms: list[LadderArm]) -> list[dict[str, Any]]:
     return [
         {"step": i, "arm": a.name, "run": rr.run.name, **{c: row[c] for c in POINT_COLS}}
         for i, a in enumerate(arms)
@@ -273,7 +281,7 @@ def first_unheld_rate(rr: RunRates) -> float | None:
     return min(above) if above else None
 
 
-def _step_rows(steps: list[Step]) -> list[dict]:
+def _step_rows(steps: list[Step]) -> list[dict[str, Any]]:
     """Per arm: goodput, held and saturation rates, GPU busy share, the step's ratio and verdict, and the
     share of requests within the SLO at the first rate the baseline does not hold (where arms can differ)."""
     unheld = first_unheld_rate(steps[0].arm.runs[0])
@@ -373,7 +381,7 @@ def _measure(pr: Predict, st: Step) -> tuple[float | None, float | None]:
     return None, None
 
 
-def _prediction_rows(steps: list[Step]) -> list[dict]:
+def _prediction_rows(steps: list[Step]) -> list[dict[str, Any]]:
     rows = []
     for st in steps:
         for pr in plan_predictions(st.arm.runs[0].run, st.arm.name):
@@ -406,7 +414,7 @@ def _arm_at(a: LadderArm) -> At:
     return At(level="run", run=a.name, engine="llamacpp", weight_format=wf, topic=TOPIC)
 
 
-def _step_findings(rows: list[dict], steps: list[Step]) -> list[fnd.Finding]:
+def _step_findings(rows: list[dict[str, Any]], steps: list[Step]) -> list[fnd.Finding]:
     out = []
     for row, st in zip(rows, steps, strict=True):
         at = _arm_at(st.arm)
@@ -456,7 +464,7 @@ def _step_findings(rows: list[dict], steps: list[Step]) -> list[fnd.Finding]:
     return out
 
 
-def _total_finding(rows: list[dict], steps: list[Step]) -> fnd.Finding:
+def _total_finding(rows: list[dict[str, Any]], steps: list[Step]) -> fnd.Finding:
     last, first = steps[-1].arm, steps[0].arm
     srcs = [r["source"] for a in (first, last) for rr in a.runs for r in rr.rows]
     return fnd.measured(
@@ -504,7 +512,7 @@ def predicted(at: At, r: dict[str, Any], unit: str = "", **extra: Any) -> fnd.Fi
     return fnd.measured(at, r["measured"], unit, [r["plan"]], **extra)
 
 
-def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
+def _prediction_findings(rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     return [
         predicted(
             At(level="run", run=r["arm"], engine="llamacpp", topic=TOPIC)(f"predicted_{r['quantity']}"),

@@ -15,6 +15,7 @@ spreads). The completions plan's ``# PREDICT`` lines (``goodput_max_req_s``, ``g
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pandas as pd
 
@@ -46,17 +47,23 @@ def ratio_spread(m1: float, s1: float | None, m0: float, s0: float | None) -> tu
     return r, (r * max(rels)) if rels else None
 
 
-def _rows(chat: lad.LadderArm, comp: lad.LadderArm) -> list[dict]:
+def _rows(chat: lad.LadderArm, comp: lad.LadderArm) -> list[dict[str, Any]]:
     rows = []
     for endpoint, arm in (("chat", chat), ("completions", comp)):
-        row: dict = {"endpoint": endpoint, "arm": arm.name, "runs": ", ".join(rr.run.name for rr in arm.runs)}
+        row: dict[str, Any] = {
+            "endpoint": endpoint,
+            "arm": arm.name,
+            "runs": ", ".join(rr.run.name for rr in arm.runs),
+        }
         for col, (fn, _unit) in MEASURES.items():
             row[col], row[f"{col}_spread"] = arm.mean_spread(fn)
         rows.append(row)
     return rows
 
 
-def _ratio_findings(rows: list[dict], chat: lad.LadderArm, comp: lad.LadderArm) -> list[fnd.Finding]:
+def _ratio_findings(
+    rows: list[dict[str, Any]], chat: lad.LadderArm, comp: lad.LadderArm
+) -> list[fnd.Finding]:
     c0, c1 = rows
     srcs = [r["source"] for a in (chat, comp) for rr in a.runs for r in rr.rows]
     at = At(level="run", run=COMPLETIONS, engine="llamacpp", weight_format="q4_k_m", topic=TOPIC)
@@ -97,7 +104,7 @@ def _ratio_findings(rows: list[dict], chat: lad.LadderArm, comp: lad.LadderArm) 
     return out
 
 
-def _measure(quantity: str, rows: list[dict]) -> tuple[float | None, float | None]:
+def _measure(quantity: str, rows: list[dict[str, Any]]) -> tuple[float | None, float | None]:
     c0, c1 = rows
     if quantity in ("goodput_max_req_s", "gpu_busy_pct"):
         return c1[quantity], c1[f"{quantity}_spread"]
@@ -112,14 +119,14 @@ def _measure(quantity: str, rows: list[dict]) -> tuple[float | None, float | Non
     return None, None
 
 
-def _prediction_rows(comp: lad.LadderArm, rows: list[dict]) -> list[dict]:
+def _prediction_rows(comp: lad.LadderArm, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for pr in lad.plan_predictions(comp.runs[0].run, COMPLETIONS):
         out.append(lad.prediction_row(pr, *_measure(pr.quantity, rows)))
     return out
 
 
-def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
+def _prediction_findings(rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     at = At(level="run", run=COMPLETIONS, engine="llamacpp", topic=TOPIC)
     return [lad.predicted(at(f"predicted_{r['quantity']}"), r) for r in rows]
 

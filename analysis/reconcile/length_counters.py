@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from analysis.core import findings as fnd
 from analysis.core import fits, theory
@@ -90,7 +91,7 @@ def swing_per_cycle(values: Sequence[float], samples_per_cycle: int) -> float | 
     return sorted(spans)[len(spans) // 2] if spans else None
 
 
-def _row(p: BenchPoint, ctx: Context) -> dict | None:
+def _row(p: BenchPoint, ctx: Context) -> dict[str, Any] | None:
     w: PointWindowData | None = ctx.window(p)
     tpi, iters, _ = iterations(p, ctx)
     r = p.result
@@ -111,7 +112,7 @@ def _row(p: BenchPoint, ctx: Context) -> dict | None:
     }
 
 
-def _read_model(at: At, rows: list[dict], wb: float, kvb: float) -> list[fnd.Finding]:
+def _read_model(at: At, rows: list[dict[str, Any]], wb: float, kvb: float) -> list[fnd.Finding]:
     """Two findings: the two-term model against the byte counter at the shortest and the longest input."""
     ok = [x for x in rows if x["read_bytes"] and x["running"]]
     if len(ok) < 2:
@@ -139,7 +140,7 @@ def _read_model(at: At, rows: list[dict], wb: float, kvb: float) -> list[fnd.Fin
     return out
 
 
-def _flops_fit(at: At, rows: list[dict]) -> list[fnd.Finding]:
+def _flops_fit(at: At, rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     """GFLOP the engine books per iteration token, as a line in the mean context."""
     ok = [x for x in rows if x["flops"] and x["iter_tokens"]]
     if len(ok) < 3:
@@ -160,7 +161,7 @@ def _flops_fit(at: At, rows: list[dict]) -> list[fnd.Finding]:
     ]
 
 
-def _intensity(at: At, rows: list[dict], th: TheoryCtx, wb: float, kvb: float) -> list[fnd.Finding]:
+def _intensity(at: At, rows: list[dict[str, Any]], th: TheoryCtx, wb: float, kvb: float) -> list[fnd.Finding]:
     ok = [x for x in rows if x["running"]]
     if th.cfg is None or len(ok) < 2:
         return []

@@ -372,7 +372,7 @@ def _format_fit(arms: dict[tuple[str, str], SizeArm], tag: str) -> FormatFit | N
 # --- tables -------------------------------------------------------------------------------------------------
 
 
-def _run_rows(arms: dict[tuple[str, str], SizeArm]) -> list[dict]:
+def _run_rows(arms: dict[tuple[str, str], SizeArm]) -> list[dict[str, Any]]:
     rows = []
     for (size, _tag), a in arms.items():
         predicted = a.predicted_itl_ms
@@ -410,7 +410,7 @@ def _run_rows(arms: dict[tuple[str, str], SizeArm]) -> list[dict]:
     return rows
 
 
-def _size_rows(arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]) -> list[dict]:
+def _size_rows(arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]) -> list[dict[str, Any]]:
     """Per format and size: the mean, its spread, the achievement and its interval, the fit and residual, and
     the step from the next smaller size with the larger of the two spreads beside it."""
     rows = []
@@ -464,7 +464,7 @@ def _size_rows(arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]
     return rows
 
 
-def _fit_rows(ffits: dict[str, FormatFit]) -> list[dict]:
+def _fit_rows(ffits: dict[str, FormatFit]) -> list[dict[str, Any]]:
     rows = []
     for ff in ffits.values():
         f, b = ff.box.fit, ff.box
@@ -504,7 +504,9 @@ def _of_plans(run: RunData, plans: Sequence[str]) -> bool:
     return name is not None and any(repeat_of(name, p) is not None for p in plans)
 
 
-def _context_rows(campaign: Campaign, arms: dict[tuple[str, str], SizeArm], spec: SizeSpec) -> list[dict]:
+def _context_rows(
+    campaign: Campaign, arms: dict[tuple[str, str], SizeArm], spec: SizeSpec
+) -> list[dict[str, Any]]:
     """The 7B runs at concurrency 1 over the campaign's leases: the earlier runs (the plans the arms name as
     ``context``, and their repeats) beside this lease's arms that name them."""
     rows = []
@@ -530,7 +532,7 @@ def _context_rows(campaign: Campaign, arms: dict[tuple[str, str], SizeArm], spec
     return rows
 
 
-def _context_row(run: str, fmt: str, p: BenchPoint, lease: str) -> dict:
+def _context_row(run: str, fmt: str, p: BenchPoint, lease: str) -> dict[str, Any]:
     return {
         "experiment": NAME,
         "run": run,
@@ -546,7 +548,9 @@ def _context_row(run: str, fmt: str, p: BenchPoint, lease: str) -> dict:
 # --- predictions ------------------------------------------------------------------------------------------
 
 
-def _measure(pred: Prediction, arms, ffits) -> list[tuple[str | None, float, float, float]]:
+def _measure(
+    pred: Prediction, arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]
+) -> list[tuple[str | None, float, float, float]]:
     """The prediction's measured value(s): (size or None, value, interval lo, interval hi) per target."""
     if pred.quantity == "achievement_pct":
         a = next((x for x in arms.values() if x.run == pred.arm), None)
@@ -592,7 +596,9 @@ def _residuals(pred: Prediction, ff: FormatFit) -> list[tuple[str | None, float,
     return out
 
 
-def _evaluate(pred: Prediction, arms, ffits) -> list[dict]:
+def _evaluate(
+    pred: Prediction, arms: dict[tuple[str, str], SizeArm], ffits: dict[str, FormatFit]
+) -> list[dict[str, Any]]:
     rows = []
     measured = _measure(pred, arms, ffits)
     targets = list(pred.targets)
@@ -619,7 +625,12 @@ def _evaluate(pred: Prediction, arms, ffits) -> list[dict]:
 
 
 def _prediction_finding(
-    pred: Prediction, rows: list[dict], arms, ffits, campaign: Campaign, formats: dict[str, str]
+    pred: Prediction,
+    rows: list[dict[str, Any]],
+    arms: dict[tuple[str, str], SizeArm],
+    ffits: dict[str, FormatFit],
+    campaign: Campaign,
+    formats: dict[str, str],
 ) -> fnd.Finding:
     plan_src = plan_cite(campaign, pred.plan)
     if pred.quantity == "achievement_pct":
@@ -812,7 +823,7 @@ def _fit_findings(ffits: dict[str, FormatFit]) -> list[fnd.Finding]:
     return out
 
 
-def _context_finding(rows: list[dict], fmt: str) -> fnd.Finding | None:
+def _context_finding(rows: list[dict[str, Any]], fmt: str) -> fnd.Finding | None:
     vals = [r["p50_itl_ms"] for r in rows if r["weight_format"] == fmt and r["p50_itl_ms"] is not None]
     if len(vals) < 2:
         return None
@@ -858,7 +869,7 @@ def run(s: SectionInput) -> Section:
         return _not_run(spec)
     ffits = {tag: ff for tag in spec.formats if (ff := _format_fit(arms, tag)) is not None}
     out: list[fnd.Finding] = [_plan_check(arms, spec.exp.item), *_arm_findings(arms), *_fit_findings(ffits)]
-    pred_rows: list[dict] = []
+    pred_rows: list[dict[str, Any]] = []
     for pred in spec.predictions:
         rows = _evaluate(pred, arms, ffits)
         if rows:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -111,7 +112,7 @@ def _window_gauges(ctx: Context, key: str, run: str) -> dict[str, list[float]]:
     return {g: [cols[g][i] for i in idx] for g in GAUGES if g in cols}
 
 
-def _detail_row(r: pd.Series, ctx: Context, single: dict) -> dict:
+def _detail_row(r: pd.Series, ctx: Context, single: dict[tuple[Any, Any, Any], float]) -> dict[str, Any]:
     row = {c: r.get(c) for c in COPIED}
     run = str(r["key"]).rsplit("/", 1)[0]
     row["run"] = run
@@ -176,7 +177,9 @@ def _num(row: pd.Series | None, col: str) -> float | None:
     return float(row[col])
 
 
-def _telemetry(s: SweepSeries, top: BenchPoint, rows: list[pd.Series], th: TheoryCtx, src: list[str]) -> list:
+def _telemetry(
+    s: SweepSeries, top: BenchPoint, rows: list[pd.Series], th: TheoryCtx, src: list[str]
+) -> list[Any]:
     """The card under the sweep's heaviest load: the median power over the top point's window as a share of
     the board power (the datasheet's limit), and the hottest sample of the sweep."""
     out: list[fnd.Finding] = []
@@ -202,7 +205,9 @@ def _telemetry(s: SweepSeries, top: BenchPoint, rows: list[pd.Series], th: Theor
     return out
 
 
-def _queue(s: SweepSeries, top: BenchPoint, top_row: pd.Series, pool: int | None, src: list[str]) -> list:
+def _queue(
+    s: SweepSeries, top: BenchPoint, top_row: pd.Series, pool: int | None, src: list[str]
+) -> list[Any]:
     """Requests actually running at the highest concurrency (mean, median), how often the queue held any,
     and the pool's mean use against mean running × mean context ÷ pool."""
     out: list[fnd.Finding] = []
@@ -275,7 +280,7 @@ def _steps(s: SweepSeries, pts: list[BenchPoint], th: TheoryCtx) -> list[fnd.Fin
     a, b = c1.result.itl.p50_ms, top.result.itl.p50_ms
     if not a or not b:
         return out
-    extra: dict = {"concurrency": top.concurrency}
+    extra: dict[str, Any] = {"concurrency": top.concurrency}
     wb, kvb = s["weight_bytes_per_step"], s["kv_bytes_per_token"]
     bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None
     if wb and kvb and bw and top.concurrency and top.input_len_tokens and top.requested_output_len_tokens:

@@ -10,6 +10,7 @@ with no datasheet) gets n/a findings that quote the recorded error.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -39,7 +40,7 @@ def floor_achievement_pct(floor_ms: float, measured_ms: float) -> float:
     return floor_ms / measured_ms * 100.0
 
 
-def model_buffer_mib(log) -> float | None:
+def model_buffer_mib(log: object) -> float | None:
     """The weights llama.cpp loaded, MiB: Σ of its `model buffer size` lines over devices."""
     bufs = [b.mib for b in getattr(log, "buffers", []) if b.kind == "model"]
     return sum(bufs) if bufs else None
@@ -53,7 +54,7 @@ class _RunPrediction:
     pred: PredictedTheory
     prel: str  # the run-relative prediction file
     pre: At  # quantity -> the finding's address
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     out: list[fnd.Finding] = field(default_factory=list)
 
     def cite(self, key: str) -> str:
@@ -66,7 +67,7 @@ class _RunPrediction:
         unit: str,
         predicted: tuple[float | None, str],
         measured: tuple[float | None, str | None],
-        **extra,
+        **extra: Any,
     ) -> None:
         """A table row: (predicted value, its key in the file), (measured value, its citation)."""
         (pval, pkey), (mval, msrc) = predicted, measured
@@ -99,7 +100,7 @@ def _no_prediction(run: RunData, pre: At) -> list[fnd.Finding]:
     return [fnd.not_available(pre(k), u, "no_prediction", why, srcs) for k, u in keys]
 
 
-def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+def _rows_for_run(run: RunData, th: TheoryCtx) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     pre = run_at(run, th.weight_format_for(run), topic="prediction")
     doc = run.docs.prediction
     if doc is None or doc.prediction is None:
@@ -276,7 +277,7 @@ def _weights(rp: _RunPrediction) -> None:
 
 def run(s: SectionInput) -> Section:
     campaign, th = s.campaign, s.th
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     findings: list[fnd.Finding] = []
     for r in campaign.runs:
         if r.own and r.points:

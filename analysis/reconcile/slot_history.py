@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
+from typing import Any
 
 import pandas as pd
 
@@ -119,7 +120,9 @@ class History:
         return mean(d), ex.repeat_spread(d)
 
 
-def _histories(few: dict, many: dict) -> list[History]:
+def _histories(
+    few: dict[int, tuple[RunData, dict[str, Wave]]], many: dict[int, tuple[RunData, dict[str, Wave]]]
+) -> list[History]:
     out = []
     for h in HISTORIES:
         ks = sorted(k for k in few if k in many and h in few[k][1] and h in many[k][1])
@@ -128,7 +131,7 @@ def _histories(few: dict, many: dict) -> list[History]:
     return out
 
 
-def _wave_rows(hs: list[History]) -> list[dict]:
+def _wave_rows(hs: list[History]) -> list[dict[str, Any]]:
     return [
         {
             "history": h.name,
@@ -218,7 +221,9 @@ def _slot_run_findings(hs: list[History]) -> list[fnd.Finding]:
     return out
 
 
-def _prediction_rows(few: dict, hs: list[History]) -> list[dict]:
+def _prediction_rows(
+    few: dict[int, tuple[RunData, dict[str, Wave]]], hs: list[History]
+) -> list[dict[str, Any]]:
     if not few:
         return []
     by_name = {h.name: h for h in hs}
@@ -231,7 +236,7 @@ def _prediction_rows(few: dict, hs: list[History]) -> list[dict]:
     return rows
 
 
-def _prediction_findings(rows: list[dict]) -> list[fnd.Finding]:
+def _prediction_findings(rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     at = At(level="run", run=ARM_FEW, engine="llamacpp", topic=TOPIC)
     return [predicted(at(f"predicted_{r['quantity']}"), r, "%") for r in rows]
 

@@ -167,7 +167,7 @@ def _costs(table: dict[tuple[str, int, int], float]) -> Costs | None:
     return Costs(target[1], target, draft1)
 
 
-def _run_rows(runs: list[SpecRun], off: SpecRun, costs: Costs) -> list[dict]:
+def _run_rows(runs: list[SpecRun], off: SpecRun, costs: Costs) -> list[dict[str, Any]]:
     rows = []
     for sr in runs:
         tps = sr.tokens_per_step
@@ -193,13 +193,13 @@ def _run_rows(runs: list[SpecRun], off: SpecRun, costs: Costs) -> list[dict]:
     return rows
 
 
-def _overhead_ms(rows: list[dict]) -> float | None:
+def _overhead_ms(rows: list[dict[str, Any]]) -> float | None:
     """The server's own time per speculative step over the llama-bench step, ms: mean over the draft runs."""
     vals = [r["server_overhead_ms"] for r in rows if r["k"]]
     return math.fsum(vals) / len(vals) if vals else None
 
 
-def _gain_rows(costs: Costs, overhead: float | None, t1_server_ms: float) -> list[dict]:
+def _gain_rows(costs: Costs, overhead: float | None, t1_server_ms: float) -> list[dict[str, Any]]:
     """The reader's table: speedup by α and k, from the kernels alone (llama-bench's steps) and as the server
     runs it (its own one-token step ``t1_server_ms``, the no-draft run's p50 TPOT, against the kernel step
     plus the server's measured overhead per speculative step, taken as the same for every k)."""
@@ -218,7 +218,7 @@ def _gain_rows(costs: Costs, overhead: float | None, t1_server_ms: float) -> lis
     return rows
 
 
-def _prediction_rows(runs: list[SpecRun], run_rows: list[dict]) -> list[dict]:
+def _prediction_rows(runs: list[SpecRun], run_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_run = {r["run"]: r for r in run_rows}
     rows = []
     for sr in runs:
@@ -241,7 +241,14 @@ def _prediction_rows(runs: list[SpecRun], run_rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _findings(run_rows, gain, pred_rows, costs: Costs, cost_src: list[str], overhead) -> list[fnd.Finding]:
+def _findings(
+    run_rows: list[dict[str, Any]],
+    gain: list[dict[str, Any]],
+    pred_rows: list[dict[str, Any]],
+    costs: Costs,
+    cost_src: list[str],
+    overhead: float | None,
+) -> list[fnd.Finding]:
     at = At(topic=TOPIC)
     out = [
         fnd.measured(at("target_step_1_ms"), costs.t1, "ms", cost_src, depth=STEP_DEPTH),

@@ -39,7 +39,7 @@ class TheoryCtx:
     # own runs: run name -> (weight format, KV dtype, citation)
     run_formats: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
-    def weight_format_for(self, run) -> str | None:
+    def weight_format_for(self, run: RunData) -> str | None:
         """The weight format a run served: its plan's (a run of our own), else its engine's in this
         campaign."""
         if run.name in self.run_formats:
@@ -87,7 +87,7 @@ def _dtype_format(dtype: str | None) -> str | None:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype.lower(), dtype.lower())
 
 
-def gpu_name_from_fingerprint(fp) -> str | None:
+def gpu_name_from_fingerprint(fp: object) -> str | None:
     """The GPU name a fingerprint record carries (nvidia-smi's `name` column)."""
     for attr in ("gpu_name",):
         v = getattr(fp, attr, None)

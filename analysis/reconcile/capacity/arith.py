@@ -14,6 +14,7 @@ KV page and run no second round.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from analysis.core import findings as fnd
 from analysis.core import theory
@@ -66,7 +67,9 @@ def _first(campaign: Campaign, rnd: str | None, kind: str) -> list[BenchPoint]:
     return [p for p in campaign.points(round=rnd, engine="vllm", test_kind=kind) if not p.warmup]
 
 
-def _mha(rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, lengths: list[BenchPoint]) -> list:
+def _mha(
+    rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, lengths: list[BenchPoint]
+) -> list[Any]:
     cfg = th.cfg
     if cfg is None or cfg.num_key_value_heads == cfg.num_attention_heads:
         return []
@@ -135,7 +138,7 @@ def _longest(rnd: str | None, campaign: Campaign, lengths: list[BenchPoint]) -> 
     return out
 
 
-def _overload(rnd: str | None, pool: int, src: str, kvb: float, points: list[BenchPoint]) -> list:
+def _overload(rnd: str | None, pool: int, src: str, kvb: float, points: list[BenchPoint]) -> list[Any]:
     """What one overload request and all of them need, GiB, beside the pool."""
     if not points:
         return []
@@ -158,7 +161,9 @@ def _overload(rnd: str | None, pool: int, src: str, kvb: float, points: list[Ben
     ]
 
 
-def _sweep_top(rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, sweep: list) -> list:
+def _sweep_top(
+    rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, sweep: list[Any]
+) -> list[Any]:
     """The KV the sweep's highest concurrency needs at the requests' largest, as a share of the pool, and as a
     multiple of the K/V projection weights that write it."""
     top = max((p for p in sweep if p.concurrency), key=lambda p: p.concurrency, default=None)
@@ -191,7 +196,7 @@ def _sweep_top(rnd: str | None, pool: int, src: str, kvb: float, th: TheoryCtx, 
     return out
 
 
-def _server_knobs(rnd: str | None, run: RunData, pool: int, kvb: float, sweep: list[BenchPoint]) -> list:
+def _server_knobs(rnd: str | None, run: RunData, pool: int, kvb: float, sweep: list[BenchPoint]) -> list[Any]:
     """What --max-num-seqs would admit at the sweep's workload, and the --kv-cache-memory vLLM suggests."""
     rel, log = run.server_log
     if (
@@ -231,7 +236,7 @@ def _server_knobs(rnd: str | None, run: RunData, pool: int, kvb: float, sweep: l
     return out
 
 
-def _llamacpp(rnd: str | None, campaign: Campaign, th: TheoryCtx, vllm_pool: int | None) -> list:
+def _llamacpp(rnd: str | None, campaign: Campaign, th: TheoryCtx, vllm_pool: int | None) -> list[Any]:
     """llama.cpp's KV cells (every slot's context, allocated at start) against vLLM's pool, and its GPU memory
     in use after start-up (nvidia-smi, where the fingerprint has it) against its weights plus those cells."""
     for run in campaign.select(round=rnd, engine="llamacpp"):

@@ -52,7 +52,7 @@ def usage_tokens(kv_usage_fraction: float, pool_tokens: int) -> float:
     return kv_usage_fraction * pool_tokens
 
 
-def pool_row(run: RunData, th: TheoryCtx) -> dict | None:
+def pool_row(run: RunData, th: TheoryCtx) -> dict[str, Any] | None:
     """An imported run's logged vLLM pool (GiB, tokens, maximum concurrency) beside the theory from the logged
     pool bytes, one row of table kv_pool; None for our own runs and without a 'KV cache size' line."""
     rel, log = run.vllm_log
@@ -112,8 +112,8 @@ def run(s: SectionInput) -> Section:
     campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
     pools = [r for r in (pool_row(run, th) for run in campaign.runs) if r is not None]
-    fit_rows: list[dict] = []
-    pred_rows: list[dict] = []
+    fit_rows: list[dict[str, Any]] = []
+    pred_rows: list[dict[str, Any]] = []
     for rnd in campaign.rounds:
         rp = [r for r in pools if r["round"] == (rnd or "")]
         pool_tokens, pool_findings = _pool_findings(campaign, rnd, rp, th)
@@ -132,7 +132,7 @@ def run(s: SectionInput) -> Section:
 
 
 def _pool_findings(
-    campaign: Campaign, rnd: str | None, rp: list[dict], th: TheoryCtx
+    campaign: Campaign, rnd: str | None, rp: list[dict[str, Any]], th: TheoryCtx
 ) -> tuple[int | None, list[fnd.Finding]]:
     """The round's pool, tokens (the first vLLM start-up log's; our own runs' measured pool when the round
     logged none), and its findings: logged vs theory, or n/a without a log."""
@@ -176,7 +176,7 @@ def _pool_findings(
     return r0["kv_pool_tokens_log"], out
 
 
-def _pool_theory_findings(at: At, logged: At, r0: dict, th: TheoryCtx) -> list[fnd.Finding]:
+def _pool_theory_findings(at: At, logged: At, r0: dict[str, Any], th: TheoryCtx) -> list[fnd.Finding]:
     """The logged pool and maximum concurrency against the theory from the logged pool bytes, each within
     the range the logged GiB's rounding leaves (concurrency: + its own two-decimal rounding)."""
     lo, hi = r0["kv_pool_tokens_theory_min"], r0["kv_pool_tokens_theory_max"]
@@ -246,7 +246,7 @@ def _peak_usage(ctx: Context, p: BenchPoint) -> float | None:
 
 def _fit_findings(
     campaign: Campaign, ctx: Context, rnd: str | None, pool_tokens: int | None
-) -> tuple[list[dict], list[fnd.Finding]]:
+) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """Linearity: the length sweep's peak KV usage (tokens) fitted against tokens in flight; the fitted
     points (table kv_fit) and the slope, intercept and R², or why they are n/a."""
     at = At(round=rnd)
@@ -333,7 +333,9 @@ def _fit_unavailable(campaign: Campaign, rnd: str | None, ls: list[BenchPoint]) 
     return [fnd.not_available(at(n), u, reason, why, [p.cite() for p in ls]) for n, u in FIT_KEYS]
 
 
-def _predicted_rows(campaign: Campaign, ctx: Context, rnd: str | None, pool_tokens: int) -> list[dict]:
+def _predicted_rows(
+    campaign: Campaign, ctx: Context, rnd: str | None, pool_tokens: int
+) -> list[dict[str, Any]]:
     """Predicted (tokens in flight) vs measured peak KV usage of every vLLM point with a window and its
     lengths."""
     rows = []

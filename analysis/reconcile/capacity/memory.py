@@ -83,7 +83,8 @@ class _Ledger:
     @property
     def loaded_gib(self) -> float | None:
         """'Model loading took X GiB'."""
-        return self.log.weights_loaded_gib
+        gib: float | None = self.log.weights_loaded_gib
+        return gib
 
     @property
     def non_torch_gib(self) -> float | None:
@@ -95,7 +96,7 @@ class _Ledger:
         return self.run.cite(self.rel, self.log.lines.get("weights_loaded_gib"))
 
 
-def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+def _vllm(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """The pool from vLLM's own ledger against the logged pool, the ledger's terms, and the hand estimate's
     gap to the logged pool term by term."""
     rel, log = run.server_log
@@ -199,7 +200,7 @@ def _ledger_findings(at: At, m: _Ledger, th: TheoryCtx) -> list[fnd.Finding]:
     return out
 
 
-def _hand_estimate(at: At, m: _Ledger, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+def _hand_estimate(at: At, m: _Ledger, th: TheoryCtx) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """The hand estimate of the pool (utilization × datasheet memory − theory weights − a fixed reserve) and
     the logged pool's gap to it, term by term (``hand_gap_terms``); n/a without a datasheet or theory."""
     gpu, mem = th.gpu, m.mem
@@ -257,7 +258,7 @@ def _hand_estimate(at: At, m: _Ledger, th: TheoryCtx) -> tuple[list[dict], list[
     return rows, out
 
 
-def _ledger_rows(m: _Ledger, th: TheoryCtx) -> list[dict]:
+def _ledger_rows(m: _Ledger, th: TheoryCtx) -> list[dict[str, Any]]:
     """The memory table's ledger rows: CUDA total, budget, weights, non-torch, activation, pool, graphs."""
     gpu, mem, line = th.gpu, m.mem, m.line
     items = (
@@ -272,7 +273,7 @@ def _ledger_rows(m: _Ledger, th: TheoryCtx) -> list[dict]:
     return [_row(m.run, item, v, theo, src) for item, v, theo, src in items if v is not None]
 
 
-def _row(run: RunData, item: str, gib: float, theory_gib: float | None, source: str) -> dict:
+def _row(run: RunData, item: str, gib: float, theory_gib: float | None, source: str) -> dict[str, Any]:
     return {
         "round": run.round or "",
         "run": run.name,
@@ -296,7 +297,7 @@ def _gpu_memory_used(at: At, run: RunData) -> list[fnd.Finding]:
     return [fnd.measured(at("gpu_memory_used_mib"), max(used), "MiB", [src], detail=detail)]
 
 
-def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """llama.cpp's buffers by kind (summed over devices) from its log, the model buffers against the theory's
     tensor bytes of the served format."""
     rel, log = run.server_log
@@ -312,7 +313,7 @@ def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd
             ),
             *_gpu_memory_used(at, run),
         ]
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     by_kind: dict[str, float] = {}
     lines: dict[str, list[str]] = {}
     for b in bufs:
@@ -362,7 +363,7 @@ def _llamacpp(at: At, run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd
 
 def run(s: SectionInput) -> Section:
     campaign, th = s.campaign, s.th
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     findings: list[fnd.Finding] = []
     if campaign.own:
         for r in campaign.runs:

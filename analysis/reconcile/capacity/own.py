@@ -96,7 +96,7 @@ def _vllm_blocks(
     return b
 
 
-def _vllm(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+def _vllm(run: RunData, th: TheoryCtx) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """The logged pool (tokens) and maximum concurrency against the theory's block count, and the block
     count /metrics reports."""
     pre = run_at(run, th.weight_format_for(run))
@@ -184,7 +184,7 @@ def _cache_config_info(run: RunData) -> tuple[dict[str, str], str] | None:
     return None
 
 
-def _metrics_blocks(run: RunData, pre: At, row: dict, b: _Blocks, tol: float) -> list[fnd.Finding]:
+def _metrics_blocks(run: RunData, pre: At, row: dict[str, Any], b: _Blocks, tol: float) -> list[fnd.Finding]:
     """/metrics: vllm:cache_config_info carries the block count the scheduler really has; against the theory's
     block count (the pool check's tolerance when that is rounded) and block size. Adds to ``row``."""
     found = _cache_config_info(run)
@@ -219,7 +219,7 @@ def _metrics_blocks(run: RunData, pre: At, row: dict, b: _Blocks, tol: float) ->
     return out
 
 
-def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding]]:
+def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """Slots, context per slot and the cells allocated (start-up log) against -c and -np, and the KV buffer
     against -c × KV bytes per token."""
     pre = run_at(run, th.weight_format_for(run))
@@ -282,7 +282,14 @@ def _llamacpp(run: RunData, th: TheoryCtx) -> tuple[list[dict], list[fnd.Finding
 
 
 def _llamacpp_kv_buffer(
-    run: RunData, pre: At, rel: str, log: Any, ctx_total: int, argv_src: str, row: dict, th: TheoryCtx
+    run: RunData,
+    pre: At,
+    rel: str,
+    log: Any,
+    ctx_total: int,
+    argv_src: str,
+    row: dict[str, Any],
+    th: TheoryCtx,
 ) -> list[fnd.Finding]:
     """The logged KV buffer (MiB, two decimals) against -c × KV bytes per token of the logged K type; n/a
     without a model config. Adds the theory to ``row``."""
@@ -313,7 +320,7 @@ def _llamacpp_kv_buffer(
 
 def run(s: SectionInput) -> Section:
     campaign, th = s.campaign, s.th
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     findings: list[fnd.Finding] = []
     for r in campaign.runs:
         if not r.own or not r.points:

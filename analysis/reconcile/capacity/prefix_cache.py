@@ -37,7 +37,7 @@ def hit_rate(hit_tokens: float, queried_tokens: float) -> float | None:
     return hit_tokens / queried_tokens if queried_tokens > 0 else None
 
 
-def counters(engine: str, samples: dict[tuple[str, tuple], float]) -> tuple[float, float] | None:
+def counters(engine: str, samples: dict[tuple[str, tuple[Any, ...]], float]) -> tuple[float, float] | None:
     """(hit tokens, queried tokens) as one /metrics scrape counts them so far; None when the engine does
     not expose them."""
     if engine == "vllm":

@@ -18,6 +18,7 @@ Keys: ``<round>.engines.<engine>.<metric>``, ``<round>.ttft.<engine>.<metric>``;
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from analysis.core import findings as fnd
 from analysis.core.keys import At
@@ -71,7 +72,9 @@ def _tokens_per_s(p: BenchPoint) -> float:
     return p.result.output_throughput_tok_s
 
 
-def _dip_evidence(p: BenchPoint, lower: BenchPoint, higher: BenchPoint | None, ctx: Context) -> dict:
+def _dip_evidence(
+    p: BenchPoint, lower: BenchPoint, higher: BenchPoint | None, ctx: Context
+) -> dict[str, Any]:
     """What the files say about a throughput dip: the neighbours' throughput and ITL, the duration, and what
     the self-checks found, as results (completed 319 of 320, 1 failed), not only gate names."""
     r = p.result

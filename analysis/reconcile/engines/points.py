@@ -5,6 +5,8 @@ did not honour ignore-eos."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis.core import findings as fnd
@@ -36,9 +38,9 @@ def shortfall_pct(total_output_tokens: int, completed: int, requested_output_len
     return (1.0 - total_output_tokens / (completed * requested_output_len)) * 100.0
 
 
-def byte_ledger(series: list[SweepSeries], bandwidth_bytes_per_s: float | None) -> list[dict]:
+def byte_ledger(series: list[SweepSeries], bandwidth_bytes_per_s: float | None) -> list[dict[str, Any]]:
     """One row per series identity (engine × weight format): the bytes a decode step reads and its floor."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     seen: set[tuple[str, str | None]] = set()
     for s in series:
         ident = (s["engine"], s["weight_format"])
@@ -62,7 +64,7 @@ def byte_ledger(series: list[SweepSeries], bandwidth_bytes_per_s: float | None) 
     return out
 
 
-def _throughput_ratio(at: At, by_engine: dict, ctx: Context) -> fnd.Finding:
+def _throughput_ratio(at: At, by_engine: dict[str, Any], ctx: Context) -> fnd.Finding:
     """vLLM ÷ llama.cpp output tokens/s at the highest concurrency both measured (gated-in points), with the
     single-stream ratio alongside: batching efficiency at high load against speed at one stream."""
     key = at("throughput_ratio_at_max_common_concurrency", topic="engines")
@@ -95,7 +97,7 @@ def _throughput_ratio(at: At, by_engine: dict, ctx: Context) -> fnd.Finding:
 
 def _point_row(
     rnd: str | None, series: SweepSeries, p: BenchPoint, head: str | None, ctx: Context, bw: float | None
-) -> dict:
+) -> dict[str, Any]:
     """One sweep point of an engine's series: throughput, ITL, and where theory allows the roofline floor
     (ms) and how much of the requested output the engine produced."""
     r = p.result
@@ -322,7 +324,7 @@ def _round_findings(
 def run(s: SectionInput) -> Section:
     campaign, th = s.campaign, s.th
     findings: list[fnd.Finding] = []
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     bw = th.gpu.bandwidth_bytes_per_s if th.gpu else None
     all_series = sweep_series(campaign, th)
     ledger = byte_ledger(all_series, bw)

@@ -17,7 +17,9 @@ campaign's two series are two weight formats of one engine), each a finding per 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -55,7 +57,9 @@ def _better(budget_ms: float, fronts: dict[str, tuple[list[float], list[float]]]
     return "vllm" if within("vllm") > within("llamacpp") else "llamacpp"
 
 
-def step_winners(measured: dict[str, tuple[list[float], list[float]]]) -> list[tuple[float, str, dict]]:
+def step_winners(
+    measured: dict[str, tuple[list[float], list[float]]],
+) -> list[tuple[float, str, dict[str, Any]]]:
     """Per measured p99 TTFT (each a budget just above it), the engine whose best measured point within the
     budget gives more output tokens/s — the table's own rule (strict "p99 TTFT < budget"), so what this says
     never contradicts the budget table. An engine with nothing inside a budget delivers nothing there."""
@@ -68,7 +72,7 @@ def step_winners(measured: dict[str, tuple[list[float], list[float]]]) -> list[t
     return out
 
 
-def _measured_boundary(key: At, measured: dict, srcs: list[str], rnd: str | None) -> fnd.Finding:
+def _measured_boundary(key: At, measured: dict[str, Any], srcs: list[str], rnd: str | None) -> fnd.Finding:
     """Where the better engine changes on the measured points: below ``first_flip_ms`` the first winner always
     leads, from the value on the last winner always does; between them they alternate (with how far the first
     winner leads there)."""
@@ -134,7 +138,7 @@ def round_series(campaign: Campaign, th: TheoryCtx, rnd: str | None) -> list[Swe
     return out
 
 
-def _ident(s: SweepSeries) -> dict:
+def _ident(s: SweepSeries) -> dict[str, Any]:
     return {"engine": s["engine"], "weight_format": s["weight_format"], "run": s["run"]}
 
 
@@ -142,7 +146,7 @@ def _same_engine(ss: list[SweepSeries]) -> bool:
     return len({s["engine"] for s in ss}) == 1
 
 
-def _within_budget(s: SweepSeries, ans: slo.SloAnswer | None) -> dict:
+def _within_budget(s: SweepSeries, ans: slo.SloAnswer | None) -> dict[str, Any]:
     """One series at one budget: the planner's concurrency and output tokens/s there, with the bracketing
     points (``at_least``: the highest measured point is within the budget, so the series sustains at least
     that; nothing: no point is within it)."""
@@ -180,7 +184,9 @@ def _within_budget(s: SweepSeries, ans: slo.SloAnswer | None) -> dict:
     }
 
 
-def _measured_within(s: SweepSeries, budget_ms: float, gate_ok) -> dict | None:
+def _measured_within(
+    s: SweepSeries, budget_ms: float, gate_ok: Callable[[BenchPoint], bool]
+) -> dict[str, Any] | None:
     """One series' measured gated point with the most output tokens/s among those with p99 TTFT ≤ the
     budget, as a ``_within_budget`` row; None when no point is within it."""
     pts = [
@@ -206,7 +212,7 @@ def _measured_within(s: SweepSeries, budget_ms: float, gate_ok) -> dict | None:
     }
 
 
-def most_within(*rows: dict | None) -> dict:
+def most_within(*rows: dict[str, Any] | None) -> dict[str, Any]:
     """Of one series' candidate operating points within a budget (the planner's interpolated answer, its
     best measured point, its best at a tighter budget), the one with the most output tokens/s: what a looser
     budget buys is never less than a tighter one's (the same operating point stays within it). The first
@@ -217,7 +223,7 @@ def most_within(*rows: dict | None) -> dict:
 
 def best_per_budget(
     campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, series: list[SweepSeries]
-) -> tuple[list[fnd.Finding], list[dict]]:
+) -> tuple[list[fnd.Finding], list[dict[str, Any]]]:
     """Per budget of the ladder, the series delivering the most output tokens/s within it (findings, one per
     budget, and the table rows, one per budget and series)."""
     at = At(round=rnd, topic="selection")
@@ -237,8 +243,8 @@ def best_per_budget(
         return [fnd.not_available(key, "tokens/s", "too_few_points", "no gated-in sweep point")], []
     page_budget, _ = slo.default_budget_ms(campaign)
     findings: list[fnd.Finding] = []
-    rows: list[dict] = []
-    tighter: list[dict | None] = [None] * len(series)  # each series' best at the budgets so far
+    rows: list[dict[str, Any]] = []
+    tighter: list[dict[str, Any] | None] = [None] * len(series)  # each series' best at the budgets so far
     for b in budget_ladder_ms(p99, (page_budget,)):
         per = [
             most_within(
@@ -267,7 +273,7 @@ def best_per_budget(
 
 def _planned_within(
     campaign: Campaign, ctx: Context, th: TheoryCtx, rnd: str | None, s: SweepSeries, budget_ms: float
-) -> dict:
+) -> dict[str, Any]:
     """One series at one budget by the SLO planner (``slo.plan_sweep``), as a ``_within_budget`` row."""
     ans = slo.plan_sweep(
         campaign.name,
@@ -281,8 +287,8 @@ def _planned_within(
 
 
 def _best_at_budget(
-    at: At, b: float, basis: str, per: list[dict], same_engine: bool
-) -> tuple[fnd.Finding, dict]:
+    at: At, b: float, basis: str, per: list[dict[str, Any]], same_engine: bool
+) -> tuple[fnd.Finding, dict[str, Any]]:
     """The series with the most output tokens/s within budget ``b`` (ms), with its lead over the runner-up
     (%); and that series' row."""
     rated = sorted(
@@ -382,9 +388,9 @@ def _lead(
     key: At,
     a: tuple[SweepSeries, float, list[str], int],
     b: tuple[SweepSeries, float, list[str], int],
-    ratio,
-    **extra,
-):
+    ratio: Callable[[float, float], float],
+    **extra: Any,
+) -> fnd.Finding:
     """The leader's advantage over the other series, ≥ 1 (``ratio(x, y)``: how many times better x is than
     y), with both series' values and how many times more weight bytes the other reads per decode step."""
     lead, other = (a, b) if ratio(a[1], b[1]) >= 1 else (b, a)
@@ -476,7 +482,7 @@ def advantages(ctx: Context, rnd: str | None, series: list[SweepSeries]) -> list
     return out
 
 
-def guide(series: list[SweepSeries], ctx: Context, rnd: str | None) -> list[dict]:
+def guide(series: list[SweepSeries], ctx: Context, rnd: str | None) -> list[dict[str, Any]]:
     """The budget table on measured points only: per series the campaign has (engine and weight format)
     and budget of BUDGETS_MS, the gated point with the most output tokens/s and p99 TTFT under the budget."""
     rows = []
@@ -504,7 +510,7 @@ def _engine_order(engine: str) -> int:
     return ENGINES.index(engine) if engine in ENGINES else len(ENGINES)
 
 
-def _curve_rows(series: SweepSeries, ctx: Context, fmt_of: dict) -> list[dict]:
+def _curve_rows(series: SweepSeries, ctx: Context, fmt_of: dict[str, Any]) -> list[dict[str, Any]]:
     """One series' sweep points as rows of the selection curve, each marked on or off the series' own Pareto
     front (over its gated-in points)."""
     allpts = series["points"]
@@ -587,7 +593,7 @@ def _boundary(key: At, fronts: dict[str, tuple[list[float], list[float]]], srcs:
     )
 
 
-def _best_under_1000(rnd: str | None, guide_rows: list[dict], srcs: list[str]) -> list[fnd.Finding]:
+def _best_under_1000(rnd: str | None, guide_rows: list[dict[str, Any]], srcs: list[str]) -> list[fnd.Finding]:
     """Per engine, the most output tokens/s of its first series with p99 TTFT under 1000 ms (a second
     weight format is a run of our own)."""
     out = []
@@ -615,8 +621,8 @@ def _best_under_1000(rnd: str | None, guide_rows: list[dict], srcs: list[str]) -
 def run(s: SectionInput) -> Section:
     campaign, ctx, th, points = s.campaign, s.ctx, s.th, s.points
     findings: list[fnd.Finding] = []
-    curve_rows: list[dict] = []
-    guide_rows: list[dict] = []
+    curve_rows: list[dict[str, Any]] = []
+    guide_rows: list[dict[str, Any]] = []
     fmt_of = (
         dict(zip(points["key"], points["weight_format"], strict=True))
         if len(points) and "weight_format" in points
@@ -639,7 +645,7 @@ def run(s: SectionInput) -> Section:
             continue
         findings.append(_boundary(at("boundary_p99_ttft_ms"), curves.fronts, curves.srcs))
         findings += _best_under_1000(rnd, guide_rows, curves.srcs)
-    budget_rows: list[dict] = []
+    budget_rows: list[dict[str, Any]] = []
     for rnd in campaign.rounds:
         series = round_series(campaign, th, rnd)
         found, rows = best_per_budget(campaign, ctx, th, rnd, series)

@@ -30,6 +30,8 @@ point refutes it, confirmed when every point confirms it, inconclusive otherwise
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analysis.core import findings as fnd
@@ -143,7 +145,7 @@ def _deltas(
     return out
 
 
-def _extras(e: ExpData, ctx: Context, th: TheoryCtx, t: dict[str, list[dict]]) -> list[fnd.Finding]:
+def _extras(e: ExpData, ctx: Context, th: TheoryCtx, t: dict[str, list[dict[str, Any]]]) -> list[fnd.Finding]:
     """What an experiment adds beyond its arms, differences and predictions (by its name)."""
     name, out = e.exp.name, []
     if name in ("slots", "kv_quant"):
@@ -172,7 +174,7 @@ def _missing(exp: Experiment) -> fnd.Finding:
     )
 
 
-def _experiment(exp: Experiment, s: SectionInput, t: dict[str, list[dict]]) -> list[fnd.Finding]:
+def _experiment(exp: Experiment, s: SectionInput, t: dict[str, list[dict[str, Any]]]) -> list[fnd.Finding]:
     """One experiment's rows (into ``t``) and findings."""
     arms = arm_runs(s.campaign, exp)
     if len(arms) < 2:
@@ -194,7 +196,7 @@ def _experiment(exp: Experiment, s: SectionInput, t: dict[str, list[dict]]) -> l
 
 def run(s: SectionInput) -> Section:
     campaign: Campaign = s.campaign
-    t: dict[str, list[dict]] = {name: [] for name in TABLES}
+    t: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
     out: list[fnd.Finding] = []
     for exp in load_experiments(campaign):
         if exp.name not in OWN_SECTION:

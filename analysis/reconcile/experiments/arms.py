@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from analysis.core import fits
 from analysis.loading.campaign import BenchPoint, Campaign, RunData
@@ -88,7 +89,7 @@ class ArmPoint:
 
     experiment: str
     arm: ArmRuns
-    pid: tuple
+    pid: tuple[Any, ...]
     points: dict[int, BenchPoint]  # repeat -> point
     values: dict[str, list[float]]
 
@@ -107,9 +108,9 @@ class ExpData:
     def __init__(self, exp: Experiment, arms: dict[str, ArmRuns]):
         self.exp = exp
         self.arms = arms
-        self.at: dict[tuple[str, tuple], ArmPoint] = {}
+        self.at: dict[tuple[str, tuple[Any, ...]], ArmPoint] = {}
         for run_name, ar in arms.items():
-            by_pid: dict[tuple, dict[int, BenchPoint]] = {}
+            by_pid: dict[tuple[Any, ...], dict[int, BenchPoint]] = {}
             for k, run in ar.runs.items():
                 for p in run.points:
                     if not p.warmup:
@@ -121,13 +122,13 @@ class ExpData:
                     vals[m] = [v for v in vs if v is not None]
                 self.at[(run_name, pid)] = ArmPoint(exp.name, ar, pid, pts, vals)
 
-    def point(self, arm: str, pid: tuple) -> ArmPoint | None:
+    def point(self, arm: str, pid: tuple[Any, ...]) -> ArmPoint | None:
         return self.at.get((arm, pid))
 
-    def pids(self, arm: str) -> list[tuple]:
+    def pids(self, arm: str) -> list[tuple[Any, ...]]:
         return sorted(pid for a, pid in self.at if a == arm)
 
-    def find(self, arm: str, t: Target) -> list[tuple]:
+    def find(self, arm: str, t: Target) -> list[tuple[Any, ...]]:
         return [
             pid
             for pid in self.pids(arm)
@@ -135,7 +136,7 @@ class ExpData:
             and (t.input_len is None or pid[2] == t.input_len)
         ]
 
-    def borrowed_pct(self, metric: str, pid: tuple) -> float | None:
+    def borrowed_pct(self, metric: str, pid: tuple[Any, ...]) -> float | None:
         """The largest relative repeat spread of the experiment's repeated arms at this point, %."""
         pcts = []
         for (_a, q), ap in self.at.items():
@@ -146,7 +147,7 @@ class ExpData:
                 pcts.append(spread_pct(s, v))
         return max(pcts) if pcts else None
 
-    def spread(self, arm: str, pid: tuple, metric: str) -> tuple[float | None, bool]:
+    def spread(self, arm: str, pid: tuple[Any, ...], metric: str) -> tuple[float | None, bool]:
         """(absolute spread, borrowed?) of one arm at one point."""
         ap = self.point(arm, pid)
         if ap is None:
@@ -158,7 +159,7 @@ class ExpData:
         return (None, False) if pct is None or v is None else (pct / 100.0 * v, True)
 
 
-def label_point(pid: tuple) -> dict:
+def label_point(pid: tuple[Any, ...]) -> dict[str, Any]:
     return {
         "test_kind": pid[0],
         "concurrency": pid[1],
@@ -182,7 +183,9 @@ class Diff:
         return distinguishable(self.delta, self.spread)
 
 
-def diff(e: ExpData, treatment: str, baseline: str, pid: tuple, metric: str = "p50_itl_ms") -> Diff | None:
+def diff(
+    e: ExpData, treatment: str, baseline: str, pid: tuple[Any, ...], metric: str = "p50_itl_ms"
+) -> Diff | None:
     """Treatment − baseline at one point, with the larger of the two arms' spreads beside it."""
     t, b = e.point(treatment, pid), e.point(baseline, pid)
     tv = t.value(metric) if t is not None else None

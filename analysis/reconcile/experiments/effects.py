@@ -5,6 +5,8 @@ capacity of a fixed KV budget per cache type."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from analysis.core import findings as fnd
 from analysis.core import theory
 from analysis.reconcile import run_at
@@ -29,7 +31,7 @@ from analysis.reconcile.experiments.spec import Target, quote_line
 from analysis.reconcile.theoryctx import TheoryCtx
 
 
-def slope_rows_and_findings(e: ExpData, rows: list[dict]) -> list[fnd.Finding]:
+def slope_rows_and_findings(e: ExpData, rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     """The step time each extra stream adds (c = 8..64) per arm, and the share of it GPU sampling removes."""
     out: list[fnd.Finding] = []
     sl = slopes(e)

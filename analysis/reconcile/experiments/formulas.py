@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from analysis.core import theory
 
@@ -117,7 +118,7 @@ def log_max_concurrency(pool_tokens: int, tokens_per_request: int) -> float:
     return pool_tokens / tokens_per_request
 
 
-def stop_tokens(records: Sequence, n: int) -> list[tuple[int, float, int]]:
+def stop_tokens(records: Sequence[Any], n: int) -> list[tuple[int, float, int]]:
     """The n streams whose largest gap between two chunks is longest — preempted streams stop for whole
     seconds while the others decode on —: (output tokens received before that gap, the gap's start [mono ns],
     the request's line), sorted by the token count. The count n comes from the server's preemption counter."""

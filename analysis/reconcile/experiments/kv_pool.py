@@ -56,7 +56,7 @@ _EXACT = (
 )
 
 
-def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict | None:
+def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict[str, Any] | None:
     """Experiment 6, one run: the pool from the log, the prediction for its size, and what the streams, the
     preemption counter and the running gauge show."""
     rel, log = run.server_log
@@ -119,7 +119,14 @@ def _pool_row(run: RunData, p: BenchPoint, ctx: Context, n_blocks: int) -> dict 
 
 
 def _exact_finding(
-    at: At, got: list, pred, unit: str, detail: str, srcs: list[str], plan: str, extra: dict
+    at: At,
+    got: list[Any],
+    pred: Any,
+    unit: str,
+    detail: str,
+    srcs: list[str],
+    plan: str,
+    extra: dict[str, Any],
 ) -> fnd.Finding:
     """A count predicted exactly, measured in every repeat: confirmed when every repeat equals it."""
     ok = all(g == pred for g in got)
@@ -140,7 +147,7 @@ def _exact_finding(
     )
 
 
-def _pool_runs(arm: str, ar: ArmRuns, ctx: Context, rows: list[dict]) -> list[dict[str, Any]]:
+def _pool_runs(arm: str, ar: ArmRuns, ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each repeat's overload point of one pool (``_pool_row``), also added to the table ``rows``."""
     per_run = []
     for k, run in sorted(ar.runs.items()):
@@ -203,7 +210,7 @@ def _pool_findings(at: At, per_run: list[dict[str, Any]], plan: str, n_blocks: i
     return out
 
 
-def kv_pool_findings(e: ExpData, ctx: Context, rows: list[dict]) -> list[fnd.Finding]:
+def kv_pool_findings(e: ExpData, ctx: Context, rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     """Experiment 6: per pool size, preemptions (count, onset, stop points) against the lock-step prediction
     and demand ÷ pool, and the requests resident at the wave's peak against the log's max-concurrency line."""
     out: list[fnd.Finding] = []

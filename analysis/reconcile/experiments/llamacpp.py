@@ -4,6 +4,8 @@ slot ids each point's requests took (``launch_slot_`` lines) behind the concurre
 
 from __future__ import annotations
 
+from typing import Any
+
 from analysis.core import findings as fnd
 from analysis.core import theory
 from analysis.core.model_config import ModelConfig
@@ -47,7 +49,7 @@ def slot_runs_by_point(run: RunData) -> dict[str, tuple[list[int], int, str]] | 
     return out
 
 
-def buffer_findings(e: ExpData, th: TheoryCtx, rows: list[dict]) -> list[fnd.Finding]:
+def buffer_findings(e: ExpData, th: TheoryCtx, rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     """Per run: llama.cpp's KV buffer (log) against −c × KV bytes per token of the plan's cache type, and the
     per-slot context (log) against −c ÷ −np; both exact."""
     out: list[fnd.Finding] = []
@@ -60,7 +62,7 @@ def buffer_findings(e: ExpData, th: TheoryCtx, rows: list[dict]) -> list[fnd.Fin
 
 
 def _run_buffer_findings(
-    e: ExpData, where: tuple[str, ArmRuns, int], run: RunData, cfg: ModelConfig, rows: list[dict]
+    e: ExpData, where: tuple[str, ArmRuns, int], run: RunData, cfg: ModelConfig, rows: list[dict[str, Any]]
 ) -> list[fnd.Finding]:
     """One run's KV buffer and per-slot context findings (``buffer_findings``); ``where``: (arm, its runs,
     the repeat)."""
@@ -130,7 +132,7 @@ def _run_buffer_findings(
     return out
 
 
-def _slot_evidence(e: ExpData, rows: list[dict]) -> dict[tuple[str, int, int], tuple[int, str]]:
+def _slot_evidence(e: ExpData, rows: list[dict[str, Any]]) -> dict[tuple[str, int, int], tuple[int, str]]:
     """Per (arm, repeat, concurrency) of one-wave points: runs of consecutive busy slot ids and the
     citation."""
     found: dict[tuple[str, int, int], tuple[int, str]] = {}
@@ -166,7 +168,7 @@ def _slot_evidence(e: ExpData, rows: list[dict]) -> dict[tuple[str, int, int], t
     return found
 
 
-def slots_findings(e: ExpData, slot_rows: list[dict]) -> list[fnd.Finding]:
+def slots_findings(e: ExpData, slot_rows: list[dict[str, Any]]) -> list[fnd.Finding]:
     """The concurrency-32 anomaly: -np 64 slower than -np 256, the difference beside its spread, and the busy
     slot ids of each arm at that point (how many runs of consecutive ids)."""
     out: list[fnd.Finding] = []

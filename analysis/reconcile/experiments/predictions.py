@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from analysis.core import findings as fnd
 from analysis.core import theory
@@ -22,7 +23,7 @@ from analysis.reconcile.theoryctx import TheoryCtx
 @dataclass
 class Evaluated:
     prediction: Prediction
-    rows: list[dict]
+    rows: list[dict[str, Any]]
     verdict: str
 
 
@@ -35,7 +36,7 @@ class Measured:
     borrowed: bool
 
 
-def _ledger_value(th: TheoryCtx, pred: Prediction, e: ExpData, pid: tuple) -> float | None:
+def _ledger_value(th: TheoryCtx, pred: Prediction, e: ExpData, pid: tuple[Any, ...]) -> float | None:
     """The KV ledger's predicted step change at this point (see ``ledger_itl_change_ms``)."""
     if th.cfg is None or not isinstance(th.ceilings, Ceilings):
         return None
@@ -53,7 +54,7 @@ def _ledger_value(th: TheoryCtx, pred: Prediction, e: ExpData, pid: tuple) -> fl
     )
 
 
-def _measure(pred: Prediction, e: ExpData, pid: tuple) -> Measured | None:
+def _measure(pred: Prediction, e: ExpData, pid: tuple[Any, ...]) -> Measured | None:
     """The predicted quantity at one point: an arm's metric, or its difference from the baseline arm."""
     if pred.quantity in ("p50_itl_delta_ms", "p50_itl_delta_pct"):
         d = diff(e, pred.arm, pred.versus or "", pid)
@@ -73,7 +74,7 @@ def _measure(pred: Prediction, e: ExpData, pid: tuple) -> Measured | None:
     return Measured(m, s, borrowed)
 
 
-def _target_rows(pred: Prediction, t: Target, e: ExpData, th: TheoryCtx) -> list[dict]:
+def _target_rows(pred: Prediction, t: Target, e: ExpData, th: TheoryCtx) -> list[dict[str, Any]]:
     """One target's rows: each of the arm's points it names, measured and judged."""
     rows = []
     for pid in e.find(pred.arm, t):
@@ -90,7 +91,7 @@ def _target_rows(pred: Prediction, t: Target, e: ExpData, th: TheoryCtx) -> list
 
 
 def evaluate(pred: Prediction, e: ExpData, th: TheoryCtx, sl: dict[str, Slope]) -> Evaluated | None:
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     if pred.arm not in e.arms or (pred.versus and pred.versus not in e.arms):
         return None
     for t in pred.targets:
@@ -107,8 +108,12 @@ def evaluate(pred: Prediction, e: ExpData, th: TheoryCtx, sl: dict[str, Slope]) 
 
 
 def _pred_row(
-    pred: Prediction, pid: tuple | None, meas: Measured, kind: str, bound: tuple[float, float, float | None]
-) -> dict:
+    pred: Prediction,
+    pid: tuple[Any, ...] | None,
+    meas: Measured,
+    kind: str,
+    bound: tuple[float, float, float | None],
+) -> dict[str, Any]:
     lo, hi, value = bound
     m, s = meas.m, meas.s
     v = verdict(kind, m, s, lo, hi, value)
@@ -132,19 +137,21 @@ def _pred_row(
     }
 
 
-def _margin(r: dict) -> float:
+def _margin(r: dict[str, Any]) -> float:
     """How far a refuting point's interval lies from the prediction (units of the quantity)."""
     a, b = r["interval_lo"], r["interval_hi"]
     if a is None:
         return 0.0
     if r["kind"] == "point":
-        return max(r["predicted_value"] - b, a - r["predicted_value"])
+        off: float = max(r["predicted_value"] - b, a - r["predicted_value"])
+        return off
     lo = -INF if r["predicted_lo"] is None else r["predicted_lo"]
     hi = INF if r["predicted_hi"] is None else r["predicted_hi"]
-    return max(lo - b, a - hi)
+    outside: float = max(lo - b, a - hi)
+    return outside
 
 
-def _decisive(ev: Evaluated) -> dict:
+def _decisive(ev: Evaluated) -> dict[str, Any]:
     """The point that decides the verdict: the refuting point farthest from the prediction in units of its
     spread (the clearest refutation), else the first inconclusive point, else the first point."""
     refuting = [r for r in ev.rows if r["verdict"] == "refuted"]
@@ -162,7 +169,7 @@ QUANTITY_UNITS = {
 }
 
 
-def cites(e: ExpData, arms: Sequence[str | None], pid: tuple | None) -> list[str]:
+def cites(e: ExpData, arms: Sequence[str | None], pid: tuple[Any, ...] | None) -> list[str]:
     """The citations of the arms' points (requests.jsonl#point of each repeat); every point without a pid."""
     out = []
     for arm in arms:

@@ -3,12 +3,14 @@ each run, each arm at each point (mean and repeat spread), and each difference a
 
 from __future__ import annotations
 
+from typing import Any
+
 from analysis.reconcile import Context
 from analysis.reconcile.experiments.arms import ExpData, diff, label_point, point_metrics
 from analysis.reconcile.experiments.formulas import spread_pct
 
 
-def run_rows(e: ExpData) -> list[dict]:
+def run_rows(e: ExpData) -> list[dict[str, Any]]:
     """Per arm and repeat: the run, the knob value its plan.toml states and the arm's expected value."""
     rows = []
     for arm, ar in sorted(e.arms.items()):
@@ -32,7 +34,7 @@ def run_rows(e: ExpData) -> list[dict]:
     return rows
 
 
-def points_rows(e: ExpData, ctx: Context) -> list[dict]:
+def points_rows(e: ExpData, ctx: Context) -> list[dict[str, Any]]:
     rows = []
     for (arm, pid), ap in sorted(e.at.items(), key=lambda x: (x[0][0], x[0][1])):
         for k, p in sorted(ap.points.items()):
@@ -55,7 +57,7 @@ def points_rows(e: ExpData, ctx: Context) -> list[dict]:
     return rows
 
 
-def arm_rows(e: ExpData) -> list[dict]:
+def arm_rows(e: ExpData) -> list[dict[str, Any]]:
     rows = []
     for (arm, pid), ap in sorted(e.at.items(), key=lambda x: (x[0][0], x[0][1])):
         row = {
@@ -77,7 +79,7 @@ def arm_rows(e: ExpData) -> list[dict]:
     return rows
 
 
-def diff_rows(e: ExpData) -> list[dict]:
+def diff_rows(e: ExpData) -> list[dict[str, Any]]:
     rows = []
     for treatment, baseline in e.exp.pairs:
         for pid in e.pids(treatment):

@@ -15,9 +15,8 @@ from analysis.core import findings as fnd
 from analysis.core import metrics
 from analysis.core.keys import At
 from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
-from analysis.parse.requests_jsonl import RequestRecord
 from analysis.reconcile import Context, Section, SectionInput
-from collector.raw.records import EventRecord
+from collector.raw.records import EventRecord, RequestRecord
 
 GATE_ORDER = (
     "completed",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from analysis.core import findings as fnd
 from analysis.core.keys import At
@@ -59,7 +60,7 @@ def recompute_wall_share_pct(preemptions: float, mean_prefill_s: float, duration
     return preemptions * mean_prefill_s / duration_s * 100.0
 
 
-def _window_totals(at: At, p: BenchPoint, w: PointWindowData, idx: range, src: list[str]) -> list:
+def _window_totals(at: At, p: BenchPoint, w: PointWindowData, idx: range, src: list[str]) -> list[Any]:
     """Samples and iterations in the window; the wall time its iterations take at the p50 step."""
     out = [
         fnd.measured(
@@ -83,7 +84,7 @@ def _window_totals(at: At, p: BenchPoint, w: PointWindowData, idx: range, src: l
     return out
 
 
-def _recompute(at: At, p: BenchPoint, w: PointWindowData, preemptions: float, src: list[str]) -> list:
+def _recompute(at: At, p: BenchPoint, w: PointWindowData, preemptions: float, src: list[str]) -> list[Any]:
     prefill = w.mean_of("prefill_sum", "prefill_cnt")
     if not prefill or not p.result.duration_s:
         return []

@@ -169,12 +169,12 @@ def _changes(campaign: Campaign, r1: str | None, r2: str | None) -> list[dict[st
     return rows
 
 
-def _dict_difference(a: dict, b: dict) -> tuple[str, str]:
+def _dict_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str]:
     """Two argument dicts as the entries that differ, ``name=value; …`` each (``—`` where a side has none):
     the table shows what changed, not two copies of everything."""
     names = sorted(k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT))
 
-    def side(d: dict) -> str:
+    def side(d: dict[str, Any]) -> str:
         return "; ".join(f"{k}={d[k]}" for k in names if k in d) or "—"
 
     return side(a), side(b)
@@ -184,7 +184,8 @@ _ABSENT = object()
 
 
 def _abs_delta(r: Pair) -> float:
-    return abs(r["delta_pct"])
+    delta: float = abs(r["delta_pct"])
+    return delta
 
 
 def _repeats(rnd: str, campaign: Campaign, ctx: Context) -> tuple[list[Pair], list[fnd.Finding]]:

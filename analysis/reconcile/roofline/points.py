@@ -79,7 +79,7 @@ def _point_row(s: SweepSeries, p: BenchPoint, ctx: Context, th: TheoryCtx) -> di
 def run(s: SectionInput) -> Section:
     campaign, ctx, th = s.campaign, s.ctx, s.th
     findings: list[fnd.Finding] = []
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     series = sweep_series(campaign, th)
     for ser in series:
         s_rows = [_point_row(ser, p, ctx, th) for p in ser["points"]]
@@ -109,7 +109,7 @@ def run(s: SectionInput) -> Section:
 
 
 def _own_series_findings(
-    run: RunData, s: SweepSeries, s_rows: list[dict], ctx: Context, th: TheoryCtx
+    run: RunData, s: SweepSeries, s_rows: list[dict[str, Any]], ctx: Context, th: TheoryCtx
 ) -> list[fnd.Finding]:
     pre = run_at(run, s["weight_format"])
     pts: list[BenchPoint] = s["points"]
@@ -157,7 +157,7 @@ def _own_series_findings(
     return out
 
 
-def _single_stream_finding(pre: At, s_rows: list[dict]) -> fnd.Finding:
+def _single_stream_finding(pre: At, s_rows: list[dict[str, Any]]) -> fnd.Finding:
     """p50 ITL at the series' lowest concurrency with one; n/a when no point completed a request with an ITL
     (the server died, the run was stopped)."""
     timed = [r for r in s_rows if r["p50_itl_ms"] is not None]

@@ -3,6 +3,8 @@ each heavier format over the lightest, measured vs the byte ledger (the ratio of
 
 from __future__ import annotations
 
+from typing import Any
+
 from analysis.core import findings as fnd
 from analysis.reconcile import engine_at
 from analysis.reconcile.roofline.series import SweepSeries, step_ratio, throughput_ratio
@@ -12,7 +14,9 @@ from analysis.reconcile.theoryctx import TheoryCtx
 QUANT_RATIO_TOLERANCE_PCT = 10.0
 
 
-def quantization_findings(series: list[SweepSeries], rows: list[dict], th: TheoryCtx) -> list[fnd.Finding]:
+def quantization_findings(
+    series: list[SweepSeries], rows: list[dict[str, Any]], th: TheoryCtx
+) -> list[fnd.Finding]:
     """Per engine with two or more weight formats: the single-stream step ratio of each heavier format over
     the lightest, measured vs the byte ledger (ratio of the floors: the bytes each step reads)."""
     out: list[fnd.Finding] = []
@@ -50,7 +54,7 @@ def _bytes_per_step(s: SweepSeries) -> float:
 
 
 def _step_ratio_finding(
-    engine: str, heavy: SweepSeries, lightest: SweepSeries, rows: list[dict], th: TheoryCtx
+    engine: str, heavy: SweepSeries, lightest: SweepSeries, rows: list[dict[str, Any]], th: TheoryCtx
 ) -> fnd.Finding:
     """The heavier format's p50 ITL ÷ the lightest's at their lowest common concurrency, against the ratio of
     the bytes each step reads; the ratios at every common concurrency beside it."""

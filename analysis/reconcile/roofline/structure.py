@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -116,7 +117,7 @@ def _weight_bytes(cfg: ModelConfig) -> dict[str, float]:
     return {fmt: theory.weight_bytes(cfg, fmt) for fmt in WEIGHT_FORMATS}
 
 
-def _params_rows(cfg: ModelConfig) -> list[dict]:
+def _params_rows(cfg: ModelConfig) -> list[dict[str, Any]]:
     """Parameters by component (whole model and per layer), with each one's share of the total."""
     whole = theory.params_by_component(cfg)
     total = theory.params_total(cfg)
@@ -133,7 +134,7 @@ def _params_rows(cfg: ModelConfig) -> list[dict]:
     ]
 
 
-def _flops_rows(cfg: ModelConfig) -> list[dict]:
+def _flops_rows(cfg: ModelConfig) -> list[dict[str, Any]]:
     """GFLOP per decoded token against the sequence length: the weights' (flat) and the attention kernel's."""
     trunk = theory.flops_per_token_matmul(cfg)
     head = theory.flops_per_token_lm_head(cfg)
@@ -150,7 +151,7 @@ def _flops_rows(cfg: ModelConfig) -> list[dict]:
     return rows
 
 
-def _count_findings(cfg: ModelConfig, params_rows: list[dict], src: list[str]) -> list[fnd.Finding]:
+def _count_findings(cfg: ModelConfig, params_rows: list[dict[str, Any]], src: list[str]) -> list[fnd.Finding]:
     """The structure's counts: parameters and their shares, KV bytes per token and the GQA factor, FLOPs per
     token, where attention overtakes the weights, weight bytes (stored and read per step)."""
     trunk = theory.flops_per_token_matmul(cfg)
@@ -235,7 +236,9 @@ def typical_request(campaign: Campaign) -> tuple[float, int, str] | None:
     return None
 
 
-def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[dict, list[fnd.Finding]]:
+def depth_findings(
+    campaign: Campaign, th: TheoryCtx, src: list[str]
+) -> tuple[dict[str, Any], list[fnd.Finding]]:
     """FLOPs per layer by matrix and the element-wise rest; attention-kernel FLOPs; the KV cache against the
     W_k/W_v weights, the hidden state and the weight bytes a step reads; what the cache saves in compute."""
     cfg = th.cfg
@@ -246,7 +249,7 @@ def depth_findings(campaign: Campaign, th: TheoryCtx, src: list[str]) -> tuple[d
     return {"structure_flops_by_matrix": pd.DataFrame(rows)}, out
 
 
-def _flops_depth(cfg: ModelConfig, src: list[str]) -> tuple[list[dict], list[fnd.Finding]]:
+def _flops_depth(cfg: ModelConfig, src: list[str]) -> tuple[list[dict[str, Any]], list[fnd.Finding]]:
     """FLOPs per layer per token by matrix (table structure_flops_by_matrix, with the element-wise ops), the
     element-wise share, and the attention kernel's FLOPs at one round length."""
     by_matrix = theory.flops_per_token_by_matrix(cfg)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from analysis.core import findings as fnd
 from analysis.core import theory
 from analysis.core.keys import At
+from analysis.core.model_config import ModelConfig
 from analysis.reconcile import Section, SectionInput
 
 MODEL = At(topic="model")
@@ -24,7 +25,7 @@ def layers_share_pct(params_per_layer: int, layers: int, params_total: int) -> f
 MLP_COMPONENTS = ("gate_proj", "up_proj", "down_proj")
 
 
-def mlp_over_attention(cfg) -> float:
+def mlp_over_attention(cfg: ModelConfig) -> float:
     """One layer's MLP parameters over its attention parameters, ratio: (gate + up + down) ÷ (q + k + v + o,
     biases included)."""
     per_layer = theory.params_per_layer_by_component(cfg)

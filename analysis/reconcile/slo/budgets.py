@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from analysis.core import metrics
 from analysis.loading.campaign import BenchPoint, Campaign, RunData
@@ -90,7 +91,7 @@ def point_goodput(p: BenchPoint, slos_ms: Mapping[str, float]) -> tuple[int, flo
     return good, metrics.goodput_req_s(good, metrics.duration_s(recs))
 
 
-def point_weight_format(p: BenchPoint, of: Callable | None) -> str | None:
+def point_weight_format(p: BenchPoint, of: Callable[..., Any] | None) -> str | None:
     """The weight format the point's run served (theoryctx.TheoryCtx.weight_format_for), None without it."""
     return of(p.run) if of is not None else None
 

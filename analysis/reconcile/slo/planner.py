@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from analysis.core import theory
 from analysis.loading.campaign import BenchPoint, Campaign
@@ -66,7 +67,7 @@ class SloAnswer:
     goodput_req_s: float | None = None  # exact, at the lower bracketing point
     goodput_good: int | None = None
     goodput_reason: str | None = None
-    settings: dict = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     next_concurrency: int | None = None
     stanza: str | None = None
     load: str = "closed-loop only"
@@ -133,7 +134,7 @@ def kv_max_num_seqs(max_concurrency_log: float) -> int:
     return math.floor(max_concurrency_log)
 
 
-def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
+def _settings(ans: SloAnswer, pt: BenchPoint) -> dict[str, Any]:
     """What the interpolated concurrency means for the deployment, from the sweep run's server log and the
     capacity theory. Both engines: admit at most admission_limit(concurrency) requests in flight in front
     of the server. vLLM: --max-num-seqs at the KV capacity (kv_max_num_seqs), against the residents the KV
@@ -149,7 +150,7 @@ def _settings(ans: SloAnswer, pt: BenchPoint) -> dict:
         if pt.input_len_tokens is not None and pt.requested_output_len_tokens is not None
         else None
     )
-    out: dict = {"request_tokens": req_tokens}
+    out: dict[str, Any] = {"request_tokens": req_tokens}
     if c is None:
         return out
     limit = admission_limit(c)
@@ -198,7 +199,7 @@ def answer_concurrency(
     engine: str | None = None,
     gate_ok: Callable[[BenchPoint], bool] | None = None,
     window_max_running: Callable[[BenchPoint], float | None] | None = None,
-    weight_format_of: Callable | None = None,
+    weight_format_of: Callable[..., Any] | None = None,
 ) -> list[SloAnswer]:
     """The planner's answer per round and engine of a campaign (see the module docstring), and for each
     further sweep run of our own with a weight format the engine's first run does not have (level
@@ -231,7 +232,7 @@ class PointReaders:
 
     gate_ok: Callable[[BenchPoint], bool] | None = None
     max_running: Callable[[BenchPoint], float | None] | None = None
-    weight_format_of: Callable | None = None
+    weight_format_of: Callable[..., Any] | None = None
 
 
 def sweep_concurrency(p: BenchPoint) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from analysis.core import metrics
 from analysis.loading.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
@@ -97,7 +98,7 @@ def answer_rates(
     itl_p99_ms: float | None = None,
     engine: str | None = None,
     gate_ok: Callable[[BenchPoint], bool] | None = None,
-    weight_format_of: Callable | None = None,
+    weight_format_of: Callable[..., Any] | None = None,
 ) -> list[RateAnswer]:
     """The highest request rate meeting the p99 budget(s), per run with open-loop rate points
     (``RATE_METHOD``: the concurrency answer's bracketing and log2 interpolation on the offered rate). Where
@@ -132,7 +133,7 @@ def _plan_rate_sweep(
     ttft_p99_ms: float,
     itl_p99_ms: float | None,
     gate_ok: Callable[[BenchPoint], bool] | None,
-    weight_format_of: Callable | None,
+    weight_format_of: Callable[..., Any] | None,
 ) -> RateAnswer:
     run = sweep[0].run
     ans = RateAnswer(

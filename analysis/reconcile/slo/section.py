@@ -179,9 +179,9 @@ def goodput_findings(
     campaign: Campaign,
     slos_ms: Mapping[str, float] | None,
     ctx: Context | None = None,
-    weight_format_of: Callable | None = None,
+    weight_format_of: Callable[..., Any] | None = None,
     fallback_ms: Mapping[str, float] | None = None,
-) -> list:
+) -> list[Any]:
     """Per sweep point, goodput against the SLOs (``slos_for``: the analysis-time ones, else the sweep run's
     plan's ``[slo]``, else ``fallback_ms``; per request, exact from requests.jsonl); per sweep, the point with
     the highest goodput. A run without request records: one n/a per sweep saying why."""
@@ -194,7 +194,7 @@ def goodput_findings(
             slos, basis = slos_for(pts[0].run, slos_ms, fallback_ms)
             if not slos:
                 continue
-            slo_extra: dict = {f"slo_{k}": v for k, v in slos.items()} | {"slo_basis": basis}
+            slo_extra: dict[str, Any] = {f"slo_{k}": v for k, v in slos.items()} | {"slo_basis": basis}
             sweep_at = engine_at(rnd, eng, point_weight_format(pts[0], weight_format_of), topic="goodput")
             rows = []
             for p in pts:
