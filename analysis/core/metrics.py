@@ -11,8 +11,9 @@ Two views, both computed here and nowhere else; every number says which one it i
 - **vllm-bench-compatible** (``VLLM_BENCH``, functions suffixed ``_vllm_bench``): vLLM's ``calculate_metrics``
   as ``vllm bench serve`` computes it, quirks included — every chunk carrying ``choices`` is one "token" and
   one inter-token gap whatever it carried, a request ends at its last such chunk, empty samples summarise to
-  0. Used only where a number is compared with files written by that tool: the per-point convenience copy
-  the collector writes in its schema (``bench/<point>.json``), which analysis never reads back. The reference
+  0. Used only where a number is compared with files written by that tool: the per-point summaries
+  ``collector run --save-result`` writes in its schema (older runs hold them as ``bench/<point>.json``,
+  which analysis never reads back). The reference
   campaign's files were written by that tool, so its numbers are of this definition too.
 
 Both views share ``output_tokens``, ``duration_s``, the throughputs and ``stats``: there they agree.

@@ -8,7 +8,7 @@ file it came from.
 A run with a ``requests.jsonl`` (our collector's) is summarised from it: one point per point id, every
 number recomputed by ``analysis.core.metrics`` (canonical definitions), so a fix there reaches every run
 already
-collected. The per-point ``bench/*.json`` copies such a run also holds are never read. A run without one
+collected. The per-point ``bench/*.json`` copies older runs also hold are never read. A run without one
 (the reference campaign: files written by ``vllm bench serve``) is read from its summary JSON files, numbers
 of vllm bench's own definitions. Each point says which (``BenchPoint.metric_definition``).
 """
@@ -357,7 +357,7 @@ def _parse_run(info: RunInfo) -> dict[str, Any]:
         if parser is None:
             continue
         if has_requests and parser is parse_result_json:
-            # the collector's per-point convenience copies (bench/<point>.json): frozen at collection time,
+            # older runs' per-point convenience copies (bench/<point>.json): frozen at collection time,
             # never read; the points are recomputed from requests.jsonl (_points_from_requests)
             continue
         records[rel] = parser(info.path / rel)
