@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 
 import httpx
 import pytest
 
-from collector.protocol.client import build_request, stream_completion
+from collector.protocol.client import build_request, stream_completion, worker_client
 from collector.protocol.loadgen import Abort, Listeners, LoadSettings, run_point
 from collector.protocol.workload import completion_body, prompt_token_ids
-from collector.raw.plan import PointPlan
+from collector.raw.plan import TRANSPORTS, PointPlan
 from collector.raw.records import RequestRecord
 from tests.fault_server import FaultServer
 from tests.loopback import free_port
@@ -37,15 +38,30 @@ META = {
 
 
 def _one(
-    server: FaultServer, max_tokens=6, extra=None, request_timeout_s=10.0, read_timeout_s=5.0, prompt_len=5
+    server: FaultServer,
+    max_tokens=6,
+    extra=None,
+    request_timeout_s=10.0,
+    read_timeout_s=5.0,
+    prompt_len=5,
+    transport="httpcore",
 ):
+    """One request through a load worker's client over ``transport`` ([load] transport)."""
+
     async def go():
         body = completion_body("m", list(range(40, 40 + prompt_len)), max_tokens, extra or {}, {})
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=read_timeout_s)) as c:
+        timeout = httpx.Timeout(5.0, read=read_timeout_s)
+        async with worker_client(transport, timeout, ssl.create_default_context()) as c:
             request = build_request(c, f"{server.url}/v1/completions", body)
             return await stream_completion(c, request, META, request_timeout_s=request_timeout_s)
 
     return asyncio.run(go())
+
+
+# every fault is recorded alike whichever HTTP transport the load client runs on
+@pytest.fixture(params=TRANSPORTS)
+def transport(request):
+    return request.param
 
 
 @pytest.fixture
@@ -61,8 +77,8 @@ def server(fault_server):
         ({}, "events"),
     ],
 )
-def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source):
-    rec = _one(server, max_tokens=6, extra=extra)
+def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source, transport):
+    rec = _one(server, max_tokens=6, extra=extra, transport=transport)
     assert rec.error_kind is None and rec.done and rec.http_status == 200
     assert rec.chunk_tokens == (1,) * 6 and rec.token_count_source == source
     assert len(rec.chunk_mono_ns) == len(rec.chunk_unix_ns) == 6
@@ -84,9 +100,9 @@ def test_normal_stream_is_recorded_chunk_by_chunk(server, extra, source):
         ("malformed", "protocol", 200, 1),
     ],
 )
-def test_faults_become_error_records_with_what_arrived(fault, kind, status, chunks, fault_server):
+def test_faults_become_error_records_with_what_arrived(fault, kind, status, chunks, fault_server, transport):
     s = fault_server(token_ms=1.0, faults={fault: 1})
-    rec = _one(s, max_tokens=8)
+    rec = _one(s, max_tokens=8, transport=transport)
     assert rec.error_kind == kind, rec.error_message
     assert rec.http_status == status and not rec.done
     assert len(rec.chunk_mono_ns) == chunks
@@ -95,22 +111,22 @@ def test_faults_become_error_records_with_what_arrived(fault, kind, status, chun
     assert RequestRecord.from_obj(rec.to_obj()) == rec
 
 
-def test_slow_first_byte_hits_the_read_timeout(fault_server):
+def test_slow_first_byte_hits_the_read_timeout(fault_server, transport):
     s = fault_server(token_ms=1.0, faults={"slow": 1}, slow_s=3.0)
-    rec = _one(s, read_timeout_s=0.3)
+    rec = _one(s, read_timeout_s=0.3, transport=transport)
     assert rec.error_kind == "timeout" and rec.chunk_mono_ns == () and rec.http_status == 200
 
 
-def test_hanging_stream_hits_the_request_timeout(fault_server):
+def test_hanging_stream_hits_the_request_timeout(fault_server, transport):
     s = fault_server(token_ms=1.0, faults={"hang": 1})
-    rec = _one(s, request_timeout_s=0.5, read_timeout_s=30)
+    rec = _one(s, request_timeout_s=0.5, read_timeout_s=30, transport=transport)
     assert rec.error_kind == "timeout" and "request_timeout_s" in rec.error_message
 
 
-def test_connection_refused():
+def test_connection_refused(transport):
     s = FaultServer()
     s.port = free_port()
-    rec = _one(s)
+    rec = _one(s, transport=transport)
     assert rec.error_kind == "connect" and rec.http_status is None
 
 

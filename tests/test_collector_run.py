@@ -55,6 +55,9 @@ def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path, make_plan):
         and kinds.count("point_start") == kinds.count("point_end") == 3
     )
     assert all(c.ok is not False for c in checks(ev))
+    # the plan's default client stack, as it ran: uvloop (installed here) and aiohttp under httpx
+    (stack,) = [e for e in ev if e.kind == "client_stack"]
+    assert stack.get("loop").startswith("uvloop ") and stack.get("transport").startswith("aiohttp ")
     scrapes = parse_scrapes_jsonl(run / "scrapes.jsonl")
     ticks = [s for s in scrapes if s.tag == "tick"]
     assert ticks and all(s.ok for s in scrapes)
@@ -125,10 +128,32 @@ def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path, make_plan):
     )
 
 
-def test_bad_plan_is_one_line_and_writes_nothing(tmp_path, make_plan):
+def test_the_other_client_stack_runs_and_is_recorded(tmp_path, make_plan):
+    """asyncio's own loop and httpx's own transport ([load] loop / transport) still measure a whole run."""
     plan = make_plan(tmp_path)
-    plan.write_text(plan.read_text().replace("drain_s = 0.1", "drain_s = 0.1\ndrian_s = 1"))
-    with pytest.raises(PlanError, match=r"fake.toml: \[load\].drian_s: unknown key"):
+    plan.write_text(
+        plan.read_text().replace("drain_s = 0.1", 'drain_s = 0.1\nloop = "asyncio"\ntransport = "httpcore"')
+    )
+    res = execute_run(plan, tmp_path / "raw")
+    assert res.status == "complete" and not res.checks_failed, str(res)
+    ev = parse_events_jsonl(res.path / "events.jsonl")
+    (stack,) = [e for e in ev if e.kind == "client_stack"]
+    assert stack.get("loop").startswith("asyncio") and stack.get("transport").startswith("httpcore ")
+    reqs = parse_requests_jsonl(res.path / "requests.jsonl")
+    assert len(reqs) == 2 + 3 + 12 and all(r.ok for r in reqs)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("drian_s = 1", r"\[load\].drian_s: unknown key"),
+        ('transport = "curl"', r"\[load\].transport: .*curl"),
+    ],
+)
+def test_bad_plan_is_one_line_and_writes_nothing(tmp_path, make_plan, line, message):
+    plan = make_plan(tmp_path)
+    plan.write_text(plan.read_text().replace("drain_s = 0.1", f"drain_s = 0.1\n{line}"))
+    with pytest.raises(PlanError, match=rf"fake.toml: {message}"):
         execute_run(plan, tmp_path / "raw")
     assert not (tmp_path / "raw").exists()
 

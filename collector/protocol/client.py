@@ -22,12 +22,14 @@ on.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 
+from collector.protocol.aiohttp_transport import AiohttpTransport
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
 from collector.protocol.sse import SSEDecoder, SSEError, SSEServerError, payload_json
 from collector.raw.records import RequestRecord
@@ -353,3 +355,25 @@ def _finish(identity: dict[str, Any], clock: Clock, at: _Attempt, rx: _Received)
         retries=at.retries,
         token_count_problem=rx.counter.problem,
     )
+
+
+# Kept-alive connections, one per worker: a connection set-up per request lands in every TTFT (and costs the
+# client CPU). Servers do close kept-alive connections (llama-server's HTTP library after a few requests, or
+# when idle for 5 s): both transports drop an idle connection the server has closed before reusing it, a
+# response saying "Connection: close" ends its connection, expiry is set below the servers' idle timeouts,
+# and a request that still meets a closing connection is sent again (``stream_completion``). Each worker has
+# its own client (a pool of one connection): httpcore's pool scans every connection for every request it
+# places (O(connections x requests) per request; at 256 streams the biggest single cost of the client and a
+# reason connections were dropped and made anew). One TLS context serves them all (making one costs ms).
+KEEPALIVE_S = 2.0
+_WORKER_LIMITS = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S)
+
+
+def worker_client(transport: str, timeout: httpx.Timeout, tls: ssl.SSLContext) -> httpx.AsyncClient:
+    """One load worker's client (one kept-alive connection) over ``transport`` (``[load] transport``):
+    "aiohttp" (collector.protocol.aiohttp_transport: aiohttp's C parser under httpx's interface) or
+    "httpcore" (httpx's own)."""
+    if transport == "aiohttp":
+        via = AiohttpTransport(tls, max_connections=1, keepalive_s=KEEPALIVE_S)
+        return httpx.AsyncClient(timeout=timeout, transport=via)
+    return httpx.AsyncClient(limits=_WORKER_LIMITS, timeout=timeout, verify=tls)

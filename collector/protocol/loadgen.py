@@ -33,8 +33,9 @@ import httpx
 import numpy as np
 
 from analysis.core import metrics
-from collector.protocol.client import build_request, stream_completion
+from collector.protocol.client import build_request, stream_completion, worker_client
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.protocol.eventloop import run_on
 from collector.protocol.workload import ENDPOINT_PATHS, WorkloadSpec, build_prompts, record_fields, turn_body
 from collector.raw.plan import PointPlan, RatePlan
 from collector.raw.records import RequestRecord
@@ -204,6 +205,8 @@ class LoadSettings:
     read_timeout_s: float
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     headers: dict[str, str] | None = None
+    loop: str = "auto"  # [load] loop (collector.protocol.eventloop): the shards' loops too
+    transport: str = "aiohttp"  # [load] transport: what each worker's client sends through
 
 
 @dataclass(frozen=True)
@@ -248,18 +251,6 @@ class _Tally:
         self.connect_fail_streak = self.connect_fail_streak + 1 if rec.error_kind == "connect" else 0
         if self.connect_fail_streak >= self.unreachable_after:
             self.abort.set(f"server unreachable: {self.connect_fail_streak} connection failures in a row")
-
-
-# Kept-alive connections, one per worker: a connection set-up per request lands in every TTFT (and costs the
-# client CPU). Servers do close kept-alive connections (llama-server's HTTP library after a few requests, or
-# when idle for 5 s): httpcore drops an idle connection the server has closed before reusing it, a response
-# saying "Connection: close" ends its connection, expiry is set below the servers' idle timeouts, and a
-# request that still meets a closing connection is sent again (collector.protocol.client). Each worker has
-# its own
-# client (a pool of one connection): httpcore's pool scans every connection for every request it places
-# (O(connections x requests) per request; at 256 streams the biggest single cost of the client and a reason
-# connections were dropped and made anew). One TLS context serves them all (making one costs milliseconds).
-_WORKER_LIMITS = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
 
 
 class _PointLoad:
@@ -333,7 +324,7 @@ class _PointLoad:
             return self.shared
         if w not in self.by_worker:
             self.by_worker[w] = await self.clients.enter_async_context(
-                httpx.AsyncClient(limits=_WORKER_LIMITS, timeout=self.timeout, verify=self.tls)
+                worker_client(self.settings.transport, self.timeout, self.tls)
             )
         return self.by_worker[w]
 
@@ -612,7 +603,7 @@ def _shard_main(conn: Any, job: _ShardJob, go: Any, stop: Any, grace: Any, t0: A
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     gc.collect()
-    asyncio.run(_shard_load(conn, job, go, stop, grace, t0))
+    run_on(job.settings.loop, _shard_load(conn, job, go, stop, grace, t0))
     conn.close()
 
 

@@ -46,6 +46,7 @@ from analysis.core import metrics
 from collector.protocol import bounded_http, fingerprint, workload
 from collector.protocol import checks as ck
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.protocol.eventloop import client_stack, run_on
 from collector.protocol.interrupts import Interrupted, Interrupts
 from collector.protocol.loadgen import (
     Abort,
@@ -526,6 +527,7 @@ class _Protocol:
         # a signal (collector.protocol.interrupts) now aborts the load on the loop instead of unwinding the
         # stack
         self.interrupts.on_signal = on_signal
+        self.events.emit("client_stack", **client_stack(self.plan.load.transport))
         try:
             live = _Live(self.console)
             with live.progress:
@@ -626,6 +628,8 @@ class _Protocol:
             read_timeout_s=p.load.read_timeout_s,
             workload=self.spec,
             headers=self.headers,
+            loop=p.load.loop,
+            transport=p.load.transport,
         )
 
     async def _load(self, pt: PointPlan, live: _Live, records: list[RequestRecord]) -> PointOutcome:
@@ -987,7 +991,7 @@ def _measure(
         proto.start_server()
         proto.server_facts()
         proto.start_sampler()
-        asyncio.run(proto.phases())
+        run_on(o.plan.load.loop, proto.phases())
         reason = proto.abort.reason if proto.abort else None
     except AnatomyError as err:
         reason = str(err)

@@ -281,6 +281,7 @@ EVENT_KINDS = frozenset(
         "metrics_back",
         "drain",
         "client_probe",
+        "client_stack",
     }
 )
 
@@ -304,7 +305,9 @@ class EventRecord:
       absent in older runs): point, ``period_ns`` (the probe's period), ``due_mono_ns`` and ``lag_ns`` (each
       wake-up of a task that sleeps to a deadline on the client's event loop: how late it ran — a busy loop
       reads every chunk that late), ``cpu_ns`` / ``wall_ns`` (the client process's user + system CPU and the
-      wall time over the point), ``shard`` (which load-client process; one event each) of ``shards``.
+      wall time over the point), ``shard`` (which load-client process; one event each) of ``shards``;
+    - ``client_stack`` (once, as the load begins; absent in older runs): the load client's ``loop`` (the one
+      running, with its version), ``transport`` (the HTTP package under httpx, with its version), ``httpx``.
     """
 
     kind: str
