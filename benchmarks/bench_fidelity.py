@@ -189,7 +189,11 @@ def run_ours(
     # exit 1 / 3: the run's own verdict (a point the client saturated is unusable): still measured here
     cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], root,
                     work / "tool.log", env={"PYTHONPATH": str(root)}, ok_codes=(0, 1, 3))  # fmt: skip
-    (req,) = raw.glob("fidelity/*/requests.jsonl")
+    found = list(raw.glob("fidelity/*/requests.jsonl"))
+    if len(found) != 1:
+        tail = (work / "tool.log").read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"collector run left no requests.jsonl; its log ends: {tail}")
+    (req,) = found
     view = ClientView(version=_git_version(root))
     for line in req.read_text().splitlines():
         r = RequestRecord.from_obj(json.loads(line))

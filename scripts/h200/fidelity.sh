@@ -16,5 +16,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 BENCH_PEER_PYTHON=python3
 mkdir -p .engines/models && cp -r .whl/tiny-qwen2 .engines/models/
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(python3 -V)"
+# one short point of ours first: a collector that cannot run here ends the call now, with its log
+if ! timeout 90 python3 benchmarks/bench_fidelity.py --points 1 --repeats 1 --tools ours 2>&1 | tee "$OUT/$name-preflight.log" \
+  | grep -q '^| inference-anatomy collector | 1 '; then
+  tail -40 "$OUT/$name-preflight.log"
+  exit 1
+fi
 timeout "${BENCH_LIMIT_S:-540}" python3 benchmarks/bench_fidelity.py "$@" 2>&1 | tee "$OUT/$name.log"
 cp build/bench/fidelity.json "$OUT/$name.json" 2>/dev/null || echo "no fidelity.json: the bench was cut (rows in $name.log)"
