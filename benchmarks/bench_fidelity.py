@@ -171,6 +171,11 @@ def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None =
     return cpu
 
 
+def _pythonpath(root: Path) -> str:
+    """``root`` first, then what PYTHONPATH already holds (the GPU host's carried wheels live there)."""
+    return os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def run_ours(
     url: str, c: int, n_req: int, work: Path, root: Path = ROOT, stack: tuple[str, str] | None = None
 ) -> tuple[ClientView, TreeCPU]:
@@ -188,7 +193,7 @@ def run_ours(
     raw = work / "raw"
     # exit 1 / 3: the run's own verdict (a point the client saturated is unusable): still measured here
     cpu = _run_tool([sys.executable, "-m", "collector.cli", "run", str(plan), "--raw", str(raw)], root,
-                    work / "tool.log", env={"PYTHONPATH": str(root)}, ok_codes=(0, 1, 3))  # fmt: skip
+                    work / "tool.log", env={"PYTHONPATH": _pythonpath(root)}, ok_codes=(0, 1, 3))  # fmt: skip
     found = list(raw.glob("fidelity/*/requests.jsonl"))
     if len(found) != 1:
         tail = (work / "tool.log").read_text(errors="replace")[-1500:]
