@@ -404,6 +404,7 @@ STACKS = {
     "ours-asyncio-aiohttp": ("asyncio", "aiohttp"),
     "ours-uvloop-aiohttp": ("uvloop", "aiohttp"),
 }
+DEFAULT_STACK = "ours-asyncio-aiohttp"  # what the plan's defaults ([load] loop / transport) run
 for _tool, _stack in STACKS.items():
     RUNNERS[_tool] = functools.partial(run_ours, stack=_stack)
     TOOL_NAMES[_tool] = f"inference-anatomy collector（{_stack[0]} + {_stack[1]}）"
@@ -472,7 +473,7 @@ def _diff(a: float | None, b: float | None) -> float | None:
 def median_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(rows[0])
     for k, v in rows[0].items():
-        if isinstance(v, float | int) and not isinstance(v, bool):
+        if k not in ("concurrency", "repeat") and isinstance(v, float | int) and not isinstance(v, bool):
             vals = [r[k] for r in rows if r.get(k) is not None]
             out[k] = statistics.median(vals) if vals else None
     out["repeats"] = len(rows)
@@ -546,21 +547,31 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         )
         + head
         + "\n".join(lines)
-        + "\n\n目标（issue #24）：\n\n"
-        + "\n".join(f"- {'达成' if ok else ('未达成' if ok is False else '无数据')}：{what}（{nums}）"
-                    for what, ok, nums in targets(results))
-        + "\n"
+        + _targets_md(results)
     )  # fmt: skip
 
 
 PEERS_OF_RECORD = ("vllm", "aiperf", "guidellm")
 
 
+def _targets_md(results: list[dict[str, Any]]) -> str:
+    """The targets as a list under the table; nothing when none applies (no default stack measured)."""
+    held = targets(results)
+    if not held:
+        return "\n"
+    return "\n\n目标（issue #24）：\n\n" + "".join(
+        f"- {'达成' if ok else ('未达成' if ok is False else '无数据')}：{what}（{nums}）\n"
+        for what, ok, nums in held
+    )
+
+
 def targets(results: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]:
-    """Issue #24's targets for our client (the plan's default stack, tool "ours"), each (what, held?, the
-    numbers); a target with no number for us or no peer beside us is left out."""
+    """Issue #24's targets for our client (the plan's default stack: tool "ours", or the stack it names when
+    the run measured the stacks one by one), each (what, held?, the numbers); a target with no number for us
+    or no peer beside us is left out."""
     by = {(r["tool"], r["concurrency"]): r for r in results}
-    pts = sorted({r["concurrency"] for r in results if r["tool"] == "ours"})
+    me = "ours" if any(r["tool"] == "ours" for r in results) else DEFAULT_STACK
+    pts = sorted({r["concurrency"] for r in results if r["tool"] == me})
     out: list[tuple[str, bool | None, str]] = []
 
     def get(tool: str, c: int, k: str) -> float | None:
@@ -571,19 +582,19 @@ def targets(results: list[dict[str, Any]]) -> list[tuple[str, bool | None, str]]
         return min(peers.items(), key=lambda tv: abs(tv[1])) if peers else None
 
     for c in (p for p in pts if p >= 16):
-        ours, best = get("ours", c, "ttft_err_p50_ms"), best_peer(c, "ttft_err_p50_ms")
+        ours, best = get(me, c, "ttft_err_p50_ms"), best_peer(c, "ttft_err_p50_ms")
         if ours is not None and best is not None:
             out.append((f"{c} 路：TTFT 误差 p50 不大于最好的同类工具", abs(ours) <= abs(best[1]),
                         f"{ours:+.2f} vs {TOOL_NAMES[best[0]]} {best[1]:+.2f} ms"))  # fmt: skip
-        ours, best = get("ours", c, "cpu_ms_per_1k_tokens"), best_peer(c, "cpu_ms_per_1k_tokens")
+        ours, best = get(me, c, "cpu_ms_per_1k_tokens"), best_peer(c, "cpu_ms_per_1k_tokens")
         if ours is not None and best is not None:
             out.append((f"{c} 路：每 token CPU 不多于最好的同类工具", ours <= best[1],
                         f"{ours:.0f} vs {TOOL_NAMES[best[0]]} {best[1]:.0f} ms/千 token"))  # fmt: skip
     if 16 in pts:
-        v = get("ours", 16, "chunk_lat_p99_ms")
+        v = get(me, 16, "chunk_lat_p99_ms")
         out.append(("16 路：逐块延迟 p99 ≤ 2 毫秒", None if v is None else v <= 2.0, _num(v, " ms")))
     for c in (p for p in pts if p <= 64):
-        v = get("ours", c, "achieved_over_offered")
+        v = get(me, c, "achieved_over_offered")
         out.append((f"{c} 路：实际 token 速率 ≥ 应达的 99 %", None if v is None else v >= 0.99,
                     _num(None if v is None else v * 100, " %")))  # fmt: skip
     return out
@@ -610,6 +621,23 @@ def publish(md: str, doc: dict[str, Any], section: str = "table") -> None:
         page.write_text(text[:a] + "\n" + md + text[b:])
 
 
+def doc_from_logs(logs: list[Path], machine: str) -> dict[str, Any]:
+    """The bench's JSON document from the rows several runs printed (one JSON object per tool, point and
+    repeat): each tool's median per point over every repeat found, tools and points in first-seen order."""
+    rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for log in logs:
+        for line in log.read_text().splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                rows.setdefault((r.pop("tool"), r["concurrency"]), []).append(r)
+    results = [{"tool": t, **median_rows(rs)} for (t, _), rs in rows.items()]
+    versions = {r["tool"]: r["version"] for r in results}
+    n = sorted({len(rs) for rs in rows.values()})
+    repeats = f"{n[0]}–{n[-1]}" if n[0] != n[-1] else str(n[0])
+    meta = {"date": dt.date.today().isoformat(), "repeats": repeats, "versions": versions, "machine": machine}
+    return {"meta": meta, "results": results}
+
+
 def main() -> None:
     global CLIENT_CPU, STREAMS_PER_SHARD
     ap = argparse.ArgumentParser()
@@ -625,7 +653,20 @@ def main() -> None:
     ap.add_argument(
         "--from-json", type=Path, help="render (and --publish) an earlier run's JSON, measure nothing"
     )
+    ap.add_argument(
+        "--from-logs",
+        nargs="+",
+        type=Path,
+        help="the rows (JSON lines) that runs printed, their medians rendered: a run cut before its JSON",
+    )
+    ap.add_argument("--machine", default=None, help="with --from-logs: the machine, in words")
     args = ap.parse_args()
+    if args.from_logs:
+        doc = doc_from_logs(args.from_logs, args.machine or "")
+        print(markdown(doc["results"], doc["meta"]))
+        if args.publish:
+            publish(markdown(doc["results"], doc["meta"]), doc, args.section)
+        return
     if args.from_json:
         doc = json.loads(args.from_json.read_text())
         md = markdown(doc["results"], doc["meta"])

@@ -55,9 +55,9 @@ def test_happy_run_leaves_a_complete_sealed_readable_run(tmp_path, make_plan):
         and kinds.count("point_start") == kinds.count("point_end") == 3
     )
     assert all(c.ok is not False for c in checks(ev))
-    # the plan's default client stack, as it ran: uvloop (installed here) and aiohttp under httpx
+    # the plan's default client stack, as it ran: asyncio's loop and aiohttp under httpx
     (stack,) = [e for e in ev if e.kind == "client_stack"]
-    assert stack.get("loop").startswith("uvloop ") and stack.get("transport").startswith("aiohttp ")
+    assert stack.get("loop").startswith("asyncio") and stack.get("transport").startswith("aiohttp ")
     scrapes = parse_scrapes_jsonl(run / "scrapes.jsonl")
     ticks = [s for s in scrapes if s.tag == "tick"]
     assert ticks and all(s.ok for s in scrapes)
@@ -129,16 +129,16 @@ def test_metrics_that_stop_answering_are_noticed_not_fatal(tmp_path, make_plan):
 
 
 def test_the_other_client_stack_runs_and_is_recorded(tmp_path, make_plan):
-    """asyncio's own loop and httpx's own transport ([load] loop / transport) still measure a whole run."""
+    """uvloop and httpx's own transport ([load] loop / transport) measure a whole run too."""
     plan = make_plan(tmp_path)
     plan.write_text(
-        plan.read_text().replace("drain_s = 0.1", 'drain_s = 0.1\nloop = "asyncio"\ntransport = "httpcore"')
+        plan.read_text().replace("drain_s = 0.1", 'drain_s = 0.1\nloop = "uvloop"\ntransport = "httpcore"')
     )
     res = execute_run(plan, tmp_path / "raw")
     assert res.status == "complete" and not res.checks_failed, str(res)
     ev = parse_events_jsonl(res.path / "events.jsonl")
     (stack,) = [e for e in ev if e.kind == "client_stack"]
-    assert stack.get("loop").startswith("asyncio") and stack.get("transport").startswith("httpcore ")
+    assert stack.get("loop").startswith("uvloop ") and stack.get("transport").startswith("httpcore ")
     reqs = parse_requests_jsonl(res.path / "requests.jsonl")
     assert len(reqs) == 2 + 3 + 12 and all(r.ok for r in reqs)
 

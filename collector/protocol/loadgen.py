@@ -205,7 +205,7 @@ class LoadSettings:
     read_timeout_s: float
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     headers: dict[str, str] | None = None
-    loop: str = "auto"  # [load] loop (collector.protocol.eventloop): the shards' loops too
+    loop: str = "asyncio"  # [load] loop (collector.protocol.eventloop): the shards' loops too
     transport: str = "aiohttp"  # [load] transport: what each worker's client sends through
 
 

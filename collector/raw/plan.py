@@ -18,7 +18,7 @@ from collector.raw.errors import PlanError
 # "openai": any OpenAI-compatible server (SGLang, TGI, TensorRT-LLM, a gateway), attached only; the checks
 # that need to know the engine are recorded as skipped unless its /metrics names it (collector.checks)
 ENGINES = ("vllm", "llamacpp", "openai")
-LOOPS = ("auto", "uvloop", "asyncio")  # [load] loop: the load client's event loop
+LOOPS = ("asyncio", "uvloop")  # [load] loop: the load client's event loop (uvloop: the extra of that name)
 TRANSPORTS = ("aiohttp", "httpcore")  # [load] transport: under httpx, aiohttp's or httpx's own
 ENDPOINTS = ("completions", "chat")  # AIPerf's --endpoint-type names (vllm bench: openai, openai-chat)
 PREFIX_CACHE = ("off", "on", "any")
@@ -97,9 +97,9 @@ class LoadPlan:
     # the environment variable holding the API key (sent as "Authorization: Bearer <key>"; never written)
     api_key_env: str | None = None
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers of every request
-    # the load client's event loop and HTTP transport (collector.protocol.eventloop / aiohttp_transport):
-    # "auto" is uvloop where it is installed; "aiohttp" sends through aiohttp under httpx's interface
-    loop: str = "auto"
+    # the load client's event loop and HTTP transport (collector.protocol.eventloop / aiohttp_transport),
+    # chosen by the fidelity bench (methodology page): asyncio's own loop, aiohttp under httpx's interface
+    loop: str = "asyncio"
     transport: str = "aiohttp"
 
 
@@ -422,7 +422,7 @@ def _load(t: _Table) -> LoadPlan:
         endpoint=t.choice("endpoint", ENDPOINTS, "completions"),
         api_key_env=t.get("api_key_env", str, None),
         headers=t.str_dict("headers"),
-        loop=t.choice("loop", LOOPS, "auto"),
+        loop=t.choice("loop", LOOPS, "asyncio"),
         transport=t.choice("transport", TRANSPORTS, "aiohttp"),
     )
     t.done()
