@@ -58,6 +58,11 @@ def _events(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
 
 
+def _settings(url: str) -> LoadSettings:
+    return LoadSettings(base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={},
+                        plan_extra={}, request_timeout_s=60, read_timeout_s=30)  # fmt: skip
+
+
 def _ray_plan(text: str, address: str) -> str:
     return text.replace("[load]\n", f'[load]\nbackend = "ray"\nray_address = "{address}"\nshards = 2\n', 1)
 
@@ -175,8 +180,7 @@ def test_a_shard_killed_mid_point_is_recorded_and_ends_the_point(cluster):
         os.kill(pid, signal.SIGKILL)
 
     async def main(url: str) -> object:
-        settings = LoadSettings(base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={},
-                                plan_extra={}, request_timeout_s=60, read_timeout_s=30)  # fmt: skip
+        settings = _settings(url)
         killer = asyncio.create_task(kill_shard_1())
         out = await ray_cluster.run_load(pt, settings, Listeners(sink=recs.append), Abort(), shards=2)
         await killer
@@ -192,11 +196,11 @@ def test_a_shard_killed_mid_point_is_recorded_and_ends_the_point(cluster):
     took_s = time.monotonic() - t0
     (lost,) = [f for k, f in events if k == "shard_lost"]
     assert lost["shard"] == 1 and "Actor" in lost["reason"], lost
-    # shard 1 sends requests 1, 3, 5, 7: none ended before the kill, so none has a record
+    # shard 1 sends requests 1, 3, 5: none ended before the kill, so none has a record
     assert lost["received"] == 0 and lost["lost_request_ids"] == [
-        f"{pt.point_id}-r{i:05d}" for i in (1, 3, 5, 7)
+        f"{pt.point_id}-r{i:05d}" for i in (1, 3, 5)
     ]
-    assert sorted(r.index for r in recs) == [0, 2, 4, 6] and all(r.ok for r in recs)  # shard 0 finished
+    assert sorted(r.index for r in recs) == [0, 2, 4] and all(r.ok for r in recs)  # shard 0 finished
     assert out.aborted and "shard_lost" in out.aborted
     assert took_s < 30, took_s  # 3 requests of 1 s on shard 0, plus start-up: no wait on the dead one
 
@@ -206,8 +210,7 @@ def test_an_unplaceable_shard_count_fails_the_point_with_one_line(cluster, monke
     rc = ray_backend.RayCluster(cluster, lambda kind, **f: None).connect()
     pt = PointPlan(phase="p", kind="concurrency", index=0, concurrency=3, requests=3, input_len=8,
                    output_len=4, seed=1, expect_preemptions="any")  # fmt: skip
-    settings = LoadSettings(base_url="http://127.0.0.1:9", model="m", token_id_range=(32, 127),
-                            engine_extra={}, plan_extra={}, request_timeout_s=5, read_timeout_s=5)  # fmt: skip
+    settings = _settings("http://127.0.0.1:9")
     try:
         with pytest.raises(RunError, match=r"cannot place 3 load shards of 1 CPU each .*2 nodes, 2 CPUs"):
             asyncio.run(rc.run_load(pt, settings, Listeners(sink=lambda r: None), Abort(), shards=3))

@@ -163,6 +163,7 @@ class ShardActor:
         probe = LagProbe(warn_ns=job.warn_ns, on_late=self.late.append)
         listeners = Listeners(sink=lambda r: self.records.append(r.to_obj()))
         out = await run_point(job.point, job.settings, listeners, abort, probe=probe, share=share)
+        self.stop_grace_s = None  # the actor serves the next point afresh
         return {"sent": out.sent, "probe": _probe_obj(probe, out, job.k), "stopped": out.stopped}
 
     async def drain(self) -> tuple[list[dict[str, Any]], list[int]]:
@@ -224,6 +225,9 @@ class RayCluster:
         self.nodes = self.cpus = 0
         self.ray: Any = None
         self.actor_class: Any = None
+        # the shard actors, kept from point to point while their number stays (a worker process starts in
+        # seconds on a busy node): their placement group, each actor and where it runs
+        self.fleet: tuple[Any, list[tuple[Any, dict[str, Any]]]] | None = None
 
     def connect(self) -> RayCluster:
         try:
@@ -251,6 +255,7 @@ class RayCluster:
         return self
 
     def close(self) -> None:
+        self._release()
         if self.ray is not None:
             with contextlib.suppress(Exception):  # the run is ending: a cluster already gone changes nothing
                 self.ray.shutdown()
@@ -273,11 +278,13 @@ class RayCluster:
         point, offsets = resolve_rate_point(point)  # the schedule, computed once here
         out = PointOutcome(point.point_id)
         tally = _Tally(out, abort, max(3, point.concurrency))
-        pg = await self._place(shards)
+        actors = await self._actors(shards)
         fleet: list[_Shard] = []
         try:
-            for k in range(shards):
-                fleet.append(await self._shard(point, pg, k, shards, settings.workload.turns, clock))
+            for k, (actor, where) in enumerate(actors):
+                fleet.append(
+                    await self._shard(point, actor, where, k, shards, settings.workload.turns, clock)
+                )
             out.start = stamp(clock)
             t0 = out.start.mono_ns + RAY_START_LEAD_NS if point.rate is not None else None
             for s in fleet:
@@ -290,8 +297,11 @@ class RayCluster:
             finally:
                 relay.cancel()
             out.end = stamp(clock)
-        finally:
-            self._release(pg, fleet)
+        except BaseException:
+            self._release()  # an actor in an unknown state is not used again
+            raise
+        if any(s.lost for s in fleet):
+            self._release()
         if any(s.lost for s in fleet) and not abort.is_set:
             abort.set(f"a load-client shard on Ray was lost during point {point.point_id} (see shard_lost)")
         out.aborted = abort.reason
@@ -314,25 +324,47 @@ class RayCluster:
             ) from None
         return pg
 
-    async def _shard(self, point: PointPlan, pg: Any, k: int, n: int, turns: int, clock: Clock) -> _Shard:
-        """Shard ``k``'s actor in its bundle, where it runs and its clocks (``shard_clock``); RunError when
-        it does not start or answer."""
+    async def _actors(self, n: int) -> list[tuple[Any, dict[str, Any]]]:
+        """``n`` shard actors, one per bundle of a spread placement group, each with where it runs: the last
+        point's when it had ``n`` too; RunError when one does not start."""
+        if self.fleet is not None and len(self.fleet[1]) == n:
+            return self.fleet[1]
+        self._release()
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k)
-        actor = self.actor_class.options(scheduling_strategy=strategy).remote()
+        pg = await self._place(n)
+        self.fleet = (pg, [])
+        for k in range(n):
+            strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k)
+            actor = self.actor_class.options(scheduling_strategy=strategy).remote()
+            try:
+                where = await _get(actor.where.remote(), PLACE_TIMEOUT_S)  # its process started
+            except Exception as err:  # it did not start (RayActorError) or does not answer
+                self.ray.kill(actor)
+                self._release()
+                raise RunError(
+                    f'[load] backend = "ray": load shard {k} did not start on {self.address}: '
+                    f"{_first_line(err)}"
+                ) from None
+            self.fleet[1].append((actor, where))
+        return self.fleet[1]
+
+    async def _shard(
+        self, point: PointPlan, actor: Any, where: dict[str, Any], k: int, n: int, turns: int, clock: Clock
+    ) -> _Shard:
+        """Shard ``k``'s clocks against the driver's (``shard_clock``) before the point; an actor that does
+        not answer is a lost shard before the load (RunError)."""
         samples = []
         wall = clock.unix_ns() - clock.mono_ns()  # the driver's wall clock as its monotonic one + this
         try:
-            where = await _get(actor.where.remote(), PLACE_TIMEOUT_S)  # the actor's process started
             for _ in range(SYNC_ROUNDS):
                 t0 = clock.mono_ns()
                 mono, unix = await _get(actor.clocks.remote())
                 samples.append((t0, mono, unix - wall, clock.mono_ns()))
-        except Exception as err:  # its process did not start (RayActorError) or does not answer
-            self.ray.kill(actor)
+        except Exception as err:  # its process died between points, or it hangs
             raise RunError(
-                f'[load] backend = "ray": load shard {k} did not start on {self.address}: {_first_line(err)}'
+                f'[load] backend = "ray": load shard {k} on {where.get("node_ip")} does not answer: '
+                f"{_first_line(err)}"
             ) from None
         sync = clock_sync(samples)
         self.emit(
@@ -399,11 +431,16 @@ class RayCluster:
             if not s.done:
                 s.actor.stop.remote(abort.grace_s)
 
-    def _release(self, pg: Any, fleet: list[_Shard]) -> None:
+    def _release(self) -> None:
+        """The shard actors and their placement group ended (the next point makes new ones)."""
+        if self.fleet is None:
+            return
         from ray.util.placement_group import remove_placement_group
 
-        for s in fleet:
+        pg, actors = self.fleet
+        self.fleet = None
+        for actor, _ in actors:
             with contextlib.suppress(Exception):  # already dead
-                self.ray.kill(s.actor)
+                self.ray.kill(actor)
         with contextlib.suppress(Exception):
             remove_placement_group(pg)
