@@ -186,7 +186,9 @@ def test_a_shard_killed_mid_point_is_recorded_and_ends_the_point(cluster):
         await killer
         return out
 
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ray_cluster = ray_backend.RayCluster(cluster, emit).connect()
+    assert signal.signal(signal.SIGTERM, previous) == signal.SIG_IGN  # ray.init's own handler did not stay
     t0 = time.monotonic()
     try:
         with MetronomeProcess(free_port(), first_token_ms=5, interval_ms=50) as m:

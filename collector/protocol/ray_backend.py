@@ -26,6 +26,8 @@ import contextlib
 import importlib.util
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -234,12 +236,18 @@ class RayCluster:
             import ray
         except ImportError as err:  # check_plan said it is there; a broken install is named, not raised
             raise RunError(f'[load] backend = "ray": cannot import ray ({err})') from err
+        # ray.init puts its own SIGTERM handler (sys.exit) in place of the run's (collector.protocol
+        # .interrupts, which stops and seals the run): the run's is put back
+        previous = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise RunError(
                 f'[load] backend = "ray": cannot connect to the Ray cluster at {self.address}: {err}'
             ) from err
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, previous)
         self.ray = ray
         self.actor_class = ray.remote(num_cpus=SHARD_CPUS, max_restarts=0)(ShardActor)
         self.nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
