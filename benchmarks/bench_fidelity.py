@@ -444,8 +444,8 @@ def ray_cluster(cpus: str) -> Iterator[str]:
         os.sched_setaffinity(0, before)
     raylets = [psutil.Process(n.all_processes["raylet"][0].process.pid) for n in cluster.list_all_nodes()]
 
-    def actors() -> list[psutil.Process]:  # the shard actors' worker processes (not Ray's own daemons)
-        return [p for r in raylets for p in r.children(recursive=True) if p.name().startswith("ray::")]
+    def actors() -> list[psutil.Process]:  # the shard actors' processes (not Ray's agents and daemons)
+        return [p for r in raylets for p in r.children(recursive=True) if p.name() == "ray::ShardActor"]
 
     EXTRA_CPU = actors
     try:
@@ -712,11 +712,22 @@ def markdown_ray(doc: dict[str, Any]) -> str:
         for r in comp
         if not r["within_noise"]
     )
+    figures = "；".join(
+        f"{label}：本机 "
+        + " / ".join(f"{r['local']:.0f}" for r in comp if r["figure"] == label)
+        + "、Ray "
+        + " / ".join(f"{r['ray']:.0f}" for r in comp if r["figure"] == label)
+        + " 毫秒"
+        for _, label in RAY_KEYS
+    )
+    points = " / ".join(str(c) for c in sorted({r["concurrency"] for r in comp}))
     answer = (
+        f"在 {points} 路并发、2 个分片下，{figures}；"
         f"{len(inside)} / {len(comp)} 项的差别不大于同一项在重复测量之间的波动"
-        + (f"；超出波动的是 {outside}" if outside else "")
+        + (f"，超出波动的是 {outside}" if outside else "")
         + f"。每个 actor 的时钟偏移由 {SYNC_ROUNDS} 次往返测得，"
-        f"不确定度（最短往返的一半）最大 {unc:.0f} 微秒。"
+        f"不确定度（最短往返的一半）最大 {unc:.0f} 微秒：TTFT、ITL 是同一 actor 时钟上的差，不受它影响；"
+        "逐块延迟这类跨机器的比较才带上它。"
     )
     how = (
         "测量方法：`benchmarks/bench_fidelity.py --tools ours,ours-ray --shards 2 --section ray`，"

@@ -142,6 +142,7 @@ def test_two_nodes_share_a_point_and_merge_on_the_drivers_clock(tmp_path, cluste
     assert all(start < r.send_mono_ns and r.end_mono_ns < end for r in load)
 
 
+@pytest.mark.engines
 def test_a_short_open_loop_point_against_cpu_llamacpp(tmp_path, cluster, local_plan, engines):
     engine_cache.require(engines.llama_server, engines.tiny_gguf, engines.tiny_config_json)
     edits = {
