@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, stamp
+from collector.protocol.eventloop import run_on
 from collector.protocol.loadgen import (
     Abort,
     LagProbe,
@@ -137,46 +138,62 @@ class _RayJob:
 
 
 class ShardActor:
-    """One load shard on a node of the cluster (made a Ray actor by ``RayCluster``): ``run`` sends its share
-    of the point; the driver collects the records as they end (``drain``), reads its clocks (``clocks``) and
-    relays an abort (``stop``)."""
+    """One load shard on a node of the cluster (made a threaded Ray actor by ``RayCluster``): ``run`` sends
+    its share of the point on an event loop of its own (the plan's ``[load] loop``, as a local shard's),
+    while the driver collects the records as they end (``drain``), reads its clocks (``clocks``) and relays
+    an abort (``stop``) from the actor's other threads."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()  # the records and lags, appended on the loop and taken by ``drain``
         self.records: list[dict[str, Any]] = []
         self.late: list[int] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.abort: Abort | None = None
         self.stop_grace_s: float | None = None
 
-    async def where(self) -> dict[str, Any]:
+    def where(self) -> dict[str, Any]:
         import ray  # the actor's process: Ray is there
 
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
-    async def clocks(self) -> tuple[int, int]:
+    def clocks(self) -> tuple[int, int]:
         return time.monotonic_ns(), time.time_ns()
 
-    async def run(self, job: _RayJob) -> dict[str, Any]:
-        abort = self.abort = Abort()
-        if self.stop_grace_s is not None:
-            abort.set("stopped by the collector", self.stop_grace_s)
-        indices, workers, first = _split(job.point, job.n, job.k, job.settings.workload.turns)
-        share = ShardShare(indices, workers, first, job.start_mono_ns, job.offsets_ns)
-        probe = LagProbe(warn_ns=job.warn_ns, on_late=self.late.append)
-        listeners = Listeners(sink=lambda r: self.records.append(r.to_obj()))
-        out = await run_point(job.point, job.settings, listeners, abort, probe=probe, share=share)
-        self.stop_grace_s = None  # the actor serves the next point afresh
-        return {"sent": out.sent, "probe": _probe_obj(probe, out, job.k), "stopped": out.stopped}
+    def run(self, job: _RayJob) -> dict[str, Any]:
+        return run_on(job.settings.loop, _shard_run(self, job))
 
-    async def drain(self) -> tuple[list[dict[str, Any]], list[int]]:
-        records, late = self.records, self.late
-        self.records, self.late = [], []
+    def keep(self, into: list[Any], item: Any) -> None:
+        with self.lock:
+            into.append(item)
+
+    def drain(self) -> tuple[list[dict[str, Any]], list[int]]:
+        with self.lock:
+            records, late = self.records, self.late
+            self.records, self.late = [], []
         return records, late
 
-    async def stop(self, grace_s: float) -> None:
+    def stop(self, grace_s: float) -> None:
         self.stop_grace_s = grace_s
-        if self.abort is not None:
-            self.abort.set("stopped by the collector", grace_s)
+        loop, abort = self.loop, self.abort
+        if loop is not None and abort is not None:
+            loop.call_soon_threadsafe(abort.set, "stopped by the collector", grace_s)
+
+
+async def _shard_run(actor: ShardActor, job: _RayJob) -> dict[str, Any]:
+    """The shard's part of the point on its loop (a function, not a method: an ``async def`` on the class
+    would make Ray run every method on one event loop of its own, where ``run_on`` cannot start another)."""
+    abort = actor.abort = Abort()
+    actor.loop = asyncio.get_running_loop()
+    if actor.stop_grace_s is not None:
+        abort.set("stopped by the collector", actor.stop_grace_s)
+    indices, workers, first = _split(job.point, job.n, job.k, job.settings.workload.turns)
+    share = ShardShare(indices, workers, first, job.start_mono_ns, job.offsets_ns)
+    probe = LagProbe(warn_ns=job.warn_ns, on_late=lambda lag_ns: actor.keep(actor.late, lag_ns))
+    listeners = Listeners(sink=lambda r: actor.keep(actor.records, r.to_obj()))
+    out = await run_point(job.point, job.settings, listeners, abort, probe=probe, share=share)
+    actor.loop, actor.stop_grace_s = None, None  # the actor serves the next point afresh
+    return {"sent": out.sent, "probe": _probe_obj(probe, out, job.k), "stopped": out.stopped}
 
 
 # ------------------------------------------------------------------------------------------------ the driver
@@ -213,7 +230,11 @@ def _ended(s: _Shard, out: PointOutcome, end: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_line(err: BaseException) -> str:
-    """An exception as one line: its type and its message's first line (Ray's carry a traceback)."""
+    """An exception as one line: its type and its message's first line (Ray's carry a traceback; an error
+    raised in the actor is named by its cause)."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException) and cause is not err:
+        return f"{type(err).__name__}: {_first_line(cause)}"
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
@@ -344,7 +365,8 @@ class RayCluster:
         self.fleet = (pg, [])
         for k in range(n):
             strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k)
-            actor = self.actor_class.options(scheduling_strategy=strategy).remote()
+            # threaded: ``run`` holds a thread for the point; ``drain``, ``clocks``, ``stop`` run beside it
+            actor = self.actor_class.options(scheduling_strategy=strategy, max_concurrency=4).remote()
             try:
                 where = await _get(actor.where.remote(), PLACE_TIMEOUT_S)  # its process started
             except Exception as err:  # it did not start (RayActorError) or does not answer
