@@ -707,7 +707,7 @@ def markdown_ray(doc: dict[str, Any]) -> str:
     ray_rows = [r for r in results if r["tool"] == "ours-ray"]
     unc = max((r.get("offset_uncertainty_us") or 0 for r in ray_rows), default=0)
     outside = "；".join(
-        f"{r['concurrency']} 路{r['figure']}：本机 {r['local']:.1f}、Ray {r['ray']:.1f} 毫秒"
+        f"{r['concurrency']} 路 {r['figure']}：本机 {r['local']:.1f}、Ray {r['ray']:.1f} 毫秒"
         f"（差 {r['diff']:+.1f}，重复间波动 {r['spread']:.1f}）"
         for r in comp
         if not r["within_noise"]
