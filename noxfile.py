@@ -83,8 +83,9 @@ def engines(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole suite: real parsers on real files, real engines, a real browser on the built site."""
-    _install(session)
+    """The whole suite: real parsers on real files, real engines, a real browser on the built site, a local
+    Ray cluster (the ray extra: [load] backend = "ray")."""
+    _install(session, "site,test,lint,ray")
     _ensure_chromium(session)
     session.run("python", "-m", "lab.engines", "prepare", "--cache", str(ENGINES))
     session.run("pytest", "-ra", *session.posargs, env={"ENGINES_CACHE": str(ENGINES)})

@@ -32,6 +32,7 @@ copies the site shows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -45,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.core import metrics  # noqa: E402
 from benchmarks.metronome import MetronomeProcess, collector_plan  # noqa: E402
+from collector.protocol.ray_backend import SYNC_ROUNDS  # noqa: E402
 from collector.raw.records import RequestRecord  # noqa: E402
 
 ENGINES = ROOT / ".engines"
@@ -71,6 +74,7 @@ TOOLS = ("ours", "vllm", "aiperf", "guidellm")
 PEER_PINS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
 TOOL_NAMES = {
     "ours": "inference-anatomy collector",
+    "ours-ray": "inference-anatomy collector（Ray 后端，2 个节点）",
     "before": "inference-anatomy collector（改进前）",
     "vllm": "vllm bench serve",
     "aiperf": "AIPerf",
@@ -78,6 +82,12 @@ TOOL_NAMES = {
     "floor": "httpx 下限（只读字节、不解析）",
 }
 MS = 1e6
+SHARDS = 0  # --shards: [load] shards of ours and ours-ray (0: the collector's own rule / STREAMS_PER_SHARD)
+# ours-ray: the local Ray cluster's address, and its shard actors' processes, whose CPU is the client's too
+# (they are the raylets' children, not the collector's)
+RAY_ADDRESS: str | None = None
+EXTRA_CPU: Callable[[], list[psutil.Process]] | None = None
+REPEAT_ROWS: list[dict[str, Any]] = []  # every repeat's row, beside the medians (the ray section's spread)
 
 
 def requests_for(c: int) -> int:
@@ -93,8 +103,10 @@ class TreeCPU:
     interpolates the tree's cumulative CPU (ns) at a CLOCK_MONOTONIC time. A child that exits keeps its
     last sample (its CPU after that moment is lost, which only the report-writing tail can be)."""
 
-    def __init__(self, pid: int, period_s: float = 0.02):
-        self.pid, self.period_s = pid, period_s
+    def __init__(
+        self, pid: int, period_s: float = 0.02, extra: Callable[[], list[psutil.Process]] | None = None
+    ):
+        self.pid, self.period_s, self.extra = pid, period_s, extra
         self.samples: list[tuple[int, int]] = []
         self._seen: dict[int, int] = {}
         self._stop = threading.Event()
@@ -111,7 +123,7 @@ class TreeCPU:
             return
         while not self._stop.is_set():
             try:
-                procs = [root, *root.children(recursive=True)]
+                procs = [root, *root.children(recursive=True), *(self.extra() if self.extra else [])]
             except psutil.Error:
                 break
             for p in procs:
@@ -158,7 +170,7 @@ def _run_tool(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None =
     with open(log, "wb") as fh:
         proc = subprocess.Popen(_pin(cmd), cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
-        cpu = TreeCPU(proc.pid).start()
+        cpu = TreeCPU(proc.pid, extra=EXTRA_CPU).start()
         try:
             rc = proc.wait(timeout_s)
         finally:
@@ -177,18 +189,27 @@ def _pythonpath(root: Path) -> str:
 
 
 def run_ours(
-    url: str, c: int, n_req: int, work: Path, root: Path = ROOT, stack: tuple[str, str] | None = None
+    url: str,
+    c: int,
+    n_req: int,
+    work: Path,
+    root: Path = ROOT,
+    stack: tuple[str, str] | None = None,
+    ray: bool = False,
 ) -> tuple[ClientView, TreeCPU]:
     """Our client through ``collector run``; ``stack`` = ([load] loop, [load] transport), else the plan's
-    defaults."""
+    defaults; ``ray``: ``[load] backend = "ray"`` on the cluster ``ray_cluster`` started."""
     plan = work / "plan.toml"
     text = collector_plan(url, "fidelity", f"c{c:04d}", c, n_req, INPUT_LEN, OUTPUT_LEN, phase="fidelity",
                           description="bench_fidelity: the collector against the metronome",
                           interval_s=1.0)  # fmt: skip
     if stack is not None:
         text = text.replace("[load]\n", f'[load]\nloop = "{stack[0]}"\ntransport = "{stack[1]}"\n', 1)
-    if STREAMS_PER_SHARD:
-        text = text.replace("[load]\n", f"[load]\nshards = {max(1, c // STREAMS_PER_SHARD)}\n", 1)
+    shards = SHARDS or (max(1, c // STREAMS_PER_SHARD) if STREAMS_PER_SHARD else 0)
+    if shards:
+        text = text.replace("[load]\n", f"[load]\nshards = {shards}\n", 1)
+    if ray:
+        text = text.replace("[load]\n", f'[load]\nbackend = "ray"\nray_address = "{RAY_ADDRESS}"\n', 1)
     plan.write_text(text)
     raw = work / "raw"
     # exit 1 / 3: the run's own verdict (a point the client saturated is unusable): still measured here
@@ -394,8 +415,57 @@ def run_before(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, Tr
     return run_ours(url, c, n_req, work, root=BEFORE)
 
 
-RUNNERS = {"ours": run_ours, "before": run_before, "vllm": run_vllm, "floor": run_floor, "aiperf": run_aiperf,
-           "guidellm": run_guidellm}  # fmt: skip
+def run_ours_ray(url: str, c: int, n_req: int, work: Path) -> tuple[ClientView, TreeCPU]:
+    """Ours with ``[load] backend = "ray"`` on the local two-node cluster ``ray_cluster`` started."""
+    view, cpu = run_ours(url, c, n_req, work, ray=True)
+    (ev,) = (work / "raw").glob("fidelity/*/events.jsonl")
+    clocks = [json.loads(x) for x in ev.read_text().splitlines() if '"shard_clock"' in x]
+    worst_us = max(e["uncertainty_ns"] for e in clocks) / 1e3
+    view.note = json.dumps({"nodes": len({e["node_id"] for e in clocks}), "offset_uncertainty_us": worst_us})
+    return view, cpu
+
+
+@contextlib.contextmanager
+def ray_cluster(cpus: str) -> Iterator[str]:
+    """A Ray cluster of two nodes of one CPU each on this machine, its processes pinned to ``cpus`` (the
+    client's cores: the shard actors run there, as local shard processes would); its address."""
+    global EXTRA_CPU
+    from ray.cluster_utils import Cluster
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x)
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, _cpu_set(cpus))  # the nodes' processes inherit it
+    try:
+        small = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
+        cluster = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+        cluster.add_node(**small)
+        cluster.wait_for_nodes()
+    finally:
+        os.sched_setaffinity(0, before)
+    raylets = [psutil.Process(n.all_processes["raylet"][0].process.pid) for n in cluster.list_all_nodes()]
+
+    def actors() -> list[psutil.Process]:  # the shard actors' processes (not Ray's agents and daemons)
+        return [p for r in raylets for p in r.children(recursive=True) if p.name() == "ray::ShardActor"]
+
+    EXTRA_CPU = actors
+    try:
+        yield cluster.address
+    finally:
+        EXTRA_CPU = None
+        cluster.shutdown()
+
+
+def _cpu_set(spec: str) -> set[int]:
+    """A taskset list ("1", "1-4", "0,2") as a set of cores."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+RUNNERS = {"ours": run_ours, "ours-ray": run_ours_ray, "before": run_before, "vllm": run_vllm,
+           "floor": run_floor, "aiperf": run_aiperf, "guidellm": run_guidellm}  # fmt: skip
 
 # Issue #24: our client with each event loop and HTTP transport ([load] loop / transport), same code otherwise
 STACKS = {
@@ -483,8 +553,12 @@ def median_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def measure(tools: list[str], points: list[int], repeats: int, port: int) -> list[dict[str, Any]]:
     """Every tool at every point, ``repeats`` times, interleaved (point, repeat, tool) so that a machine whose
     load drifts treats the tools alike; the median of each tool's repeats per point."""
+    global RAY_ADDRESS
     rows: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    with MetronomeProcess(port, cpu=SERVER_CPU, **SCHEDULE) as metro:
+    with contextlib.ExitStack() as stack:
+        if "ours-ray" in tools:
+            RAY_ADDRESS = stack.enter_context(ray_cluster(CLIENT_CPU))
+        metro = stack.enter_context(MetronomeProcess(port, cpu=SERVER_CPU, **SCHEDULE))
         for c in points:
             n_req = requests_for(c)
             for k in range(repeats):
@@ -503,8 +577,10 @@ def measure(tools: list[str], points: list[int], repeats: int, port: int) -> lis
                             print(f"{tool} c={c} #{k}: failed: {err}", file=sys.stderr)
                             continue
                     row = evaluate(view, metro.log(), c, n_req, cpu)
+                    row.update(json.loads(view.note) if view.note.startswith("{") else {})
                     row["load_avg"] = os.getloadavg()[0]
                     print(json.dumps({"tool": tool, "repeat": k, **row}), flush=True)
+                    REPEAT_ROWS.append({"tool": tool, "repeat": k, **row})
                     rows.setdefault((tool, c), []).append(row)
     return [{"tool": t, **median_rows(rows[(t, c)])} for t in tools for c in points if (t, c) in rows]
 
@@ -604,6 +680,86 @@ def _num(v: float | None, unit: str) -> str:
     return "n/a" if v is None else f"{v:.2f}{unit}"
 
 
+RAY_KEYS = (("ttft_err_p50_ms", "TTFT 误差 p50"), ("chunk_lat_p99_ms", "逐块延迟 p99"))
+
+
+def _spread(doc: dict[str, Any], c: int, key: str) -> float:
+    """The repeats' range (max − min) of ``key`` at concurrency ``c``, the larger of the two tools': the
+    noise a difference of medians is judged against."""
+    out = 0.0
+    for tool in ("ours", "ours-ray"):
+        vals = [r[key] for r in doc.get("repeat_rows", []) if r["tool"] == tool and r["concurrency"] == c
+                and r.get(key) is not None]  # fmt: skip
+        out = max(out, max(vals) - min(vals) if vals else 0.0)
+    return out
+
+
+def ray_comparison(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per concurrency and figure: local shards' median, Ray's, their difference and the repeats' spread;
+    ``within_noise`` when the difference is no larger than the spread."""
+    by = {(r["tool"], r["concurrency"]): r for r in doc["results"]}
+    rows = []
+    for c in sorted({c for t, c in by if t == "ours-ray" and ("ours", c) in by}):
+        for key, label in RAY_KEYS:
+            a, b = by[("ours", c)].get(key), by[("ours-ray", c)].get(key)
+            if a is None or b is None:
+                continue
+            spread = _spread(doc, c, key)
+            rows.append({"concurrency": c, "figure": label, "local": a, "ray": b, "diff": b - a,
+                         "spread": spread, "within_noise": abs(b - a) <= spread})  # fmt: skip
+    return rows
+
+
+def markdown_ray(doc: dict[str, Any]) -> str:
+    """The methodology page's Ray block: question, answer with the numbers, how measured, the table."""
+    meta, results = doc["meta"], doc["results"]
+    comp = ray_comparison(doc)
+    inside = [r for r in comp if r["within_noise"]]
+    ray_rows = [r for r in results if r["tool"] == "ours-ray"]
+    unc = max((r.get("offset_uncertainty_us") or 0 for r in ray_rows), default=0)
+    outside = "；".join(
+        f"{r['concurrency']} 路 {r['figure']}：本机 {r['local']:.1f}、Ray {r['ray']:.1f} 毫秒"
+        f"（差 {r['diff']:+.1f}，重复间波动 {r['spread']:.1f}）"
+        for r in comp
+        if not r["within_noise"]
+    )
+    figures = "；".join(
+        f"{label}：本机 "
+        + " / ".join(f"{r['local']:.0f}" for r in comp if r["figure"] == label)
+        + "、Ray "
+        + " / ".join(f"{r['ray']:.0f}" for r in comp if r["figure"] == label)
+        + " 毫秒"
+        for _, label in RAY_KEYS
+    )
+    points = " / ".join(str(c) for c in sorted({r["concurrency"] for r in comp}))
+    answer = (
+        f"在 {points} 路并发、2 个分片下，{figures}；"
+        f"{len(inside)} / {len(comp)} 项的差别不大于同一项在重复测量之间的波动"
+        + (f"，超出波动的是 {outside}" if outside else "")
+        + f"。每个 actor 的时钟偏移由 {SYNC_ROUNDS} 次往返测得，"
+        f"不确定度（最短往返的一半）最大 {unc:.0f} 微秒：TTFT、ITL 是同一 actor 时钟上的差，不受它影响；"
+        "逐块延迟这类跨机器的比较才带上它。"
+    )
+    how = (
+        "测量方法：`benchmarks/bench_fidelity.py --tools ours,ours-ray --shards 2 --section ray`，"
+        "节拍器服务器（已知每个 token 的发出时刻）占核 0；本机分片是 2 个进程，"
+        "Ray 后端是同一台机器上的 2 个 Ray 节点（各 1 个 CPU、每节点一个分片 actor），两者都只用核 1；"
+        "CPU 计入 collector 进程与分片（本机的子进程、Ray 的 actor 进程，不含 Ray 自己的守护进程）。"
+        f"机器只有 2 个核，并且与其他工程师共用（{meta['machine']}），数字噪声大："
+        "只看两种后端之间的差别，不看绝对值。"
+        f"每点 {meta['repeats']} 次取中位数，{meta['date']}。"
+    )
+    return (
+        '**负载分到多台主机（`[load] backend = "ray"`）时，测得的数字和本机分片一样准吗？** '
+        + answer
+        + "\n\n"
+        + how
+        + "\n\n"
+        + markdown(results, meta).split("\n\n")[1]
+        + "\n"
+    )
+
+
 def publish(md: str, doc: dict[str, Any], section: str = "table") -> None:
     """Write the run to benchmarks/results/ and its table between the methodology page's markers of
     ``section`` ("table": the main table, fidelity.json; another name: fidelity-<name>.json and the
@@ -611,10 +767,11 @@ def publish(md: str, doc: dict[str, Any], section: str = "table") -> None:
     res = ROOT / "benchmarks" / "results"
     res.mkdir(exist_ok=True)
     name = "fidelity.json" if section == "table" else f"fidelity-{section}.json"
+    marks = {"table": "fidelity-table", "ray": "scale-ray"}
     (res / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     page = ROOT / "site" / "docs" / "methodology.md"
     text = page.read_text()
-    mark = "fidelity-table" if section == "table" else f"fidelity-{section}"
+    mark = marks.get(section, f"fidelity-{section}")
     begin, end = f"<!-- {mark}:begin -->", f"<!-- {mark}:end -->"
     if begin in text:
         a, b = text.index(begin) + len(begin), text.index(end)
@@ -639,7 +796,7 @@ def doc_from_logs(logs: list[Path], machine: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    global CLIENT_CPU, STREAMS_PER_SHARD
+    global CLIENT_CPU, STREAMS_PER_SHARD, SHARDS
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="1,16,64,256,1024")
     ap.add_argument("--repeats", type=int, default=3)
@@ -649,6 +806,7 @@ def main() -> None:
     ap.add_argument("--section", default="table", help="with --publish: which marked table to rewrite")
     ap.add_argument("--client-cpus", default=CLIENT_CPU, help="cores the tool is pinned to (taskset list)")
     ap.add_argument("--streams-per-shard", type=int, default=0, help="ours: a process per this many streams")
+    ap.add_argument("--shards", type=int, default=0, help="ours, ours-ray: this many shards at every point")
     ap.add_argument("--before", default="9288007^", help="the revision the 'before' tool runs")
     ap.add_argument(
         "--from-json", type=Path, help="render (and --publish) an earlier run's JSON, measure nothing"
@@ -669,12 +827,12 @@ def main() -> None:
         return
     if args.from_json:
         doc = json.loads(args.from_json.read_text())
-        md = markdown(doc["results"], doc["meta"])
+        md = markdown_ray(doc) if args.section == "ray" else markdown(doc["results"], doc["meta"])
         print(md)
         if args.publish:
             publish(md, doc, args.section)
         return
-    CLIENT_CPU, STREAMS_PER_SHARD = args.client_cpus, args.streams_per_shard
+    CLIENT_CPU, STREAMS_PER_SHARD, SHARDS = args.client_cpus, args.streams_per_shard, args.shards
     tools = [t for t in args.tools.split(",") if t]
     points = [int(x) for x in args.points.split(",")]
     for t in tools:
@@ -696,10 +854,10 @@ def main() -> None:
                        + (f"（每 {STREAMS_PER_SHARD} 路一个进程）" if STREAMS_PER_SHARD else "")
                        + f"，负载均值 {load:.2f}",
             "schedule": SCHEDULE, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN}  # fmt: skip
-    doc = {"meta": meta, "results": results}
+    doc = {"meta": meta, "results": results, "repeat_rows": REPEAT_ROWS}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "fidelity.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
-    md = markdown(results, meta)
+    md = markdown_ray(doc) if args.section == "ray" else markdown(results, meta)
     (OUT / "fidelity.md").write_text(md)
     print(md)
     if args.publish:

@@ -224,12 +224,15 @@ class Listeners:
 class ShardShare:
     """A shard's part of a point (``run_load``): the request ``indices`` it sends (None: all), its
     ``workers`` (a rate point: that many in flight at most, 0 = no cap; None: the point's concurrency)
-    numbered from ``worker_offset``, and a rate point's schedule start (None: when its load starts)."""
+    numbered from ``worker_offset``, a rate point's schedule start (None: when its load starts) and its
+    schedule as the driver computed it once (``arrival_offsets_ns`` of the whole point; None: computed here
+    from the seed, the same list)."""
 
     indices: Sequence[int] | None = None
     workers: int | None = None
     worker_offset: int = 0
     start_mono_ns: int | None = None
+    offsets_ns: Sequence[int] | None = None
 
 
 class _Tally:
@@ -265,7 +268,11 @@ class _PointLoad:
         clock: Clock,
         share: ShardShare,
     ):
-        self.point, self.offsets = resolve_rate_point(point)
+        if share.offsets_ns is None:
+            self.point, self.offsets = resolve_rate_point(point)
+        else:
+            self.point = dataclasses.replace(point, requests=len(share.offsets_ns))
+            self.offsets = list(share.offsets_ns)
         point = self.point
         self.settings, self.listeners, self.abort, self.clock, self.share = (
             settings,
@@ -665,6 +672,17 @@ def _probe_obj(probe: LagProbe, out: PointOutcome, shard: int) -> dict[str, Any]
     }
 
 
+def deliver(listeners: Listeners, tally: _Tally, rec: RequestRecord) -> None:
+    """A shard's record on the collector's side (a process's or a Ray actor's): written, counted, heard
+    (its tokens at once: a shard does not report chunk by chunk)."""
+    listeners.sink(rec)
+    tally.add(rec)
+    if listeners.on_chunk is not None:
+        listeners.on_chunk(sum(rec.chunk_tokens))
+    if listeners.on_request is not None:
+        listeners.on_request(rec)
+
+
 class _Shards:
     """A point over shard processes (``run_load``): their pipes read on this event loop as records arrive."""
 
@@ -707,12 +725,7 @@ class _Shards:
             self._ended(rx)
 
     def _record(self, rec: RequestRecord) -> None:
-        self.listeners.sink(rec)
-        self.tally.add(rec)
-        if self.listeners.on_chunk is not None:
-            self.listeners.on_chunk(sum(rec.chunk_tokens))
-        if self.listeners.on_request is not None:
-            self.listeners.on_request(rec)
+        deliver(self.listeners, self.tally, rec)
 
     def _ended(self, rx: Any) -> None:
         self.loop.remove_reader(rx.fileno())

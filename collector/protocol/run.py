@@ -43,7 +43,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from analysis.core import metrics
-from collector.protocol import bounded_http, fingerprint, workload
+from collector.protocol import bounded_http, fingerprint, ray_backend, workload
 from collector.protocol import checks as ck
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, stamp
 from collector.protocol.eventloop import client_stack, run_on
@@ -323,6 +323,7 @@ class _Protocol:
         self.failed_checks: list[CheckResult] = []
         self.rows: list[PointRow] = []
         self.vllm_bench: dict[str, dict[str, Any]] = {}
+        self.ray: ray_backend.RayCluster | None = None  # [load] backend = "ray": the cluster's connection
 
     @property
     def live_server(self) -> ServerProcess:
@@ -529,6 +530,7 @@ class _Protocol:
         self.interrupts.on_signal = on_signal
         self.events.emit("client_stack", **client_stack(self.plan.load.transport))
         try:
+            self.connect_load_backend()
             live = _Live(self.console)
             with live.progress:
                 for phase in self.plan.phases:
@@ -615,6 +617,12 @@ class _Protocol:
             highlight=False,
         )
 
+    def connect_load_backend(self) -> None:
+        """``[load] backend = "ray"``: the cluster joined before the first point (``load_backend`` event)."""
+        if self.plan.load.backend == "ray":
+            address = ray_backend.address_of(self.plan, os.environ) or "auto"  # check_plan: one is given
+            self.ray = ray_backend.RayCluster(address, self.events.emit).connect()
+
     def load_settings(self) -> LoadSettings:
         """Where the requests go and what they carry besides each prompt (the same for every point)."""
         p, sp = self.plan, self.plan.server
@@ -636,13 +644,14 @@ class _Protocol:
         """The point's load (collector.protocol.loadgen), its client probes as events; a server that died
         during it
         is named as the abort's cause."""
-        shards = shards_for(self.plan.load.shards, pt.concurrency)
+        cores = self.ray.cpus if self.ray is not None else None  # on Ray: the cluster's CPUs
+        shards = shards_for(self.plan.load.shards, pt.concurrency, cores)
         listeners = Listeners(
             sink=functools.partial(self._keep_request, records), on_request=live.request, on_chunk=live.chunk
         )
         late = functools.partial(self._client_late, pt.point_id)
         warn_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
-        out = await run_load(
+        out = await (run_load if self.ray is None else self.ray.run_load)(
             pt,
             self.load_settings(),
             listeners,
@@ -696,6 +705,8 @@ class _Protocol:
         if self.sampler is not None:  # after a signal, a scrape in flight is not waited for
             self.sampler.stop(wait_s=0.5 if self.interrupts.received else None)
         self.scrapes.close()  # a sampler thread past its join time writes nothing after the seal
+        if self.ray is not None:
+            self.ray.close()
         if self.server is not None and self.server.proc is not None:
             was_running = self.server.proc.poll() is None
             code = self.server.stop(hurry=lambda: self.interrupts.hurry)
@@ -939,6 +950,7 @@ def _open(plan_file: Path, raw_root: Path, console: Console) -> _Opened:
     """The plan read and checked (values, API key, workload files, pre-flight: nothing is written before
     these pass), the console scrubbed of the run's secrets, then the run's folder in the store."""
     plan = load_plan(plan_file)
+    ray_backend.check_plan(plan, plan_file, os.environ)  # Ray installed and a cluster named, when asked for
     check_values(plan)  # numbers in range before the workload is built from them (a 2^70 token id)
     # the API key and the workload's files (dataset, tokenizer) are checked before anything is written
     api_key = workload.api_key(plan.load.api_key_env, os.environ)

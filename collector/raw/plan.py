@@ -22,6 +22,7 @@ LOOPS = ("asyncio", "uvloop")  # [load] loop: the load client's event loop (uvlo
 TRANSPORTS = ("aiohttp", "httpcore")  # [load] transport: under httpx, aiohttp's or httpx's own
 ENDPOINTS = ("completions", "chat")  # AIPerf's --endpoint-type names (vllm bench: openai, openai-chat)
 PREFIX_CACHE = ("off", "on", "any")
+LOAD_BACKENDS = ("local", "ray")  # where the load shards run (collector.protocol.ray_backend for "ray")
 PHASE_KINDS = ("warmup", "concurrency", "length", "overload", "rate")
 ARRIVALS = ("poisson", "gamma", "constant")  # AIPerf's --arrival-pattern values
 RAMP_UP_STRATEGIES = ("linear",)  # vllm bench serve's --ramp-up-strategy (its "exponential" is not built)
@@ -101,6 +102,10 @@ class LoadPlan:
     # chosen by the fidelity bench (methodology page): asyncio's own loop, aiohttp under httpx's interface
     loop: str = "asyncio"
     transport: str = "aiohttp"
+    # where the shards run: "local" (processes of this host) or "ray" (actors spread over a Ray cluster's
+    # nodes, collector.protocol.ray_backend); the cluster's address: ray_address, else RAY_ADDRESS
+    backend: str = "local"
+    ray_address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -424,8 +429,12 @@ def _load(t: _Table) -> LoadPlan:
         headers=t.str_dict("headers"),
         loop=t.choice("loop", LOOPS, "asyncio"),
         transport=t.choice("transport", TRANSPORTS, "aiohttp"),
+        backend=t.choice("backend", LOAD_BACKENDS, "local"),
+        ray_address=t.get("ray_address", str, None),
     )
     t.done()
+    if lp.ray_address is not None and lp.backend != "ray":
+        raise t._err("ray_address", 'is the Ray cluster of backend = "ray"; this plan\'s backend is "local"')
     if lp.api_key_env is not None and not lp.api_key_env.replace("_", "").isalnum():
         raise t._err("api_key_env", f"the NAME of an environment variable, got {lp.api_key_env!r}")
     return lp

@@ -282,6 +282,9 @@ EVENT_KINDS = frozenset(
         "drain",
         "client_probe",
         "client_stack",
+        "load_backend",
+        "shard_clock",
+        "shard_lost",
     }
 )
 
@@ -307,7 +310,14 @@ class EventRecord:
       reads every chunk that late), ``cpu_ns`` / ``wall_ns`` (the client process's user + system CPU and the
       wall time over the point), ``shard`` (which load-client process; one event each) of ``shards``;
     - ``client_stack`` (once, as the load begins; absent in older runs): the load client's ``loop`` (the one
-      running, with its version), ``transport`` (the HTTP package under httpx, with its version), ``httpx``.
+      running, with its version), ``transport`` (the HTTP package under httpx, with its version), ``httpx``;
+    - with ``[load] backend = "ray"`` only (collector.protocol.ray_backend): ``load_backend`` once (backend,
+      ray_version, address, nodes, cpus); per point and shard ``shard_clock`` (point, shard, node_id, pid,
+      node_ip, round_trip_ns [every round trip], offset_ns / unix_offset_ns [driver − shard clock, the best
+      round trip's midpoint estimate], uncertainty_ns [half that round trip]: the shard's records are
+      shifted onto the driver's clocks by the offsets) and, when a shard's actor or node died mid-point,
+      ``shard_lost`` (point, shard, node_id, reason, received [its records that came back], lost_request_ids
+      [its requests with no record]).
     """
 
     kind: str
