@@ -550,6 +550,11 @@ def median_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+FAILURES: dict[
+    str, str
+] = {}  # tool -> its first failure (a peer that cannot start here is named, not hidden)
+
+
 def measure(tools: list[str], points: list[int], repeats: int, port: int) -> list[dict[str, Any]]:
     """Every tool at every point, ``repeats`` times, interleaved (point, repeat, tool) so that a machine whose
     load drifts treats the tools alike; the median of each tool's repeats per point."""
@@ -575,6 +580,7 @@ def measure(tools: list[str], points: list[int], repeats: int, port: int) -> lis
                             subprocess.TimeoutExpired,
                         ) as err:
                             print(f"{tool} c={c} #{k}: failed: {err}", file=sys.stderr)
+                            FAILURES.setdefault(tool, str(err).splitlines()[0][:200])
                             continue
                     row = evaluate(view, metro.log(), c, n_req, cpu)
                     row.update(json.loads(view.note) if view.note.startswith("{") else {})
@@ -616,10 +622,14 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(f"| {TOOL_NAMES[r['tool']]} | {r['concurrency']} | {_fmt(r['ttft_err_p50_ms'], 2)} / "
                      f"{_fmt(r['ttft_err_p99_ms'], 2)} | {lat} | {itl} | {cpu} | {ach} |")  # fmt: skip
     vers = "，".join(f"{TOOL_NAMES[t]} {v}" for t, v in meta["versions"].items())
+    skipped = "".join(
+        f"{TOOL_NAMES[t]} 在这台机器上没能运行（{why}），表中没有它。"
+        for t, why in meta.get("skipped", {}).items()
+    )
     return (
         (
             f"测量日期 {meta['date']}（{meta['machine']}；每点取 {meta['repeats']} "
-            f"次的中位数）；版本：{vers}。\n\n"
+            f"次的中位数）；版本：{vers}。{skipped}\n\n"
         )
         + head
         + "\n".join(lines)
@@ -834,6 +844,8 @@ def main() -> None:
         return
     CLIENT_CPU, STREAMS_PER_SHARD, SHARDS = args.client_cpus, args.streams_per_shard, args.shards
     tools = [t for t in args.tools.split(",") if t]
+    if unknown := [t for t in tools if t not in RUNNERS]:
+        ap.error(f"--tools: unknown {', '.join(unknown)} (known: {', '.join(RUNNERS)})")
     points = [int(x) for x in args.points.split(",")]
     for t in tools:
         if t in PEER_PINS:
@@ -853,7 +865,8 @@ def main() -> None:
             "machine": f"{os.cpu_count()} 核，服务器占一核，客户端占核 {CLIENT_CPU}"
                        + (f"（每 {STREAMS_PER_SHARD} 路一个进程）" if STREAMS_PER_SHARD else "")
                        + f"，负载均值 {load:.2f}",
-            "schedule": SCHEDULE, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN}  # fmt: skip
+            "schedule": SCHEDULE, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
+            "skipped": {t: FAILURES[t] for t in tools if t in FAILURES and t not in versions}}  # fmt: skip
     doc = {"meta": meta, "results": results, "repeat_rows": REPEAT_ROWS}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "fidelity.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
