@@ -195,11 +195,13 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return tuple(sorted(out))
 
 
-def stats(values_ms: Sequence[float], percentiles: Sequence[float] = PERCENTILES) -> LatencyStats:
+def stats(
+    values_ms: Sequence[float] | np.ndarray, percentiles: Sequence[float] = PERCENTILES
+) -> LatencyStats:
     """mean, median, std (population, numpy's and vllm bench's) and the ``percentiles`` (default p50/p90/p99;
     linear interpolation between order statistics, numpy's default, as vllm bench's ``np.percentile``) of a
     sample, ms; an empty sample → every field None. Both views."""
-    if not values_ms:
+    if len(values_ms) == 0:
         return LatencyStats()
     a = np.asarray(values_ms, dtype=float)
     return LatencyStats(
@@ -213,8 +215,12 @@ def stats(values_ms: Sequence[float], percentiles: Sequence[float] = PERCENTILES
 def end_date_utc(records: Sequence[RequestRecord]) -> str:
     """The wall clock of the last stream end, UTC, truncated to the second, as vllm bench's ``date``
     (``20260825-212205``)."""
-    end_s = max(r.end_unix_ns for r in records) // NS_PER_S
-    return datetime.fromtimestamp(end_s, UTC).strftime(BENCH_DATE_FORMAT)
+    return end_date_utc_ns(max(r.end_unix_ns for r in records))
+
+
+def end_date_utc_ns(end_unix_ns: int) -> str:
+    """``end_date_utc`` of the last stream end's wall clock, ns."""
+    return datetime.fromtimestamp(end_unix_ns // NS_PER_S, UTC).strftime(BENCH_DATE_FORMAT)
 
 
 def point_result(

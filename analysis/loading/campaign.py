@@ -22,7 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from analysis.core import metrics
+import numpy as np
+
+from analysis.core import metrics, metrics_columns
 from analysis.core.windows import naive_as_utc_epoch_s
 from analysis.loading import rundocs
 from analysis.loading.rundocs import RunDocs, read_run_docs
@@ -33,7 +35,7 @@ from analysis.parse.fingerprint_txt import Fingerprint
 from analysis.parse.llamacpp_log import LlamacppServerLog
 from analysis.parse.peers import parse_result_json
 from analysis.parse.prometheus import PromSnapshot
-from analysis.parse.requests_jsonl import parse_requests_jsonl
+from analysis.parse.request_columns import RequestColumns, parse_request_columns
 from analysis.parse.sampler_csv import SamplerTable
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
 from analysis.parse.sweep_log import SweepLog, SweepPoint
@@ -54,9 +56,43 @@ _R = TypeVar("_R")  # the record type a RunData accessor looks for
 
 @dataclass
 class RequestLog:
-    """Our collector's request records of one run (requests.jsonl)."""
+    """Our collector's requests of one run (requests.jsonl), read once into columns; the ``RequestRecord``
+    objects only for the readers that ask for them, built once from the columns."""
 
-    records: list[RequestRecord]
+    columns: RequestColumns
+    _records: list[RequestRecord] | None = field(default=None, repr=False)
+    _groups: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, records: list[RequestRecord], path: str = "<records>") -> RequestLog:
+        """A log of records already built (a test's hand-made run)."""
+        return cls(RequestColumns.from_records(records, path), records)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        if self._records is None:
+            self._records = self.columns.records()
+        return self._records
+
+    @property
+    def points(self) -> dict[str, np.ndarray]:
+        """Request indices (file order) by point id, in order of first appearance."""
+        if self._groups is None:
+            self._groups = self.columns.groups("point")
+        return self._groups
+
+    def point_columns(self, point: str) -> RequestColumns | None:
+        idx = self.points.get(point)
+        return None if idx is None else self.columns.take(idx)
+
+    def point_records(self, point: str) -> list[RequestRecord]:
+        """The point's records in file order ([] for a point id no request has)."""
+        idx = self.points.get(point)
+        if idx is None:
+            return []
+        if self._records is not None:
+            return [self._records[int(i)] for i in idx]
+        return self.columns.records(idx)
 
 
 @dataclass
@@ -126,7 +162,14 @@ class BenchPoint:
         """The point's request records (``RequestRecord``: the lines of its run's requests.jsonl whose
         ``point`` is this point's label), in file order; [] for a run without that file."""
         _, log = self.run.requests
-        return [r for r in log.records if r.point == self.label] if log is not None else []
+        return log.point_records(self.label) if log is not None else []
+
+    @property
+    def columns(self) -> RequestColumns | None:
+        """The point's requests in columns (file order); None for a run without requests.jsonl or a point
+        no request has."""
+        _, log = self.run.requests
+        return log.point_columns(self.label) if log is not None else None
 
     @property
     def end_naive_utc_s(self) -> float | None:
@@ -336,7 +379,7 @@ def _is_document(rel: str) -> bool:
 def _parse_run(info: RunInfo) -> dict[str, Any]:
     # the collector's append streams; an unsealed run may end in a torn line
     streams = {
-        REQUESTS_FILE: (parse_requests_jsonl, RequestLog),
+        REQUESTS_FILE: (parse_request_columns, RequestLog),
         "scrapes.jsonl": (parse_scrapes_jsonl, ScrapeLog),
         "events.jsonl": (parse_events_jsonl, EventLog),
     }
@@ -459,15 +502,13 @@ def _points_from_requests(
     analysis.core.metrics (canonical); kind, warm-up, requested lengths and order from the records (the plan's
     truth, written per request)."""
     rel, log = run.requests
-    if rel is None or log is None or not log.records:
+    if rel is None or log is None or not len(log.columns):
         return []
-    groups: dict[str, list[RequestRecord]] = {}
-    for r in log.records:
-        groups.setdefault(r.point, []).append(r)
     pts = []
-    for point, recs in groups.items():
-        res = metrics.point_result(recs, str(run.info.path / rel), percentiles=percentiles)
-        first = recs[0]
+    for point, idx in log.points.items():
+        cols = log.columns.take(idx)
+        res = metrics_columns.point_result(cols, str(run.info.path / rel), percentiles=percentiles)
+        first = log.columns.record(int(idx[0]))
         pts.append(
             BenchPoint(
                 run=run,

@@ -98,14 +98,12 @@ def align_own(run, ctx: Context) -> None:
         return
     ctx.sampler_series[run.name] = (ts, cols)
     ctx.sample_lines[run.name] = lines
-    by_point: dict[str, list] = {}
-    for r in log.records:
-        by_point.setdefault(r.point, []).append(r)
+    send, end = log.columns.ints("send_mono_ns"), log.columns.ints("end_mono_ns")
     for p in run.points:
-        recs = by_point.get(p.label)
-        if not recs:
+        idx = log.points.get(p.label)
+        if idx is None or not len(idx):
             continue
-        win = scrape_series.point_window([r.send_mono_ns for r in recs], [r.end_mono_ns for r in recs])
+        win = scrape_series.point_window(send[idx].tolist(), end[idx].tolist())
         ctx.windows[p.key] = scrape_series.window_data(ts, cols, win)
 
 

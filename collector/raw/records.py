@@ -156,15 +156,28 @@ class RequestRecord:
         problem = _request_identity_problem(obj) or _request_chunks_problem(obj) or _request_rest_problem(obj)
         if problem:
             raise ParseError(path, line, problem)
-        arrays = {k: tuple(obj[k]) for k in ("chunk_mono_ns", "chunk_unix_ns", "chunk_tokens")}
+        return cls.from_checked(
+            obj, tuple(obj["chunk_mono_ns"]), tuple(obj["chunk_unix_ns"]), tuple(obj["chunk_tokens"])
+        )
+
+    @classmethod
+    def from_checked(
+        cls,
+        obj: Any,
+        chunk_mono_ns: tuple[int, ...],
+        chunk_unix_ns: tuple[int, ...],
+        chunk_tokens: tuple[int, ...],
+    ) -> RequestRecord:
+        """The record of a line ``from_obj`` already found sound (or whose fields a columnar reader checked
+        the same way), its chunk arrays given apart: no check repeated."""
         rate, err = obj.get("request_rate"), obj.get("error")
         return cls(
             **{k: obj[k] for k in _REQ_INT + _REQ_STR},
             headers_mono_ns=obj.get("headers_mono_ns"),
             http_status=obj.get("http_status"),
-            chunk_mono_ns=arrays["chunk_mono_ns"],
-            chunk_unix_ns=arrays["chunk_unix_ns"],
-            chunk_tokens=arrays["chunk_tokens"],
+            chunk_mono_ns=chunk_mono_ns,
+            chunk_unix_ns=chunk_unix_ns,
+            chunk_tokens=chunk_tokens,
             token_count_source=obj.get("token_count_source"),
             done=obj["done"],
             usage=obj.get("usage"),
@@ -178,6 +191,12 @@ class RequestRecord:
             request_rate=None if rate is None else float(rate),
             **{k: obj.get(k) for k in _REQ_OPTIONAL},
         )
+
+
+def request_fields_problem(obj: Any) -> str | None:
+    """What is wrong with a request line's fields other than its chunk arrays (identity, then the rest, in
+    ``from_obj``'s order), or None: what a columnar reader checks per line, the chunk arrays checked apart."""
+    return _request_identity_problem(obj) or _request_rest_problem(obj)
 
 
 def _request_identity_problem(obj: Any) -> str | None:

@@ -24,7 +24,7 @@ from analysis.core.keys import At
 from analysis.loading.campaign import RunData
 from analysis.parse.scrapes_jsonl import counter_total, parsed_samples
 from analysis.reconcile import Section, SectionInput, run_at
-from collector.raw.records import RequestRecord, ScrapeRecord
+from collector.raw.records import ScrapeRecord
 
 TOPIC = "prefix_cache"
 VLLM_HITS, VLLM_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
@@ -47,11 +47,12 @@ def counters(engine: str, samples: dict[tuple[str, tuple[Any, ...]], float]) -> 
     return None if cached is None or evaluated is None else (cached, cached + evaluated)
 
 
-def timings_counts(records: list[Any]) -> tuple[float, float] | None:
+def timings_counts(fields: list[dict[str, Any]]) -> tuple[float, float] | None:
     """(hit tokens, queried tokens) summed over llama.cpp requests' ``timings`` (``cache_n``, ``prompt_n``);
-    None when any completed request lacks them."""
-    ok = [r for r in records if r.ok]
-    t = [r.engine_timings or {} for r in ok]
+    None when any completed request lacks them. ``fields``: the requests' lines as decoded
+    (``RequestColumns.fields``; completed: no ``error``)."""
+    ok = [f for f in fields if f.get("error") is None]
+    t = [f.get("engine_timings") or {} for f in ok]
     if not ok or any(
         not isinstance(x.get("cache_n"), int) or not isinstance(x.get("prompt_n"), int) for x in t
     ):
@@ -71,10 +72,10 @@ def point_findings(run: RunData) -> list[Finding]:
     srel, scr = run.scrapes
     if rrel is None or reqs is None:
         return []
-    by_point: dict[str, list[RequestRecord]] = {}
-    for r in reqs.records:
-        if r.phase_kind != "warmup":
-            by_point.setdefault(r.point, []).append(r)
+    by_point: dict[str, list[dict[str, Any]]] = {}
+    for f in reqs.columns.fields:
+        if f["phase_kind"] != "warmup":
+            by_point.setdefault(f["point"], []).append(f)
     out = []
     for point in sorted(by_point):
         at = run_at(run, None, TOPIC)("prefix_cache_hit_rate", test=point)

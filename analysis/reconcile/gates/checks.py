@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from analysis.core import findings as fnd
-from analysis.core import metrics
+from analysis.core import metrics, metrics_columns
 from analysis.core.keys import At
 from analysis.loading.campaign import BenchPoint, Campaign, RunData, iter_points
+from analysis.parse.request_columns import RequestColumns
 from analysis.reconcile import Context, Section, SectionInput
 from collector.raw.records import EventRecord, RequestRecord
 
@@ -195,19 +197,37 @@ def _own_check_gate(run: RunData, checks: OwnChecks, gate: str, name: str, point
 def _stream_counts_gate(p: BenchPoint) -> GateResult:
     """The client's streamed token counts against the server's usage, over the point's completed requests."""
     rrel, _ = p.run.requests
-    recs = [r for r in p.records if r.ok]
-    bad = [r.request_id for r in recs if not stream_counts_agree(r)]
-    absurd = [r.request_id for r in recs if not metrics.token_counts_plausible(r)]  # 2^62 tokens …
-    sources = sorted({str(r.token_count_source) for r in recs})
+    n, bad, absurd, sources = _stream_counts(p.columns)
     return GateResult(
         "stream_token_counts",
         "pass" if not bad and not absurd else "fail",
         None if not bad and not absurd else "token_counts_unreliable",
         p.run.cite(rrel, "chunk_tokens") if rrel else None,
-        f"{len(bad)} of {len(recs)} requests disagree with usage.completion_tokens; "
-        + (f"{len(absurd)} claim more tokens than max_tokens; " if absurd else "")
+        f"{bad} of {n} requests disagree with usage.completion_tokens; "
+        + (f"{absurd} claim more tokens than max_tokens; " if absurd else "")
         + f"token_count_source {sources}",
     )
+
+
+def _stream_counts(cols: RequestColumns | None) -> tuple[int, int, int, list[str]]:
+    """Over the completed requests: (how many, how many fail ``stream_counts_agree``, how many fail
+    ``metrics.token_counts_plausible`` — 2^62 tokens …, the token count sources), vectorised."""
+    if cols is None or not len(cols):
+        return 0, 0, 0, []
+    ok = cols.ok
+    streamed, plausible = metrics_columns.stream_counts(cols)
+    ct, has_ct = metrics_columns.completion_tokens(cols)
+    neg = np.zeros(len(cols), dtype=bool)
+    neg[np.searchsorted(cols.offsets, np.flatnonzero(cols.chunk_tokens < 0), side="right") - 1] = True
+    src, problem = cols.strs("token_count_source"), cols.strs("token_count_problem")
+    agree = (
+        np.asarray([s != "mixed" and q is None for s, q in zip(src, problem, strict=True)], dtype=bool)
+        & ~neg
+        & has_ct
+        & np.asarray(streamed == ct, dtype=bool)
+    )
+    sources = sorted({str(s) for s, k in zip(src, ok, strict=True) if k})
+    return int(ok.sum()), int((ok & ~agree).sum()), int((ok & ~plausible).sum()), sources
 
 
 def _own_prefix_caching_gate(run: RunData, checks: OwnChecks, point: str) -> GateResult:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from analysis.core import metrics
+from analysis.core import metrics, metrics_columns
 from analysis.loading.campaign import BenchPoint, Campaign, RunData
 from analysis.reconcile.concurrency import sweep_points
 from collector.raw.errors import AnatomyError
@@ -84,11 +84,11 @@ def slos_for(
 
 def point_goodput(p: BenchPoint, slos_ms: Mapping[str, float]) -> tuple[int, float | None] | None:
     """(good requests, goodput req/s) of one point from its request records; None without them."""
-    recs = p.records
-    if not recs:
+    cols = p.columns
+    if cols is None or not len(cols):
         return None
-    good = metrics.good_requests(recs, dict(slos_ms))
-    return good, metrics.goodput_req_s(good, metrics.duration_s(recs))
+    good = metrics_columns.good_requests(cols, dict(slos_ms))
+    return good, metrics.goodput_req_s(good, metrics_columns.duration_s(cols))
 
 
 def point_weight_format(p: BenchPoint, of: Callable[..., Any] | None) -> str | None:
