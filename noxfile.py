@@ -131,9 +131,10 @@ def serve(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Speed targets, measured (not asserted in tests): analyze, site build, collector client cost, and the
-    load client's fidelity against a metronome server beside vllm bench serve, AIPerf and GuideLLM (their
-    venvs are made under .engines/peers/ on first use; `-- --publish` rewrites the committed table)."""
+    """Speed targets, measured (not asserted in tests): analyze (the reference campaign; synthetic runs of
+    10k–1M requests), site build, collector client cost, and the load client's fidelity against a
+    metronome server beside vllm bench serve, AIPerf and GuideLLM (their venvs are made under
+    .engines/peers/ on first use; `-- --publish` rewrites the committed tables)."""
     _install(session)
     session.install("psutil")  # the fidelity bench samples each tool's process tree
     session.run(
@@ -154,3 +155,5 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_site.py")
     session.run("python", "benchmarks/bench_client.py", "--cache", str(ENGINES))
     session.run("python", "benchmarks/bench_fidelity.py", *session.posargs)
+    # analyze against the request count: 10k / 100k / 1M requests of 256 chunks (about 10 GB at 1M)
+    session.run("python", "benchmarks/bench_scale.py", *(a for a in session.posargs if a == "--publish"))

@@ -37,6 +37,10 @@ def _agree(cols: RequestColumns, path: Path) -> None:
         assert metrics_columns.point_result(sub, str(path)) == metrics.point_result(recs, str(path)), point
         for slos in SLOS:
             assert metrics_columns.good_requests(sub, slos) == metrics.good_requests(recs, slos)
+        assert metrics_columns.offered_rate_req_s(sub) == metrics.offered_rate_req_s(recs)
+        assert metrics_columns.achieved_rate_req_s(sub) == metrics.achieved_rate_req_s(recs)
+        late = [x for r in recs if (x := metrics.send_lateness_ms(r)) is not None]
+        assert metrics_columns.send_lateness_ms(sub).tolist() == late
         done = [r for r in recs if r.ok]
         bad = sum(not stream_counts_agree(r) for r in done)
         absurd = sum(not metrics.token_counts_plausible(r) for r in done)

@@ -242,3 +242,28 @@ def stream_counts(c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:
 def completion_tokens(c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:
     """(``usage.completion_tokens``, present) per request, as ``RequestRecord.completion_tokens``."""
     return _optional_ints(c, "usage", "completion_tokens")
+
+
+def _scheduled(c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:
+    """(``scheduled_mono_ns``, present) per request: open-loop requests have one."""
+    raw = [f.get("scheduled_mono_ns") for f in c.fields]
+    present = np.fromiter((v is not None for v in raw), dtype=bool, count=len(raw))
+    vals = np.asarray([0 if v is None else v for v in raw], dtype=np.int64)
+    return vals, present
+
+
+def send_lateness_ms(c: RequestColumns) -> np.ndarray:
+    """``metrics.send_lateness_ms`` of the scheduled requests, in file order (closed-loop ones have none)."""
+    sched, present = _scheduled(c)
+    return (c.ints("send_mono_ns")[present] - sched[present]) / NS_PER_MS
+
+
+def offered_rate_req_s(c: RequestColumns) -> float | None:
+    """``metrics.offered_rate_req_s``."""
+    sched, present = _scheduled(c)
+    return metrics.rate_of_events_req_s(sched[present].tolist())
+
+
+def achieved_rate_req_s(c: RequestColumns) -> float | None:
+    """``metrics.achieved_rate_req_s``."""
+    return metrics.rate_of_events_req_s(c.ints("end_mono_ns")[c.ok].tolist())

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.core import findings as fnd
-from analysis.core import metrics
+from analysis.core import metrics, metrics_columns
 from analysis.core.keys import At
 from analysis.loading.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
 from analysis.reconcile import Context, Section, SectionInput, run_at
@@ -69,16 +69,16 @@ def point_row(
     columns ``<stat>_<metric>_ms`` for ``STATS`` and the analysis-time ``percentiles`` (names as
     ``concurrency.percentile_stats``)."""
     rel, _ = p.run.requests
-    recs = p.records
-    if not recs or rel is None:
+    cols = p.columns
+    if cols is None or not len(cols) or rel is None:
         return None
     res = p.result
     rate = _plan_rate(p)
-    offered = metrics.offered_rate_req_s(recs)
-    achieved = metrics.achieved_rate_req_s(recs)
-    late = [x for r in recs if (x := metrics.send_lateness_ms(r)) is not None]
+    offered = metrics_columns.offered_rate_req_s(cols)
+    achieved = metrics_columns.achieved_rate_req_s(cols)
+    late = metrics_columns.send_lateness_ms(cols)
     late_q = metrics.stats(late, (50.0, 99.0)).percentiles_ms  # empty when no send was timed
-    good = metrics.good_requests(recs, dict(slos_ms))
+    good = metrics_columns.good_requests(cols, dict(slos_ms))
     row: dict[str, Any] = {
         "round": p.run.round or "",
         "engine": p.run.engine,
@@ -86,11 +86,11 @@ def point_row(
         "run": p.run.name,
         "point": p.label,
         "test_kind": p.test_kind,
-        "request_rate_req_s": recs[0].request_rate,
+        "request_rate_req_s": cols.record(0).request_rate,
         "arrival": rate.arrival if rate is not None else None,
         "burstiness": rate.burstiness if rate is not None else None,
         "max_concurrency": p.concurrency or None,
-        "requests": len(recs),
+        "requests": len(cols),
         "completed": res.completed,
         "failed": res.failed,
         "offered_rate_req_s": offered,
@@ -104,10 +104,10 @@ def point_row(
             row[f"{s}_{name}_ms"] = res.stat_ms(s, metric) if res.completed else None
     row |= {
         "good_requests": good,
-        "goodput_req_s": metrics.goodput_req_s(good, metrics.duration_s(recs)),
+        "goodput_req_s": metrics.goodput_req_s(good, metrics_columns.duration_s(cols)),
         "lateness_p50_ms": late_q.get(50.0),
         "lateness_p99_ms": late_q.get(99.0),
-        "lateness_max_ms": max(late) if late else None,
+        "lateness_max_ms": float(late.max()) if len(late) else None,
         "gate_ok": ctx.gate_ok(p) if ctx is not None else None,
         "source": p.run.cite(rel, "scheduled_mono_ns"),
     }

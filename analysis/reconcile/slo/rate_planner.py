@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.core import metrics
+from analysis.core import metrics_columns
 from analysis.loading.campaign import PHASE_TEST_KIND, BenchPoint, Campaign
 from analysis.reconcile.slo.budgets import interpolate_log2, point_weight_format, value_at_log2
 from analysis.reconcile.slo.planner import budget_crossing, meets_budget
@@ -115,12 +115,13 @@ def answer_rates(
 
 
 def _rate_measured(p: BenchPoint) -> RateMeasured:
-    recs = p.records
+    cols = p.columns
+    first = cols.record(0) if cols is not None and len(cols) else None
     return RateMeasured(
-        request_rate_req_s=recs[0].request_rate if recs and recs[0].request_rate else 0.0,
+        request_rate_req_s=first.request_rate if first is not None and first.request_rate else 0.0,
         p99_ttft_ms=p.result.p99_ttft_ms if p.result.completed else None,
         p99_itl_ms=p.result.itl.p99_ms if p.result.completed else None,
-        achieved_rate_req_s=metrics.achieved_rate_req_s(recs) if recs else None,
+        achieved_rate_req_s=metrics_columns.achieved_rate_req_s(cols) if cols is not None and first else None,
         source=p.cite("p99_ttft_ms"),
         run=p.run.name,
         label=p.label,
