@@ -204,11 +204,13 @@ def stats(
     if len(values_ms) == 0:
         return LatencyStats()
     a = np.asarray(values_ms, dtype=float)
+    qs = list(percentiles)
+    at = np.percentile(a, qs) if qs else []  # one partition for all (the same values as one call each)
     return LatencyStats(
         mean_ms=float(a.mean()),
         median_ms=float(np.median(a)),
         std_ms=float(a.std()),
-        percentiles_ms={p: float(np.percentile(a, p)) for p in percentiles},
+        percentiles_ms={p: float(v) for p, v in zip(qs, at, strict=True)},
     )
 
 

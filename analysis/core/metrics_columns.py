@@ -8,8 +8,9 @@ server claiming 2^62 tokens). tests/test_metrics_columns.py holds them against t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,18 @@ class TokenChunks:
     has: np.ndarray  # per request: carried a token at all
 
 
+def _memo(c: RequestColumns, key: str, make: Callable[[], Any]) -> Any:
+    """``make()`` once per columns (a point's columns are kept by its log: each derived array once)."""
+    if key not in c.memo:
+        c.memo[key] = make()
+    return c.memo[key]
+
+
 def token_chunks(c: RequestColumns) -> TokenChunks:
+    return _memo(c, "token_chunks", lambda: _token_chunks(c))
+
+
+def _token_chunks(c: RequestColumns) -> TokenChunks:
     counts = np.diff(c.offsets)
     owner = np.repeat(np.arange(len(c), dtype=np.int64), counts)
     pos = np.flatnonzero(c.chunk_tokens > 0)
@@ -49,15 +61,15 @@ def sums_per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     requests whose values could overflow it."""
     n = len(offsets) - 1
     cum = np.zeros(len(values) + 1, dtype=np.int64)
+    if not len(values) or (values.max() < _SAFE and values.min() > -_SAFE):
+        np.cumsum(values, out=cum[1:])
+        return cum[offsets[1:]] - cum[offsets[:-1]]
     small = np.abs(values) < _SAFE
     np.cumsum(np.where(small, values, 0), out=cum[1:])
-    out = cum[offsets[1:]] - cum[offsets[:-1]]
-    if small.all():
-        return out
-    obj = out.astype(object)
+    obj = (cum[offsets[1:]] - cum[offsets[:-1]]).astype(object)
     for i in np.unique(np.searchsorted(offsets, np.flatnonzero(~small), side="right") - 1):
         obj[i] = sum(values[offsets[i] : offsets[i + 1]].tolist())
-    return obj if n else out
+    return obj if n else obj.astype(np.int64)
 
 
 def exact_total(values: np.ndarray) -> int:
@@ -79,12 +91,17 @@ def _optional_ints(c: RequestColumns, outer: str, key: str) -> tuple[np.ndarray,
         return np.asarray(vals, dtype=object), present
 
 
-def ttft_ms(c: RequestColumns, tc: TokenChunks) -> np.ndarray:
+def ttft_ms(c: RequestColumns) -> np.ndarray:
     """``metrics.ttft_ms`` per request (NaN where None: no chunk carried a token)."""
-    out = np.full(len(c), np.nan)
-    first = c.chunk_mono_ns[tc.pos[tc.first[tc.has]]]
-    out[tc.has] = (first - c.ints("send_mono_ns")[tc.has]) / NS_PER_MS
-    return out
+
+    def make() -> np.ndarray:
+        tc = token_chunks(c)
+        out = np.full(len(c), np.nan)
+        first = c.chunk_mono_ns[tc.pos[tc.first[tc.has]]]
+        out[tc.has] = (first - c.ints("send_mono_ns")[tc.has]) / NS_PER_MS
+        return out
+
+    return _memo(c, "ttft_ms", make)
 
 
 def e2el_ms(c: RequestColumns) -> np.ndarray:
@@ -92,14 +109,19 @@ def e2el_ms(c: RequestColumns) -> np.ndarray:
     return (c.ints("end_mono_ns") - c.ints("send_mono_ns")) / NS_PER_MS
 
 
-def tpot_ms(c: RequestColumns, tc: TokenChunks) -> np.ndarray:
+def tpot_ms(c: RequestColumns) -> np.ndarray:
     """``metrics.tpot_ms`` per request (NaN where None: fewer than 2 tokens)."""
-    n = sums_per_request_tokens(c)
-    out = np.full(len(c), np.nan)
-    many = tc.has & _gt(n, 1)
-    span = c.chunk_mono_ns[tc.pos[tc.last[many]]] - c.chunk_mono_ns[tc.pos[tc.first[many]]]
-    out[many] = span / NS_PER_MS / (n[many] - 1)
-    return out
+
+    def make() -> np.ndarray:
+        tc = token_chunks(c)
+        n = sums_per_request_tokens(c)
+        out = np.full(len(c), np.nan)
+        many = tc.has & _gt(n, 1)
+        span = c.chunk_mono_ns[tc.pos[tc.last[many]]] - c.chunk_mono_ns[tc.pos[tc.first[many]]]
+        out[many] = span / NS_PER_MS / (n[many] - 1)
+        return out
+
+    return _memo(c, "tpot_ms", make)
 
 
 def _gt(a: np.ndarray, k: int) -> np.ndarray:
@@ -107,10 +129,20 @@ def _gt(a: np.ndarray, k: int) -> np.ndarray:
 
 
 def sums_per_request_tokens(c: RequestColumns) -> np.ndarray:
-    """Σ chunk_tokens per request (``sum(r.chunk_tokens)``): the tokens the stream carried. Over the
-    token-carrying chunks only it is the same sum when no chunk is negative; metrics.tpot_ms sums those."""
-    toks = np.where(c.chunk_tokens > 0, c.chunk_tokens, 0)
-    return sums_per_request(toks, c.offsets)
+    """Σ of the token-carrying chunks' counts per request (what ``metrics.tpot_ms`` divides by); the same as
+    ``streamed`` where no chunk is negative."""
+
+    def make() -> np.ndarray:
+        if not len(c.chunk_tokens) or c.chunk_tokens.min() >= 0:
+            return streamed(c)
+        return sums_per_request(np.where(c.chunk_tokens > 0, c.chunk_tokens, 0), c.offsets)
+
+    return _memo(c, "positive_tokens", make)
+
+
+def streamed(c: RequestColumns) -> np.ndarray:
+    """Σ chunk_tokens per request (``sum(r.chunk_tokens)``): the tokens the stream carried."""
+    return _memo(c, "streamed", lambda: sums_per_request(c.chunk_tokens, c.offsets))
 
 
 def plausible(c: RequestColumns, streamed: np.ndarray) -> np.ndarray:
@@ -139,6 +171,8 @@ def itls_ms(c: RequestColumns, tc: TokenChunks, keep: np.ndarray) -> np.ndarray:
     gap = np.zeros(len(pos), dtype=np.int64)
     gap[1:] = t[1:] - t[:-1]
     vals = np.where(is_first, 0.0, gap / NS_PER_MS / n)
+    if (n == 1).all():  # one token a chunk (the usual stream): the same values as the repeat below
+        return vals[~is_first]
     return np.repeat(vals, np.where(is_first, n - 1, n))
 
 
@@ -187,12 +221,11 @@ def point_result(
         raise ValueError(f"{path}: a point without requests has no summary")
     ok = c.ok
     tc = token_chunks(c)
-    streamed = sums_per_request(c.chunk_tokens, c.offsets)
-    out_total = exact_total(output_tokens(c, streamed)[ok])
+    out_total = exact_total(output_tokens(c, streamed(c))[ok])
     in_total = exact_total(input_tokens(c)[ok])
     done = int(ok.sum())
     dur = duration_s(c)
-    ttft, tpot = ttft_ms(c, tc), tpot_ms(c, tc)
+    ttft, tpot = ttft_ms(c), tpot_ms(c)
     qs = tuple(sorted({*PERCENTILES, *percentiles}))
     return BenchResult(
         path=path,
@@ -211,7 +244,7 @@ def point_result(
         latency={
             "ttft": metrics.stats(ttft[ok & ~np.isnan(ttft)], qs),
             "tpot": metrics.stats(tpot[ok & ~np.isnan(tpot)], qs),
-            "itl": metrics.stats(itls_ms(c, tc, ok & plausible(c, streamed)), qs),
+            "itl": metrics.stats(itls_ms(c, tc, ok & plausible(c, streamed(c))), qs),
             "e2el": metrics.stats(e2el_ms(c)[ok], qs),
         },
     )
@@ -219,8 +252,7 @@ def point_result(
 
 def good_requests(c: RequestColumns, slos_ms: dict[str, float]) -> int:
     """``metrics.good_requests``: the requests meeting every SLO (``metrics.meets_slos``), count."""
-    tc = token_chunks(c)
-    ttft, tpot = ttft_ms(c, tc), tpot_ms(c, tc)
+    ttft, tpot = ttft_ms(c), tpot_ms(c)
     vals = {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": tpot, "e2e_ms": e2el_ms(c)}
     good = c.ok
     for name, limit in slos_ms.items():
@@ -235,8 +267,7 @@ def good_requests(c: RequestColumns, slos_ms: dict[str, float]) -> int:
 
 def stream_counts(c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:
     """Per request: (Σ chunk_tokens as streamed, ``plausible``) — what the stream-count gate compares."""
-    streamed = sums_per_request(c.chunk_tokens, c.offsets)
-    return streamed, plausible(c, streamed)
+    return streamed(c), plausible(c, streamed(c))
 
 
 def completion_tokens(c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:

@@ -62,11 +62,7 @@ class RequestLog:
     columns: RequestColumns
     _records: list[RequestRecord] | None = field(default=None, repr=False)
     _groups: dict[str, np.ndarray] | None = field(default=None, repr=False)
-
-    @classmethod
-    def of(cls, records: list[RequestRecord], path: str = "<records>") -> RequestLog:
-        """A log of records already built (a test's hand-made run)."""
-        return cls(RequestColumns.from_records(records, path), records)
+    _point_columns: dict[str, RequestColumns] = field(default_factory=dict, repr=False)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -82,8 +78,13 @@ class RequestLog:
         return self._groups
 
     def point_columns(self, point: str) -> RequestColumns | None:
+        """The point's requests in columns, made once (views of the run's arrays when its lines are
+        contiguous), so what the metrics derive from them is derived once too."""
+        cols = self._point_columns.get(point)
         idx = self.points.get(point)
-        return None if idx is None else self.columns.take(idx)
+        if cols is None and idx is not None:
+            cols = self._point_columns[point] = self.columns.take(idx)
+        return cols
 
     def point_records(self, point: str) -> list[RequestRecord]:
         """The point's records in file order ([] for a point id no request has)."""
@@ -506,7 +507,8 @@ def _points_from_requests(
         return []
     pts = []
     for point, idx in log.points.items():
-        cols = log.columns.take(idx)
+        cols = log.point_columns(point)
+        assert cols is not None  # a point id of the log's own
         res = metrics_columns.point_result(cols, str(run.info.path / rel), percentiles=percentiles)
         first = log.columns.record(int(idx[0]))
         pts.append(

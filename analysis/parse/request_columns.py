@@ -15,6 +15,7 @@ line i + 1 (every line of the file is one request; a torn last line is dropped o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,6 @@ from collector.raw.errors import AnatomyError, ParseError
 from collector.raw.records import VERSION, RequestRecord, request_fields_problem
 
 CHUNK_KEYS = ("chunk_mono_ns", "chunk_unix_ns", "chunk_tokens")
-_BLOCK_LINES = 4096  # lines whose chunk arrays are joined at once: bounds the per-line arrays alive
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -45,6 +45,8 @@ class RequestColumns:
     chunk_unix_ns: np.ndarray
     chunk_tokens: np.ndarray
     _ints: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    # what analysis.core.metrics_columns derived from these columns once (token chunks, sums …), by name
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.fields)
@@ -62,13 +64,14 @@ class RequestColumns:
         return [f.get(key) for f in self.fields]
 
     @property
-    def chunk_counts(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    @property
     def ok(self) -> np.ndarray:
         """Ended without error (``RequestRecord.ok``), bool per request."""
-        return np.fromiter((f.get("error") is None for f in self.fields), dtype=bool, count=len(self))
+        ok = self.memo.get("ok")
+        if ok is None:
+            ok = self.memo["ok"] = np.fromiter(
+                (f.get("error") is None for f in self.fields), dtype=bool, count=len(self)
+            )
+        return ok
 
     def record(self, i: int) -> RequestRecord:
         """Request i as the ``RequestRecord`` the reference parser gives for its line."""
@@ -161,28 +164,36 @@ def parse_request_columns(path: str | Path, allow_torn_tail: bool = False) -> Re
 
 
 class _Chunks:
-    """The flat chunk arrays as they grow, joined a block of lines at a time."""
+    """The flat chunk arrays as they grow: each line's lists written straight into one int64 buffer per
+    array (no per-line array, no joining), its capacity first guessed from the file size, doubled when
+    short and cut to size at the end."""
 
-    def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in CHUNK_KEYS}
-        self.blocks: dict[str, list[np.ndarray]] = {k: [] for k in CHUNK_KEYS}
+    def __init__(self, capacity: int) -> None:
+        self.bufs = [np.empty(max(capacity, 1024), dtype=np.int64) for _ in CHUNK_KEYS]
+        self.size = 0
 
     def add(self, arrays: tuple[list[int], list[int], list[int]], path: str | Path, line: int) -> None:
-        for k, a in zip(CHUNK_KEYS, arrays, strict=True):
-            self.parts[k].append(_int64(a, path, k, line))
-        if len(self.parts[CHUNK_KEYS[0]]) >= _BLOCK_LINES:
-            self.flush()
-
-    def flush(self) -> None:
-        for k in CHUNK_KEYS:
-            if self.parts[k]:
-                self.blocks[k].append(np.concatenate(self.parts[k]))
-                self.parts[k] = []
+        n = len(arrays[0])
+        end = self.size + n
+        if end > len(self.bufs[0]):
+            for buf in self.bufs:
+                buf.resize(max(2 * len(buf), end), refcheck=False)
+        for k, buf, a in zip(CHUNK_KEYS, self.bufs, arrays, strict=True):
+            try:
+                buf[self.size : end] = a
+            except OverflowError:
+                raise ParseError(path, line, f"key {k!r} holds an integer beyond 64 bits") from None
+        self.size = end
 
     def joined(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        self.flush()
-        mono, unix, toks = (np.concatenate(self.blocks[k]) if self.blocks[k] else _EMPTY for k in CHUNK_KEYS)
+        for buf in self.bufs:
+            buf.resize(self.size, refcheck=False)  # gives the unused capacity back
+        mono, unix, toks = self.bufs
         return mono, unix, toks
+
+
+# bytes of JSON one chunk takes in a line at least (a mono time, a wall time, a count and their commas)
+_BYTES_PER_CHUNK = 36
 
 
 def _line(raw: bytes) -> tuple[dict[str, Any], tuple[list[int], list[int], list[int]]]:
@@ -211,9 +222,9 @@ def _line(raw: bytes) -> tuple[dict[str, Any], tuple[list[int], list[int], list[
 def _read_columns(path: str | Path, allow_torn_tail: bool) -> RequestColumns:
     fields: list[dict[str, Any]] = []
     counts: list[int] = []
-    chunks = _Chunks()
     try:
         with open(path, "rb") as fh:
+            chunks = _Chunks(os.fstat(fh.fileno()).st_size // _BYTES_PER_CHUNK)
             for i, raw in enumerate(fh, 1):
                 if not raw.endswith(b"\n"):  # torn: the reference names it, or drops it when allowed
                     if allow_torn_tail:
