@@ -145,12 +145,16 @@ def streamed(c: RequestColumns) -> np.ndarray:
     return _memo(c, "streamed", lambda: sums_per_request(c.chunk_tokens, c.offsets))
 
 
+def negative_chunk(c: RequestColumns) -> np.ndarray:
+    """Per request: some chunk's token count is below 0 (a cumulative counter that went back)."""
+    neg = np.zeros(len(c), dtype=bool)
+    neg[np.searchsorted(c.offsets, np.flatnonzero(c.chunk_tokens < 0), side="right") - 1] = True
+    return neg
+
+
 def plausible(c: RequestColumns, streamed: np.ndarray) -> np.ndarray:
     """``metrics.token_counts_plausible`` per request."""
-    neg = np.zeros(len(c), dtype=bool)
-    bad = np.flatnonzero(c.chunk_tokens < 0)
-    if len(bad):
-        neg[np.searchsorted(c.offsets, bad, side="right") - 1] = True
+    neg = negative_chunk(c)
     ct, has_ct = _optional_ints(c, "usage", "completion_tokens")
     max_tokens = c.ints("max_tokens")
     ct_ok = ~has_ct | ((ct >= 0) & (ct <= max_tokens))

@@ -217,8 +217,7 @@ def _stream_counts(cols: RequestColumns | None) -> tuple[int, int, int, list[str
     ok = cols.ok
     streamed, plausible = metrics_columns.stream_counts(cols)
     ct, has_ct = metrics_columns.completion_tokens(cols)
-    neg = np.zeros(len(cols), dtype=bool)
-    neg[np.searchsorted(cols.offsets, np.flatnonzero(cols.chunk_tokens < 0), side="right") - 1] = True
+    neg = metrics_columns.negative_chunk(cols)
     src, problem = cols.strs("token_count_source"), cols.strs("token_count_problem")
     agree = (
         np.asarray([s != "mixed" and q is None for s, q in zip(src, problem, strict=True)], dtype=bool)
