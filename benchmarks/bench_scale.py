@@ -7,8 +7,8 @@ The runs are synthetic but written as the collector writes them (``RawStore.crea
 compact lines, ``Run.seal``) under build/bench/scale/, never raw/; a size already written is reused. Each
 measurement is a fresh process (imports included); its peak RSS comes from ``os.wait4``. ``--code DIR`` runs
 the analysis from another checkout (e.g. main's, for the before numbers) and ``--label`` names that series.
-Writes benchmarks/results/scale.json (series merged by label); ``--publish`` also rewrites the methodology
-page's table between its ``scale-analysis`` markers.
+Writes benchmarks/results/scale.json (series by label, rows by size: a size measured again replaces its
+row); ``--publish`` also rewrites the methodology page's table between its ``scale-analysis`` markers.
 
 Targets: wall ≤ 5 × floor, peak RSS ≤ 3 × the requests.jsonl size, both linear in the request count.
 """
@@ -257,6 +257,10 @@ def publish(md: str) -> None:
     PAGE.write_text(text[:a] + "\n" + md + text[b:])
 
 
+def _n(row: dict[str, Any]) -> int:
+    return int(row["requests"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="10000,100000,1000000")
@@ -269,9 +273,11 @@ def main() -> int:
     args = ap.parse_args()
     doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"series": {}}
     if not args.from_json:
-        rows = [measure(int(n), args.code.resolve()) for n in args.sizes.split(",")]
+        sizes = [int(n) for n in args.sizes.split(",")]
+        rows = [measure(n, args.code.resolve()) for n in sizes]
         doc["date"] = time.strftime("%Y-%m-%d", time.gmtime())
-        doc["series"][args.label] = {"git": _git(args.code), "rows": rows}
+        kept = [r for r in doc["series"].get(args.label, {}).get("rows", []) if r["requests"] not in sizes]
+        doc["series"][args.label] = {"git": _git(args.code), "rows": sorted(kept + rows, key=_n)}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     md = table_md(doc)

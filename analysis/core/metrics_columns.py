@@ -59,7 +59,6 @@ def _token_chunks(c: RequestColumns) -> TokenChunks:
 def sums_per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Σ of each request's slice of a flat integer array, exact: int64, or Python ints (object) for the
     requests whose values could overflow it."""
-    n = len(offsets) - 1
     cum = np.zeros(len(values) + 1, dtype=np.int64)
     if not len(values) or (values.max() < _SAFE and values.min() > -_SAFE):
         np.cumsum(values, out=cum[1:])
@@ -69,7 +68,7 @@ def sums_per_request(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     obj = (cum[offsets[1:]] - cum[offsets[:-1]]).astype(object)
     for i in np.unique(np.searchsorted(offsets, np.flatnonzero(~small), side="right") - 1):
         obj[i] = sum(values[offsets[i] : offsets[i + 1]].tolist())
-    return obj if n else obj.astype(np.int64)
+    return obj
 
 
 def exact_total(values: np.ndarray) -> int:
