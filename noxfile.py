@@ -24,6 +24,9 @@ SEED_CAMPAIGN = Path(
 )
 IMPORTED_RAW = ROOT / "build" / "imported-raw"  # reference campaign imported from ../shared, never committed
 RESULTS = ROOT / "build" / "results"
+# campaigns analysed before, reused while their runs and the analysis code are unchanged (outside RESULTS,
+# which every build empties)
+ANALYSIS_CACHE = ROOT / "build" / "cache" / "analysis"
 PUBLIC = ROOT / "public"
 
 
@@ -109,7 +112,7 @@ def site(session: nox.Session) -> None:
     roots = _import_reference(session)
     raw_args = [a for r in roots for a in ("--raw", str(r))]
     shutil.rmtree(RESULTS, ignore_errors=True)  # derived from raw/: no campaign of an earlier build lingers
-    session.run("collector", "analyze", *raw_args, "--out", str(RESULTS))
+    session.run("collector", "analyze", *raw_args, "--out", str(RESULTS), "--cache", str(ANALYSIS_CACHE))
     # The report reads the results only, never raw/.
     session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS))
     session.run("mkdocs", "build", "--strict", "--site-dir", str(PUBLIC), env={"NO_MKDOCS_2_WARNING": "1"})

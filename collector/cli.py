@@ -269,6 +269,13 @@ def inspect(raw: Path, campaign: str | None) -> None:
     help="The latency percentiles the per-point tables report, comma-separated (vllm bench serve's "
     "--metric-percentiles); p50/p90/p99 are always computed.",
 )
+@click.option(
+    "--cache",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Keep each campaign's results here and reuse them while its runs and the analysis code are "
+    "unchanged (keyed by the runs' seals; e.g. build/cache/analysis).",
+)
 @click.argument("campaigns", nargs=-1)
 @_one_line_errors
 def analyze(
@@ -279,6 +286,7 @@ def analyze(
     slos: tuple[str, ...],
     goodput: tuple[str, ...],
     percentiles: str,
+    cache: Path | None,
 ) -> None:
     """Reconcile theory and measurement: tables, Vega-Lite specs and findings.json per campaign.
 
@@ -291,7 +299,13 @@ def analyze(
     slos_ms = {**slo_lib.parse_slos(list(slos)), **metrics.parse_goodput(goodput)}
     qs = metrics.parse_percentiles(percentiles)
     for line in analyze_fn(
-        list(raws), out, list(campaigns) or None, verify=not no_verify, slos_ms=slos_ms, percentiles=qs
+        list(raws),
+        out,
+        list(campaigns) or None,
+        verify=not no_verify,
+        slos_ms=slos_ms,
+        percentiles=qs,
+        cache=cache,
     ):
         click.echo(line)
 

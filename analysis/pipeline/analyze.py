@@ -4,6 +4,7 @@ so the same raw input gives byte-identical output."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,8 @@ from analysis.core.windows import PointTiming, align_points
 from analysis.loading import scrape_series
 from analysis.loading.campaign import Campaign, RunData, campaign_names, load_campaign, verify_campaign
 from analysis.parse.sampler_csv import COLUMNS
+from analysis.pipeline.cache import AnalysisCache, entry_key
+from analysis.pipeline.schedule import Analysed, analysed
 from analysis.reconcile import (
     Context,
     Section,
@@ -665,10 +668,15 @@ def analyze(
     verify: bool = True,
     slos_ms: dict[str, float] | None = None,
     percentiles: tuple[float, ...] = metrics.DEFAULT_PERCENTILES,
+    cache: Path | None = None,
+    jobs: int | None = None,
 ) -> Iterator[str]:
     """Analyse each campaign into ``out/<campaign>/``. With ``verify`` (the default) every run folder of the
     campaigns is first checked as `collector verify` checks it, and a changed run stops the analysis with
-    verify's line before anything is written; without, the results say ``verified: false``."""
+    verify's line before anything is written; without, the results say ``verified: false``. With ``cache``
+    (a folder), a campaign whose runs and analysis code did not change since it was kept there is copied
+    from it instead of analysed (only with ``verify``: the seals vouch for the files); the campaigns left
+    are analysed in ``jobs`` processes (default: one per core)."""
     roots = [Path(r) for r in raw_roots]
     check_out_outside(Path(out), roots)
     names = campaigns or campaign_names(roots)
@@ -681,15 +689,31 @@ def analyze(
     if verify:
         for name in names:
             verify_campaign(roots, name)
+    options = {"slos_ms": slos_ms or {}, "percentiles": list(percentiles)}
+    store = AnalysisCache(cache) if cache is not None and verify else None
+    one = functools.partial(analyse_one, roots, Path(out), verify, slos_ms, percentiles)
     summaries = []
     states: dict[str, str | None] = {}
-    for name in names:
-        campaign = load_campaign(roots, name, verified=verify, percentiles=percentiles)
-        out_dir = Path(out) / name
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lines, summary = _analyze_campaign(campaign, out_dir, roots, slos_ms)
-        summaries.append(summary)
-        states[name] = worst_state({r.state for r in campaign.all_runs})
-        yield from lines
+    for name, done in analysed(names, one, Path(out), store, lambda n: entry_key(roots, n, options), jobs):
+        summaries.append(done.summary)
+        states[name] = done.state
+        yield from done.lines
     if len(summaries) >= 2:
         yield from write_comparison(summaries, Path(out), states)
+
+
+def analyse_one(
+    roots: list[Path],
+    out: Path,
+    verify: bool,
+    slos_ms: dict[str, float] | None,
+    percentiles: tuple[float, ...],
+    name: str,
+) -> Analysed:
+    """One campaign loaded and analysed into ``out/<name>/`` (a module-level function: worker processes
+    receive it by name)."""
+    campaign = load_campaign(roots, name, verified=verify, percentiles=percentiles)
+    out_dir = out / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines, summary = _analyze_campaign(campaign, out_dir, roots, slos_ms)
+    return Analysed(lines, summary, worst_state({r.state for r in campaign.all_runs}))
