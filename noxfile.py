@@ -27,6 +27,7 @@ RESULTS = ROOT / "build" / "results"
 # campaigns analysed before, reused while their runs and the analysis code are unchanged (outside RESULTS,
 # which every build empties)
 ANALYSIS_CACHE = ROOT / "build" / "cache" / "analysis"
+REPORT_CACHE = ROOT / "build" / "cache" / "report"  # figures and compiled templates (report/build_cache.py)
 PUBLIC = ROOT / "public"
 
 
@@ -114,7 +115,9 @@ def site(session: nox.Session) -> None:
     shutil.rmtree(RESULTS, ignore_errors=True)  # derived from raw/: no campaign of an earlier build lingers
     session.run("collector", "analyze", *raw_args, "--out", str(RESULTS), "--cache", str(ANALYSIS_CACHE))
     # The report reads the results only, never raw/.
-    session.run("python", "-m", "analysis.report.render", "--results", str(RESULTS))
+    session.run(
+        "python", "-m", "analysis.report.render", "--results", str(RESULTS), "--cache", str(REPORT_CACHE)
+    )
     session.run("mkdocs", "build", "--strict", "--site-dir", str(PUBLIC), env={"NO_MKDOCS_2_WARNING": "1"})
     session.log(f"site built: open {PUBLIC / 'index.html'} (or `nox -s serve`)")
 

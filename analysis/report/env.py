@@ -8,17 +8,26 @@ from pathlib import Path
 import jinja2
 
 from analysis.core import labels_zh as zh
+from analysis.report.build_cache import TemplateCache
 from analysis.report.markdown import file_anchor, markdown_table
 
+# The settings that decide how a template compiles (besides its source and jinja's version).
+SYNTAX = {
+    "autoescape": False,  # Markdown out, not HTML; values are numbers we format ourselves
+    "keep_trailing_newline": True,
+    "trim_blocks": True,
+    "lstrip_blocks": True,
+}
 
-def make_env(templates_dir: Path) -> jinja2.Environment:
+
+def make_env(templates_dir: Path, cache: Path | None = None) -> jinja2.Environment:
+    """The environment; ``cache``: a folder keeping the compiled templates between builds."""
+    identity = f"jinja {jinja2.__version__} {sorted(SYNTAX.items())}"
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir)),
         undefined=jinja2.StrictUndefined,
-        autoescape=False,  # Markdown out, not HTML; values are numbers we format ourselves
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
+        bytecode_cache=TemplateCache(cache, identity) if cache is not None else None,
+        **SYNTAX,
     )
     env.filters.update(
         # numbers

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.report.build_cache import SvgCache, spec_key
 from collector.raw.errors import AnatomyError, ParseError
 
 # Where Debian/Ubuntu put CJK fonts (fonts-noto-cjk, fonts-wqy-*); the first that exists is registered.
@@ -169,6 +170,34 @@ def convert_all(specs: list[dict[str, Any]]) -> list[str]:
     return [spec_to_svg(spec) for spec in specs]
 
 
+@functools.cache
+def converter_identity() -> str:
+    """What besides the spec decides the SVG: vl-convert's version and the CJK fonts it measures text with
+    (their folder, and each file's name and size)."""
+    from importlib import metadata
+
+    d = register_cjk_fonts()
+    fonts = sorted((p.name, p.stat().st_size) for p in d.rglob("*") if p.is_file()) if d else []
+    return json.dumps([metadata.version("vl-convert-python"), str(d), fonts])
+
+
+def convert_unique(specs: list[dict[str, Any]], cache: SvgCache | None = None) -> list[str]:
+    """Specs → SVGs, in order, each distinct spec converted once (two pages may show the same figure) and
+    only when ``cache`` does not hold it already."""
+    converter = converter_identity()
+    keys = [spec_key(spec, converter) for spec in specs]
+    svgs: dict[str, str] = {}
+    for key in dict.fromkeys(keys) if cache is not None else ():
+        if (svg := cache.get(key)) is not None:
+            svgs[key] = svg
+    todo = {key: spec for key, spec in zip(keys, specs, strict=True) if key not in svgs}
+    for key, svg in zip(todo, convert_all(list(todo.values())), strict=True):
+        svgs[key] = svg
+        if cache is not None:
+            cache.put(key, svg)
+    return [svgs[key] for key in keys]
+
+
 @dataclass
 class FigureSet:
     """The figures the pages show: each spec checked and placed once (``<page dir>/figures/<name>.svg``),
@@ -198,11 +227,13 @@ class FigureSet:
     def shown(self, campaign: str) -> set[str]:
         return {k[1] for k in self.written if k[0] == campaign}
 
-    def convert(self, out_dir: Path) -> list[str]:
+    def convert(self, out_dir: Path, cache: SvgCache | None = None) -> list[str]:
         """Write every pending figure under ``out_dir`` with its downloads beside it (the points it draws as
-        CSV, its spec as Vega-Lite JSON: ``downloads_of``); return the SVGs' paths."""
+        CSV, its spec as Vega-Lite JSON: ``downloads_of``); return the SVGs' paths. ``cache``: figures
+        converted by earlier builds."""
         jobs = sorted(self.pending.items())
-        for (rel, spec), svg in zip(jobs, convert_all([spec for _, spec in jobs]), strict=True):
+        svgs = convert_unique([spec for _, spec in jobs], cache)
+        for (rel, spec), svg in zip(jobs, svgs, strict=True):
             target = out_dir / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(svg, encoding="utf-8")

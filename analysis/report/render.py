@@ -35,6 +35,7 @@ from analysis.report import (
     structure_page,
     table_downloads,
 )
+from analysis.report.build_cache import SvgCache, TemplateCache
 from analysis.report.context import RenderReport, SiteState, resolve_finding_refs
 from analysis.report.env import make_env
 from analysis.report.figures import cjk_font_dir
@@ -87,14 +88,17 @@ class SiteRenderer:
         assets_dir: Path | None = ASSETS_DIR,
         campaigns: list[str] | None = None,
         standalone: bool = False,
+        cache: Path | None = None,
     ):
         self.standalone = standalone  # `collector report`: a user's campaigns, not this project's site
+        # figures converted and templates compiled by earlier builds (build_cache.py); None: all afresh
+        self.figure_cache = SvgCache(cache / "figures") if cache is not None else None
         self.results_dir = Path(results_dir)
         self.out = Path(out_docs_dir)
         self.handwritten_dir = handwritten_dir
         self.assets_dir = assets_dir
         self.only = campaigns
-        self.site = SiteState(env=make_env(Path(templates_dir)))
+        self.site = SiteState(env=make_env(Path(templates_dir), cache / "templates" if cache else None))
         self._pages: list[Page] = []
 
     @property
@@ -241,7 +245,10 @@ class SiteRenderer:
                 "no CJK font found (Debian: apt-get install fonts-noto-cjk): figures are laid out with a"
                 " Latin font and their Chinese legends will be cut off in the browser"
             )
-        site.figures.convert(self.out)
+        site.figures.convert(self.out, self.figure_cache)
+        self.report.notes += self.figure_cache.notes if self.figure_cache else []
+        if isinstance(site.env.bytecode_cache, TemplateCache):
+            self.report.notes += site.env.bytecode_cache.notes
         left_out = site.figures.left_out
         (self.out / FIGURES_FILE).write_text(
             json.dumps({"left_out": left_out}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
@@ -295,12 +302,19 @@ def render_site(
     templates_dir: Path = TEMPLATES_DIR,
     on_line: Callable[[str], None] | None = None,
     standalone: bool = False,
+    cache: Path | None = None,
 ) -> RenderReport:
     """Render every page into ``out_docs_dir`` (emptied first; only a folder the renderer made is emptied);
     ``standalone``: a site of someone's own campaigns (`collector report`), without this project's notes
-    about the reference campaign it publishes."""
+    about the reference campaign it publishes; ``cache``: a folder keeping converted figures and compiled
+    templates between builds."""
     report = SiteRenderer(
-        results_dir, out_docs_dir, templates_dir=templates_dir, campaigns=campaigns, standalone=standalone
+        results_dir,
+        out_docs_dir,
+        templates_dir=templates_dir,
+        campaigns=campaigns,
+        standalone=standalone,
+        cache=cache,
     ).render()
     if on_line is not None:
         for line in report.lines():
@@ -317,11 +331,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "site" / "docs", help="MkDocs docs_dir")
     ap.add_argument("--quiet", action="store_true", help="print only the summary line")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="keep converted figures and compiled templates here (build/cache/report)",
+    )
     ap.add_argument("campaigns", nargs="*", help="only these campaigns (default: all with results)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     try:
-        report = render_site(args.results, args.out, campaigns=args.campaigns or None)
+        report = render_site(args.results, args.out, campaigns=args.campaigns or None, cache=args.cache)
     except AnatomyError as err:
         print(f"render: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
