@@ -28,6 +28,7 @@ RESULTS = ROOT / "build" / "results"
 # which every build empties)
 ANALYSIS_CACHE = ROOT / "build" / "cache" / "analysis"
 REPORT_CACHE = ROOT / "build" / "cache" / "report"  # figures and compiled templates (report/build_cache.py)
+SITE_CACHE = ROOT / "build" / "cache" / "site"  # the last site mkdocs built, by its inputs' digest
 PUBLIC = ROOT / "public"
 
 
@@ -118,7 +119,17 @@ def site(session: nox.Session) -> None:
     session.run(
         "python", "-m", "analysis.report.render", "--results", str(RESULTS), "--cache", str(REPORT_CACHE)
     )
-    session.run("mkdocs", "build", "--strict", "--site-dir", str(PUBLIC), env={"NO_MKDOCS_2_WARNING": "1"})
+    # `mkdocs build --strict`, or the site a build of the very same pages and config left (report/build.py)
+    session.run(
+        "python",
+        "-m",
+        "analysis.report.build",
+        "--site-dir",
+        str(PUBLIC),
+        "--cache",
+        str(SITE_CACHE),
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
     session.log(f"site built: open {PUBLIC / 'index.html'} (or `nox -s serve`)")
 
 

@@ -1,60 +1,224 @@
-"""Time the site build as ``nox -s site`` does it (goal: < 30 s on these 2-core machines, installs excluded).
+"""Time the site build step by step as ``nox -s site`` runs it (goal: ≤ 30 s on these 2-core machines,
+installs excluded): each step a fresh process, as nox starts it, so imports count.
 
-The site is built from every campaign: the reference campaign (``--seed``, imported into a temporary raw
-store; the import is not timed) and the repository's own ``raw/`` (``--no-repo-raw`` leaves it out).
-Run: ``python benchmarks/bench_site.py [--repeat N] [--seed DIR] [--no-repo-raw]``. Each repeat times
-analyze → render → ``mkdocs build --strict`` into fresh temporary folders, in process (figures are converted
-afresh every time: no cache), and prints the steps, the campaigns and figures, and the best total against the
-goal.
+Steps: ``import`` (the reference campaign into a raw store of the build's own), ``analyze`` (every campaign,
+``--cache``), ``render`` (pages and figures, ``--cache``), ``mkdocs`` (``build --strict``). Scenarios:
+
+- ``cold``: a fresh clone — no imported campaign, no caches;
+- ``warm``: the same build again, nothing changed (the import finds the campaign current, every campaign's
+  analysis, figure and template comes from the caches);
+- ``incremental``: one campaign changed (a ``collector exclude``/``include`` decision recorded in the
+  imported reference campaign): that campaign is analysed again, the others and the unchanged figures are
+  reused;
+- ``before`` (``--before REV``): the code of commit REV (e.g. b90f64b, before the caches), cold, as it was.
+
+Run: ``python benchmarks/bench_site.py [--repeat N] [--before REV] [--publish]``. Prints each build's steps
+(wall seconds, and CPU seconds of the step's processes: the box is shared, CPU time moves less with the
+others' load) and the medians; writes build/bench/site_build.json, and with ``--publish``
+benchmarks/results/site_build.json and the table between the methodology page's ``scale-site`` markers.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 CAMPAIGN = "rtx4090-qwen2.5-7b"
 DEFAULT_SEED = ROOT.parent / "shared" / "seed-runs" / CAMPAIGN
 GOAL_S = 30.0
+STEPS = ("import", "analyze", "render", "mkdocs")
+OUT = ROOT / "build" / "bench" / "site_build.json"
+PUBLISHED = ROOT / "benchmarks" / "results" / "site_build.json"
+METHODOLOGY = ROOT / "site" / "docs" / "methodology.md"
+MARK = "scale-site"
+
+
+def _cpu_children() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _step(cmd: list[str], code: Path) -> dict[str, float]:
+    """One step in a fresh process (cwd and PYTHONPATH: the code being timed); its wall and CPU seconds."""
+    env = {**os.environ, "PYTHONPATH": str(code), "NO_MKDOCS_2_WARNING": "1"}
+    cpu, t = _cpu_children(), time.perf_counter()
+    done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        sys.exit(f"bench_site: {' '.join(cmd[:4])} … failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return {"wall_s": round(wall, 2), "cpu_s": round(_cpu_children() - cpu, 2)}
+
+
+def build(code: Path, work: Path, seed: Path, caches: bool) -> dict[str, Any]:
+    """The site built once into ``work`` as nox does it; the seconds of each step and the load average."""
+    from analysis.report.build import standalone_config  # local import: the config writer of the code here
+
+    py = sys.executable
+    imported, results, docs, public = work / "imported-raw", work / "results", work / "docs", work / "public"
+    analysis_cache = ["--cache", str(work / "cache" / "analysis")] if caches else []
+    report_cache = ["--cache", str(work / "cache" / "report")] if caches else []
+    work.mkdir(parents=True, exist_ok=True)
+    config = standalone_config(work, docs, public)
+    shutil.rmtree(results, ignore_errors=True)  # as nox: derived, emptied every build
+    load = os.getloadavg()[0]
+    steps = {
+        "import": _step(
+            [py, "-m", "collector.cli", "import", str(seed), "--campaign", CAMPAIGN, "--raw", str(imported)],
+            code,
+        ),
+        "analyze": _step(
+            [py, "-m", "collector.cli", "analyze", "--raw", str(code / "raw"), "--raw", str(imported)]
+            + ["--out", str(results), *analysis_cache],
+            code,
+        ),
+        "render": _step(
+            [py, "-m", "analysis.report.render", "--results", str(results), "--out", str(docs), "--quiet"]
+            + report_cache,
+            code,
+        ),
+        "mkdocs": _step(
+            [py, "-m", "analysis.report.build", "--docs", str(docs), "--site-dir", str(public)]
+            + ["--config", str(config), "--cache", str(work / "cache" / "site")]
+            if caches
+            else [py, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(config)],
+            code,
+        ),
+    }
+    total = {k: round(sum(s[k] for s in steps.values()), 2) for k in ("wall_s", "cpu_s")}
+    return {"steps": steps, "total": total, "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)]}
+
+
+def _change_one_campaign(work: Path, i: int) -> None:
+    """A new input for the reference campaign only: a decision (exclude, then include again) appended."""
+    from collector.raw.decisions import record_decision  # local import: the store's own writer
+
+    run = work / "imported-raw" / CAMPAIGN / "round1-01-perf-test"
+    record_decision(run, "exclude" if i % 2 == 0 else "include", f"bench_site incremental build {i}")
+
+
+def _before_code(rev: str, where: Path) -> Path:
+    """The committed tree of ``rev`` (git archive), with the repository's raw/ linked in."""
+    code = where / f"code-{rev}"
+    code.mkdir()
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+    if not (code / "raw").exists():
+        (code / "raw").symlink_to(ROOT / "raw")
+    return code
+
+
+def scenarios(seed: Path, repeat: int, before: str | None, tmp: Path) -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": [], "incremental": []}
+    if before:
+        code = _before_code(before, tmp)
+        runs["before"] = []
+        for i in range(repeat):
+            runs["before"].append(build(code, tmp / f"before{i}", seed, caches=False))
+            _say("before", i, runs["before"][-1])
+    for i in range(repeat):
+        work = tmp / f"after{i}"
+        for name in ("cold", "warm", "incremental"):
+            if name == "incremental":
+                _change_one_campaign(work, i)
+            runs[name].append(build(ROOT, work, seed, caches=True))
+            _say(name, i, runs[name][-1])
+    return runs
+
+
+def _say(name: str, i: int, run: dict[str, Any]) -> None:
+    steps = "  ".join(f"{k} {v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in run["steps"].items())
+    total = run["total"]
+    print(
+        f"{name:<11} #{i + 1}: {steps}  total {total['wall_s']:.1f} s wall / {total['cpu_s']:.1f} s CPU "
+        f"(load {run['load_1min'][0]:.1f}→{run['load_1min'][1]:.1f})",
+        flush=True,
+    )
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per step and in total, the median wall and CPU seconds of the repeats."""
+
+    def med(values: list[float]) -> float:
+        return round(statistics.median(values), 1)
+
+    steps = {s: {k: med([r["steps"][s][k] for r in runs]) for k in ("wall_s", "cpu_s")} for s in STEPS}
+    total = {k: med([r["total"][k] for r in runs]) for k in ("wall_s", "cpu_s")}
+    load = med([r["load_1min"][0] for r in runs])
+    return {"steps": steps, "total": total, "load_1min_median": load, "repeats": len(runs)}
+
+
+LABELS = {
+    "before": "改动前（b90f64b，无缓存）",
+    "cold": "冷启动（新克隆，无缓存）",
+    "warm": "无改动重建",
+    "incremental": "一个批次有新输入",
+}
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    """The methodology page's table: per scenario, each step's median wall seconds (CPU seconds)."""
+    head = "| 情形 | 导入参考批次 | 分析 | 渲染页面与图 | mkdocs | 合计 |\n|---|---|---|---|---|---|\n"
+    rows = []
+    for name in ("before", "cold", "warm", "incremental"):
+        if name not in summary:
+            continue
+        m = summary[name]
+        cells = [f"{m['steps'][s]['wall_s']:.1f}（{m['steps'][s]['cpu_s']:.1f}）" for s in STEPS]
+        total = f"**{m['total']['wall_s']:.1f}**（{m['total']['cpu_s']:.1f}）"
+        rows.append(f"| {LABELS[name]} | {' | '.join(cells)} | {total} |")
+    return head + "\n".join(rows) + "\n"
+
+
+def publish(doc: dict[str, Any], text_md: str) -> None:
+    PUBLISHED.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    page = METHODOLOGY.read_text(encoding="utf-8")
+    begin, end = f"<!-- {MARK}:begin -->", f"<!-- {MARK}:end -->"
+    a, b = page.index(begin) + len(begin), page.index(end)
+    METHODOLOGY.write_text(page[:a] + "\n" + text_md + page[b:], encoding="utf-8")
+    print(f"bench_site: wrote {PUBLISHED.relative_to(ROOT)} and the table in {METHODOLOGY.relative_to(ROOT)}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=Path, default=DEFAULT_SEED)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--no-repo-raw", action="store_true", help="leave the repository's raw/ out")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--before", help="also time this commit's code, cold (e.g. b90f64b)")
+    ap.add_argument("--publish", action="store_true")
     args = ap.parse_args()
-    repo_raw = ROOT / "raw"
-    roots_extra = [] if args.no_repo_raw or not repo_raw.is_dir() else [repo_raw]
-    if not args.seed.is_dir() and not roots_extra:
-        print(f"bench_site: {args.seed} not found and no raw/; nothing to build", file=sys.stderr)
+    if not args.seed.is_dir():
+        print(f"bench_site: {args.seed} not found; nothing to build", file=sys.stderr)
         return 0
-    from analysis.report.build import build_site
-    from collector.protocol.importer import import_results
-
-    best = float("inf")
     with tempfile.TemporaryDirectory(prefix="bench-site-") as tmp:
-        raw = Path(tmp) / "raw"
-        raw.mkdir()
-        if args.seed.is_dir():
-            list(import_results(args.seed, CAMPAIGN, raw))
-        for i in range(args.repeat):
-            work = Path(tmp) / f"run{i}"
-            times = build_site([raw, *roots_extra], work / "results", work / "docs", work / "public")
-            steps = "  ".join(f"{k} {v:.2f}" for k, v in times.steps.items() if k != "import")
-            total = times.total_s - times.steps.get("import", 0.0)
-            best = min(best, total)
-            campaigns = sorted(p.parent.name for p in (work / "results").glob("*/findings.json"))
-            n_svg = len(list((work / "docs").rglob("*.svg")))
-            print(
-                f"site build #{i + 1}: {steps}  total {total:.2f} s  ({len(campaigns)} campaigns: "
-                f"{', '.join(campaigns)}; {n_svg} figures)"
-            )
-    verdict = "within" if best < GOAL_S else "OVER"
-    print(f"site build best: {best:.2f} s ({verdict} the {GOAL_S:.0f} s goal)")
+        runs = scenarios(args.seed, args.repeat, args.before, Path(tmp))
+    summary = {name: medians(r) for name, r in runs.items()}
+    doc = {
+        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
+        "goal_s": GOAL_S,
+        "before": args.before,
+        "medians": summary,
+        "runs": runs,
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    md = table(summary)
+    print(md)
+    for name, m in summary.items():
+        verdict = "within" if m["total"]["wall_s"] <= GOAL_S else "OVER"
+        print(f"{name}: median {m['total']['wall_s']:.1f} s ({verdict} the {GOAL_S:.0f} s goal)")
+    if args.publish:
+        publish(doc, md)
     return 0
 
 

@@ -226,3 +226,31 @@ def test_checked_files_never_return_data_that_does_not_match(tmp_path, bad):
     files.path("ab" * 32).write_bytes(bad)
     data, problem = files.get("ab" * 32)
     assert data is None and problem and "does not match" in problem
+
+
+# -------------------------------------------------------------------------------------------- the built site
+
+
+def test_the_site_is_copied_while_its_pages_are_unchanged_and_built_when_one_changes(tmp_path):
+    from analysis.report.build import mkdocs_build_cached
+
+    docs, site, store = tmp_path / "docs", tmp_path / "site", tmp_path / "cache"
+    docs.mkdir()
+    (docs / "index.md").write_text("# 首页\n\n一段话。\n", encoding="utf-8")
+    config = tmp_path / "mkdocs.yml"  # a plain theme: the cache, not the theme, is under test
+    config.write_text("site_name: t\nstrict: true\nplugins: []\n", encoding="utf-8")
+    assert mkdocs_build_cached(docs, site, store, config) == f"site: built {site} with mkdocs"
+    built = _tree(site)
+    (site / "stale.html").write_text("from an earlier build")
+    said = mkdocs_build_cached(docs, site, store, config)
+    assert said.startswith(f"site: docs and config unchanged: {site} copied from the cache")
+    assert _tree(site) == built  # the stale file gone, as mkdocs cleans its site folder
+    (docs / "index.md").write_text("# 首页\n\n另一段话。\n", encoding="utf-8")
+    assert mkdocs_build_cached(docs, site, store, config) == f"site: built {site} with mkdocs"
+    assert "另一段话" in (site / "index.html").read_text(encoding="utf-8")
+    (kept,) = (store / "site").iterdir()
+    index = kept / "out" / "index.html"
+    index.write_text(index.read_text(encoding="utf-8") + "tampered", encoding="utf-8")
+    said = mkdocs_build_cached(docs, site, store, config)
+    why = "out/index.html: sha256 differs from ENTRY.json"
+    assert said == f"site: built {site} with mkdocs (cache entry not used: {why})"

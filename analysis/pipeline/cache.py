@@ -158,18 +158,19 @@ def _file_digests(folder: Path) -> dict[str, str]:
     }
 
 
-class AnalysisCache:
-    """``<root>/<campaign>/<key>/``: ``out/`` (the results folder), ``summary.pickle``, ``ENTRY.json``."""
+class FolderCache:
+    """``<root>/<name>/<key>/``: ``out/`` (a copy of an output folder), the files given with it, and
+    ``ENTRY.json`` (the sha256 of every other file, written last); the newest entry of a name only."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def entry(self, campaign: str, key: str) -> Path:
-        return self.root / campaign / key
+    def entry(self, name: str, key: str) -> Path:
+        return self.root / name / key
 
-    def problem(self, campaign: str, key: str) -> str | None:
+    def problem(self, name: str, key: str) -> str | None:
         """Why the entry cannot be used (None: it can); "" when there is none at all."""
-        where = self.entry(campaign, key)
+        where = self.entry(name, key)
         if not where.is_dir():
             return ""
         try:
@@ -186,23 +187,15 @@ class AnalysisCache:
                 return f"{rel}: sha256 differs from {ENTRY_FILE}"
         return None
 
-    def load(self, campaign: str, key: str) -> Cached:
-        """The entry (call ``problem`` first: only a checked entry is unpickled)."""
-        where = self.entry(campaign, key)
-        data = pickle.loads((where / SUMMARY_FILE).read_bytes())
-        return Cached(where / OUT_DIR, data["lines"], data["summary"], data["state"])
-
-    def store(
-        self, campaign: str, key: str, out_dir: Path, lines: list[str], summary: Any, state: str | None
-    ) -> None:
-        """Keep the campaign's results (a copy of ``out_dir``); the campaign's other entries go."""
-        final = self.entry(campaign, key)
+    def store(self, name: str, key: str, out_dir: Path, files: dict[str, bytes] | None = None) -> None:
+        """Keep a copy of ``out_dir`` (and ``files``: name → bytes); the name's other entries go."""
+        final = self.entry(name, key)
         tmp = final.with_name(f".tmp-{key}.{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(out_dir, tmp / OUT_DIR)
-        data = {"lines": lines, "summary": summary, "state": state}
-        (tmp / SUMMARY_FILE).write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-        entry = {"campaign": campaign, "key": key, "files": _file_digests(tmp)}
+        for rel, data in (files or {}).items():
+            (tmp / rel).write_bytes(data)
+        entry = {"name": name, "key": key, "files": _file_digests(tmp)}
         (tmp / ENTRY_FILE).write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)  # a corrupt entry of the same key
         try:
@@ -212,3 +205,22 @@ class AnalysisCache:
         for other in final.parent.iterdir():
             if other != final and not other.name.startswith(".tmp-"):
                 shutil.rmtree(other, ignore_errors=True)
+
+
+class AnalysisCache(FolderCache):
+    """Per campaign: ``out/`` (its results folder) and ``summary.pickle`` (what analyze keeps in memory)."""
+
+    def load(self, campaign: str, key: str) -> Cached:
+        """The entry (call ``problem`` first: only a checked entry is unpickled)."""
+        where = self.entry(campaign, key)
+        data = pickle.loads((where / SUMMARY_FILE).read_bytes())
+        return Cached(where / OUT_DIR, data["lines"], data["summary"], data["state"])
+
+    def keep(
+        self, campaign: str, key: str, out_dir: Path, lines: list[str], summary: Any, state: str | None
+    ) -> None:
+        """Keep the campaign's results."""
+        data = {"lines": lines, "summary": summary, "state": state}
+        self.store(
+            campaign, key, out_dir, {SUMMARY_FILE: pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)}
+        )

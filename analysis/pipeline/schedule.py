@@ -83,10 +83,10 @@ def analysed(
         problem = cache.problem(name, key)
         where = cache.entry(name, key)
         if problem is None:
-            got = cache.load(name, key)
-            shutil.copytree(got.out, out / name, dirs_exist_ok=True)
-            lines = [line.replace(OUT_MARK, str(out / name)) for line in got.lines]
-            reused[name] = Analysed(lines, got.summary, got.state)
+            kept = cache.load(name, key)
+            shutil.copytree(kept.out, out / name, dirs_exist_ok=True)
+            lines = [line.replace(OUT_MARK, str(out / name)) for line in kept.lines]
+            reused[name] = Analysed(lines, kept.summary, kept.state)
             notes[name] = f"{name}: inputs and analysis code unchanged: results reused (cache {key[:12]})"
         elif problem:
             notes[name] = f"{name}: cache entry {where} not used ({problem}): analysed afresh"
@@ -95,6 +95,6 @@ def analysed(
     for name in names:
         got = reused[name] if name in reused else next(fresh)
         if name not in reused and cache is not None and name in keys:
-            kept = [line.replace(str(out / name), OUT_MARK) for line in got.lines]
-            cache.store(name, keys[name], out / name, kept, got.summary, got.state)
+            portable = [line.replace(str(out / name), OUT_MARK) for line in got.lines]
+            cache.keep(name, keys[name], out / name, portable, got.summary, got.state)
         yield name, Analysed([*([notes[name]] if name in notes else []), *got.lines], got.summary, got.state)

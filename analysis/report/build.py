@@ -6,15 +6,20 @@ benchmark build the very same site into a temporary folder without touching the 
 
 from __future__ import annotations
 
+import argparse
+import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.pipeline.analyze import analyze as analyze_fn
+from analysis.pipeline.cache import OUT_DIR, FolderCache
 from analysis.report.render import REPO_ROOT, SITE_DIR, render_site
 from collector.protocol.importer import import_results
 from collector.raw.errors import AnatomyError
+from collector.raw.store import sha256_file
 
 MKDOCS_YML = REPO_ROOT / "mkdocs.yml"
 # the same file shipped in a wheel: site/mkdocs.yml is a link to it, copied as package data
@@ -49,6 +54,50 @@ def mkdocs_build(docs_dir: Path, site_dir: Path, config_file: Path = MKDOCS_YML,
             build(cfg)
         finally:
             cfg.plugins.on_shutdown()
+
+
+# What besides the docs folder and the config decides the built site: these libraries' versions (the theme's
+# templates, the Markdown extensions, the search index's word segmentation) and the build date (sitemap.xml
+# and its gzip header carry it).
+MKDOCS_DISTRIBUTIONS = ("mkdocs", "mkdocs-material", "Markdown", "pymdown-extensions", "jieba")
+SITE_ENTRY = "site"  # the one name the site cache keeps entries under
+
+
+def site_key(docs_dir: Path, config_file: Path) -> str:
+    """sha256 over everything ``mkdocs build`` reads: every file of ``docs_dir`` (the dot files the hooks
+    read too), the config, the hooks and the jieba dictionary of site/, the versions of
+    MKDOCS_DISTRIBUTIONS, the Python version and the build date."""
+    import hashlib
+    import sys
+    from importlib import metadata
+
+    from mkdocs.utils import get_build_date
+
+    h = hashlib.sha256()
+    extra = [Path(config_file), *sorted((SITE_DIR / "hooks").glob("*.py")), SITE_DIR / "jieba_user_dict.txt"]
+    for p in [*sorted(q for q in Path(docs_dir).rglob("*") if q.is_file()), *extra]:
+        rel = p.relative_to(docs_dir).as_posix() if p.is_relative_to(docs_dir) else f"@{p.name}"
+        h.update(f"{rel}\0{sha256_file(p) if p.is_file() else '-'}\n".encode())
+    for dist in MKDOCS_DISTRIBUTIONS:
+        h.update(f"{dist} {metadata.version(dist)}\n".encode())
+    h.update(f"python {sys.version_info[:3]} date {get_build_date()}\n".encode())
+    return h.hexdigest()
+
+
+def mkdocs_build_cached(docs_dir: Path, site_dir: Path, cache: Path, config_file: Path = MKDOCS_YML) -> str:
+    """``mkdocs_build``, unless ``cache`` holds the site built from the very same inputs (site_key): then a
+    copy of it. One line: which, and why an entry found could not be used."""
+    store = FolderCache(cache)
+    key = site_key(docs_dir, config_file)
+    problem = store.problem(SITE_ENTRY, key)
+    if problem is None:
+        shutil.rmtree(site_dir, ignore_errors=True)  # as mkdocs: no file of an earlier build lingers
+        shutil.copytree(store.entry(SITE_ENTRY, key) / OUT_DIR, site_dir)
+        return f"site: docs and config unchanged: {site_dir} copied from the cache ({key[:12]})"
+    mkdocs_build(docs_dir, site_dir, config_file)
+    store.store(SITE_ENTRY, key, site_dir)
+    why = f" (cache entry not used: {problem})" if problem else ""
+    return f"site: built {site_dir} with mkdocs{why}"
 
 
 def standalone_config(work_dir: Path, docs_dir: Path, site_dir: Path) -> Path:
@@ -142,3 +191,34 @@ def build_site(
     mkdocs_build(docs_dir, site_dir)
     times.steps["mkdocs"] = time.perf_counter() - t
     return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.report.build``: ``mkdocs build --strict`` of the rendered pages (mkdocs.yml's
+    docs_dir), reusing the site a cache holds when nothing it is built from changed."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--docs", type=Path, default=REPO_ROOT / "build" / "site" / "docs")
+    ap.add_argument("--site-dir", type=Path, default=REPO_ROOT / "public")
+    ap.add_argument("--config", type=Path, default=MKDOCS_YML, help="the MkDocs config (mkdocs.yml)")
+    ap.add_argument("--cache", type=Path, required=True, help="where built sites are kept (build/cache/site)")
+    args = ap.parse_args(argv)
+    import logging
+
+    from mkdocs.exceptions import MkDocsException  # local import: the site extra, only here
+
+    said = (
+        logging.StreamHandler()
+    )  # mkdocs' warnings (strict: each one fails the build), as its CLI shows them
+    said.setFormatter(logging.Formatter("%(levelname)s - %(message)s"))
+    logging.getLogger("mkdocs").addHandler(said)
+    logging.getLogger("mkdocs").setLevel(logging.WARNING)
+    try:
+        print(mkdocs_build_cached(args.docs.resolve(), args.site_dir.resolve(), args.cache, args.config))
+    except (AnatomyError, MkDocsException) as err:
+        print(f"build: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,24 +11,29 @@ from analysis.core import labels_zh as zh
 from analysis.report.build_cache import TemplateCache
 from analysis.report.markdown import file_anchor, markdown_table
 
-# The settings that decide how a template compiles (besides its source and jinja's version).
-SYNTAX = {
-    "autoescape": False,  # Markdown out, not HTML; values are numbers we format ourselves
-    "keep_trailing_newline": True,
-    "trim_blocks": True,
-    "lstrip_blocks": True,
-}
-
 
 def make_env(templates_dir: Path, cache: Path | None = None) -> jinja2.Environment:
     """The environment; ``cache``: a folder keeping the compiled templates between builds."""
-    identity = f"jinja {jinja2.__version__} {sorted(SYNTAX.items())}"
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir)),
         undefined=jinja2.StrictUndefined,
-        bytecode_cache=TemplateCache(cache, identity) if cache is not None else None,
-        **SYNTAX,
+        autoescape=False,  # Markdown out, not HTML; values are numbers we format ourselves
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
+    if cache is not None:
+        # what besides a template's source decides its compiled code: jinja's version and the syntax settings
+        syntax = [
+            getattr(env, k) for k in ("autoescape", "keep_trailing_newline", "trim_blocks", "lstrip_blocks")
+        ]
+        syntax += [
+            env.block_start_string,
+            env.variable_start_string,
+            env.comment_start_string,
+            env.newline_sequence,
+        ]
+        env.bytecode_cache = TemplateCache(cache, f"jinja {jinja2.__version__} {syntax!r}")
     env.filters.update(
         # numbers
         num=zh.fmt_num,

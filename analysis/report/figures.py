@@ -187,9 +187,10 @@ def convert_unique(specs: list[dict[str, Any]], cache: SvgCache | None = None) -
     converter = converter_identity()
     keys = [spec_key(spec, converter) for spec in specs]
     svgs: dict[str, str] = {}
-    for key in dict.fromkeys(keys) if cache is not None else ():
-        if (svg := cache.get(key)) is not None:
-            svgs[key] = svg
+    if cache is not None:
+        for key in dict.fromkeys(keys):
+            if (svg := cache.get(key)) is not None:
+                svgs[key] = svg
     todo = {key: spec for key, spec in zip(keys, specs, strict=True) if key not in svgs}
     for key, svg in zip(todo, convert_all(list(todo.values())), strict=True):
         svgs[key] = svg
