@@ -181,6 +181,40 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def text(summary: dict[str, dict[str, Any]]) -> str:
+    """The methodology page's block: the question, the answer with the medians, where the time goes, the
+    table. The shares inside a step come from cProfile runs of each step on this box (issue #25 note)."""
+
+    def wall(name: str, step: str | None = None) -> str:
+        m = summary[name]
+        return f"{(m['steps'][step] if step else m['total'])['wall_s']:.0f}"
+
+    before = f"（改动前 {wall('before')} 秒）" if "before" in summary else ""
+    cold_ok = "也在目标之内" if summary["cold"]["total"]["wall_s"] <= GOAL_S else "还在目标之外"
+    loads = sorted(m["load_1min_median"] for m in summary.values())
+    return (
+        f"**站点要多久建好？** 这台 2 核的共用机器上，`nox -s site`（安装之外）什么都没改时重建要 "
+        f"{wall('warm')} 秒，一个批次有新输入时 {wall('incremental')} 秒，都在 30 秒的目标之内；"
+        f"新克隆、没有任何缓存时 {wall('cold')} 秒{before}，{cold_ok}。\n\n"
+        "**时间花在哪里**：冷启动的分析里，近一半 CPU 时间是逐行解析每次抓取的 `/metrics` 文本"
+        "（prometheus_client 的解析器，见上面“分析”一节的列式解析）；现在几个批次在各自的进程里同时分析，"
+        "所以分析的墙钟时间约等于最大的那个批次。渲染里大半是 vl-convert 把图转成 SVG（每张约 0.3 秒 CPU，"
+        "在工作进程里转，两页展示同一张图时只转一次），其余是 jinja 渲染页面；mkdocs 的时间约各一半花在 "
+        "Markdown 转 HTML 和 Material 搜索插件用 jieba 给中文分词建索引上。\n\n"
+        "**增量**：每个批次的分析结果存在 `build/cache/analysis/<批次>/<键>/`，键是该批次每个已封存运行的 "
+        "`SEALED`（即清单 manifest.json 的 sha256，分析前 verify 已逐个文件核对过）、运行之外读到的文件"
+        "（计划文件、模型配置）、分析代码（L0–L4 每个文件与相关库的版本）和选项的摘要；图按规格、vl-convert "
+        "版本与字体，模板按源文件与 jinja 版本，整站按所有页面、配置、插件版本与构建日期，各自存放。"
+        "缓存里任何文件与它记下的 sha256 对不上，就说一行并重算，从不使用。`mkdocs build --dirty` 用不上："
+        "它会打一条警告（`--strict` 下构建失败），而且 Material 的搜索索引只在 `mkdocs serve` 的同一个进程里"
+        "保留上一次的条目，新进程里只会剩下重建过的页面。\n\n"
+        f"下表是 {summary['cold']['repeats']} 次的中位数，秒：墙钟（括号里是这一步所有进程的 CPU 秒）。"
+        f"墙钟随共用机器上其他人的负载变化（测量时 1 分钟平均负载 {loads[0]:.0f}–{loads[-1]:.0f}），"
+        "CPU 秒变化小得多。`python benchmarks/bench_site.py --before b90f64b --publish` 重测并改写本节。\n\n"
+        + table(summary)
+    )
+
+
 def publish(doc: dict[str, Any], text_md: str) -> None:
     PUBLISHED.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     page = METHODOLOGY.read_text(encoding="utf-8")
@@ -196,7 +230,16 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--before", help="also time this commit's code, cold (e.g. b90f64b)")
     ap.add_argument("--publish", action="store_true")
+    ap.add_argument(
+        "--from-json", type=Path, help="print (and --publish) an earlier run's JSON, time nothing"
+    )
     args = ap.parse_args()
+    if args.from_json:
+        doc = json.loads(args.from_json.read_text(encoding="utf-8"))
+        print(text(doc["medians"]))
+        if args.publish:
+            publish(doc, text(doc["medians"]))
+        return 0
     if not args.seed.is_dir():
         print(f"bench_site: {args.seed} not found; nothing to build", file=sys.stderr)
         return 0
@@ -212,7 +255,7 @@ def main() -> int:
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    md = table(summary)
+    md = text(summary)
     print(md)
     for name, m in summary.items():
         verdict = "within" if m["total"]["wall_s"] <= GOAL_S else "OVER"
