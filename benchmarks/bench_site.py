@@ -101,11 +101,12 @@ def build(code: Path, work: Path, seed: Path, caches: bool) -> dict[str, Any]:
 
 
 def _change_one_campaign(work: Path, i: int) -> None:
-    """A new input for the reference campaign only: a decision (exclude, then include again) appended."""
+    """A new input for the reference campaign only, one that changes its findings and pages: a decision
+    leaving one of its runs out (each repeat builds in a folder of its own: always the first decision)."""
     from collector.raw.decisions import record_decision  # local import: the store's own writer
 
     run = work / "imported-raw" / CAMPAIGN / "round1-01-perf-test"
-    record_decision(run, "exclude" if i % 2 == 0 else "include", f"bench_site incremental build {i}")
+    record_decision(run, "exclude", f"bench_site incremental build {i + 1}")
 
 
 def _before_code(rev: str, where: Path) -> Path:
