@@ -14,10 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.pipeline.analyze import analyze as analyze_fn
 from analysis.pipeline.cache import OUT_DIR, FolderCache
-from analysis.report.render import REPO_ROOT, SITE_DIR, render_site
-from collector.protocol.importer import import_results
+from analysis.report.paths import REPO_ROOT, SITE_DIR
 from collector.raw.errors import AnatomyError
 from collector.raw.store import sha256_file
 
@@ -139,6 +137,9 @@ def report_site(
             f"collector report needs the site extra ({err.name} is missing): "
             "pip install 'inference-anatomy[site]'"
         ) from None
+    from analysis.pipeline.analyze import analyze as analyze_fn  # local import: heavy (pandas, altair)
+    from analysis.report.render import render_site  # local import: heavy (the pages' modules, jinja2)
+
     say = on_line or (lambda _line: None)
     times = BuildTimes()
     out_site, work_dir = Path(out_site).resolve(), Path(work_dir).resolve()  # mkdocs runs from work_dir
@@ -169,6 +170,10 @@ def build_site(
     on_line: Callable[[str], None] | None = None,
 ) -> BuildTimes:
     """Import ``(source folder, campaign)`` pairs into the first raw root, analyze, render, build."""
+    from analysis.pipeline.analyze import analyze as analyze_fn  # local import: heavy (pandas, altair)
+    from analysis.report.render import render_site  # local import: heavy (the pages' modules, jinja2)
+    from collector.protocol.importer import import_results  # local import: the peers' parsers
+
     times = BuildTimes()
     say = on_line or (lambda _line: None)
     t = time.perf_counter()

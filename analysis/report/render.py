@@ -40,6 +40,7 @@ from analysis.report.context import RenderReport, SiteState, resolve_finding_ref
 from analysis.report.env import make_env
 from analysis.report.figures import cjk_font_dir
 from analysis.report.markdown import Page
+from analysis.report.paths import REPO_ROOT, SITE_DIR
 from analysis.report.profile import build_profile
 from analysis.report.rawindex import runs_of
 from analysis.report.results import (
@@ -51,17 +52,6 @@ from analysis.report.results import (
 )
 from collector.raw.errors import AnatomyError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# site/ of the checkout; after a plain (non-editable) `pip install`, the copy shipped as package data
-# (pyproject: analysis.report.sitefiles)
-SITE_DIR = next(
-    (
-        d
-        for d in (REPO_ROOT / "site", Path(__file__).resolve().parent / "sitefiles")
-        if (d / "templates").is_dir()
-    ),
-    REPO_ROOT / "site",
-)
 TEMPLATES_DIR = SITE_DIR / "templates"
 HANDWRITTEN_DIR = SITE_DIR / "docs"
 ASSETS_DIR = SITE_DIR / "assets"
