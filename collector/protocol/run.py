@@ -578,9 +578,10 @@ class _Protocol:
             **rate,
         )
         before = await self._point_scrape("point_start", pt.point_id) if p.sampling.metrics else None
-        records: list[RequestRecord] = []
+        offset = os.fstat(self.requests.fileno()).st_size  # where this point's requests.jsonl lines begin
         live.start_point(pt)
-        out = await self._load(pt, live, records)
+        out = await self._load(pt, live)
+        records = point_records(self.run.path / "requests.jsonl", offset, pt.point_id)
         # an aborted point is not measured: no end scrape to wait for (a signal ends the run now)
         after = None
         if p.sampling.metrics and (self.live_server.alive or p.server.attach) and not self.live_abort.is_set:
@@ -597,9 +598,10 @@ class _Protocol:
             self.points_done += 1
         self.current_point = None
 
-    def _keep_request(self, records: list[RequestRecord], rec: RequestRecord) -> None:
-        """A request that ended: kept for the point's summary and checks, appended to requests.jsonl."""
-        records.append(rec)
+    def _keep_request(self, rec: RequestRecord) -> None:
+        """A request that ended: appended to requests.jsonl, and not kept in memory (an hour-long open-loop
+        point is hundreds of thousands of them: the point's summary reads them back from the file at its
+        end, ``point_records``)."""
         if self.requests_failed:
             return  # after a failed write only the torn last line may be incomplete
         try:
@@ -640,15 +642,13 @@ class _Protocol:
             transport=p.load.transport,
         )
 
-    async def _load(self, pt: PointPlan, live: _Live, records: list[RequestRecord]) -> PointOutcome:
+    async def _load(self, pt: PointPlan, live: _Live) -> PointOutcome:
         """The point's load (collector.protocol.loadgen), its client probes as events; a server that died
         during it
         is named as the abort's cause."""
         cores = self.ray.cpus if self.ray is not None else None  # on Ray: the cluster's CPUs
         shards = shards_for(self.plan.load.shards, pt.concurrency, cores)
-        listeners = Listeners(
-            sink=functools.partial(self._keep_request, records), on_request=live.request, on_chunk=live.chunk
-        )
+        listeners = Listeners(sink=self._keep_request, on_request=live.request, on_chunk=live.chunk)
         late = functools.partial(self._client_late, pt.point_id)
         warn_ns = round(metrics.CLIENT_LOOP_LAG_LIMIT_MS * metrics.NS_PER_MS)
         out = await (run_load if self.ray is None else self.ray.run_load)(
@@ -752,6 +752,23 @@ def io_reason(err: OSError, path: Path | None = None) -> str:
     what = "disk full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write the raw store"
     name = err.filename or path
     return f"{what}: {f'{name}: ' if name else ''}{err.strerror or err}"
+
+
+def point_records(path: Path, offset: int, point_id: str) -> list[RequestRecord]:
+    """The point's requests as written to ``path`` from byte ``offset`` on (where the point began): the
+    point's summary and checks, read back at its end. A line cut by a failed write (disk full: the run is
+    failing already) ends the list."""
+    out: list[RequestRecord] = []
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        for line in fh:
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                break
+            if obj.get("point") == point_id:
+                out.append(RequestRecord.from_obj(obj, path))
+    return out
 
 
 def first_error(records: Sequence[RequestRecord]) -> str:
