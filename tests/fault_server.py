@@ -16,7 +16,8 @@ completion request arrives. ``--vocab N``: a prompt holding an id >= N gets HTTP
 ``--slow-start-s S``: wait S seconds before listening (a server with a long start-up).
 Hostile answers (issue #20): ``--trickle-after N`` (/metrics after N scrapes, and /health always with
 ``--trickle-health``) sends its headers and then one byte every 0.1 s, never finishing;
-``--metrics-bytes N`` pads /metrics to N bytes; ``--metrics-garbage`` answers /metrics 200 with text no
+``--metrics-bytes N`` pads /metrics to N bytes (``fault_tenant_requests_total`` series, 116 bytes each);
+``--metrics-garbage`` answers /metrics 200 with text no
 Prometheus parser takes; ``--partial-log-line`` prints a llama.cpp-like line first (analysis then reads
 the log as llama.cpp's) and half a line (no newline) as its last output, on SIGTERM.
 Chunk faults (as ``--fault`` kinds): ``choices_null`` / ``choices_str`` (a chunk ``{"choices": [null]}`` /
@@ -41,6 +42,8 @@ import subprocess
 import sys
 import threading
 import time
+
+PAD_LINE_BYTES = 116  # one padding series: fault_tenant_requests_total{tenant="<75 digits>"} 1
 
 
 class FaultServer:
@@ -184,10 +187,10 @@ class FaultServer:
                 return await self._plain(writer, 200, b"<html>{{ not metrics }}\n\x00\xff}", "text/plain")
             if self.metrics_names == "none":
                 return await self._plain(writer, 404, b'{"error":"not found"}')
-            text = self._metrics_text()
-            pad = max(0, self.metrics_bytes - len(text))
-            text += ("# " + "x" * 98 + "\n") * (pad // 101) + "\n" * (pad % 101)
-            return await self._plain(writer, 200, text.encode(), "text/plain; version=0.0.4")
+            body = self._metrics_text().encode()
+            return await self._plain(
+                writer, 200, body + self._padding(len(body)), "text/plain; version=0.0.4"
+            )
         if path == "/props":
             return await self._plain(
                 writer,
@@ -199,6 +202,16 @@ class FaultServer:
         if path == "/v1/completions" and method == "POST":
             return await self._complete(json.loads(body), writer)
         return await self._plain(writer, 404, b'{"error":"not found"}')
+
+    def _padding(self, have: int) -> bytes:
+        """Series of a family no analysis reads, to make /metrics ``metrics_bytes`` long (a server with a
+        label per tenant): ``PAD_LINE_BYTES`` sample lines, then newlines (made once)."""
+        pad = max(0, self.metrics_bytes - have)
+        if getattr(self, "_pad", (None, b""))[0] != pad:
+            n = pad // PAD_LINE_BYTES
+            lines = b"".join(b'fault_tenant_requests_total{tenant="%075d"} 1\n' % i for i in range(n))
+            self._pad = (pad, lines + b"\n" * (pad - len(lines)))
+        return self._pad[1]
 
     def _metrics_text(self) -> str:
         running, tokens = self.running, self.tokens_total

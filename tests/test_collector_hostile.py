@@ -24,6 +24,7 @@ from rich.console import Console
 
 from analysis.core import metrics
 from analysis.loading.campaign import iter_points, load_campaign
+from analysis.pipeline.analyze import analyze
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
@@ -33,6 +34,7 @@ from collector.protocol.run import execute_run
 from collector.protocol.sampler import Sampler, ScrapeWriter
 from collector.raw.errors import RunError
 from collector.raw.store import verify
+from tests.fault_server import PAD_LINE_BYTES
 from tests.loopback import port_closed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,15 +241,27 @@ def test_blank_line_runs_in_a_stream_are_decoded_in_time(tmp_path, make_plan):
     assert max(metrics.e2el_ms(r) for r in reqs) < 2000
 
 
-def test_oversized_metrics_are_failed_scrapes_with_a_warning(tmp_path, make_plan):
-    """A /metrics of 9 MB: main stored every one (a 629 MB scrapes.jsonl for 100 MB ones). Now each is a
-    failed scrape (no text kept) and the terminal warns."""
-    run, screen = _run(tmp_path, make_plan, ["--metrics-bytes", str(9_000_000)],
+def test_oversized_metrics_are_stored_bounded_and_flagged(tmp_path, make_plan):
+    """A /metrics of 3 MB (a series per tenant): main stored every one whole (a 629 MB scrapes.jsonl for
+    100 MB ones), then failed them (no counters at all). Now each is stored as the families analysis reads,
+    the rest counted per scrape, the run says so once, and analysis reads the counters."""
+    page = 3_000_000
+    run, screen = _run(tmp_path, make_plan, ["--metrics-bytes", str(page), "--partial-log-line"],
                        points="[{concurrency = 1, requests = 2, seed = 3}]")  # fmt: skip
     scrapes = [s for s in parse_scrapes_jsonl(run / "scrapes.jsonl") if s.source == "metrics"]
-    assert scrapes and all(s.text is None and "larger than 8388608 bytes" in s.error for s in scrapes)
-    assert (run / "scrapes.jsonl").stat().st_size < 200_000
-    assert "[metrics_unreachable]" in screen and "larger than" in screen
+    assert scrapes and all(s.ok and s.bounded for s in scrapes)
+    assert all("llamacpp:tokens_predicted_total" in s.text and "fault_tenant" not in s.text for s in scrapes)
+    n_pad = (page - len(scrapes[0].text)) // PAD_LINE_BYTES
+    assert {s.dropped_series for s in scrapes} == {n_pad}
+    assert all(s.dropped_bytes + len(s.text) == page for s in scrapes)
+    assert (run / "scrapes.jsonl").stat().st_size < 2_000 * len(scrapes)
+    (ev,) = [e for e in parse_events_jsonl(run / "events.jsonl") if e.kind == "metrics_bounded"]
+    assert ev.fields["dropped_series"] == n_pad and ev.fields["received_bytes"] == page
+    assert screen.count("[metrics_bounded]") == 1
+    list(analyze([tmp_path / "raw"], tmp_path / "out", None))
+    found = json.loads((tmp_path / "out" / "fake" / "findings.json").read_text())
+    (flag,) = [f for k, f in found.items() if k.endswith("trust.metrics_bounded_scrapes")]
+    assert flag["value"] == len(scrapes) and flag["max_dropped_series"] == n_pad
 
 
 def test_garbage_metrics_warn_at_run_time(tmp_path, make_plan):

@@ -368,6 +368,7 @@ FINDINGS: dict[tuple[str | None, str], str] = {
     ("model", "weight_bytes_q4_k_m"): "权重总字节（Q4_K_M）",
     ("model", "weight_bytes_read_per_step_bf16"): "每解码步读取的权重（bf16）",
     ("model", "weight_bytes_read_per_step_q4_k_m"): "每解码步读取的权重（Q4_K_M）",
+    ("trust", "metrics_bounded_scrapes"): "/metrics 页超出存储上限、只存分析所需指标族的采样次数",
     ("windows", "client_clock_offset_s"): "客户端时钟（结果文件 date 字段）相对 UTC 的偏移",
     ("windows", "max_abs_end_lag_s"): "时间窗结束与采样活动结束的最大偏差",
     ("windows", "order_matches_sweep_log"): "结果文件的时间顺序与 sweep 日志一致",

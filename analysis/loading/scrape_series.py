@@ -8,13 +8,15 @@ of its request (start + end) ÷ 2, s; the boundary scrapes lie wholly outside th
 
 Columns (the sampler CSV's names, so one set of reconciliations serves both kinds of campaign):
 vLLM histograms and counters, llama.cpp's ``llamacpp:*`` counters (prompt and generation seconds and tokens,
-``llama_decode`` calls), and the running/waiting gauges of both.
+``llama_decode`` calls), and the running/waiting gauges of both — by the sample names of
+``collector.raw.metric_families``, the list the collector keeps whole when it stores a page bounded.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from analysis.core.windows import (
     PointWindowData,
@@ -25,41 +27,10 @@ from analysis.core.windows import (
     window_indices,
 )
 from analysis.parse.scrapes_jsonl import ScrapeRecord, counter_total, parsed_samples
+from collector.raw.metric_families import LLAMACPP_COUNTERS, LLAMACPP_GAUGES, VLLM_COUNTERS, VLLM_GAUGES
 
 NS_PER_S = 1e9
 
-# column -> sample name (summed over label sets). Counters and histogram parts: cumulative.
-VLLM_COUNTERS = {
-    "preemptions": "vllm:num_preemptions_total",
-    "queue_sum": "vllm:request_queue_time_seconds_sum",
-    "queue_cnt": "vllm:request_queue_time_seconds_count",
-    "prefill_sum": "vllm:request_prefill_time_seconds_sum",
-    "prefill_cnt": "vllm:request_prefill_time_seconds_count",
-    "decode_sum": "vllm:request_decode_time_seconds_sum",
-    "decode_cnt": "vllm:request_decode_time_seconds_count",
-    "iter_tok_sum": "vllm:iteration_tokens_total_sum",
-    "iter_tok_cnt": "vllm:iteration_tokens_total_count",
-    "flops": "vllm:estimated_flops_per_gpu_total",
-    "read_bytes": "vllm:estimated_read_bytes_per_gpu_total",
-    "prefix_hits": "vllm:prefix_cache_hits_total",
-}
-VLLM_GAUGES = {
-    "running": "vllm:num_requests_running",
-    "waiting": "vllm:num_requests_waiting",
-    "kv_usage": "vllm:kv_cache_usage_perc",
-}
-LLAMACPP_COUNTERS = {
-    "prompt_tokens": "llamacpp:prompt_tokens_total",
-    "prompt_s": "llamacpp:prompt_seconds_total",
-    "predicted_tokens": "llamacpp:tokens_predicted_total",
-    "predicted_s": "llamacpp:tokens_predicted_seconds_total",
-    "n_decode": "llamacpp:n_decode_total",
-}
-LLAMACPP_GAUGES = {
-    "running": "llamacpp:requests_processing",
-    "waiting": "llamacpp:requests_deferred",
-    "kv_usage": "llamacpp:kv_cache_usage_ratio",
-}
 COUNTERS = (*VLLM_COUNTERS, *LLAMACPP_COUNTERS)
 GAUGES = ("running", "waiting", "kv_usage")
 
@@ -152,3 +123,29 @@ def gpu_busy_samples(records: Sequence[ScrapeRecord]) -> list[tuple[int, float]]
         except ValueError:
             continue
     return out
+
+
+@dataclass(frozen=True)
+class BoundedScrapes:
+    """The /metrics scrapes of a run stored bounded (a page larger than the collector's stored bound, kept
+    as the families analysis reads): how many of how many, the most series one of them dropped, and the
+    scrapes.jsonl line of the first."""
+
+    bounded: int
+    scrapes: int
+    max_dropped_series: int
+    first_line: int
+
+
+def bounded_scrapes(records: Sequence[ScrapeRecord]) -> BoundedScrapes | None:
+    """The run's bounded /metrics scrapes (``ScrapeRecord.bounded``); None when every page was kept whole."""
+    metrics = [r for r in records if r.source == "metrics" and r.ok]
+    cut = [r for r in metrics if r.bounded]
+    if not cut:
+        return None
+    return BoundedScrapes(
+        bounded=len(cut),
+        scrapes=len(metrics),
+        max_dropped_series=max(r.dropped_series or 0 for r in cut),
+        first_line=min(r.line or 0 for r in cut),
+    )

@@ -62,6 +62,7 @@ from analysis.reconcile.reproducibility import tails as repro_tails
 from analysis.reconcile.roofline import ceilings, flops_phases, structure, structure_totals
 from analysis.reconcile.roofline import points as roofline
 from collector.raw.errors import AnatomyError
+from collector.raw.metric_families import SCRAPE_STORED_MAX_BYTES
 from collector.raw.store import RUN_STATES
 
 SAMPLER_COUNTERS = (
@@ -582,10 +583,31 @@ def runs_section(campaign: Campaign) -> Section:
             [b.source],
         )
         for b in campaign.broken
-    ]
+    ] + [f for r in campaign.all_runs if (f := _bounded_scrapes_finding(r)) is not None]
     table = pd.DataFrame(rows, columns=["run", "engine", "run_state", "parsed", "reason"])
     table = table.sort_values("run", kind="mergesort").reset_index(drop=True)
     return Section(name="runs", tables={"run_states": table}, findings=findings)
+
+
+def _bounded_scrapes_finding(r: RunData) -> fnd.Finding | None:
+    """A collector run whose /metrics pages passed the stored bound: how many scrapes were stored as only the
+    families analysis reads (its counters are whole; other families' series were counted, not kept)."""
+    rel, scrapes = r.scrapes
+    cut = scrape_series.bounded_scrapes(scrapes.records) if rel is not None and scrapes is not None else None
+    if rel is None or cut is None:
+        return None
+    return fnd.measured(
+        At(level="run", run=r.name, engine=r.engine, topic="trust")("metrics_bounded_scrapes"),
+        cut.bounded,
+        "scrapes",
+        [r.cite(rel, cut.first_line)],
+        detail=f"{cut.bounded} of {cut.scrapes} /metrics pages were larger than "
+        f"{SCRAPE_STORED_MAX_BYTES:,} bytes: stored as the families analysis reads, up to "
+        f"{cut.max_dropped_series:,} series of other families a scrape counted, not kept",
+        scrapes=cut.scrapes,
+        max_dropped_series=cut.max_dropped_series,
+        bound_bytes=SCRAPE_STORED_MAX_BYTES,
+    )
 
 
 def worst_state(states: Iterable[str | None]) -> str | None:

@@ -12,15 +12,38 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 import httpx
 
 from collector.raw.errors import AnatomyError
 
 DEADLINE_S = 10.0
-# vLLM's /metrics with every histogram is a few hundred KB at most; 8 MiB leaves room, and no more
-METRICS_MAX_BYTES = 8 << 20
+# read at most, not kept: a /metrics page is stored bounded as it arrives (collector.raw.metric_families), so
+# only the deadline and this cap limit a huge one, never the memory it takes
+METRICS_MAX_BYTES = 256 << 20
 SMALL_MAX_BYTES = 1 << 20  # /health, /v1/models, /props, /version
+
+
+class Body(Protocol):
+    """Where a body's bytes go as they arrive (``feed`` may raise ``OverflowError``: a bound of its own)."""
+
+    def feed(self, chunk: bytes) -> None: ...
+
+    def value(self) -> bytes: ...
+
+
+class WholeBody:
+    """The body kept as it came."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+
+    def value(self) -> bytes:
+        return bytes(self.buf)
 
 
 class BoundExceeded(AnatomyError, httpx.TransportError):
@@ -36,25 +59,45 @@ def _late(deadline_s: float) -> BoundExceeded:
     return BoundExceeded(f"no complete answer within {deadline_s:g} s")
 
 
+def _feed(body: Body, chunk: bytes, received: int, max_bytes: int) -> int:
+    """One chunk into ``body``: the bytes received so far, or ``BoundExceeded`` past either bound."""
+    received += len(chunk)
+    if received > max_bytes:
+        raise _over(max_bytes)
+    try:
+        body.feed(chunk)
+    except OverflowError as err:
+        raise BoundExceeded(f"{err}: not kept") from None
+    return received
+
+
 def get(
     client: httpx.Client,
     url: str,
     *,
     deadline_s: float = DEADLINE_S,
     max_bytes: int = SMALL_MAX_BYTES,
+    body: Body | None = None,
 ) -> tuple[int, str]:
-    """GET ``url``: (HTTP status, body decoded as the response says, undecodable bytes replaced). Raises
-    ``httpx.HTTPError`` (``BoundExceeded`` for a bound)."""
+    """GET ``url``: (HTTP status, body decoded as the response says, undecodable bytes replaced); ``body``
+    (default: kept whole) decides what of it is held. Raises ``httpx.HTTPError`` (``BoundExceeded`` for a
+    bound)."""
     t_end = time.monotonic() + deadline_s
+    held = body if body is not None else WholeBody()
+    received = 0
     with client.stream("GET", url, timeout=deadline_s) as resp:
-        body = bytearray()
         for chunk in resp.iter_bytes():
-            body += chunk
-            if len(body) > max_bytes:
-                raise _over(max_bytes)
+            received = _feed(held, chunk, received, max_bytes)
             if time.monotonic() > t_end:
                 raise _late(deadline_s)
-        return resp.status_code, body.decode(resp.encoding or "utf-8", "replace")
+        return resp.status_code, _decode(held, resp)
+
+
+def _decode(body: Body, resp: httpx.Response) -> str:
+    try:
+        return body.value().decode(resp.encoding or "utf-8", "replace")
+    except OverflowError as err:
+        raise BoundExceeded(f"{err}: not kept") from None
 
 
 async def aget(
@@ -63,17 +106,17 @@ async def aget(
     *,
     deadline_s: float = DEADLINE_S,
     max_bytes: int = SMALL_MAX_BYTES,
+    body: Body | None = None,
 ) -> tuple[int, str]:
     """``get`` on the event loop: the deadline is one ``asyncio.timeout`` around the whole exchange, and a
     cancelled task stops it at once."""
+    held = body if body is not None else WholeBody()
+    received = 0
     try:
         async with asyncio.timeout(deadline_s):
             async with client.stream("GET", url, timeout=deadline_s) as resp:
-                body = bytearray()
                 async for chunk in resp.aiter_bytes():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise _over(max_bytes)
-                return resp.status_code, body.decode(resp.encoding or "utf-8", "replace")
+                    received = _feed(held, chunk, received, max_bytes)
+                return resp.status_code, _decode(held, resp)
     except TimeoutError as err:
         raise _late(deadline_s) from err

@@ -69,6 +69,7 @@ from collector.protocol.sampler import (
 from collector.protocol.server import ServerProcess, server_env
 from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from collector.raw.errors import AnatomyError, RunError, StoreError
+from collector.raw.metric_families import SCRAPE_STORED_MAX_BYTES
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.prediction import PredictedTheory, PredictionDoc, PredictionInputs
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
@@ -123,6 +124,7 @@ class EventWriter:
             "abort",
             "metrics_unreachable",
             "metrics_back",
+            "metrics_bounded",
             "server_exit",
         ):
             self._echo(f"[{kind}] " + json.dumps(fields, ensure_ascii=False))
@@ -310,7 +312,9 @@ class _Protocol:
         self.requests = self._stream("requests.jsonl")
         self.requests_failed = False
         self.scrapes = ScrapeWriter(
-            self._stream("scrapes.jsonl"), on_error=lambda err: self.io_fault(err, "scrapes.jsonl")
+            self._stream("scrapes.jsonl"),
+            on_error=lambda err: self.io_fault(err, "scrapes.jsonl"),
+            on_bounded=self._metrics_bounded,
         )
         self.server: ServerProcess | None = None
         self.sampler: Sampler | None = None
@@ -609,6 +613,19 @@ class _Protocol:
         except OSError as err:
             self.requests_failed = True
             self.io_fault(err, "requests.jsonl")
+
+    def _metrics_bounded(self, rec: ScrapeRecord) -> None:
+        """The run's first /metrics page larger than its stored bound: said once (event and terminal)."""
+        stored = len(rec.text.encode()) if rec.text else 0
+        self.events.emit(
+            "metrics_bounded",
+            url=rec.url,
+            tag=rec.tag,
+            received_bytes=stored + (rec.dropped_bytes or 0),
+            stored_bytes=stored,
+            dropped_series=rec.dropped_series,
+            bound_bytes=SCRAPE_STORED_MAX_BYTES,
+        )
 
     def _client_late(self, point_id: str, lag_ns: int) -> None:
         """The live warning of a point whose load client set the pace (its loop-lag probe fired)."""

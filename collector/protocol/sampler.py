@@ -20,6 +20,7 @@ import httpx
 
 from collector.protocol import bounded_http
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
+from collector.raw.metric_families import BoundedPage
 from collector.raw.records import ScrapeRecord
 
 NVIDIA_SMI_QUERY = (
@@ -32,11 +33,18 @@ class ScrapeWriter:
     """Serialises writes to the scrapes stream (the sampler thread and point-boundary scrapes share it).
 
     A failed write (disk full) goes to ``on_error`` (the run aborts, failed, with the reason) instead of
-    killing the sampler thread with a traceback; later writes are dropped (the run is ending)."""
+    killing the sampler thread with a traceback; later writes are dropped (the run is ending). The first
+    page stored bounded goes to ``on_bounded`` (the run's one ``metrics_bounded`` event)."""
 
-    def __init__(self, stream: Any, on_error: Callable[[OSError], None] | None = None):
+    def __init__(
+        self,
+        stream: Any,
+        on_error: Callable[[OSError], None] | None = None,
+        on_bounded: Callable[[ScrapeRecord], None] | None = None,
+    ):
         self._stream = stream
         self._on_error = on_error
+        self._on_bounded = on_bounded
         self._lock = threading.Lock()
         self.failed = False
         self.closed = False
@@ -48,6 +56,9 @@ class ScrapeWriter:
 
     def write(self, rec: ScrapeRecord) -> None:
         obj = rec.to_obj()
+        if rec.bounded and self._on_bounded is not None:
+            tell, self._on_bounded = self._on_bounded, None
+            tell(rec)
         with self._lock:
             if self.failed or self.closed:
                 return
@@ -71,21 +82,24 @@ def scrape_metrics(
     point: str | None = None,
     deadline_s: float = bounded_http.DEADLINE_S,
 ) -> ScrapeRecord:
-    """GET ``url`` once, within ``deadline_s`` in all and at most ``bounded_http.METRICS_MAX_BYTES``; the body
-    is kept verbatim (parsing is the analysis's job). A bound exceeded is a failed scrape (``error`` says
-    which, no text kept): a trickling or huge /metrics must neither hang the run nor fill raw/."""
+    """GET ``url`` once, within ``deadline_s`` in all and at most ``bounded_http.METRICS_MAX_BYTES`` read; the
+    body is stored bounded (``metric_families.BoundedPage``: verbatim up to its bound, else the families
+    analysis reads, the rest counted; parsing is the analysis's job). A bound exceeded is a failed scrape
+    (``error`` says which, no text kept): a trickling or huge /metrics must neither hang the run nor fill
+    raw/."""
     start = stamp(clock)
     status: int | None = None
     text: str | None = None
     error: str | None = None
+    page = BoundedPage()
     try:
         status, text = bounded_http.get(
-            client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES
+            client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES, body=page
         )
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"[:500]
     return _metrics_record(
-        clock, start, status, text, error, tag=tag, k=k, due_mono_ns=due_mono_ns, point=point, url=url
+        clock, start, status, text, error, page, tag=tag, k=k, due_mono_ns=due_mono_ns, point=point, url=url
     )
 
 
@@ -104,20 +118,30 @@ async def scrape_metrics_async(
     status: int | None = None
     text: str | None = None
     error: str | None = None
+    page = BoundedPage()
     try:
         status, text = await bounded_http.aget(
-            client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES
+            client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES, body=page
         )
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"[:500]
-    return _metrics_record(clock, start, status, text, error, tag=tag, point=point, url=url)
+    return _metrics_record(clock, start, status, text, error, page, tag=tag, point=point, url=url)
 
 
 def _metrics_record(
-    clock: Clock, start: Stamp, status: int | None, text: str | None, error: str | None, **fields: Any
+    clock: Clock,
+    start: Stamp,
+    status: int | None,
+    text: str | None,
+    error: str | None,
+    page: BoundedPage,
+    **fields: Any,
 ) -> ScrapeRecord:
     end = stamp(clock)
+    bounded = text is not None and page.filtering
     return ScrapeRecord(
+        dropped_series=page.dropped_series if bounded else None,
+        dropped_bytes=page.dropped_bytes if bounded else None,
         source="metrics",
         start_mono_ns=start.mono_ns,
         start_unix_ns=start.unix_ns,

@@ -298,6 +298,7 @@ EVENT_KINDS = frozenset(
         "abort",
         "metrics_unreachable",
         "metrics_back",
+        "metrics_bounded",
         "drain",
         "client_probe",
         "client_stack",
@@ -322,7 +323,8 @@ class EventRecord:
       concurrency, requests, input_len, output_len, seed) / ``point_end`` (point, sent, finished, ok,
       errors {kind: n}, aborted);
     - ``fault`` (what, detail), ``abort`` (reason, point), ``metrics_unreachable`` / ``metrics_back`` (url,
-      status, error); ``drain`` (seconds);
+      status, error); ``metrics_bounded`` (once a run, at its first /metrics page stored bounded: url, tag,
+      received_bytes, stored_bytes, dropped_series, bound_bytes); ``drain`` (seconds);
     - ``client_probe`` (the load client watching itself during a point, written before its ``point_end``;
       absent in older runs): point, ``period_ns`` (the probe's period), ``due_mono_ns`` and ``lag_ns`` (each
       wake-up of a task that sleeps to a deadline on the client's event loop: how late it ran — a busy loop
@@ -420,8 +422,10 @@ class ScrapeRecord:
     ``end_*`` answer received; ``status`` HTTP status or exit code, ``error`` and ``text`` (verbatim body or
     stdout), null when there was no answer. ``tag``: ``tick`` (the periodic sampler: tick number ``k`` due at
     ``due_mono_ns``), ``startup``, or ``point_start``/``point_end`` (the collector's own /metrics scrapes at
-    point boundaries, which carry ``point``, null at start-up). ``line`` is where it was read from (not
-    written).
+    point boundaries, which carry ``point``, null at start-up). ``dropped_series`` / ``dropped_bytes`` (both
+    absent when the page was stored verbatim, and in older runs): a page larger than
+    ``metric_families.SCRAPE_STORED_MAX_BYTES``, stored as only the families analysis reads — the sample lines
+    and bytes not kept. ``line`` is where it was read from (not written).
     """
 
     source: str
@@ -438,11 +442,18 @@ class ScrapeRecord:
     point: str | None = None
     url: str | None = None
     query: str | None = None
+    dropped_series: int | None = None
+    dropped_bytes: int | None = None
     line: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.text is not None and self.status in (200, 0)
+
+    @property
+    def bounded(self) -> bool:
+        """A page larger than its stored bound: only the kept families are in ``text``."""
+        return self.dropped_bytes is not None
 
     def to_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
@@ -465,6 +476,8 @@ class ScrapeRecord:
             obj["k"], obj["due_mono_ns"] = self.k, self.due_mono_ns
         elif self.source == "metrics":
             obj["point"] = self.point
+        if self.dropped_bytes is not None:
+            obj["dropped_series"], obj["dropped_bytes"] = self.dropped_series, self.dropped_bytes
         return obj
 
     @classmethod
@@ -484,6 +497,8 @@ class ScrapeRecord:
             ("point", str),
             ("url", str),
             ("query", str),
+            ("dropped_series", int),
+            ("dropped_bytes", int),
         ):
             if obj.get(k) is not None and not isinstance(obj[k], kinds):
                 raise ParseError(path, line, f"key {k!r} should be {kinds.__name__} or null")
@@ -504,5 +519,7 @@ class ScrapeRecord:
             point=obj.get("point"),
             url=obj.get("url"),
             query=obj.get("query"),
+            dropped_series=obj.get("dropped_series"),
+            dropped_bytes=obj.get("dropped_bytes"),
             line=line,
         )
