@@ -149,7 +149,8 @@ def serve(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Speed targets, measured (not asserted in tests): analyze (the reference campaign; synthetic runs of
-    10k–1M requests), site build, collector client cost, and the load client's fidelity against a
+    10k–1M requests), site build, collector client cost, the collector's memory over an open-loop soak
+    against CPU llama.cpp (`-- --minutes N`, default 60), and the load client's fidelity against a
     metronome server beside vllm bench serve, AIPerf and GuideLLM (their venvs are made under
     .engines/peers/ on first use; `-- --publish` rewrites the committed tables)."""
     _install(session)
@@ -171,6 +172,16 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_analyze.py")
     session.run("python", "benchmarks/bench_site.py")
     session.run("python", "benchmarks/bench_client.py", "--cache", str(ENGINES))
-    session.run("python", "benchmarks/bench_fidelity.py", *session.posargs)
+    minutes, rest = _option(session.posargs, "--minutes", "60")
+    session.run("python", "benchmarks/bench_soak.py", "--cache", str(ENGINES), "--minutes", minutes)
+    session.run("python", "benchmarks/bench_fidelity.py", *rest)
     # analyze against the request count: 10k / 100k / 1M requests of 256 chunks (about 10 GB at 1M)
-    session.run("python", "benchmarks/bench_scale.py", *(a for a in session.posargs if a == "--publish"))
+    session.run("python", "benchmarks/bench_scale.py", *(a for a in rest if a == "--publish"))
+
+
+def _option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:
+    """``name VALUE`` taken out of ``args``: (its value or ``default``, the other arguments)."""
+    if name not in args:
+        return default, list(args)
+    i = args.index(name)
+    return args[i + 1], [*args[:i], *args[i + 2 :]]
