@@ -24,10 +24,10 @@ from rich.console import Console
 
 from analysis.core import metrics
 from analysis.loading.campaign import iter_points, load_campaign
-from analysis.pipeline.analyze import analyze
 from analysis.parse.events_jsonl import checks, parse_events_jsonl
 from analysis.parse.requests_jsonl import parse_requests_jsonl
 from analysis.parse.scrapes_jsonl import parse_scrapes_jsonl
+from analysis.pipeline.analyze import analyze
 from analysis.reconcile.gates import stream_counts_agree
 from collector.protocol import bounded_http
 from collector.protocol.run import execute_run

@@ -40,6 +40,11 @@ CASES = {
         "interval_s = 1e-6",
         r"\[sampling\].interval_s: must be in 0\.1\.\.3600",
     ),
+    "scrape bound": (
+        "interval_s = 0.2",
+        "interval_s = 0.2\nscrape_stored_max_bytes = 1000000000000",
+        r"\[sampling\]\.scrape_stored_max_bytes: at most 268435456 \(the most a scrape reads\)",
+    ),
     "drain": ("drain_s = 0.1", "drain_s = 1e9", r"\[load\].drain_s: must be in 0\.\.3600, got 1e\+09"),
     "timeout": ("request_timeout_s = 20", "request_timeout_s = nan", r"request_timeout_s: must be a finite"),
     "seed": ("seed = 12}", f"seed = {2**70}}}", r"seed: must be in 0\.\.9,223,372,036,854,775,807"),

@@ -62,7 +62,6 @@ from analysis.reconcile.reproducibility import tails as repro_tails
 from analysis.reconcile.roofline import ceilings, flops_phases, structure, structure_totals
 from analysis.reconcile.roofline import points as roofline
 from collector.raw.errors import AnatomyError
-from collector.raw.metric_families import SCRAPE_STORED_MAX_BYTES
 from collector.raw.store import RUN_STATES
 
 SAMPLER_COUNTERS = (
@@ -601,12 +600,11 @@ def _bounded_scrapes_finding(r: RunData) -> fnd.Finding | None:
         cut.bounded,
         "scrapes",
         [r.cite(rel, cut.first_line)],
-        detail=f"{cut.bounded} of {cut.scrapes} /metrics pages were larger than "
-        f"{SCRAPE_STORED_MAX_BYTES:,} bytes: stored as the families analysis reads, up to "
+        detail=f"{cut.bounded} of {cut.scrapes} /metrics pages were larger than the run's stored bound "
+        "([sampling] scrape_stored_max_bytes): stored as the families analysis reads, up to "
         f"{cut.max_dropped_series:,} series of other families a scrape counted, not kept",
         scrapes=cut.scrapes,
         max_dropped_series=cut.max_dropped_series,
-        bound_bytes=SCRAPE_STORED_MAX_BYTES,
     )
 
 

@@ -17,11 +17,12 @@ from typing import Protocol
 import httpx
 
 from collector.raw.errors import AnatomyError
+from collector.raw.metric_families import SCRAPE_READ_MAX_BYTES
 
 DEADLINE_S = 10.0
 # read at most, not kept: a /metrics page is stored bounded as it arrives (collector.raw.metric_families), so
 # only the deadline and this cap limit a huge one, never the memory it takes
-METRICS_MAX_BYTES = 256 << 20
+METRICS_MAX_BYTES = SCRAPE_READ_MAX_BYTES
 SMALL_MAX_BYTES = 1 << 20  # /health, /v1/models, /props, /version
 
 

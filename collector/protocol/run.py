@@ -60,6 +60,7 @@ from collector.protocol.loadgen import (
 from collector.protocol.preflight import check_values, preflight
 from collector.protocol.sampler import (
     Sampler,
+    ScrapeOptions,
     ScrapeWriter,
     nvidia_smi_available,
     query_nvidia_smi,
@@ -69,7 +70,6 @@ from collector.protocol.sampler import (
 from collector.protocol.server import ServerProcess, server_env
 from collector.protocol.theory_sheet import SheetInputs, theory_sheet
 from collector.raw.errors import AnatomyError, RunError, StoreError
-from collector.raw.metric_families import SCRAPE_STORED_MAX_BYTES
 from collector.raw.plan import Plan, PointPlan, load_plan
 from collector.raw.prediction import PredictedTheory, PredictionDoc, PredictionInputs
 from collector.raw.records import EVENT_KINDS, CheckResult, EventRecord, RequestRecord, ScrapeRecord
@@ -481,7 +481,8 @@ class _Protocol:
     def _boundary_scrape(self, tag: str, point: str | None) -> ScrapeRecord:
         """The start-up scrape, on the main thread before the load (a signal there unwinds it)."""
         with httpx.Client(headers=self.headers) as c:
-            rec = scrape_metrics(c, f"{self.plan.server.base_url}/metrics", self.clock, tag=tag, point=point)
+            url, bound = f"{self.plan.server.base_url}/metrics", self.plan.sampling.scrape_stored_max_bytes
+            rec = scrape_metrics(c, url, self.clock, tag=tag, point=point, stored_max_bytes=bound)
         self.scrapes.write(rec)
         return rec
 
@@ -490,7 +491,10 @@ class _Protocol:
         nothing written — when the run aborts meanwhile: a slow /metrics must not hold a signal up."""
         async with httpx.AsyncClient(headers=self.headers) as c:
             url = f"{self.plan.server.base_url}/metrics"
-            scrape = asyncio.ensure_future(scrape_metrics_async(c, url, self.clock, tag=tag, point=point))
+            bound = self.plan.sampling.scrape_stored_max_bytes
+            scrape = asyncio.ensure_future(
+                scrape_metrics_async(c, url, self.clock, tag=tag, point=point, stored_max_bytes=bound)
+            )
             aborted = asyncio.ensure_future(self.live_abort.event.wait())
             await asyncio.wait({scrape, aborted}, return_when=asyncio.FIRST_COMPLETED)
             aborted.cancel()
@@ -516,7 +520,7 @@ class _Protocol:
             metrics=s.metrics,
             nvidia_smi=gpu,
             clock=self.clock,
-            headers=self.headers,
+            scrape=ScrapeOptions(self.headers, s.scrape_stored_max_bytes),
         )
         self.sampler.start()
 
@@ -624,7 +628,7 @@ class _Protocol:
             received_bytes=stored + (rec.dropped_bytes or 0),
             stored_bytes=stored,
             dropped_series=rec.dropped_series,
-            bound_bytes=SCRAPE_STORED_MAX_BYTES,
+            bound_bytes=self.plan.sampling.scrape_stored_max_bytes,
         )
 
     def _client_late(self, point_id: str, lag_ns: int) -> None:

@@ -14,13 +14,14 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from collector.protocol import bounded_http
 from collector.protocol.clock import SYSTEM_CLOCK, Clock, Stamp, stamp
-from collector.raw.metric_families import BoundedPage
+from collector.raw.metric_families import SCRAPE_STORED_MAX_BYTES, BoundedPage
 from collector.raw.records import ScrapeRecord
 
 NVIDIA_SMI_QUERY = (
@@ -77,30 +78,27 @@ def scrape_metrics(
     clock: Clock = SYSTEM_CLOCK,
     *,
     tag: str,
-    k: int | None = None,
-    due_mono_ns: int | None = None,
-    point: str | None = None,
     deadline_s: float = bounded_http.DEADLINE_S,
+    stored_max_bytes: int = SCRAPE_STORED_MAX_BYTES,
+    **where: int | str | None,
 ) -> ScrapeRecord:
     """GET ``url`` once, within ``deadline_s`` in all and at most ``bounded_http.METRICS_MAX_BYTES`` read; the
-    body is stored bounded (``metric_families.BoundedPage``: verbatim up to its bound, else the families
-    analysis reads, the rest counted; parsing is the analysis's job). A bound exceeded is a failed scrape
-    (``error`` says which, no text kept): a trickling or huge /metrics must neither hang the run nor fill
-    raw/."""
+    body is stored bounded (``metric_families.BoundedPage``: verbatim up to ``stored_max_bytes``, else the
+    families analysis reads, the rest counted; parsing is the analysis's job). A bound exceeded is a failed
+    scrape (``error`` says which, no text kept): a trickling or huge /metrics must neither hang the run nor
+    fill raw/. ``where``: the record's ``k``, ``due_mono_ns`` (a tick) or ``point`` (a boundary)."""
     start = stamp(clock)
     status: int | None = None
     text: str | None = None
     error: str | None = None
-    page = BoundedPage()
+    page = BoundedPage(stored_max_bytes)
     try:
         status, text = bounded_http.get(
             client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES, body=page
         )
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"[:500]
-    return _metrics_record(
-        clock, start, status, text, error, page, tag=tag, k=k, due_mono_ns=due_mono_ns, point=point, url=url
-    )
+    return _metrics_record(clock, start, status, text, error, page, tag=tag, url=url, **where)
 
 
 async def scrape_metrics_async(
@@ -111,6 +109,7 @@ async def scrape_metrics_async(
     tag: str,
     point: str | None = None,
     deadline_s: float = bounded_http.DEADLINE_S,
+    stored_max_bytes: int = SCRAPE_STORED_MAX_BYTES,
 ) -> ScrapeRecord:
     """``scrape_metrics`` on the event loop (the point-boundary scrapes): cancelled with its task, so a
     signal never waits for a slow server."""
@@ -118,7 +117,7 @@ async def scrape_metrics_async(
     status: int | None = None
     text: str | None = None
     error: str | None = None
-    page = BoundedPage()
+    page = BoundedPage(stored_max_bytes)
     try:
         status, text = await bounded_http.aget(
             client, url, deadline_s=deadline_s, max_bytes=bounded_http.METRICS_MAX_BYTES, body=page
@@ -195,6 +194,15 @@ def query_nvidia_smi(
     )
 
 
+@dataclass(frozen=True)
+class ScrapeOptions:
+    """What every /metrics request of a run carries and how much of each page is stored: ``headers`` an API
+    key's Authorization (llama-server guards /metrics with it), ``stored_max_bytes`` the plan's bound."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    stored_max_bytes: int = SCRAPE_STORED_MAX_BYTES
+
+
 class Sampler:
     """Start with ``start()``, stop with ``stop()`` (joins the thread; the current scrape finishes first)."""
 
@@ -208,10 +216,10 @@ class Sampler:
         metrics: bool = True,
         nvidia_smi: bool = False,
         clock: Clock = SYSTEM_CLOCK,
-        headers: dict[str, str] | None = None,
+        scrape: ScrapeOptions | None = None,
     ):
         self.url = f"{base_url}/metrics"
-        self.headers = headers or {}  # an API key's Authorization (llama-server guards /metrics with it)
+        self.scrape = scrape or ScrapeOptions()
         self.interval_ns = int(interval_s * 1e9)
         self.log, self.emit, self.clock = log, emit, clock
         self.metrics, self.nvidia_smi = metrics, nvidia_smi
@@ -237,7 +245,7 @@ class Sampler:
         return max(2.0, 2 * self.interval_ns / 1e9)
 
     def _run(self) -> None:
-        with httpx.Client(timeout=self.deadline_s, headers=self.headers) as client:
+        with httpx.Client(timeout=self.deadline_s, headers=self.scrape.headers) as client:
             start_ns = self.clock.mono_ns()
             k = 0
             while not self._stop.is_set():
@@ -255,7 +263,14 @@ class Sampler:
     def _tick(self, client: httpx.Client, k: int, due_ns: int) -> None:
         if self.metrics:
             rec = scrape_metrics(
-                client, self.url, self.clock, tag="tick", k=k, due_mono_ns=due_ns, deadline_s=self.deadline_s
+                client,
+                self.url,
+                self.clock,
+                tag="tick",
+                k=k,
+                due_mono_ns=due_ns,
+                deadline_s=self.deadline_s,
+                stored_max_bytes=self.scrape.stored_max_bytes,
             )
             self.log.write(rec)
             self.scrapes += 1

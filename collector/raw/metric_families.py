@@ -1,7 +1,8 @@
 """The /metrics families analysis reads, and the bounded form a scrape is stored in (part of the raw contract:
 the collector writes it, analysis reads it, both from this one list).
 
-A scrape whose body is at most ``SCRAPE_STORED_MAX_BYTES`` is stored verbatim. A larger one (a server with
+A scrape whose body is at most ``SCRAPE_STORED_MAX_BYTES`` (a plan's ``[sampling] scrape_stored_max_bytes``)
+is stored verbatim. A larger one (a server with
 per-adapter or per-tenant labels, or a broken exporter) is stored as only the lines of the families in
 ``KEPT_FAMILIES`` — each kept whole: every label set, every histogram bucket, its ``# HELP``/``# TYPE`` —
 and the rest is counted, not kept: the record's ``dropped_series`` (sample lines) and ``dropped_bytes``
@@ -12,6 +13,8 @@ whose page passes the download bound is (``collector.protocol.bounded_http``).
 from __future__ import annotations
 
 SCRAPE_STORED_MAX_BYTES = 1 << 20  # vLLM's whole page with every histogram is a few hundred KB
+# read at most (the page is stored bounded as it arrives, so this bounds the time a scrape takes, not memory)
+SCRAPE_READ_MAX_BYTES = 256 << 20
 
 # column -> sample name (summed over label sets), as analysis.loading.scrape_series reads them: counters
 # and histogram parts (cumulative), then the running/waiting/KV gauges.

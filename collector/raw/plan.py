@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.raw.errors import PlanError
+from collector.raw.metric_families import SCRAPE_READ_MAX_BYTES, SCRAPE_STORED_MAX_BYTES
 
 # "openai": any OpenAI-compatible server (SGLang, TGI, TensorRT-LLM, a gateway), attached only; the checks
 # that need to know the engine are recorded as skipped unless its /metrics names it (collector.checks)
@@ -83,6 +84,8 @@ class SamplingPlan:
     interval_s: float = 1.0
     metrics: bool = True
     nvidia_smi: str = "auto"  # auto: when the nvidia-smi binary exists
+    # a /metrics page larger than this is stored as only the families analysis reads (metric_families)
+    scrape_stored_max_bytes: int = SCRAPE_STORED_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -412,7 +415,10 @@ def _sampling(t: _Table) -> SamplingPlan:
         interval_s=t.positive("interval_s", float, 1.0),
         metrics=t.get("metrics", bool, True),
         nvidia_smi=t.choice("nvidia_smi", ("auto", "on", "off"), "auto"),
+        scrape_stored_max_bytes=t.positive("scrape_stored_max_bytes", int, SCRAPE_STORED_MAX_BYTES),
     )
+    if sp.scrape_stored_max_bytes > SCRAPE_READ_MAX_BYTES:
+        raise t._err("scrape_stored_max_bytes", f"at most {SCRAPE_READ_MAX_BYTES} (the most a scrape reads)")
     t.done()
     return sp
 
