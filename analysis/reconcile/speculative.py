@@ -35,6 +35,7 @@ from analysis.parse.scrapes_jsonl import counter_total, metric_samples
 from analysis.reconcile import Section, SectionInput
 from analysis.reconcile import experiments as ex
 from analysis.reconcile.ladder import H200, gpu_busy_pct, plan_predictions
+from collector.raw.metric_families import LLAMACPP_SPEC_ACCEPTED, LLAMACPP_SPEC_DRAFTED, LLAMACPP_SPEC_DRAFTS
 
 NAME = "speculative"
 TOPIC = "speculative"
@@ -44,9 +45,7 @@ TARGET_TAG, DRAFT_TAG = "target-7b-f16", "draft-0.5b-f16"
 STEP_DEPTH = 512  # the spec runs' prompts: 512 tokens, then up to 256 generated
 ALPHAS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)  # the reader's table
 KS = tuple(range(1, 9))
-DRAFTED = "llamacpp:spec_decode_num_draft_tokens_total"
-ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
-DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+DRAFTED, ACCEPTED, DRAFTS = LLAMACPP_SPEC_DRAFTED, LLAMACPP_SPEC_ACCEPTED, LLAMACPP_SPEC_DRAFTS
 LLAMACPP_DEFAULT_DRAFT_MAX = 3  # llama-server --spec-draft-n-max's default (tools/server/README.md)
 
 

@@ -15,11 +15,11 @@ from analysis.parse.llamacpp_log import parse_llamacpp_log_bytes
 from analysis.parse.prometheus import PromSnapshot, parse_prometheus_text
 from analysis.parse.vllm_log import parse_vllm_log_bytes
 from collector.raw.errors import ParseError
+from collector.raw.metric_families import LLAMACPP_GAUGES, VLLM_CACHE_CONFIG, VLLM_COUNTERS, VLLM_GAUGES
 from collector.raw.plan import PointPlan, ServerPlan
 from collector.raw.records import CheckResult, RequestRecord
 
-PREEMPTIONS = "vllm:num_preemptions_total"
-PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PREEMPTIONS, PREFIX_HITS = VLLM_COUNTERS["preemptions"], VLLM_COUNTERS["prefix_hits"]
 # Request fields that would make sampling non-greedy or change what is generated.
 SAMPLING_KEYS = (
     "temperature",
@@ -149,8 +149,8 @@ def check_metrics_format(text: str | None, url: str) -> CheckResult:
 
 # the server's own gauges of requests it is serving or holding (running, queued), per engine
 IN_FLIGHT = {
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
-    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+    "vllm": (VLLM_GAUGES["running"], VLLM_GAUGES["waiting"]),
+    "llamacpp": (LLAMACPP_GAUGES["running"], LLAMACPP_GAUGES["waiting"]),
 }
 
 
@@ -172,7 +172,7 @@ def check_pool_vllm(log_path: Path | None, metrics_text: str | None) -> CheckRes
             log_max_concurrency_tokens_per_request=log.max_concurrency_tokens_per_request,
             log_kv_cache_memory_gib=log.kv_cache_memory_gib,
         )
-    info = metric_labels(metrics_text, "vllm:cache_config_info") or {}
+    info = metric_labels(metrics_text, VLLM_CACHE_CONFIG) or {}
     for k in ("num_gpu_blocks", "block_size", "kv_cache_size_tokens", "num_cpu_blocks"):
         if k in info:
             facts[f"metrics_{k}"] = info[k]

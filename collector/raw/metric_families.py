@@ -2,12 +2,11 @@
 the collector writes it, analysis reads it, both from this one list).
 
 A scrape whose body is at most ``SCRAPE_STORED_MAX_BYTES`` (a plan's ``[sampling] scrape_stored_max_bytes``)
-is stored verbatim. A larger one (a server with
-per-adapter or per-tenant labels, or a broken exporter) is stored as only the lines of the families in
-``KEPT_FAMILIES`` — each kept whole: every label set, every histogram bucket, its ``# HELP``/``# TYPE`` —
-and the rest is counted, not kept: the record's ``dropped_series`` (sample lines) and ``dropped_bytes``
-(every byte not stored). A scrape whose kept families alone pass the bound is a failed scrape, as one
-whose page passes the download bound is (``collector.protocol.bounded_http``).
+is stored verbatim. A larger one (a server with per-adapter or per-tenant labels, or a broken exporter) is
+stored as only the lines of the families in ``KEPT_FAMILIES`` — each kept whole: every label set, every
+histogram bucket, its ``# HELP``/``# TYPE`` — and the rest is counted, not kept: the record's
+``dropped_series`` (sample lines) and ``dropped_bytes`` (every byte not stored). A scrape whose kept
+families alone pass the bound is a failed scrape, as one whose page passes the read bound is.
 """
 
 from __future__ import annotations

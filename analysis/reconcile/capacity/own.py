@@ -33,6 +33,7 @@ from analysis.reconcile.capacity.pool import (
 )
 from analysis.reconcile.theoryctx import TheoryCtx
 from collector.protocol.checks import flag_value as flag
+from collector.raw.metric_families import VLLM_CACHE_CONFIG
 
 GIB = theory.GIB
 
@@ -178,7 +179,7 @@ def _cache_config_info(run: RunData) -> tuple[dict[str, str], str] | None:
         if r.source != "metrics" or not r.ok:
             continue
         samples = parsed_samples(r, str(run.info.path / srel)) or {}
-        info = next((dict(lbl) for (name, lbl) in samples if name == "vllm:cache_config_info"), None)
+        info = next((dict(lbl) for (name, lbl) in samples if name == VLLM_CACHE_CONFIG), None)
         if info and info.get("num_gpu_blocks") not in (None, "None"):
             return info, run.cite(srel, r.line)
     return None

@@ -24,11 +24,17 @@ from analysis.core.keys import At
 from analysis.loading.campaign import RunData
 from analysis.parse.scrapes_jsonl import counter_total, parsed_samples
 from analysis.reconcile import Section, SectionInput, run_at
+from collector.raw.metric_families import (
+    LLAMACPP_COUNTERS,
+    LLAMACPP_PROMPT_CACHED,
+    VLLM_COUNTERS,
+    VLLM_PREFIX_QUERIES,
+)
 from collector.raw.records import ScrapeRecord
 
 TOPIC = "prefix_cache"
-VLLM_HITS, VLLM_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
-LLAMACPP_CACHED, LLAMACPP_EVALUATED = "llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"
+VLLM_HITS, VLLM_QUERIES = VLLM_COUNTERS["prefix_hits"], VLLM_PREFIX_QUERIES
+LLAMACPP_CACHED, LLAMACPP_EVALUATED = LLAMACPP_PROMPT_CACHED, LLAMACPP_COUNTERS["prompt_tokens"]
 
 
 def hit_rate(hit_tokens: float, queried_tokens: float) -> float | None:
