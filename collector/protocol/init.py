@@ -1045,6 +1045,7 @@ def _sampling_and_load_tables(gpu: Gpu) -> list[str]:
         f"interval_s = {1.0 if gpu.count else 2.0}",
         "metrics = true",
         'nvidia_smi = "auto"                       # query nvidia-smi every interval when it is installed',
+        "# scrape_stored_max_bytes = 1048576       # a larger /metrics page: the families analysis reads",
         "",
         "[load]",
         f"drain_s = {5.0 if gpu.count else 1.0}                             # pause between points",
