@@ -27,7 +27,7 @@ from collector.protocol.loadgen import (
     shards_for,
 )
 from collector.protocol.run import execute_run
-from collector.raw.plan import PointPlan
+from collector.raw.plan import TRANSPORTS, PointPlan
 from collector.raw.records import EventRecord, RequestRecord
 from tests.loopback import free_port
 
@@ -37,16 +37,19 @@ def _point(c: int, n: int, out: int) -> PointPlan:
                      output_len=out, seed=1, expect_preemptions="any")  # fmt: skip
 
 
-def _client_args(url: str, recs: list[RequestRecord]) -> tuple[LoadSettings, Listeners, Abort]:
+def _client_args(
+    url: str, recs: list[RequestRecord], transport: str = "aiohttp"
+) -> tuple[LoadSettings, Listeners, Abort]:
     """run_point's / run_load's arguments against the metronome at ``url``, records appended to ``recs``."""
     settings = LoadSettings(base_url=url, model="metronome", token_id_range=(32, 127), engine_extra={},
-                            plan_extra={}, request_timeout_s=60, read_timeout_s=30)  # fmt: skip
+                            plan_extra={}, request_timeout_s=60, read_timeout_s=30,
+                            transport=transport)  # fmt: skip
     return settings, Listeners(sink=recs.append), Abort()
 
 
-def _run_point(url: str, pt: PointPlan) -> tuple[list[RequestRecord], object]:
+def _run_point(url: str, pt: PointPlan, transport: str = "aiohttp") -> tuple[list[RequestRecord], object]:
     recs: list[RequestRecord] = []
-    out = asyncio.run(run_point(pt, *_client_args(url, recs)))
+    out = asyncio.run(run_point(pt, *_client_args(url, recs, transport)))
     return recs, out
 
 
@@ -76,12 +79,16 @@ def test_low_load_records_agree_with_the_emit_times():
     assert out.cpu_ns > 0
 
 
-def test_server_closing_kept_alive_connections_loses_no_request():
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_server_closing_kept_alive_connections_loses_no_request(transport):
     with MetronomeProcess(free_port(), first_token_ms=1, interval_ms=1, drop_after=1) as m:
-        recs, out = _run_point(m.url, _point(3, 15, 4))
+        recs, out = _run_point(m.url, _point(3, 15, 4), transport)
         log = m.log()
     assert out.ok == 15 and all(r.ok for r in recs)
-    assert len(log["requests"]) == 15 + sum(r.retries for r in recs)
+    # every request answered in full; a second arrival at the server is always a counted retry. (A retry need not
+    # arrive twice: aiohttp may write into a connection whose close it has not read yet, and the server
+    # never sees that attempt; httpcore checks an idle connection before reusing it.)
+    assert 15 <= len(log["requests"]) <= 15 + sum(r.retries for r in recs)
 
 
 def _plan(tmp_path: Path, url: str, c: int, n: int, out: int) -> Path:
