@@ -85,9 +85,9 @@ def test_server_closing_kept_alive_connections_loses_no_request(transport):
         recs, out = _run_point(m.url, _point(3, 15, 4), transport)
         log = m.log()
     assert out.ok == 15 and all(r.ok for r in recs)
-    # every request answered in full; a second arrival at the server is always a counted retry. (A retry need not
-    # arrive twice: aiohttp may write into a connection whose close it has not read yet, and the server
-    # never sees that attempt; httpcore checks an idle connection before reusing it.)
+    # every request answered in full; a second arrival at the server is always a counted retry. (A retry
+    # need not arrive twice: aiohttp may write into a connection whose close it has not read yet, and the
+    # server never sees that attempt; httpcore checks an idle connection before reusing it.)
     assert 15 <= len(log["requests"]) <= 15 + sum(r.retries for r in recs)
 
 
