@@ -17,24 +17,22 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def loop_factory(loop: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
-    """(the factory asyncio.Runner takes — None: asyncio's default —, the loop's name and version) for a
-    ``[load] loop`` setting; "uvloop" where it is not installed (Windows) falls back to asyncio's loop, and
-    the run's ``client_stack`` event says which ran."""
+def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory asyncio.Runner takes for a ``[load] loop`` setting (None: asyncio's own loop); "uvloop"
+    where it is not installed (Windows) falls back to asyncio's loop, and the run's ``client_stack`` event
+    says which ran."""
     if loop == "uvloop":
         try:
             import uvloop
         except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop, f"uvloop {importlib.metadata.version('uvloop')}"
-    return None, "asyncio"
+            return None
+        return uvloop.new_event_loop
+    return None
 
 
 def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)`` on the loop ``loop`` names (``loop_factory``)."""
-    factory, _ = loop_factory(loop)
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
         return runner.run(coro)
 
 
@@ -46,9 +44,8 @@ def client_stack(transport: str) -> dict[str, str]:
         loop = f"uvloop {importlib.metadata.version('uvloop')}"
     else:
         loop = f"asyncio ({type(running).__name__})"
-    package = "aiohttp" if transport == "aiohttp" else "httpcore"
-    return {
+    return {  # the [load] transport names are the packages' names
         "loop": loop,
-        "transport": f"{package} {importlib.metadata.version(package)}",
+        "transport": f"{transport} {importlib.metadata.version(transport)}",
         "httpx": importlib.metadata.version("httpx"),
     }
