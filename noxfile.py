@@ -184,4 +184,6 @@ def _option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:
     if name not in args:
         return default, list(args)
     i = args.index(name)
+    if i + 1 == len(args):
+        raise SystemExit(f"{name} needs a value")
     return args[i + 1], [*args[:i], *args[i + 2 :]]

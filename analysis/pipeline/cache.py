@@ -16,6 +16,10 @@ The key of an entry (``<cache>/<campaign>/<key>/``) is the sha256 of three thing
 An entry is written whole into a temporary folder, ``ENTRY.json`` (the sha256 of every file in it) last,
 then renamed into place; it is used only when every file still matches ``ENTRY.json`` — anything else is
 said in one line and the campaign analysed afresh. Only the newest entry of a campaign is kept.
+
+The digests catch a damaged or hand-edited entry, not a forger: the cache folder (build/cache/ by default)
+is trusted like the checkout it sits in (an entry's summary is a pickle; whoever can write there can write
+the code too).
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import pickle
 import shutil
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from collector.raw.store import RUN_FILE, SEAL, sha256_file
+from collector.raw.store import RUN_FILE, SEAL, TMP_PREFIX, sha256_file
 
 ENTRY_FILE = "ENTRY.json"
 OUT_DIR = "out"  # the campaign's results folder, as analyze wrote it
@@ -81,14 +86,20 @@ def code_identity(root: Path = CODE_ROOT) -> str:
         for f in files:
             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
                 h.update(f"{f.relative_to(root).as_posix()}\0{sha256_file(f)}\n".encode())
-    h.update(f"python {sys.version_info[:3]}\n".encode())
-    for dist in DISTRIBUTIONS:
-        try:
-            version = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            version = "absent"
-        h.update(f"{dist} {version}\n".encode())
+    h.update(versions_text(DISTRIBUTIONS).encode())
     return h.hexdigest()
+
+
+def versions_text(distributions: Sequence[str]) -> str:
+    """The Python version and each distribution's version ("absent" when one is not installed), a line
+    each: the part of a cache key that says which libraries made the output."""
+    lines = [f"python {sys.version_info[:3]}"]
+    for dist in distributions:
+        try:
+            lines.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"{dist} absent")
+    return "\n".join(lines) + "\n"
 
 
 def _run_lines(root_no: int, run_dir: Path) -> list[str]:
@@ -190,7 +201,7 @@ class FolderCache:
     def store(self, name: str, key: str, out_dir: Path, files: dict[str, bytes] | None = None) -> None:
         """Keep a copy of ``out_dir`` (and ``files``: name → bytes); the name's other entries go."""
         final = self.entry(name, key)
-        tmp = final.with_name(f".tmp-{key}.{os.getpid()}")
+        tmp = final.with_name(f"{TMP_PREFIX}{key}.{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(out_dir, tmp / OUT_DIR)
         for rel, data in (files or {}).items():
@@ -203,7 +214,7 @@ class FolderCache:
         except OSError:  # another build wrote it at the same moment: theirs is as good
             shutil.rmtree(tmp, ignore_errors=True)
         for other in final.parent.iterdir():
-            if other != final and not other.name.startswith(".tmp-"):
+            if other != final and not other.name.startswith(TMP_PREFIX):
                 shutil.rmtree(other, ignore_errors=True)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.pipeline.cache import OUT_DIR, FolderCache
+from analysis.pipeline.cache import OUT_DIR, FolderCache, versions_text
 from analysis.report.paths import REPO_ROOT, SITE_DIR
 from collector.raw.errors import AnatomyError
 from collector.raw.store import sha256_file
@@ -66,8 +66,6 @@ def site_key(docs_dir: Path, config_file: Path) -> str:
     read too), the config, the hooks and the jieba dictionary of site/, the versions of
     MKDOCS_DISTRIBUTIONS, the Python version and the build date."""
     import hashlib
-    import sys
-    from importlib import metadata
 
     from mkdocs.utils import get_build_date
 
@@ -76,9 +74,7 @@ def site_key(docs_dir: Path, config_file: Path) -> str:
     for p in [*sorted(q for q in Path(docs_dir).rglob("*") if q.is_file()), *extra]:
         rel = p.relative_to(docs_dir).as_posix() if p.is_relative_to(docs_dir) else f"@{p.name}"
         h.update(f"{rel}\0{sha256_file(p) if p.is_file() else '-'}\n".encode())
-    for dist in MKDOCS_DISTRIBUTIONS:
-        h.update(f"{dist} {metadata.version(dist)}\n".encode())
-    h.update(f"python {sys.version_info[:3]} date {get_build_date()}\n".encode())
+    h.update(f"{versions_text(MKDOCS_DISTRIBUTIONS)}date {get_build_date()}\n".encode())
     return h.hexdigest()
 
 
@@ -221,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         print(mkdocs_build_cached(args.docs.resolve(), args.site_dir.resolve(), args.cache, args.config))
     except (AnatomyError, MkDocsException) as err:
         print(f"build: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except OSError as err:  # the cache or the site folder could not be written (disk full, permissions)
+        print(f"build: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 1
     return 0
 

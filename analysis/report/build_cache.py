@@ -21,6 +21,8 @@ from typing import Any
 
 import jinja2
 
+from collector.raw.store import TMP_PREFIX
+
 
 def spec_key(spec: dict[str, Any], converter: str) -> str:
     """A figure's name in the cache: sha256 of the spec (keys sorted) and the converter's identity."""
@@ -55,7 +57,7 @@ class CheckedFiles:
     def put(self, key: str, data: bytes) -> None:
         p = self.path(key)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".tmp-{p.name}.{os.getpid()}")
+        tmp = p.with_name(f"{TMP_PREFIX}{p.name}.{os.getpid()}")
         tmp.write_bytes(hashlib.sha256(data).hexdigest().encode("ascii") + b"\n" + data)
         tmp.replace(p)  # atomic: a reader sees the old file or the whole new one
 

@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     except AnatomyError as err:
         print(f"render: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
+    except OSError as err:  # a page, a figure or the cache could not be written (disk full, permissions)
+        print(f"render: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 1
     lines = report.lines()
     for line in lines[-1:] if args.quiet else lines:
         print(line)
