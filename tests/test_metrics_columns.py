@@ -122,3 +122,18 @@ def test_an_integer_beyond_64_bits_is_one_line_naming_the_key(tmp_path):
     path.write_bytes(_line({**EDGE[0], "concurrency": 2**64}))
     with pytest.raises(ParseError, match=r"key 'concurrency' holds an integer beyond 64 bits"):
         parse_request_columns(path).ints("concurrency")
+
+
+def test_edge_values_computed_by_hand(tmp_path):
+    """Numbers worked out from EDGE's timestamps by hand (not from either implementation): TTFT = first
+    token chunk − send, E2E = end − send, TPOT = (last token chunk − first) / (tokens − 1)."""
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(b"".join(_line(o) for o in EDGE))
+    cols = parse_request_columns(path)
+    ttft, e2e, tpot = (
+        f(cols).tolist() for f in (metrics_columns.ttft_ms, metrics_columns.e2el_ms, metrics_columns.tpot_ms)
+    )
+    assert ttft[0] == 100.0 and e2e[0] == 140.0 and tpot[0] == pytest.approx((130 - 100) / 3)
+    assert ttft[3] == 40.0 and np.isnan(tpot[3])  # one token: no TPOT
+    assert np.isnan(ttft[2]) and e2e[2] == 30.0  # failed before any chunk
+    assert ttft[1] == 200.0 and e2e[1] == 230.0 and tpot[1] == pytest.approx((270 - 250) / 3)
