@@ -76,7 +76,7 @@ def _llamacpp_queue_share(p: BenchPoint, key: At) -> fnd.Finding | None:
     """llama.cpp has no queue histogram; a collector run keeps each request's `timings.prompt_ms`, so the part
     of TTFT before the server started on the prompt is TTFT − prompt_ms, request by request."""
     rel, log = p.run.requests
-    recs = metrics.completed([r for r in (log.records if log is not None else []) if r.point == p.label])
+    recs = metrics.completed(log.point_records(p.label) if log is not None else [])
     pairs = []
     for r in recs:
         ttft = metrics.ttft_ms(r)

@@ -140,7 +140,7 @@ def _abort_reason(p: BenchPoint) -> tuple[str | None, str | None]:
 def _requests(p: BenchPoint) -> tuple[str, list[RequestRecord]] | None:
     """The point's request records and the file they come from; None for a run without requests.jsonl."""
     rel, log = p.run.requests
-    return None if rel is None or log is None else (rel, [r for r in log.records if r.point == p.label])
+    return None if rel is None or log is None else (rel, log.point_records(p.label))
 
 
 def _input_len(p: BenchPoint) -> float | None:
