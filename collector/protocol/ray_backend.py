@@ -370,7 +370,8 @@ class RayCluster:
             try:
                 where = await _get(actor.where.remote(), PLACE_TIMEOUT_S)  # its process started
             except Exception as err:  # it did not start (RayActorError) or does not answer
-                self.ray.kill(actor)
+                with contextlib.suppress(Exception):  # already gone: the RunError below says why
+                    self.ray.kill(actor)
                 self._release()
                 raise RunError(
                     f'[load] backend = "ray": load shard {k} did not start on {self.address}: '

@@ -57,9 +57,7 @@ class ScrapeWriter:
 
     def write(self, rec: ScrapeRecord) -> None:
         obj = rec.to_obj()
-        if rec.bounded and self._on_bounded is not None:
-            tell, self._on_bounded = self._on_bounded, None
-            tell(rec)
+        tell = None
         with self._lock:
             if self.failed or self.closed:
                 return
@@ -70,6 +68,12 @@ class ScrapeWriter:
                     raise
                 self.failed = True
                 self._on_error(err)
+                return
+            # said once, by whichever thread first wrote a bounded scrape (and only once it was written)
+            if rec.bounded and self._on_bounded is not None:
+                tell, self._on_bounded = self._on_bounded, None
+        if tell is not None:
+            tell(rec)
 
 
 def scrape_metrics(
